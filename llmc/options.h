@@ -1,0 +1,259 @@
+/*
+ * options.h: every command-line option of both builds, in one table: long name, default, range, help line.
+ *
+ * The table drives parsing, --help, range checks and the echo of the configuration at start-up, so an option
+ * cannot exist without a default, a check and a line of help. Values are "--name value" or "--name=value".
+ * Parsing stops the program with one line naming the option, the value and the allowed range.
+ * Cross-option checks (a batch that does not divide, a model that does not fit the layout) live in
+ * options_validate(), run on every rank before any work.
+ */
+#ifndef LLMC_OPTIONS_H
+#define LLMC_OPTIONS_H
+
+#include <float.h>
+#include <limits.h>
+#include <stddef.h>
+
+#include "config.h"
+
+#define OPT_STR_LEN 1024
+
+typedef struct {
+    // data
+    char train_data[OPT_STR_LEN]; // glob of training shards
+    char val_data[OPT_STR_LEN];   // glob of validation shards ("" = no validation)
+    char vocab_dir[OPT_STR_LEN];  // folder holding GPT-2's encoder.json (decoding samples)
+    // model
+    char model[OPT_STR_LEN]; // preset d12/d24/d36/d48; depth/width/heads override it when > 0
+    int depth, width, heads;
+    int seq_len;                  // T
+    char init_from[OPT_STR_LEN];  // llm.c model file to start from ("" = fresh initialization)
+    // batch
+    int batch_size;               // B: sequences per micro-batch per data-parallel rank
+    long long total_batch_tokens; // tokens per optimizer step over all ranks; 0 = B*T*data-parallel ranks
+    // optimizer and schedule
+    int steps;
+    float lr, final_lr_frac;
+    int warmup_steps;
+    char lr_schedule[OPT_STR_LEN]; // cosine | linear | constant
+    float weight_decay, beta1, beta2, eps, grad_clip;
+    // evaluation, sampling, output
+    int val_every, val_batches, sample_every, sample_tokens;
+    char out_dir[OPT_STR_LEN];
+    int checkpoint_every;
+    int resume;
+    int log_every;
+    // reproducibility and precision
+    long long seed;
+    char precision[OPT_STR_LEN]; // fp32 | bf16 (fp8 comes with the FP8 recipe)
+    // parallel layout (world = DP x GTP x TP)
+    int tp, gtp, sequence_parallel, zero;
+    // CPU build: reference state for the GPU parity test
+    char ref_out[OPT_STR_LEN];
+    int ref_steps;
+} Options;
+
+typedef enum { OPT_INT, OPT_I64, OPT_FLOAT, OPT_STR } OptType;
+
+typedef struct {
+    const char *name;
+    OptType type;
+    size_t offset;
+    const char *def;     // default, as it would be typed
+    double lo, hi;       // range for numbers; ignored for strings
+    const char *choices; // "a|b|c" for strings with a fixed set of values, NULL for free text
+    const char *help;
+} OptionSpec;
+
+#define OPT_FIELD(f) offsetof(Options, f)
+
+static const OptionSpec OPTION_SPECS[] = {
+    {"train-data", OPT_STR, OPT_FIELD(train_data), "data/brown/brown_train_*.bin", 0, 0, NULL,
+     "glob of training shards (llm.c format)"},
+    {"val-data", OPT_STR, OPT_FIELD(val_data), "data/brown/brown_val_*.bin", 0, 0, NULL,
+     "glob of validation shards; empty string disables validation"},
+    {"vocab-dir", OPT_STR, OPT_FIELD(vocab_dir), "data/gpt2", 0, 0, NULL,
+     "folder with GPT-2's encoder.json, used to decode text samples"},
+    {"model", OPT_STR, OPT_FIELD(model), "d12", 0, 0, "d12|d24|d36|d48",
+     "GPT-2 size: d12=124M d24=350M d36=774M d48=1558M"},
+    {"depth", OPT_INT, OPT_FIELD(depth), "0", 0, MAX_LAYERS, NULL, "layers; 0 = the model's"},
+    {"width", OPT_INT, OPT_FIELD(width), "0", 0, MAX_CHANNELS, NULL, "channels; 0 = the model's"},
+    {"heads", OPT_INT, OPT_FIELD(heads), "0", 0, 4096, NULL, "attention heads; 0 = the model's"},
+    {"seq-len", OPT_INT, OPT_FIELD(seq_len), "1024", 1, 65536, NULL, "sequence length T"},
+    {"init-from", OPT_STR, OPT_FIELD(init_from), "", 0, 0, NULL,
+     "llm.c model file to start from; empty = fresh initialization from --seed"},
+    {"batch-size", OPT_INT, OPT_FIELD(batch_size), "16", 1, 65536, NULL,
+     "micro-batch: sequences per forward/backward per data-parallel rank"},
+    {"total-batch-tokens", OPT_I64, OPT_FIELD(total_batch_tokens), "65536", 0, 1e12, NULL,
+     "tokens per optimizer step over all ranks (gradient accumulation fills it); 0 = one micro-batch per rank"},
+    {"steps", OPT_INT, OPT_FIELD(steps), "120", 1, INT_MAX, NULL, "optimizer steps to train"},
+    {"lr", OPT_FLOAT, OPT_FIELD(lr), "6e-4", 0, 10, NULL, "peak learning rate"},
+    {"final-lr-frac", OPT_FLOAT, OPT_FIELD(final_lr_frac), "0.1", 0, 1, NULL,
+     "learning rate at the last step, as a fraction of --lr"},
+    {"warmup-steps", OPT_INT, OPT_FIELD(warmup_steps), "20", 0, INT_MAX, NULL, "linear warmup steps"},
+    {"lr-schedule", OPT_STR, OPT_FIELD(lr_schedule), "cosine", 0, 0, "cosine|linear|constant",
+     "decay after warmup"},
+    {"weight-decay", OPT_FLOAT, OPT_FIELD(weight_decay), "0.1", 0, 10, NULL,
+     "AdamW weight decay (2-D weights only)"},
+    {"beta1", OPT_FLOAT, OPT_FIELD(beta1), "0.9", 0, 0.99999, NULL, "AdamW beta1"},
+    {"beta2", OPT_FLOAT, OPT_FIELD(beta2), "0.95", 0, 0.99999, NULL, "AdamW beta2"},
+    {"eps", OPT_FLOAT, OPT_FIELD(eps), "1e-8", 1e-30, 1, NULL, "AdamW epsilon"},
+    {"grad-clip", OPT_FLOAT, OPT_FIELD(grad_clip), "1.0", 0, 1e9, NULL,
+     "clip the global gradient norm to this; 0 = no clipping"},
+    {"val-every", OPT_INT, OPT_FIELD(val_every), "20", 0, INT_MAX, NULL,
+     "validation loss every N steps (and at the end); 0 = never"},
+    {"val-batches", OPT_INT, OPT_FIELD(val_batches), "20", 1, INT_MAX, NULL,
+     "at most this many micro-batches per validation pass"},
+    {"sample-every", OPT_INT, OPT_FIELD(sample_every), "60", 0, INT_MAX, NULL,
+     "print a text sample every N steps; 0 = never"},
+    {"sample-tokens", OPT_INT, OPT_FIELD(sample_tokens), "64", 1, 65536, NULL, "tokens per text sample"},
+    {"out-dir", OPT_STR, OPT_FIELD(out_dir), "runs/default", 0, 0, NULL,
+     "folder for the log, checkpoints and model files"},
+    {"checkpoint-every", OPT_INT, OPT_FIELD(checkpoint_every), "0", 0, INT_MAX, NULL,
+     "write a checkpoint every N steps (and at the end); 0 = only at the end"},
+    {"resume", OPT_INT, OPT_FIELD(resume), "0", 0, 1, NULL,
+     "1 = continue from the latest checkpoint in --out-dir"},
+    {"log-every", OPT_INT, OPT_FIELD(log_every), "1", 1, INT_MAX, NULL, "print a log line every N steps"},
+    {"seed", OPT_I64, OPT_FIELD(seed), "1337", 0, 9.0e18, NULL,
+     "seed of initialization, data shuffling and sampling"},
+    {"precision", OPT_STR, OPT_FIELD(precision), "bf16", 0, 0, "fp32|bf16",
+     "activation and GEMM precision (master weights are always fp32)"},
+    {"tp", OPT_INT, OPT_FIELD(tp), "1", 1, 1024, NULL, "tensor-parallel degree"},
+    {"gtp", OPT_INT, OPT_FIELD(gtp), "1", 1, 1024, NULL, "weight-sharding (GTP) degree"},
+    {"sequence-parallel", OPT_INT, OPT_FIELD(sequence_parallel), "0", 0, 1, NULL,
+     "1 = sequence parallelism in the TP group"},
+    {"zero", OPT_INT, OPT_FIELD(zero), "0", 0, 1, NULL, "1 = ZeRO-1: shard optimizer state over data-parallel ranks"},
+    {"ref-out", OPT_STR, OPT_FIELD(ref_out), "", 0, 0, NULL,
+     "CPU build: write the reference state for the GPU parity test to this file"},
+    {"ref-steps", OPT_INT, OPT_FIELD(ref_steps), "3", 1, 1000, NULL,
+     "CPU build: optimizer steps whose updated weights the reference state records"},
+};
+#define NUM_OPTIONS ((int)(sizeof(OPTION_SPECS) / sizeof(OPTION_SPECS[0])))
+
+static inline void option_set(Options *o, const OptionSpec *s, const char *val) {
+    char *p = (char *)o + s->offset;
+    char *end = NULL;
+    errno = 0;
+    if (s->type == OPT_STR) {
+        if (strlen(val) >= OPT_STR_LEN) { fail("--%s: value is longer than %d characters", s->name, OPT_STR_LEN - 1); }
+        if (s->choices) {
+            int ok = 0;
+            size_t n = strlen(val);
+            for (const char *c = s->choices; *c;) {
+                const char *bar = strchr(c, '|');
+                size_t len = bar ? (size_t)(bar - c) : strlen(c);
+                if (len == n && strncmp(c, val, n) == 0) { ok = 1; }
+                c += len + (bar ? 1 : 0);
+            }
+            if (!ok) { fail("--%s: '%s' is not one of %s", s->name, val, s->choices); }
+        }
+        strcpy(p, val);
+        return;
+    }
+    double v;
+    if (s->type == OPT_FLOAT) {
+        v = strtod(val, &end);
+    } else {
+        long long iv = strtoll(val, &end, 10);
+        v = (double)iv;
+        if (s->type == OPT_INT) { *(int *)p = (int)iv; } else { *(long long *)p = iv; }
+    }
+    if (end == val || *end != '\0' || errno == ERANGE) {
+        fail("--%s: '%s' is not a valid %s", s->name, val, s->type == OPT_FLOAT ? "number" : "integer");
+    }
+    if (!(v >= s->lo && v <= s->hi)) {
+        fail("--%s: %s is out of range [%g, %g]", s->name, val, s->lo, s->hi);
+    }
+    if (s->type == OPT_FLOAT) { *(float *)p = (float)v; }
+}
+
+static inline const OptionSpec *option_find(const char *name, size_t len) {
+    for (int i = 0; i < NUM_OPTIONS; i++) {
+        if (strlen(OPTION_SPECS[i].name) == len && strncmp(OPTION_SPECS[i].name, name, len) == 0) {
+            return &OPTION_SPECS[i];
+        }
+    }
+    return NULL;
+}
+
+static inline void options_defaults(Options *o) {
+    memset(o, 0, sizeof(*o));
+    for (int i = 0; i < NUM_OPTIONS; i++) { option_set(o, &OPTION_SPECS[i], OPTION_SPECS[i].def); }
+}
+
+static inline void options_print_help(FILE *f, const char *prog) {
+    fprintf(f, "usage: %s [--option value]...\n\noptions (default in brackets):\n", prog);
+    for (int i = 0; i < NUM_OPTIONS; i++) {
+        const OptionSpec *s = &OPTION_SPECS[i];
+        fprintf(f, "  --%-20s %s [%s]", s->name, s->help, s->def);
+        if (s->choices) { fprintf(f, " {%s}", s->choices); }
+        fprintf(f, "\n");
+    }
+    fprintf(f, "  --%-20s print this help and exit\n", "help");
+}
+
+// Parses argv into *o (defaults first). Returns 0 normally, 1 when --help was printed (the caller exits 0).
+static inline int options_parse(Options *o, int argc, char **argv) {
+    options_defaults(o);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            options_print_help(stdout, argv[0]);
+            return 1;
+        }
+        if (strncmp(a, "--", 2) != 0) { fail("unexpected argument '%s'; options look like --name value (see --help)", a); }
+        const char *name = a + 2;
+        const char *eq = strchr(name, '=');
+        size_t len = eq ? (size_t)(eq - name) : strlen(name);
+        const OptionSpec *s = option_find(name, len);
+        if (!s) { fail("unknown option '%.*s' (see --help for the list)", (int)(len + 2), a); }
+        const char *val;
+        if (eq) {
+            val = eq + 1;
+        } else {
+            if (i + 1 >= argc) { fail("--%s needs a value (see --help)", s->name); }
+            val = argv[++i];
+        }
+        option_set(o, s, val);
+    }
+    return 0;
+}
+
+// The model configuration the options describe (preset, overridden by explicit sizes).
+static inline GPTConfig options_model_config(const Options *o) {
+    GPTConfig c;
+    if (!config_from_preset(o->model, o->seq_len, &c)) { fail("--model: unknown model '%s'", o->model); }
+    if (o->depth > 0) { c.num_layers = o->depth; }
+    if (o->width > 0) { c.channels = o->width; }
+    if (o->heads > 0) { c.num_heads = o->heads; }
+    config_validate(&c);
+    return c;
+}
+
+// Gradient-accumulation micro-steps per optimizer step for data-parallel degree dp; fails if it does not divide.
+static inline int options_grad_accum(const Options *o, int dp) {
+    long long per_micro = (long long)o->batch_size * o->seq_len * dp;
+    long long total = o->total_batch_tokens > 0 ? o->total_batch_tokens : per_micro;
+    if (total % per_micro != 0) {
+        fail("--total-batch-tokens %lld is not a multiple of batch-size x seq-len x data-parallel ranks = %d x %d x %d "
+             "= %lld; change --total-batch-tokens or --batch-size",
+             total, o->batch_size, o->seq_len, dp, per_micro);
+    }
+    return (int)(total / per_micro);
+}
+
+static inline void options_print(FILE *f, const Options *o) {
+    for (int i = 0; i < NUM_OPTIONS; i++) {
+        const OptionSpec *s = &OPTION_SPECS[i];
+        const char *p = (const char *)o + s->offset;
+        fprintf(f, "  %-20s ", s->name);
+        switch (s->type) {
+        case OPT_INT: fprintf(f, "%d\n", *(const int *)p); break;
+        case OPT_I64: fprintf(f, "%lld\n", *(const long long *)p); break;
+        case OPT_FLOAT: fprintf(f, "%g\n", *(const float *)p); break;
+        case OPT_STR: fprintf(f, "%s\n", p); break;
+        }
+    }
+}
+
+#endif // LLMC_OPTIONS_H

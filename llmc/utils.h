@@ -1,0 +1,124 @@
+/*
+ * utils.h: error reporting and checked file/memory helpers shared by every build.
+ *
+ * Every fatal error goes through fail(): one line "[train_gpt rank R] error: ..." on stderr and exit(1).
+ * The rank is set once by the launcher (0 on a single process), so a message from a multi-rank job always
+ * names the process that saw the problem. Plain C11; also compiled by nvcc as C++.
+ */
+#ifndef LLMC_UTILS_H
+#define LLMC_UTILS_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int g_rank = 0; // this process's world rank, named in every error message
+
+static inline void set_error_rank(int rank) { g_rank = rank; }
+
+#if defined(__GNUC__)
+#define LLMC_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#define LLMC_NORETURN __attribute__((noreturn))
+#else
+#define LLMC_PRINTF(a, b)
+#define LLMC_NORETURN
+#endif
+
+// Hook run before a fatal exit (the multi-GPU build sets it to abort its communicators, so no peer hangs).
+static void (*g_fail_hook)(void) = NULL;
+
+LLMC_NORETURN LLMC_PRINTF(1, 2) static void fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "[train_gpt rank %d] error: ", g_rank);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    fflush(stderr);
+    if (g_fail_hook) { g_fail_hook(); }
+    exit(EXIT_FAILURE);
+}
+
+static inline void *malloc_check(size_t size, const char *what) {
+    void *p = malloc(size > 0 ? size : 1);
+    if (!p) { fail("out of host memory allocating %zu bytes for %s", size, what); }
+    return p;
+}
+
+static inline void *calloc_check(size_t n, size_t size, const char *what) {
+    void *p = calloc(n > 0 ? n : 1, size > 0 ? size : 1);
+    if (!p) { fail("out of host memory allocating %zu x %zu bytes for %s", n, size, what); }
+    return p;
+}
+
+static inline FILE *fopen_check(const char *path, const char *mode) {
+    FILE *f = fopen(path, mode);
+    if (!f) { fail("cannot open '%s' (mode %s): %s", path, mode, strerror(errno)); }
+    return f;
+}
+
+static inline void fread_check(void *dst, size_t size, size_t n, FILE *f, const char *path) {
+    size_t got = fread(dst, size, n, f);
+    if (got != n) {
+        fail("'%s' is truncated or unreadable: wanted %zu items of %zu bytes, read %zu; regenerate or replace the file",
+             path, n, size, got);
+    }
+}
+
+static inline void fwrite_check(const void *src, size_t size, size_t n, FILE *f, const char *path) {
+    if (fwrite(src, size, n, f) != n) { fail("writing '%s' failed: %s (disk full?)", path, strerror(errno)); }
+}
+
+static inline int file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static inline long long file_size_or_neg(const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0) { return -1; }
+    return (long long)st.st_size;
+}
+
+/*
+ * Atomic file writes: write everything to "<path>.tmp.<pid>", fsync, then rename over <path>. A crash at any
+ * point leaves either the old file or the new one, never a torn one.
+ */
+typedef struct {
+    FILE *f;
+    char path[4096];
+    char tmp[4160];
+} AtomicFile;
+
+static inline void atomic_open(AtomicFile *af, const char *path) {
+    if (strlen(path) >= sizeof(af->path)) { fail("path too long: '%s'", path); }
+    strcpy(af->path, path);
+    snprintf(af->tmp, sizeof(af->tmp), "%s.tmp.%d", path, (int)getpid());
+    af->f = fopen_check(af->tmp, "wb");
+}
+
+static inline void atomic_write(AtomicFile *af, const void *src, size_t size, size_t n) {
+    fwrite_check(src, size, n, af->f, af->tmp);
+}
+
+static inline void atomic_commit(AtomicFile *af) {
+    if (fflush(af->f) != 0 || fsync(fileno(af->f)) != 0) {
+        fail("flushing '%s' failed: %s (disk full?)", af->tmp, strerror(errno));
+    }
+    fclose(af->f);
+    af->f = NULL;
+    if (rename(af->tmp, af->path) != 0) {
+        fail("renaming '%s' to '%s' failed: %s", af->tmp, af->path, strerror(errno));
+    }
+}
+
+static inline int ceil_div_int(int a, int b) { return (a + b - 1) / b; }
+static inline size_t round_up_size(size_t a, size_t b) { return (a + b - 1) / b * b; }
+
+#endif // LLMC_UTILS_H
