@@ -41,5 +41,15 @@ train_gpt: train_gpt.cu $(HEADERS) $(CUDA_HEADERS)
 tokenize: data/tokenize.c data/bpe.h llmc/tokenizer.h $(HEADERS)
 	$(CC) $(CFLAGS) $< -o $@ $(PCRE2_LIBS) $(LDLIBS_CPU)
 
+# CPU tests: every test/test_X.c builds into test/bin/test_X; test/run_tests.sh runs those and test/test_*.sh.
+TEST_SRCS = $(wildcard test/test_*.c)
+TEST_BINS = $(patsubst test/%.c,test/bin/%,$(TEST_SRCS))
+test/bin/%: test/%.c $(HEADERS) test/test_util.h $(wildcard data/*.h)
+	@mkdir -p test/bin
+	$(CC) $(CFLAGS) $< -o $@ $(PCRE2_LIBS) $(LDLIBS_CPU)
+
+test: $(TARGETS) $(TEST_BINS)
+	test/run_tests.sh
+
 clean:
 	rm -rf train_gpt train_gpt_cpu tokenize test/bin
