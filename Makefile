@@ -48,6 +48,21 @@ test/bin/%: test/%.c $(HEADERS) test/test_util.h $(wildcard data/*.h)
 	@mkdir -p test/bin
 	$(CC) $(CFLAGS) $< -o $@ $(PCRE2_LIBS) $(LDLIBS_CPU)
 
+# GPU tests: every test/test_X.cu builds into test/bin/test_X (compiled in CI too, so a break fails CI);
+# test/run_gpu_tests.sh runs them on a machine with a GPU.
+GPU_TEST_SRCS = $(wildcard test/test_*.cu)
+GPU_TEST_BINS = $(patsubst test/%.cu,test/bin/%,$(GPU_TEST_SRCS))
+test/bin/%: test/%.cu $(HEADERS) $(CUDA_HEADERS) train_gpt.cu
+	@mkdir -p test/bin
+	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVLDLIBS)
+
+ifneq ($(NVCC),)
+all: $(GPU_TEST_BINS)
+endif
+
+gpu-test: train_gpt_cpu train_gpt $(GPU_TEST_BINS)
+	test/run_gpu_tests.sh
+
 test: $(TARGETS) $(TEST_BINS)
 	test/run_tests.sh
 
