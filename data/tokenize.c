@@ -1,0 +1,344 @@
+/*
+ * tokenize: GPT-2 tokenization and the shard writer.
+ *
+ *   ./tokenize shards --out PREFIX [--val-every K] [--shard-tokens N] [--vocab-dir D] [--force] INPUT...
+ *       Every file is one document (directories are walked recursively, in path order). Each document is
+ *       preceded by <|endoftext|>, as llm.c's data scripts do; document i (counted from 0 over all inputs) goes
+ *       to validation when i % K == 0, else to training. Writes PREFIX_val_000000.bin, PREFIX_train_000000.bin,
+ *       ... in llm.c's shard format, each of at most N tokens.
+ *   ./tokenize encode [TEXT | -] [-0]      ids of TEXT (stdin when absent or "-"), space-separated
+ *   ./tokenize decode ID... | -0           the text of the ids
+ * With -0, stdin holds many texts: encode reads NUL-terminated texts and prints one line of ids for each;
+ * decode reads one line of ids per text and prints each text followed by a NUL (tests use this).
+ */
+#include <dirent.h>
+#include <time.h>
+
+#include "data/bpe.h"
+#include "llmc/dataloader.h"
+#include "llmc/tokenizer.h"
+
+#define DEFAULT_VOCAB_DIR "data/gpt2"
+#define DEFAULT_VAL_EVERY 20
+#define DEFAULT_SHARD_TOKENS 100000000LL
+#define MAX_PATH_LEN 4096
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage:\n"
+            "  ./tokenize shards --out PREFIX [--val-every K] [--shard-tokens N] [--vocab-dir D] [--force] INPUT...\n"
+            "      tokenize files (directories: every file below them, in path order, hidden ones skipped) into\n"
+            "      llm.c shards PREFIX_{train,val}_NNNNNN.bin. Each file is one document, preceded by <|endoftext|>;\n"
+            "      document i goes to val when i %% K == 0 (K default %d), else to train. Shards hold at most N\n"
+            "      tokens (default %lld). Existing shards of PREFIX are replaced only with --force.\n"
+            "  ./tokenize encode [TEXT | -] [-0] [--vocab-dir D]\n"
+            "      print the GPT-2 ids of TEXT (of stdin when absent or -), space-separated. With -0, stdin holds\n"
+            "      NUL-terminated texts and each gets one line of ids.\n"
+            "  ./tokenize decode ID... [--vocab-dir D]  |  ./tokenize decode -0 [--vocab-dir D]\n"
+            "      print the text of the ids. With -0, stdin holds one line of ids per text and each text is\n"
+            "      printed followed by a NUL.\n"
+            "  --vocab-dir D: folder with GPT-2's encoder.json and vocab.bpe (default %s)\n",
+            DEFAULT_VAL_EVERY, DEFAULT_SHARD_TOKENS, DEFAULT_VOCAB_DIR);
+}
+
+static long long parse_count(const char *opt, const char *s, long long lo, long long hi) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end != '\0' || errno == ERANGE || v < lo || v > hi) {
+        fail("%s: '%s' is not an integer in [%lld, %lld]", opt, s, lo, hi);
+    }
+    return v;
+}
+
+static char *read_stream(FILE *f, size_t *n) {
+    size_t cap = 1 << 16, len = 0;
+    char *s = (char *)malloc_check(cap, "standard input");
+    size_t got;
+    while ((got = fread(s + len, 1, cap - len, f)) > 0) {
+        len += got;
+        if (len == cap) {
+            cap *= 2;
+            s = (char *)realloc(s, cap);
+            if (!s) { fail("out of host memory reading standard input (%zu bytes)", cap); }
+        }
+    }
+    *n = len;
+    return s;
+}
+
+static void print_ids(const TokenVec *v) {
+    for (size_t i = 0; i < v->n; i++) { printf(i ? " %d" : "%d", v->data[i]); }
+    printf("\n");
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * encode / decode
+ */
+static void cmd_encode(const char *text, int nul_separated, const char *vocab_dir) {
+    BpeEncoder e;
+    bpe_init(&e, vocab_dir);
+    TokenVec ids = {0};
+    if (text && strcmp(text, "-") != 0) {
+        bpe_encode(&e, (const unsigned char *)text, strlen(text), "the text argument", &ids);
+        print_ids(&ids);
+    } else {
+        size_t n;
+        char *in = read_stream(stdin, &n);
+        if (!nul_separated) {
+            bpe_encode(&e, (const unsigned char *)in, n, "standard input", &ids);
+            print_ids(&ids);
+        }
+        for (size_t start = 0, k = 0; nul_separated && start < n; k++) {
+            const char *end = memchr(in + start, '\0', n - start);
+            size_t len = end ? (size_t)(end - (in + start)) : n - start;
+            char source[64];
+            snprintf(source, sizeof(source), "text %zu of standard input", k);
+            ids.n = 0;
+            bpe_encode(&e, (const unsigned char *)in + start, len, source, &ids);
+            print_ids(&ids);
+            start += len + 1;
+        }
+        free(in);
+    }
+    tokenvec_free(&ids);
+    bpe_free(&e);
+}
+
+static int parse_id(const char *s, const char **end, const Tokenizer *t) {
+    char *e;
+    errno = 0;
+    long v = strtol(s, &e, 10);
+    if (e == s || errno == ERANGE || v < 0 || v >= t->vocab_size) {
+        fail("'%.20s' is not a token id in [0, %d)", s, t->vocab_size);
+    }
+    *end = e;
+    return (int)v;
+}
+
+static void write_token(const Tokenizer *t, int id) {
+    int len;
+    const unsigned char *b = tokenizer_token_bytes(t, id, &len);
+    fwrite(b, 1, (size_t)len, stdout);
+}
+
+static void cmd_decode(char **ids, int n_ids, int nul_separated, const char *vocab_dir) {
+    Tokenizer t;
+    tokenizer_init(&t, vocab_dir);
+    for (int i = 0; i < n_ids; i++) {
+        const char *end;
+        write_token(&t, parse_id(ids[i], &end, &t));
+        if (*end != '\0') { fail("'%s' is not a token id in [0, %d)", ids[i], t.vocab_size); }
+    }
+    if (nul_separated) {
+        size_t n;
+        char *in = read_stream(stdin, &n);
+        for (size_t pos = 0; pos < n;) {
+            size_t eol = pos;
+            while (eol < n && in[eol] != '\n') { eol++; }
+            in[eol] = '\0'; // in[n] exists: read_stream leaves room after the data
+            for (const char *p = in + pos;;) {
+                while (*p == ' ') { p++; }
+                if (*p == '\0') { break; }
+                write_token(&t, parse_id(p, &p, &t));
+            }
+            putchar('\0');
+            pos = eol + 1;
+        }
+        free(in);
+    }
+    tokenizer_free(&t);
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * shards
+ */
+typedef struct {
+    char **paths;
+    size_t n, cap;
+} PathList;
+
+static void pathlist_add(PathList *l, const char *path) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 256;
+        l->paths = (char **)realloc(l->paths, l->cap * sizeof(char *));
+        if (!l->paths) { fail("out of host memory listing %zu input files", l->cap); }
+    }
+    size_t len = strlen(path) + 1;
+    l->paths[l->n] = (char *)malloc_check(len, "input path");
+    memcpy(l->paths[l->n++], path, len);
+}
+
+static int path_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+// Adds every regular file under dir (recursively, hidden entries skipped), unsorted.
+static void collect_dir(PathList *l, const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) { fail("cannot read directory '%s': %s", dir, strerror(errno)); }
+    struct dirent *ent;
+    while ((ent = readdir(d)) != NULL) {
+        if (ent->d_name[0] == '.') { continue; }
+        char path[MAX_PATH_LEN];
+        if (snprintf(path, sizeof(path), "%s/%s", dir, ent->d_name) >= (int)sizeof(path)) {
+            fail("path too long under '%s'", dir);
+        }
+        struct stat st;
+        if (stat(path, &st) != 0) { fail("cannot stat '%s': %s", path, strerror(errno)); }
+        if (S_ISDIR(st.st_mode)) { collect_dir(l, path); }
+        else if (S_ISREG(st.st_mode)) { pathlist_add(l, path); }
+    }
+    closedir(d);
+}
+
+static void collect_input(PathList *l, const char *input) {
+    struct stat st;
+    if (stat(input, &st) != 0) { fail("input '%s' does not exist: %s", input, strerror(errno)); }
+    if (!S_ISDIR(st.st_mode)) { pathlist_add(l, input); return; }
+    size_t first = l->n;
+    collect_dir(l, input);
+    if (l->n == first) { fail("input directory '%s' holds no files", input); }
+    qsort(l->paths + first, l->n - first, sizeof(char *), path_cmp);
+}
+
+// One output stream of shards (train or val).
+typedef struct {
+    const char *prefix, *split;
+    uint16_t *buf;
+    size_t n, cap; // cap = tokens per shard
+    int shards;    // shards written so far
+    long long tokens, documents;
+} ShardStream;
+
+static void shard_path(char *out, size_t cap, const char *prefix, const char *split, int index) {
+    if (snprintf(out, cap, "%s_%s_%06d.bin", prefix, split, index) >= (int)cap) {
+        fail("output prefix '%s' is too long", prefix);
+    }
+}
+
+static void stream_flush(ShardStream *s) {
+    if (s->n == 0) { return; }
+    char path[MAX_PATH_LEN];
+    shard_path(path, sizeof(path), s->prefix, s->split, s->shards);
+    shard_write(path, s->buf, s->n);
+    printf("wrote %s: %zu tokens\n", path, s->n);
+    s->shards++;
+    s->n = 0;
+}
+
+static void stream_push(ShardStream *s, int id) {
+    s->buf[s->n++] = (uint16_t)id;
+    s->tokens++;
+    if (s->n == s->cap) { stream_flush(s); }
+}
+
+// Removes shards numbered from `from` on, left by an earlier, longer run (the loader's glob would read them).
+static void remove_stale_shards(const char *prefix, const char *split, int from) {
+    char path[MAX_PATH_LEN];
+    for (int i = from;; i++) {
+        shard_path(path, sizeof(path), prefix, split, i);
+        if (!file_exists(path)) { return; }
+        if (remove(path) != 0) { fail("cannot remove stale shard '%s': %s", path, strerror(errno)); }
+        printf("removed stale %s\n", path);
+    }
+}
+
+static void cmd_shards(const char *prefix, char **inputs, int n_inputs, long long val_every, long long shard_tokens,
+                       const char *vocab_dir, int force) {
+    if (!prefix) { fail("shards: --out PREFIX is required (e.g. --out data/mydata/mydata); see --help"); }
+    if (n_inputs == 0) { fail("shards: no INPUT files or directories given; see --help"); }
+    static const char *splits[2] = {"val", "train"};
+    for (int k = 0; k < 2; k++) {
+        char path[MAX_PATH_LEN];
+        shard_path(path, sizeof(path), prefix, splits[k], 0);
+        if (!force && file_exists(path)) {
+            fail("'%s' exists; pass --force to replace the shards of '%s', or choose another --out", path, prefix);
+        }
+    }
+    PathList files = {0};
+    for (int i = 0; i < n_inputs; i++) { collect_input(&files, inputs[i]); }
+
+    BpeEncoder e;
+    bpe_init(&e, vocab_dir);
+    ShardStream streams[2];
+    for (int k = 0; k < 2; k++) {
+        ShardStream s = {prefix, splits[k], NULL, 0, (size_t)shard_tokens, 0, 0, 0};
+        s.buf = (uint16_t *)malloc_check((size_t)shard_tokens * sizeof(uint16_t), "shard buffer");
+        streams[k] = s;
+    }
+    TokenVec ids = {0};
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    long long bytes = 0;
+    for (size_t i = 0; i < files.n; i++) {
+        size_t n;
+        char *text = read_whole_file(files.paths[i], &n, "check the INPUT arguments");
+        char source[MAX_PATH_LEN + 8];
+        snprintf(source, sizeof(source), "'%s'", files.paths[i]);
+        ids.n = 0;
+        tokenvec_push(&ids, GPT2_EOT_TOKEN);
+        bpe_encode(&e, (const unsigned char *)text, n, source, &ids);
+        ShardStream *s = &streams[i % (size_t)val_every == 0 ? 0 : 1];
+        for (size_t k = 0; k < ids.n; k++) { stream_push(s, ids.data[k]); }
+        s->documents++;
+        bytes += (long long)n;
+        free(text);
+    }
+    for (int k = 0; k < 2; k++) {
+        stream_flush(&streams[k]);
+        if (force) { remove_stale_shards(prefix, splits[k], streams[k].shards); }
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    printf("%zu documents, %lld bytes in %.2f s (%.1f MB/s): train %lld documents, %lld tokens in %d shard(s); "
+           "val %lld documents, %lld tokens in %d shard(s)\n",
+           files.n, bytes, secs, (double)bytes / 1e6 / (secs > 0 ? secs : 1), streams[1].documents,
+           streams[1].tokens, streams[1].shards, streams[0].documents, streams[0].tokens, streams[0].shards);
+    for (int k = 0; k < 2; k++) {
+        if (streams[k].shards == 0) { printf("note: no %s documents, so no %s shard\n", splits[k], splits[k]); }
+        free(streams[k].buf);
+    }
+    for (size_t i = 0; i < files.n; i++) { free(files.paths[i]); }
+    free(files.paths);
+    tokenvec_free(&ids);
+    bpe_free(&e);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 1 : 0;
+    }
+    const char *cmd = argv[1];
+    const char *vocab_dir = DEFAULT_VOCAB_DIR, *prefix = NULL;
+    long long val_every = DEFAULT_VAL_EVERY, shard_tokens = DEFAULT_SHARD_TOKENS;
+    int force = 0, nul_separated = 0, n_args = 0;
+    char **args = (char **)calloc_check((size_t)argc, sizeof(char *), "arguments");
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        int has_value = i + 1 < argc;
+        if (strcmp(a, "--vocab-dir") == 0 && has_value) { vocab_dir = argv[++i]; }
+        else if (strcmp(a, "--out") == 0 && has_value) { prefix = argv[++i]; }
+        else if (strcmp(a, "--val-every") == 0 && has_value) { val_every = parse_count(a, argv[++i], 1, INT32_MAX); }
+        else if (strcmp(a, "--shard-tokens") == 0 && has_value) {
+            shard_tokens = parse_count(a, argv[++i], 1, SHARD_MAX_TOKENS);
+        }
+        else if (strcmp(a, "--force") == 0) { force = 1; }
+        else if (strcmp(a, "-0") == 0) { nul_separated = 1; }
+        else if (strcmp(a, "--help") == 0) { usage(stdout); return 0; }
+        else if (strncmp(a, "--", 2) == 0) { fail("unknown option '%s' (or it lacks its value); see --help", a); }
+        else { args[n_args++] = argv[i]; }
+    }
+    if (strcmp(cmd, "shards") == 0) {
+        cmd_shards(prefix, args, n_args, val_every, shard_tokens, vocab_dir, force);
+    } else if (strcmp(cmd, "encode") == 0) {
+        if (n_args > 1) { fail("encode takes one TEXT argument (quote it), got %d; see --help", n_args); }
+        cmd_encode(n_args ? args[0] : NULL, nul_separated, vocab_dir);
+    } else if (strcmp(cmd, "decode") == 0) {
+        if (n_args == 0 && !nul_separated) { fail("decode needs token ids, or -0 to read them from stdin; see --help"); }
+        cmd_decode(args, n_args, nul_separated, vocab_dir);
+    } else {
+        fail("unknown command '%s'; the commands are shards, encode, decode (see --help)", cmd);
+    }
+    free(args);
+    return 0;
+}

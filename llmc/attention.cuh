@@ -1,0 +1,794 @@
+/*
+ * attention.cuh: causal multi-head self-attention, forward and backward, with no T x T matrix in memory.
+ *
+ * Per head, with scale = 1/sqrt(HS): S = scale Q K^T, causal mask (key j > query i gets -inf), P = softmax(S) by
+ * rows, O = P V. The forward streams over key blocks with an online softmax: a running row max m and sum l, and O
+ * rescaled by exp(m_old - m_new) whenever the max grows; it saves lse_i = m_i + log(l_i) for the backward.
+ * Backward (FlashAttention-2): D_i = sum_d dO_id O_id; P_ij = exp(S_ij - lse_i) recomputed; dP = dO V^T;
+ * dS = P * (dP - D); dV = P^T dO; dK = scale dS^T Q; dQ = scale dS K.
+ * Deterministic (no float atomics): one kernel owns dK, dV of a key block and loops over the query blocks after
+ * it, another owns dQ of a query block and loops over the key blocks before it; S and dP are computed in both.
+ *
+ * fp32: CUDA cores, one warp per row, lanes over the keys (or queries) of a shared-memory tile, accurate expf.
+ * bf16: tensor cores (mma.sync m16n8k16, fp32 accumulation), operands by ldmatrix from XOR-swizzled shared
+ * memory, the next tile fetched by cp.async while the current one is used, exp2 with log2(e) folded into the
+ * scale. Each warp owns 16-row slabs of the block's rows, so softmax statistics never leave a warp's quad.
+ *
+ * Layouts: qkv and dqkv (B, T, 3, NH, HS); out and dout (B, T, NH, HS); lse (B, NH, T) fp32, natural log.
+ */
+#ifndef LLMC_ATTENTION_CUH
+#define LLMC_ATTENTION_CUH
+
+#include <math.h>
+#include <stdint.h>
+
+#include <type_traits>
+
+#include "cuda_common.cuh"
+
+#define ATTN_LOG2E 1.4426950408889634f
+#define ATTN_LN2 0.6931471805599453f
+
+static inline void attention_check_args(int HS, const void *p0, const void *p1, const void *p2, const void *p3) {
+    if (HS != 64 && HS != 128) {
+        fail("attention supports head sizes 64 and 128, got %d; choose n_embd / n_head = 64 or 128", HS);
+    }
+    // the bf16 kernels copy rows in 16-byte pieces
+    if (((uintptr_t)p0 | (uintptr_t)p1 | (uintptr_t)p2 | (uintptr_t)p3) % 16 != 0) {
+        fail("attention buffers must be 16-byte aligned; allocate activations at 16-byte offsets");
+    }
+}
+
+// ----------------------------------------------------------------------------------------------------------------
+// backward preprocess, both precisions: D_i = sum_d dO_id O_id, one warp per (b, t, h) row.
+
+#define ATTN_ROWS_PER_BLOCK 8
+
+template <typename T>
+__global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
+    attention_dsum_kernel(float *dsum, const T *dout, const T *out, int Tlen, int NH, int HS, int nrows) {
+    int row = blockIdx.x * ATTN_ROWS_PER_BLOCK + threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    if (row >= nrows) { return; }
+    const T *o = out + (size_t)row * HS, *d = dout + (size_t)row * HS;
+    float s = 0.0f;
+    for (int i = lane; i < HS; i += WARP_SIZE) { s += to_float(d[i]) * to_float(o[i]); }
+    s = warp_sum(s);
+    if (lane == 0) {
+        int h = row % NH, t = (row / NH) % Tlen, b = row / (NH * Tlen);
+        dsum[((size_t)b * NH + h) * Tlen + t] = s;
+    }
+}
+
+// ----------------------------------------------------------------------------------------------------------------
+// fp32: CUDA-core kernels. A block owns ATTN_ROWS_PER_BLOCK rows, one per warp; the rows it pairs them with come
+// through shared memory in tiles of WARP_SIZE rows, one per lane. Lane j computes its row's dot products alone
+// (tile rows padded by one float so that the 32 lanes reading one column hit 32 banks); the products that
+// accumulate into the warp's row (P V, dS K, ...) broadcast lane j's weight by shuffle, each lane owning the
+// columns lane, lane + 32, ...
+
+#define ATTN_F32_TILE WARP_SIZE
+
+// Rows [row0, row0 + rows) of one head, row stride `stride`, into dst (row pitch `pitch`); rows past Tlen are 0.
+__device__ __forceinline__ void attn_load_rows_f32(float *dst, int pitch, const float *src, size_t stride, int row0,
+                                                   int rows, int Tlen, int HS) {
+    for (int i = threadIdx.x; i < rows * HS; i += blockDim.x) {
+        int r = i / HS, d = i % HS;
+        dst[r * pitch + d] = row0 + r < Tlen ? src[(size_t)(row0 + r) * stride + d] : 0.0f;
+    }
+}
+
+template <int HS> __device__ __forceinline__ float attn_dot_f32(const float *a, const float *b) {
+    float acc = 0.0f;
+#pragma unroll 16
+    for (int d = 0; d < HS; d++) { acc = fmaf(a[d], b[d], acc); }
+    return acc;
+}
+
+template <int HS>
+__global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
+    attention_forward_f32_kernel(float *out, float *lse, const float *qkv, int Tlen, int NH, float scale) {
+    constexpr int DPL = HS / WARP_SIZE; // output columns per lane
+    __shared__ float sQ[ATTN_ROWS_PER_BLOCK][HS];
+    __shared__ float sK[ATTN_F32_TILE][HS + 1], sV[ATTN_F32_TILE][HS + 1];
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    const int r0 = (gridDim.x - 1 - blockIdx.x) * ATTN_ROWS_PER_BLOCK; // the longest rows start first
+    const int row = r0 + warp, b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const size_t stride = (size_t)3 * NH * HS;
+    const float *q = qkv + (size_t)b * Tlen * stride + (size_t)h * HS, *k = q + NH * HS, *v = q + 2 * NH * HS;
+    attn_load_rows_f32(&sQ[0][0], HS, q, stride, r0, ATTN_ROWS_PER_BLOCK, Tlen, HS);
+
+    float o[DPL] = {}, m = -INFINITY, l = 0.0f; // l: this lane's share of the row sum
+    const int ntiles = (min(r0 + ATTN_ROWS_PER_BLOCK, Tlen) - 1) / ATTN_F32_TILE + 1;
+    for (int kt = 0; kt < ntiles; kt++) {
+        const int kv0 = kt * ATTN_F32_TILE;
+        __syncthreads(); // the previous tile is no longer read
+        attn_load_rows_f32(&sK[0][0], HS + 1, k, stride, kv0, ATTN_F32_TILE, Tlen, HS);
+        attn_load_rows_f32(&sV[0][0], HS + 1, v, stride, kv0, ATTN_F32_TILE, Tlen, HS);
+        __syncthreads();
+        float s = kv0 + lane <= row ? scale * attn_dot_f32<HS>(sQ[warp], sK[lane]) : -INFINITY;
+        // key 0 is visible to every row and tiles go in ascending order: m_new is finite from the first tile on
+        float m_new = fmaxf(m, warp_max(s));
+        float corr = expf(m - m_new), p = expf(s - m_new);
+        l = l * corr + p;
+        m = m_new;
+#pragma unroll
+        for (int i = 0; i < DPL; i++) { o[i] *= corr; }
+        for (int j = 0; j < ATTN_F32_TILE; j++) {
+            float pj = __shfl_sync(0xffffffffu, p, j);
+#pragma unroll
+            for (int i = 0; i < DPL; i++) { o[i] = fmaf(pj, sV[j][lane + i * WARP_SIZE], o[i]); }
+        }
+    }
+    l = warp_sum(l);
+    if (row < Tlen) {
+        float *orow = out + ((size_t)b * Tlen + row) * NH * HS + (size_t)h * HS;
+#pragma unroll
+        for (int i = 0; i < DPL; i++) { orow[lane + i * WARP_SIZE] = o[i] / l; }
+        if (lane == 0) { lse[(size_t)blockIdx.y * Tlen + row] = m + logf(l); }
+    }
+}
+
+// dQ_i = scale sum_j dS_ij K_j over the keys j <= i; one warp per query row.
+template <int HS>
+__global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
+    attention_backward_dq_f32_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
+                                     const float *dsum, int Tlen, int NH, float scale) {
+    constexpr int DPL = HS / WARP_SIZE;
+    __shared__ float sQ[ATTN_ROWS_PER_BLOCK][HS], sdO[ATTN_ROWS_PER_BLOCK][HS];
+    __shared__ float sK[ATTN_F32_TILE][HS + 1], sV[ATTN_F32_TILE][HS + 1];
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    const int r0 = (gridDim.x - 1 - blockIdx.x) * ATTN_ROWS_PER_BLOCK;
+    const int row = r0 + warp, b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const size_t stride = (size_t)3 * NH * HS;
+    const float *q = qkv + (size_t)b * Tlen * stride + (size_t)h * HS, *k = q + NH * HS, *v = q + 2 * NH * HS;
+    attn_load_rows_f32(&sQ[0][0], HS, q, stride, r0, ATTN_ROWS_PER_BLOCK, Tlen, HS);
+    attn_load_rows_f32(&sdO[0][0], HS, dout + (size_t)b * Tlen * NH * HS + (size_t)h * HS, (size_t)NH * HS, r0,
+                       ATTN_ROWS_PER_BLOCK, Tlen, HS);
+    const float lse_i = row < Tlen ? lse[(size_t)blockIdx.y * Tlen + row] : 0.0f;
+    const float d_i = row < Tlen ? dsum[(size_t)blockIdx.y * Tlen + row] : 0.0f;
+
+    float dq[DPL] = {};
+    const int ntiles = (min(r0 + ATTN_ROWS_PER_BLOCK, Tlen) - 1) / ATTN_F32_TILE + 1;
+    for (int kt = 0; kt < ntiles; kt++) {
+        const int kv0 = kt * ATTN_F32_TILE;
+        __syncthreads();
+        attn_load_rows_f32(&sK[0][0], HS + 1, k, stride, kv0, ATTN_F32_TILE, Tlen, HS);
+        attn_load_rows_f32(&sV[0][0], HS + 1, v, stride, kv0, ATTN_F32_TILE, Tlen, HS);
+        __syncthreads();
+        float ds = 0.0f;
+        if (kv0 + lane <= row) {
+            float p = expf(scale * attn_dot_f32<HS>(sQ[warp], sK[lane]) - lse_i);
+            ds = p * (attn_dot_f32<HS>(sdO[warp], sV[lane]) - d_i);
+        }
+        for (int j = 0; j < ATTN_F32_TILE; j++) {
+            float dsj = __shfl_sync(0xffffffffu, ds, j);
+#pragma unroll
+            for (int i = 0; i < DPL; i++) { dq[i] = fmaf(dsj, sK[j][lane + i * WARP_SIZE], dq[i]); }
+        }
+    }
+    if (row < Tlen) {
+        float *dqrow = dqkv + ((size_t)b * Tlen + row) * 3 * NH * HS + (size_t)h * HS;
+#pragma unroll
+        for (int i = 0; i < DPL; i++) { dqrow[lane + i * WARP_SIZE] = scale * dq[i]; }
+    }
+}
+
+// dV_j = sum_i P_ij dO_i and dK_j = scale sum_i dS_ij Q_i over the queries i >= j; one warp per key row.
+template <int HS>
+__global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
+    attention_backward_dkdv_f32_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
+                                       const float *dsum, int Tlen, int NH, float scale) {
+    constexpr int DPL = HS / WARP_SIZE;
+    __shared__ float sK[ATTN_ROWS_PER_BLOCK][HS], sV[ATTN_ROWS_PER_BLOCK][HS];
+    __shared__ float sQ[ATTN_F32_TILE][HS + 1], sdO[ATTN_F32_TILE][HS + 1];
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    const int k0 = blockIdx.x * ATTN_ROWS_PER_BLOCK; // low keys see the most queries: they start first
+    const int key = k0 + warp, b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const size_t stride = (size_t)3 * NH * HS;
+    const float *q = qkv + (size_t)b * Tlen * stride + (size_t)h * HS, *k = q + NH * HS, *v = q + 2 * NH * HS;
+    const float *dO = dout + (size_t)b * Tlen * NH * HS + (size_t)h * HS;
+    const float *lse_bh = lse + (size_t)blockIdx.y * Tlen, *dsum_bh = dsum + (size_t)blockIdx.y * Tlen;
+    attn_load_rows_f32(&sK[0][0], HS, k, stride, k0, ATTN_ROWS_PER_BLOCK, Tlen, HS);
+    attn_load_rows_f32(&sV[0][0], HS, v, stride, k0, ATTN_ROWS_PER_BLOCK, Tlen, HS);
+
+    float dk[DPL] = {}, dv[DPL] = {};
+    for (int qt = k0 / ATTN_F32_TILE; qt * ATTN_F32_TILE < Tlen; qt++) {
+        const int qi = qt * ATTN_F32_TILE + lane;
+        __syncthreads();
+        attn_load_rows_f32(&sQ[0][0], HS + 1, q, stride, qt * ATTN_F32_TILE, ATTN_F32_TILE, Tlen, HS);
+        attn_load_rows_f32(&sdO[0][0], HS + 1, dO, (size_t)NH * HS, qt * ATTN_F32_TILE, ATTN_F32_TILE, Tlen, HS);
+        __syncthreads();
+        float p = 0.0f, ds = 0.0f;
+        if (qi >= key && qi < Tlen) {
+            p = expf(scale * attn_dot_f32<HS>(sQ[lane], sK[warp]) - lse_bh[qi]);
+            ds = p * (attn_dot_f32<HS>(sdO[lane], sV[warp]) - dsum_bh[qi]);
+        }
+        for (int j = 0; j < ATTN_F32_TILE; j++) {
+            float pj = __shfl_sync(0xffffffffu, p, j), dsj = __shfl_sync(0xffffffffu, ds, j);
+#pragma unroll
+            for (int i = 0; i < DPL; i++) {
+                dv[i] = fmaf(pj, sdO[j][lane + i * WARP_SIZE], dv[i]);
+                dk[i] = fmaf(dsj, sQ[j][lane + i * WARP_SIZE], dk[i]);
+            }
+        }
+    }
+    if (key < Tlen) {
+        float *dkrow = dqkv + ((size_t)b * Tlen + key) * 3 * NH * HS + (size_t)(NH + h) * HS;
+        float *dvrow = dkrow + (size_t)NH * HS;
+#pragma unroll
+        for (int i = 0; i < DPL; i++) {
+            dkrow[lane + i * WARP_SIZE] = scale * dk[i];
+            dvrow[lane + i * WARP_SIZE] = dv[i];
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------------------------------------------
+// bf16: tensor-core building blocks. mma.m16n8k16 fragments, with g = lane / 4 and c = lane % 4:
+//   A (16 x 16): a0 = (g, 2c..2c+1), a1 = (g+8, 2c..), a2 = (g, 2c+8..), a3 = (g+8, 2c+8..)
+//   B (16 x 8):  b0 = (k = 2c..2c+1, n = g), b1 = (k = 2c+8.., n = g)
+//   C (16 x 8):  c0, c1 = (g, 2c..2c+1), c2, c3 = (g+8, 2c..2c+1)
+// Every shared-memory tile is rows x HS bf16, row-major, the 16-byte chunk c of row r stored at chunk c ^ (r % 8):
+// the 8 rows one ldmatrix phase reads at a common column then fall in 8 different bank groups.
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+template <int HS> __device__ __forceinline__ uint32_t swz(int row, int chunk) {
+    return (uint32_t)(row * HS * 2 + ((chunk ^ (row & 7)) << 4));
+}
+
+// src_bytes = 0 zero-fills the 16 bytes (rows past the end of the sequence).
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// Rows [row0, row0 + ROWS) of one head (row stride `stride` elements) into a swizzled tile, asynchronously.
+template <int ROWS, int HS, int NTHREADS>
+__device__ __forceinline__ void load_tile_async(uint32_t tile, const bf16 *src, size_t stride, int row0, int Tlen) {
+    constexpr int CHUNKS = HS / 8;
+    static_assert(ROWS * CHUNKS % NTHREADS == 0, "tile chunks must divide evenly among the threads");
+#pragma unroll
+    for (int it = 0; it < ROWS * CHUNKS / NTHREADS; it++) {
+        int i = it * NTHREADS + threadIdx.x, r = i / CHUNKS, c = i % CHUNKS;
+        bool valid = row0 + r < Tlen;
+        cp_async_16(tile + swz<HS>(r, c), src + (size_t)(valid ? row0 + r : 0) * stride + c * 8, valid ? 16 : 0);
+    }
+}
+
+// A fragment: rows [r0, r0 + 16), columns [8 c0, 8 c0 + 16) of a tile.
+template <int HS> __device__ __forceinline__ void load_a_frag(uint32_t a[4], uint32_t tile, int r0, int c0) {
+    int lane = threadIdx.x % WARP_SIZE;
+    ldmatrix_x4(a, tile + swz<HS>(r0 + (lane & 15), c0 + (lane >> 4)));
+}
+
+// acc[mt] (16 x 8 NT) += a[mt] (16 x 16 KC) * tile^T, the tile holding 8 NT rows of 16 KC columns (B[k][n] =
+// tile[n][k]: S = Q K^T with K in the tile). Each B fragment serves all MT row slabs.
+template <int HS, int MT, int NT, int KC>
+__device__ __forceinline__ void mma_tile_t(float (&acc)[MT][NT][4], const uint32_t (&a)[MT][KC][4], uint32_t tile) {
+    int lane = threadIdx.x % WARP_SIZE;
+#pragma unroll
+    for (int kc = 0; kc < KC; kc++) {
+#pragma unroll
+        for (int np = 0; np < NT / 2; np++) {
+            uint32_t b[4];
+            ldmatrix_x4(b, tile + swz<HS>(np * 16 + (lane & 7) + ((lane >> 4) << 3), 2 * kc + ((lane >> 3) & 1)));
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                mma_bf16_16816(acc[mt][2 * np], a[mt][kc], b[0], b[1]);
+                mma_bf16_16816(acc[mt][2 * np + 1], a[mt][kc], b[2], b[3]);
+            }
+        }
+    }
+}
+
+// acc[mt] (16 x 8 NT) += a[mt] (16 x 16 KC) * tile, the tile holding 16 KC rows of 8 NT columns (B[k][n] =
+// tile[k][n]: O = P V with V in the tile), transposed on the way by ldmatrix.trans.
+template <int HS, int MT, int NT, int KC>
+__device__ __forceinline__ void mma_tile(float (&acc)[MT][NT][4], const uint32_t (&a)[MT][KC][4], uint32_t tile) {
+    int lane = threadIdx.x % WARP_SIZE;
+#pragma unroll
+    for (int kc = 0; kc < KC; kc++) {
+#pragma unroll
+        for (int np = 0; np < NT / 2; np++) {
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, tile + swz<HS>(kc * 16 + (lane & 15), 2 * np + (lane >> 4)));
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                mma_bf16_16816(acc[mt][2 * np], a[mt][kc], b[0], b[1]);
+                mma_bf16_16816(acc[mt][2 * np + 1], a[mt][kc], b[2], b[3]);
+            }
+        }
+    }
+}
+
+// C fragments of 16 x 8 NT fp32 -> A fragments of 16 x 16 (NT / 2) bf16: the accumulator layout of column tiles
+// 2k and 2k+1 is the A layout of k-chunk k, so P and dS feed the next product without leaving registers.
+template <int MT, int NT>
+__device__ __forceinline__ void acc_to_a(uint32_t (&a)[MT][NT / 2][4], const float (&c)[MT][NT][4]) {
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int k = 0; k < NT / 2; k++) {
+            a[mt][k][0] = pack_bf16(c[mt][2 * k][0], c[mt][2 * k][1]);
+            a[mt][k][1] = pack_bf16(c[mt][2 * k][2], c[mt][2 * k][3]);
+            a[mt][k][2] = pack_bf16(c[mt][2 * k + 1][0], c[mt][2 * k + 1][1]);
+            a[mt][k][3] = pack_bf16(c[mt][2 * k + 1][2], c[mt][2 * k + 1][3]);
+        }
+    }
+}
+
+template <int MT, int NT> __device__ __forceinline__ void zero_acc(float (&c)[MT][NT][4]) {
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) { c[mt][n][e] = 0.0f; }
+        }
+    }
+}
+
+// Stores 16 rows (from r0) x 8 NT columns of an accumulator times `mul` as bf16 into rows of pitch `pitch`.
+template <int NT>
+__device__ __forceinline__ void store_acc_rows(bf16 *dst, size_t pitch, const float (&c)[NT][4], int r0, int Tlen,
+                                               float mul) {
+    int lane = threadIdx.x % WARP_SIZE, g = lane >> 2, cq = lane & 3;
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        int row = r0 + g + 8 * hf;
+        if (row >= Tlen) { continue; }
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+            *reinterpret_cast<__nv_bfloat162 *>(dst + (size_t)row * pitch + n * 8 + 2 * cq) =
+                __floats2bfloat162_rn(c[n][2 * hf] * mul, c[n][2 * hf + 1] * mul);
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------------------------------------------
+// bf16 forward. A block owns BQ = 16 WARPS MT query rows; warp w the MT slabs of 16 from row 16 MT w. Key/value
+// tiles of BKV rows go through two shared-memory stages: tile j+1 loads while tile j is used.
+
+template <int HS, int WARPS, int MT, int BKV> constexpr int attn_fwd_smem_bytes() {
+    return (16 * WARPS * MT + 4 * BKV) * HS * 2; // Q, then 2 stages of K and V
+}
+
+template <int HS, int WARPS, int MT, int BKV>
+__global__ void __launch_bounds__(WARPS *WARP_SIZE)
+    attention_forward_bf16_kernel(bf16 *out, float *lse, const bf16 *qkv, int Tlen, int NH, float scale_log2) {
+    constexpr int NTHREADS = WARPS * WARP_SIZE, BQ = 16 * WARPS * MT, KC = HS / 16, DT = HS / 8, ST = BKV / 8;
+    extern __shared__ __align__(128) unsigned char smem[];
+    const uint32_t sQ = smem_u32(smem), sKV = sQ + BQ * HS * 2;
+    auto sK = [&](int st) { return sKV + (2 * st) * BKV * HS * 2; };
+    auto sV = [&](int st) { return sKV + (2 * st + 1) * BKV * HS * 2; };
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, g = lane >> 2, cq = lane & 3;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ; // the longest rows start first
+    const int b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const size_t stride = (size_t)3 * NH * HS;
+    const bf16 *q = qkv + (size_t)b * Tlen * stride + (size_t)h * HS, *k = q + NH * HS, *v = q + 2 * NH * HS;
+    const int nkv = (min(q0 + BQ, Tlen) + BKV - 1) / BKV, row_base = q0 + warp * MT * 16;
+
+    load_tile_async<BQ, HS, NTHREADS>(sQ, q, stride, q0, Tlen);
+    load_tile_async<BKV, HS, NTHREADS>(sK(0), k, stride, 0, Tlen);
+    load_tile_async<BKV, HS, NTHREADS>(sV(0), v, stride, 0, Tlen);
+    cp_async_commit();
+    cp_async_wait_all();
+    __syncthreads();
+    uint32_t qf[MT][KC][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int kc = 0; kc < KC; kc++) { load_a_frag<HS>(qf[mt][kc], sQ, (warp * MT + mt) * 16, 2 * kc); }
+    }
+
+    float o[MT][DT][4], m[MT][2], l[MT][2]; // m in log2 units of the scaled scores; l: this thread's share
+    zero_acc(o);
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) { m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f; }
+    for (int j = 0; j < nkv; j++) {
+        const int st = j & 1, kv0 = j * BKV;
+        if (j + 1 < nkv) {
+            load_tile_async<BKV, HS, NTHREADS>(sK(st ^ 1), k, stride, kv0 + BKV, Tlen);
+            load_tile_async<BKV, HS, NTHREADS>(sV(st ^ 1), v, stride, kv0 + BKV, Tlen);
+        }
+        cp_async_commit();
+
+        float s[MT][ST][4];
+        zero_acc(s);
+        mma_tile_t<HS, MT, ST, KC>(s, qf, sK(st));
+        if (kv0 + BKV - 1 > row_base) { // the tile crosses this warp's diagonal
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+                for (int n = 0; n < ST; n++) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        int row = row_base + mt * 16 + g + 8 * (e >> 1), col = kv0 + n * 8 + 2 * cq + (e & 1);
+                        if (col > row) { s[mt][n][e] = -INFINITY; }
+                    }
+                }
+            }
+        }
+        // online softmax; a row lives in the 4 threads of a quad. Key 0 is visible to every row and tiles go in
+        // ascending order, so the running max is finite from the first tile on.
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                float mx = -INFINITY;
+#pragma unroll
+                for (int n = 0; n < ST; n++) { mx = fmaxf(mx, fmaxf(s[mt][n][2 * hf], s[mt][n][2 * hf + 1])); }
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                float m_new = fmaxf(m[mt][hf], mx * scale_log2), corr = fast_exp2(m[mt][hf] - m_new), sum = 0.0f;
+                m[mt][hf] = m_new;
+#pragma unroll
+                for (int n = 0; n < ST; n++) {
+#pragma unroll
+                    for (int e = 2 * hf; e < 2 * hf + 2; e++) {
+                        s[mt][n][e] = fast_exp2(fmaf(s[mt][n][e], scale_log2, -m_new));
+                        sum += s[mt][n][e];
+                    }
+                }
+                l[mt][hf] = l[mt][hf] * corr + sum;
+#pragma unroll
+                for (int n = 0; n < DT; n++) { o[mt][n][2 * hf] *= corr, o[mt][n][2 * hf + 1] *= corr; }
+            }
+        }
+        uint32_t pf[MT][ST / 2][4];
+        acc_to_a(pf, s);
+        mma_tile<HS, MT, DT, ST / 2>(o, pf, sV(st));
+        cp_async_wait_all();
+        __syncthreads(); // tile j+1 has landed and nobody reads stage st any more
+    }
+
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        float inv[2];
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            float sum = l[mt][hf];
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            inv[hf] = 1.0f / sum;
+            int row = row_base + mt * 16 + g + 8 * hf;
+            if (cq == 0 && row < Tlen) { lse[(size_t)blockIdx.y * Tlen + row] = (m[mt][hf] + log2f(sum)) * ATTN_LN2; }
+        }
+#pragma unroll
+        for (int n = 0; n < DT; n++) {
+            o[mt][n][0] *= inv[0], o[mt][n][1] *= inv[0], o[mt][n][2] *= inv[1], o[mt][n][3] *= inv[1];
+        }
+        store_acc_rows(out + (size_t)b * Tlen * NH * HS + (size_t)h * HS, (size_t)NH * HS, o[mt],
+                       row_base + mt * 16, Tlen, 1.0f);
+    }
+}
+
+// ----------------------------------------------------------------------------------------------------------------
+// bf16 backward, dK and dV. A block owns BKV = 16 WARPS keys, warp w the 16 from 16 w, its K and V slabs held as A
+// fragments. It walks the query tiles (BQ rows, two stages) from its diagonal on and computes the transposed
+// products S^T = K Q^T and dP^T = V dO^T, whose accumulators are already the A operands of dV += P^T dO and
+// dK += dS^T Q: nothing crosses warps.
+
+template <int HS, int WARPS, int BQ> constexpr int attn_dkdv_smem_bytes() {
+    return (2 * 16 * WARPS + 4 * BQ) * HS * 2 + 4 * BQ * (int)sizeof(float); // K, V, 2 x (Q, dO), 2 x (lse, D)
+}
+
+template <int HS, int WARPS, int BQ>
+__global__ void __launch_bounds__(WARPS *WARP_SIZE)
+    attention_backward_dkdv_bf16_kernel(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
+                                        const float *dsum, int Tlen, int NH, float scale_log2, float scale) {
+    constexpr int NTHREADS = WARPS * WARP_SIZE, BKV = 16 * WARPS, KC = HS / 16, DT = HS / 8, ST = BQ / 8;
+    extern __shared__ __align__(128) unsigned char smem[];
+    const uint32_t sK = smem_u32(smem), sV = sK + BKV * HS * 2, sQdO = sV + BKV * HS * 2;
+    auto sQ = [&](int st) { return sQdO + (2 * st) * BQ * HS * 2; };
+    auto sdO = [&](int st) { return sQdO + (2 * st + 1) * BQ * HS * 2; };
+    float *sL = reinterpret_cast<float *>(smem + (2 * BKV + 4 * BQ) * HS * 2); // [2][BQ]: lse * log2(e)
+    float *sD = sL + 2 * BQ;                                                   // [2][BQ]: D
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, g = lane >> 2, cq = lane & 3;
+    const int k0 = blockIdx.x * BKV; // low keys see the most queries: they start first
+    const int b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const size_t stride = (size_t)3 * NH * HS, ostride = (size_t)NH * HS;
+    const bf16 *q = qkv + (size_t)b * Tlen * stride + (size_t)h * HS, *k = q + NH * HS, *v = q + 2 * NH * HS;
+    const bf16 *dO = dout + (size_t)b * Tlen * ostride + (size_t)h * HS;
+    const float *lse_bh = lse + (size_t)blockIdx.y * Tlen, *dsum_bh = dsum + (size_t)blockIdx.y * Tlen;
+    const int qt0 = k0 / BQ, nqt = (Tlen + BQ - 1) / BQ, key_base = k0 + warp * 16;
+
+    // Query rows past Tlen get lse = +inf, so P = 0 there whatever the causal mask says.
+    auto load_q_tile = [&](int st, int qt) {
+        load_tile_async<BQ, HS, NTHREADS>(sQ(st), q, stride, qt * BQ, Tlen);
+        load_tile_async<BQ, HS, NTHREADS>(sdO(st), dO, ostride, qt * BQ, Tlen);
+        for (int i = threadIdx.x; i < BQ; i += NTHREADS) {
+            int qi = qt * BQ + i;
+            sL[st * BQ + i] = qi < Tlen ? lse_bh[qi] * ATTN_LOG2E : INFINITY;
+            sD[st * BQ + i] = qi < Tlen ? dsum_bh[qi] : 0.0f;
+        }
+    };
+    load_tile_async<BKV, HS, NTHREADS>(sK, k, stride, k0, Tlen);
+    load_tile_async<BKV, HS, NTHREADS>(sV, v, stride, k0, Tlen);
+    load_q_tile(0, qt0);
+    cp_async_commit();
+    cp_async_wait_all();
+    __syncthreads();
+    uint32_t kf[1][KC][4], vf[1][KC][4];
+#pragma unroll
+    for (int kc = 0; kc < KC; kc++) {
+        load_a_frag<HS>(kf[0][kc], sK, warp * 16, 2 * kc);
+        load_a_frag<HS>(vf[0][kc], sV, warp * 16, 2 * kc);
+    }
+
+    float dk[1][DT][4], dv[1][DT][4];
+    zero_acc(dk);
+    zero_acc(dv);
+    for (int qt = qt0; qt < nqt; qt++) {
+        const int st = (qt - qt0) & 1, qs = qt * BQ;
+        if (qt + 1 < nqt) { load_q_tile(st ^ 1, qt + 1); }
+        cp_async_commit();
+
+        float s[1][ST][4], dp[1][ST][4];
+        zero_acc(s);
+        zero_acc(dp);
+        mma_tile_t<HS, 1, ST, KC>(s, kf, sQ(st));
+        mma_tile_t<HS, 1, ST, KC>(dp, vf, sdO(st));
+        const bool diag = qs < key_base + 15; // some query of the tile precedes some key of this warp
+#pragma unroll
+        for (int n = 0; n < ST; n++) {
+            const int qi = n * 8 + 2 * cq;
+            const float2 lq = *reinterpret_cast<const float2 *>(sL + st * BQ + qi);
+            const float2 dq = *reinterpret_cast<const float2 *>(sD + st * BQ + qi);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float p = fast_exp2(fmaf(s[0][n][e], scale_log2, -((e & 1) ? lq.y : lq.x)));
+                if (diag && qs + qi + (e & 1) < key_base + g + 8 * (e >> 1)) { p = 0.0f; }
+                s[0][n][e] = p;
+                dp[0][n][e] = p * (dp[0][n][e] - ((e & 1) ? dq.y : dq.x));
+            }
+        }
+        uint32_t pf[1][ST / 2][4], dsf[1][ST / 2][4];
+        acc_to_a(pf, s);
+        acc_to_a(dsf, dp);
+        mma_tile<HS, 1, DT, ST / 2>(dv, pf, sdO(st));
+        mma_tile<HS, 1, DT, ST / 2>(dk, dsf, sQ(st));
+        cp_async_wait_all();
+        __syncthreads();
+    }
+    bf16 *dk_dst = dqkv + (size_t)b * Tlen * stride + (size_t)(NH + h) * HS;
+    store_acc_rows(dk_dst, stride, dk[0], key_base, Tlen, scale);
+    store_acc_rows(dk_dst + (size_t)NH * HS, stride, dv[0], key_base, Tlen, 1.0f);
+}
+
+// ----------------------------------------------------------------------------------------------------------------
+// bf16 backward, dQ. A block owns BQ = 16 WARPS queries, warp w the 16 from 16 w, its Q and dO slabs held as A
+// fragments; it walks the key tiles (BKV rows, two stages) up to its diagonal: S = Q K^T, dP = dO V^T,
+// dS = P (dP - D), dQ += dS K.
+
+template <int HS, int WARPS, int BKV> constexpr int attn_dq_smem_bytes() {
+    return (2 * 16 * WARPS + 4 * BKV) * HS * 2; // Q, dO, 2 x (K, V)
+}
+
+template <int HS, int WARPS, int BKV>
+__global__ void __launch_bounds__(WARPS *WARP_SIZE)
+    attention_backward_dq_bf16_kernel(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
+                                      const float *dsum, int Tlen, int NH, float scale_log2, float scale) {
+    constexpr int NTHREADS = WARPS * WARP_SIZE, BQ = 16 * WARPS, KC = HS / 16, DT = HS / 8, ST = BKV / 8;
+    extern __shared__ __align__(128) unsigned char smem[];
+    const uint32_t sQ = smem_u32(smem), sdO = sQ + BQ * HS * 2, sKV = sdO + BQ * HS * 2;
+    auto sK = [&](int st) { return sKV + (2 * st) * BKV * HS * 2; };
+    auto sV = [&](int st) { return sKV + (2 * st + 1) * BKV * HS * 2; };
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, g = lane >> 2, cq = lane & 3;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ;
+    const int b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const size_t stride = (size_t)3 * NH * HS, ostride = (size_t)NH * HS;
+    const bf16 *q = qkv + (size_t)b * Tlen * stride + (size_t)h * HS, *k = q + NH * HS, *v = q + 2 * NH * HS;
+    const bf16 *dO = dout + (size_t)b * Tlen * ostride + (size_t)h * HS;
+    const int nkv = (min(q0 + BQ, Tlen) + BKV - 1) / BKV, row_base = q0 + warp * 16;
+
+    load_tile_async<BQ, HS, NTHREADS>(sQ, q, stride, q0, Tlen);
+    load_tile_async<BQ, HS, NTHREADS>(sdO, dO, ostride, q0, Tlen);
+    load_tile_async<BKV, HS, NTHREADS>(sK(0), k, stride, 0, Tlen);
+    load_tile_async<BKV, HS, NTHREADS>(sV(0), v, stride, 0, Tlen);
+    cp_async_commit();
+    float lrow[2], drow[2]; // lse * log2(e) and D of rows g and g+8 of this warp's slab
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        int row = row_base + g + 8 * hf;
+        lrow[hf] = row < Tlen ? lse[(size_t)blockIdx.y * Tlen + row] * ATTN_LOG2E : 0.0f;
+        drow[hf] = row < Tlen ? dsum[(size_t)blockIdx.y * Tlen + row] : 0.0f;
+    }
+    cp_async_wait_all();
+    __syncthreads();
+    uint32_t qf[1][KC][4], dof[1][KC][4];
+#pragma unroll
+    for (int kc = 0; kc < KC; kc++) {
+        load_a_frag<HS>(qf[0][kc], sQ, warp * 16, 2 * kc);
+        load_a_frag<HS>(dof[0][kc], sdO, warp * 16, 2 * kc);
+    }
+
+    float dq[1][DT][4];
+    zero_acc(dq);
+    for (int j = 0; j < nkv; j++) {
+        const int st = j & 1, kv0 = j * BKV;
+        if (j + 1 < nkv) {
+            load_tile_async<BKV, HS, NTHREADS>(sK(st ^ 1), k, stride, kv0 + BKV, Tlen);
+            load_tile_async<BKV, HS, NTHREADS>(sV(st ^ 1), v, stride, kv0 + BKV, Tlen);
+        }
+        cp_async_commit();
+
+        float s[1][ST][4], dp[1][ST][4];
+        zero_acc(s);
+        zero_acc(dp);
+        mma_tile_t<HS, 1, ST, KC>(s, qf, sK(st));
+        mma_tile_t<HS, 1, ST, KC>(dp, dof, sV(st));
+        const bool diag = kv0 + BKV - 1 > row_base;
+#pragma unroll
+        for (int n = 0; n < ST; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int hf = e >> 1;
+                float p = fast_exp2(fmaf(s[0][n][e], scale_log2, -lrow[hf]));
+                if (diag && kv0 + n * 8 + 2 * cq + (e & 1) > row_base + g + 8 * hf) { p = 0.0f; }
+                dp[0][n][e] = p * (dp[0][n][e] - drow[hf]);
+            }
+        }
+        uint32_t dsf[1][ST / 2][4];
+        acc_to_a(dsf, dp);
+        mma_tile<HS, 1, DT, ST / 2>(dq, dsf, sK(st));
+        cp_async_wait_all();
+        __syncthreads();
+    }
+    store_acc_rows(dqkv + (size_t)b * Tlen * stride + (size_t)h * HS, stride, dq[0], row_base, Tlen, scale);
+}
+
+// ----------------------------------------------------------------------------------------------------------------
+// tile shapes per head size: registers bound them (HS = 128 doubles the fragments held per row)
+
+template <int HS> struct AttnBf16Tiles;
+template <> struct AttnBf16Tiles<64> {
+    static constexpr int FWD_WARPS = 4, FWD_MT = 2, FWD_BKV = 64; // 128 queries x 64 keys
+    static constexpr int DKDV_WARPS = 8, DKDV_BQ = 64;            // 128 keys x 64 queries
+    static constexpr int DQ_WARPS = 4, DQ_BKV = 64;               // 64 queries x 64 keys
+};
+template <> struct AttnBf16Tiles<128> {
+    static constexpr int FWD_WARPS = 4, FWD_MT = 1, FWD_BKV = 64;
+    static constexpr int DKDV_WARPS = 4, DKDV_BQ = 32;
+    static constexpr int DQ_WARPS = 4, DQ_BKV = 32;
+};
+
+template <typename Kernel> static void attn_set_smem(Kernel kernel, int bytes) {
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}
+
+template <int HS>
+static void attention_forward_bf16(bf16 *out, float *lse, const bf16 *qkv, int B, int Tlen, int NH,
+                                   cudaStream_t stream) {
+    using C = AttnBf16Tiles<HS>;
+    constexpr int BQ = 16 * C::FWD_WARPS * C::FWD_MT;
+    constexpr int smem = attn_fwd_smem_bytes<HS, C::FWD_WARPS, C::FWD_MT, C::FWD_BKV>();
+    auto kernel = attention_forward_bf16_kernel<HS, C::FWD_WARPS, C::FWD_MT, C::FWD_BKV>;
+    attn_set_smem(kernel, smem);
+    dim3 grid((Tlen + BQ - 1) / BQ, B * NH);
+    kernel<<<grid, C::FWD_WARPS * WARP_SIZE, smem, stream>>>(out, lse, qkv, Tlen, NH,
+                                                            ATTN_LOG2E / sqrtf((float)HS));
+    cudaCheckLaunch();
+}
+
+template <int HS>
+static void attention_backward_bf16(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
+                                    const float *dsum, int B, int Tlen, int NH, cudaStream_t stream) {
+    using C = AttnBf16Tiles<HS>;
+    const float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * ATTN_LOG2E;
+    {
+        constexpr int BKV = 16 * C::DKDV_WARPS, smem = attn_dkdv_smem_bytes<HS, C::DKDV_WARPS, C::DKDV_BQ>();
+        auto kernel = attention_backward_dkdv_bf16_kernel<HS, C::DKDV_WARPS, C::DKDV_BQ>;
+        attn_set_smem(kernel, smem);
+        dim3 grid((Tlen + BKV - 1) / BKV, B * NH);
+        kernel<<<grid, C::DKDV_WARPS * WARP_SIZE, smem, stream>>>(dqkv, dout, qkv, lse, dsum, Tlen, NH,
+                                                                   scale_log2, scale);
+        cudaCheckLaunch();
+    }
+    {
+        constexpr int BQ = 16 * C::DQ_WARPS, smem = attn_dq_smem_bytes<HS, C::DQ_WARPS, C::DQ_BKV>();
+        auto kernel = attention_backward_dq_bf16_kernel<HS, C::DQ_WARPS, C::DQ_BKV>;
+        attn_set_smem(kernel, smem);
+        dim3 grid((Tlen + BQ - 1) / BQ, B * NH);
+        kernel<<<grid, C::DQ_WARPS * WARP_SIZE, smem, stream>>>(dqkv, dout, qkv, lse, dsum, Tlen, NH, scale_log2,
+                                                                 scale);
+        cudaCheckLaunch();
+    }
+}
+
+template <int HS>
+static void attention_forward_f32(float *out, float *lse, const float *qkv, int B, int Tlen, int NH,
+                                  cudaStream_t stream) {
+    dim3 grid((Tlen + ATTN_ROWS_PER_BLOCK - 1) / ATTN_ROWS_PER_BLOCK, B * NH);
+    attention_forward_f32_kernel<HS>
+        <<<grid, ATTN_ROWS_PER_BLOCK * WARP_SIZE, 0, stream>>>(out, lse, qkv, Tlen, NH, 1.0f / sqrtf((float)HS));
+    cudaCheckLaunch();
+}
+
+template <int HS>
+static void attention_backward_f32(float *dqkv, const float *dout, const float *qkv, const float *lse,
+                                   const float *dsum, int B, int Tlen, int NH, cudaStream_t stream) {
+    const float scale = 1.0f / sqrtf((float)HS);
+    dim3 grid((Tlen + ATTN_ROWS_PER_BLOCK - 1) / ATTN_ROWS_PER_BLOCK, B * NH);
+    attention_backward_dkdv_f32_kernel<HS>
+        <<<grid, ATTN_ROWS_PER_BLOCK * WARP_SIZE, 0, stream>>>(dqkv, dout, qkv, lse, dsum, Tlen, NH, scale);
+    cudaCheckLaunch();
+    attention_backward_dq_f32_kernel<HS>
+        <<<grid, ATTN_ROWS_PER_BLOCK * WARP_SIZE, 0, stream>>>(dqkv, dout, qkv, lse, dsum, Tlen, NH, scale);
+    cudaCheckLaunch();
+}
+
+// ----------------------------------------------------------------------------------------------------------------
+// the interface
+
+// The backward's workspace holds D, one float per (b, h, t).
+static size_t attention_backward_workspace_bytes(int B, int Tlen, int NH, int HS) {
+    (void)HS;
+    return (size_t)B * NH * Tlen * sizeof(float);
+}
+
+// qkv: (B, T, 3, NH, HS) as the QKV GEMM writes it. out: (B, T, NH, HS). lse: (B, NH, T).
+template <typename T>
+static void attention_forward(T *out, float *lse, const T *qkv, int B, int Tlen, int NH, int HS,
+                              cudaStream_t stream) {
+    attention_check_args(HS, out, lse, qkv, qkv);
+    if constexpr (std::is_same<T, float>::value) {
+        if (HS == 64) { attention_forward_f32<64>(out, lse, qkv, B, Tlen, NH, stream); }
+        else { attention_forward_f32<128>(out, lse, qkv, B, Tlen, NH, stream); }
+    } else {
+        if (HS == 64) { attention_forward_bf16<64>(out, lse, qkv, B, Tlen, NH, stream); }
+        else { attention_forward_bf16<128>(out, lse, qkv, B, Tlen, NH, stream); }
+    }
+}
+
+// dqkv (B, T, 3, NH, HS) is written, not accumulated. workspace: attention_backward_workspace_bytes() bytes.
+template <typename T>
+static void attention_backward(T *dqkv, const T *dout, const T *out, const T *qkv, const float *lse,
+                               void *workspace, int B, int Tlen, int NH, int HS, cudaStream_t stream) {
+    attention_check_args(HS, dqkv, dout, out, qkv);
+    float *dsum = (float *)workspace;
+    const int nrows = B * Tlen * NH;
+    attention_dsum_kernel<<<(nrows + ATTN_ROWS_PER_BLOCK - 1) / ATTN_ROWS_PER_BLOCK,
+                            ATTN_ROWS_PER_BLOCK * WARP_SIZE, 0, stream>>>(dsum, dout, out, Tlen, NH, HS, nrows);
+    cudaCheckLaunch();
+    if constexpr (std::is_same<T, float>::value) {
+        if (HS == 64) { attention_backward_f32<64>(dqkv, dout, qkv, lse, dsum, B, Tlen, NH, stream); }
+        else { attention_backward_f32<128>(dqkv, dout, qkv, lse, dsum, B, Tlen, NH, stream); }
+    } else {
+        if (HS == 64) { attention_backward_bf16<64>(dqkv, dout, qkv, lse, dsum, B, Tlen, NH, stream); }
+        else { attention_backward_bf16<128>(dqkv, dout, qkv, lse, dsum, B, Tlen, NH, stream); }
+    }
+}
+
+#endif // LLMC_ATTENTION_CUH

@@ -1,0 +1,384 @@
+/*
+ * checkpoint.h: model files in llm.c's format, training-state files, and finding a run's latest checkpoint.
+ *
+ * Model file (llm.c's, so models move between llm.c and this project): 256 x int32 header
+ *   [0] 20240326  [1] version  [2] maxT  [3] V  [4] L  [5] NH  [6] C  [7] Vp  (rest 0)
+ * then the 16 tensors of config.h in order. Version 3 = fp32, 5 = bf16 (both with the padded vocabulary);
+ * version 1 = fp32 from before llm.c padded the vocabulary (wte has V rows, [7] unused). We write 3 and read
+ * 1, 3 and 5. A file may hold more positions (maxT) than --seq-len: the first rows of wpe are used.
+ *
+ * State file: everything beyond the weights that an exact resume needs.
+ *   64 x int64 header: magic, version, step, parameter count, train loader epoch and position, key bytes
+ *   STATE_KEYS_BYTES of text, "name=value" lines: the settings the run cannot change on resume
+ *   fp32 master params, AdamW m, AdamW v (parameter count each, config.h's layout)
+ * Checkpoint k of a run is out_dir/model_%08d.bin and out_dir/state_%08d.bin, k = optimizer steps done. Each
+ * file is written atomically, the model first and the state last, so a state file marks a complete checkpoint.
+ */
+#ifndef LLMC_CHECKPOINT_H
+#define LLMC_CHECKPOINT_H
+
+#include <dirent.h>
+
+#include "config.h"
+#include "options.h"
+
+#define MODEL_FILE_MAGIC 20240326
+#define MODEL_HEADER_INTS 256
+#define MODEL_VERSION_FP32_UNPADDED 1
+#define MODEL_VERSION_FP32 3
+#define MODEL_VERSION_BF16 5
+
+#define STATE_FILE_MAGIC 20241122
+#define STATE_FILE_VERSION 1
+#define STATE_HEADER_INTS 64
+#define STATE_KEYS_BYTES 4096
+enum { SH_MAGIC, SH_VERSION, SH_STEP, SH_NUM_PARAMS, SH_DATA_EPOCH, SH_DATA_NEXT, SH_KEYS_BYTES };
+
+#define CKPT_PATH_LEN 4096
+#define IO_CHUNK_ELEMS ((size_t)1 << 20) // bf16 files are converted through a buffer of this many elements
+
+// ----------------------------------------------------------------------------------------------------------
+// model files
+
+typedef struct {
+    GPTConfig config; // padded_vocab_size = rows of wte in the file (V for version 1)
+    int version;
+} ModelFileHeader;
+
+static inline size_t model_file_elem_bytes(int version) { return version == MODEL_VERSION_BF16 ? 2 : 4; }
+
+static inline long long model_file_expected_bytes(const ModelFileHeader *h) {
+    ParamLayout p;
+    param_layout(&h->config, &p);
+    return (long long)(MODEL_HEADER_INTS * sizeof(int)) + (long long)(p.total * model_file_elem_bytes(h->version));
+}
+
+// Reads and checks the header; leaves f positioned at the first parameter.
+static inline ModelFileHeader model_file_read_header(FILE *f, const char *path) {
+    int hd[MODEL_HEADER_INTS];
+    fread_check(hd, sizeof(int), MODEL_HEADER_INTS, f, path);
+    if (hd[0] != MODEL_FILE_MAGIC) {
+        fail("'%s' is not an llm.c model file (magic %d, expected %d)", path, hd[0], MODEL_FILE_MAGIC);
+    }
+    ModelFileHeader h;
+    h.version = hd[1];
+    if (h.version != MODEL_VERSION_FP32 && h.version != MODEL_VERSION_BF16 && h.version != MODEL_VERSION_FP32_UNPADDED) {
+        fail("model file '%s' has version %d; supported are %d (fp32), %d (bf16) and %d (fp32, unpadded vocabulary): "
+             "re-export it with llm.c's current train_gpt2.py",
+             path, h.version, MODEL_VERSION_FP32, MODEL_VERSION_BF16, MODEL_VERSION_FP32_UNPADDED);
+    }
+    h.config.max_seq_len = hd[2];
+    h.config.vocab_size = hd[3];
+    h.config.num_layers = hd[4];
+    h.config.num_heads = hd[5];
+    h.config.channels = hd[6];
+    h.config.padded_vocab_size = h.version == MODEL_VERSION_FP32_UNPADDED ? hd[3] : hd[7];
+    const GPTConfig *c = &h.config;
+    if (c->max_seq_len < 1 || c->vocab_size < 1 || c->num_layers < 1 || c->num_heads < 1 || c->channels < 1 ||
+        c->padded_vocab_size < c->vocab_size) {
+        fail("model file '%s' has a corrupt header (maxT %d, V %d, L %d, NH %d, C %d, Vp %d)", path, c->max_seq_len,
+             c->vocab_size, c->num_layers, c->num_heads, c->channels, c->padded_vocab_size);
+    }
+    long long want = model_file_expected_bytes(&h), have = file_size_or_neg(path);
+    if (have != want) {
+        fail("model file '%s' is %lld bytes but its header (L %d, C %d, V %d, Vp %d, maxT %d, version %d) implies "
+             "%lld; the file is truncated or corrupt",
+             path, have, c->num_layers, c->channels, c->vocab_size, c->padded_vocab_size, c->max_seq_len, h.version,
+             want);
+    }
+    return h;
+}
+
+static inline ModelFileHeader model_file_header(const char *path) {
+    FILE *f = fopen_check(path, "rb");
+    ModelFileHeader h = model_file_read_header(f, path);
+    fclose(f);
+    return h;
+}
+
+static inline void model_file_require(const char *path, const char *field, int file_value, int run_value) {
+    if (file_value != run_value) {
+        fail("model file '%s' has %s %d but this run's model has %d; pass the matching --model, --depth, --width "
+             "or --heads", path, field, file_value, run_value);
+    }
+}
+
+// Fails unless the file's model can start this run's model: same shape, at least as many positions.
+static inline void model_file_check_fits(const char *path, const ModelFileHeader *h, const GPTConfig *c) {
+    model_file_require(path, "layers", h->config.num_layers, c->num_layers);
+    model_file_require(path, "channels", h->config.channels, c->channels);
+    model_file_require(path, "heads", h->config.num_heads, c->num_heads);
+    model_file_require(path, "vocabulary size", h->config.vocab_size, c->vocab_size);
+    if (h->config.max_seq_len < c->max_seq_len) {
+        fail("model file '%s' has %d positions but --seq-len is %d; lower --seq-len", path, h->config.max_seq_len,
+             c->max_seq_len);
+    }
+}
+
+// Reads n parameters stored as fp32 or bf16 (bf16 is the top half of an fp32) into dst, then skips `skip`.
+static inline void model_file_read_elems(FILE *f, const char *path, int version, float *dst, size_t n, size_t skip) {
+    if (version != MODEL_VERSION_BF16) {
+        fread_check(dst, sizeof(float), n, f, path);
+    } else {
+        uint16_t *buf = (uint16_t *)malloc_check(IO_CHUNK_ELEMS * sizeof(uint16_t), "bf16 read buffer");
+        for (size_t done = 0; done < n; done += IO_CHUNK_ELEMS) {
+            size_t k = n - done < IO_CHUNK_ELEMS ? n - done : IO_CHUNK_ELEMS;
+            fread_check(buf, sizeof(uint16_t), k, f, path);
+            for (size_t i = 0; i < k; i++) {
+                uint32_t bits = (uint32_t)buf[i] << 16;
+                memcpy(&dst[done + i], &bits, sizeof(float));
+            }
+        }
+        free(buf);
+    }
+    if (skip > 0 && fseek(f, (long)(skip * model_file_elem_bytes(version)), SEEK_CUR) != 0) {
+        fail("seeking in model file '%s' failed: %s", path, strerror(errno));
+    }
+}
+
+// Loads the parameters of an llm.c model file into params (laid out for config c). Padded vocabulary rows
+// are zero whatever the file holds there; wpe keeps the first c->max_seq_len rows.
+static inline void model_file_read(const char *path, const GPTConfig *c, float *params) {
+    FILE *f = fopen_check(path, "rb");
+    ModelFileHeader h = model_file_read_header(f, path);
+    model_file_check_fits(path, &h, c);
+    ParamLayout ours, theirs;
+    param_layout(c, &ours);
+    param_layout(&h.config, &theirs);
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+        size_t keep = ours.size[t];
+        if (t == P_WTE) { keep = (size_t)c->vocab_size * (size_t)c->channels; }
+        float *dst = params + ours.offset[t];
+        model_file_read_elems(f, path, h.version, dst, keep, theirs.size[t] - keep);
+        memset(dst + keep, 0, (ours.size[t] - keep) * sizeof(float));
+    }
+    fclose(f);
+}
+
+// Writes params as a version-3 (fp32) llm.c model file, atomically.
+static inline void model_file_write(const char *path, const GPTConfig *c, const float *params) {
+    int hd[MODEL_HEADER_INTS];
+    memset(hd, 0, sizeof(hd));
+    hd[0] = MODEL_FILE_MAGIC;
+    hd[1] = MODEL_VERSION_FP32;
+    hd[2] = c->max_seq_len;
+    hd[3] = c->vocab_size;
+    hd[4] = c->num_layers;
+    hd[5] = c->num_heads;
+    hd[6] = c->channels;
+    hd[7] = c->padded_vocab_size;
+    ParamLayout p;
+    param_layout(c, &p);
+    AtomicFile af;
+    atomic_open(&af, path);
+    atomic_write(&af, hd, sizeof(int), MODEL_HEADER_INTS);
+    atomic_write(&af, params, sizeof(float), p.total);
+    atomic_commit(&af);
+}
+
+// ----------------------------------------------------------------------------------------------------------
+// training-state files
+
+typedef struct {
+    int step;                        // optimizer steps done
+    long long data_epoch, data_next; // the training loader's position (its DataLoaderState)
+} TrainProgress;
+
+// The settings a checkpoint can only be resumed under, as "name=value\n" lines: the model's shape, and every
+// option that changes the data order, the arithmetic, or the learning rate of a step.
+typedef struct {
+    char text[STATE_KEYS_BYTES];
+} ResumeKeys;
+
+static const char *const RESUME_OPTIONS[] = {"seed", "batch-size", "seq-len", "precision", "lr-schedule", "lr",
+                                             "final-lr-frac", "warmup-steps", "steps", "weight-decay", "beta1",
+                                             "beta2", "eps", "grad-clip"};
+#define NUM_RESUME_OPTIONS ((int)(sizeof(RESUME_OPTIONS) / sizeof(RESUME_OPTIONS[0])))
+
+static inline void resume_keys_add(ResumeKeys *k, const char *name, const char *value) {
+    size_t used = strlen(k->text);
+    int n = snprintf(k->text + used, sizeof(k->text) - used, "%s=%s\n", name, value);
+    if (n < 0 || (size_t)n >= sizeof(k->text) - used) { fail("resume settings exceed %d bytes", STATE_KEYS_BYTES); }
+}
+
+static inline void resume_keys_add_int(ResumeKeys *k, const char *name, long long value) {
+    char buf[32];
+    snprintf(buf, sizeof(buf), "%lld", value);
+    resume_keys_add(k, name, buf);
+}
+
+// tokens_per_step: the resolved global batch (--total-batch-tokens, or its default).
+static inline ResumeKeys resume_keys_make(const Options *o, const GPTConfig *c, long long tokens_per_step) {
+    ResumeKeys k;
+    k.text[0] = '\0';
+    resume_keys_add_int(&k, "layers", c->num_layers);
+    resume_keys_add_int(&k, "heads", c->num_heads);
+    resume_keys_add_int(&k, "channels", c->channels);
+    resume_keys_add_int(&k, "vocabulary size", c->vocab_size);
+    resume_keys_add_int(&k, "padded vocabulary size", c->padded_vocab_size);
+    resume_keys_add_int(&k, "max sequence length", c->max_seq_len);
+    resume_keys_add_int(&k, "tokens per step", tokens_per_step);
+    int constant_lr = strcmp(o->lr_schedule, "constant") == 0;
+    for (int i = 0; i < NUM_RESUME_OPTIONS; i++) {
+        // A constant schedule does not depend on --steps, so such a run may be extended.
+        if (constant_lr && strcmp(RESUME_OPTIONS[i], "steps") == 0) { continue; }
+        const OptionSpec *s = option_find(RESUME_OPTIONS[i], strlen(RESUME_OPTIONS[i]));
+        char name[80], value[OPT_STR_LEN];
+        snprintf(name, sizeof(name), "--%s", s->name);
+        option_format(o, s, value, sizeof(value));
+        resume_keys_add(&k, name, value);
+    }
+    return k;
+}
+
+// The value of key `name` in keys (copied to out), or 0 if absent.
+static inline int resume_keys_get(const ResumeKeys *k, const char *name, char *out, size_t cap) {
+    size_t n = strlen(name);
+    for (const char *line = k->text; *line;) {
+        const char *end = strchr(line, '\n');
+        if (!end) { break; }
+        if (strncmp(line, name, n) == 0 && line[n] == '=') {
+            snprintf(out, cap, "%.*s", (int)(end - line - (ptrdiff_t)n - 1), line + n + 1);
+            return 1;
+        }
+        line = end + 1;
+    }
+    return 0;
+}
+
+// Fails, naming the file, the setting and both values, where the run's settings differ from the file's.
+static inline void resume_keys_check(const ResumeKeys *file, const ResumeKeys *run, const char *path) {
+    for (const char *line = run->text; *line;) {
+        const char *eq = strchr(line, '='), *end = strchr(line, '\n');
+        char name[128], want[OPT_STR_LEN], have[OPT_STR_LEN];
+        snprintf(name, sizeof(name), "%.*s", (int)(eq - line), line);
+        snprintf(want, sizeof(want), "%.*s", (int)(end - eq - 1), eq + 1);
+        if (!resume_keys_get(file, name, have, sizeof(have))) { snprintf(have, sizeof(have), "(not recorded)"); }
+        if (strcmp(have, want) != 0) {
+            fail("checkpoint '%s' was written with %s %s but this run has %s %s; resume with the same settings, or "
+                 "choose another --out-dir to start a new run",
+                 path, name, have, name, want);
+        }
+        line = end + 1;
+    }
+}
+
+static inline void state_file_write(const char *path, const ResumeKeys *keys, const TrainProgress *pr,
+                                    const float *params, const float *m, const float *v, size_t n) {
+    int64_t hd[STATE_HEADER_INTS];
+    memset(hd, 0, sizeof(hd));
+    hd[SH_MAGIC] = STATE_FILE_MAGIC;
+    hd[SH_VERSION] = STATE_FILE_VERSION;
+    hd[SH_STEP] = pr->step;
+    hd[SH_NUM_PARAMS] = (int64_t)n;
+    hd[SH_DATA_EPOCH] = pr->data_epoch;
+    hd[SH_DATA_NEXT] = pr->data_next;
+    hd[SH_KEYS_BYTES] = STATE_KEYS_BYTES;
+    AtomicFile af;
+    atomic_open(&af, path);
+    atomic_write(&af, hd, sizeof(int64_t), STATE_HEADER_INTS);
+    atomic_write(&af, keys->text, 1, STATE_KEYS_BYTES);
+    atomic_write(&af, params, sizeof(float), n);
+    atomic_write(&af, m, sizeof(float), n);
+    atomic_write(&af, v, sizeof(float), n);
+    atomic_commit(&af);
+}
+
+// Opens a state file and checks it against this run (settings `expect`, n parameters): returns the file
+// positioned at the parameters, and its progress in *pr.
+static inline FILE *state_file_open(const char *path, const ResumeKeys *expect, size_t n, TrainProgress *pr) {
+    FILE *f = fopen_check(path, "rb");
+    int64_t hd[STATE_HEADER_INTS];
+    fread_check(hd, sizeof(int64_t), STATE_HEADER_INTS, f, path);
+    if (hd[SH_MAGIC] != STATE_FILE_MAGIC || hd[SH_VERSION] != STATE_FILE_VERSION ||
+        hd[SH_KEYS_BYTES] != STATE_KEYS_BYTES) {
+        fail("'%s' is not a training-state file of this version (magic %lld, version %lld; expected %d, %d)", path,
+             (long long)hd[SH_MAGIC], (long long)hd[SH_VERSION], STATE_FILE_MAGIC, STATE_FILE_VERSION);
+    }
+    ResumeKeys keys;
+    fread_check(keys.text, 1, STATE_KEYS_BYTES, f, path);
+    keys.text[STATE_KEYS_BYTES - 1] = '\0';
+    resume_keys_check(&keys, expect, path);
+    if (hd[SH_NUM_PARAMS] != (int64_t)n) {
+        fail("checkpoint '%s' holds %lld parameters but this run's model has %zu", path, (long long)hd[SH_NUM_PARAMS], n);
+    }
+    long long want = (long long)(sizeof(hd) + STATE_KEYS_BYTES + 3 * n * sizeof(float));
+    long long have = file_size_or_neg(path);
+    if (have != want) {
+        fail("checkpoint '%s' is %lld bytes, expected %lld; the file is truncated or corrupt", path, have, want);
+    }
+    pr->step = (int)hd[SH_STEP];
+    pr->data_epoch = hd[SH_DATA_EPOCH];
+    pr->data_next = hd[SH_DATA_NEXT];
+    return f;
+}
+
+// Fails unless the state file can resume this run; reads only its header.
+static inline void state_file_check(const char *path, const ResumeKeys *expect, size_t n) {
+    TrainProgress pr;
+    fclose(state_file_open(path, expect, n, &pr));
+}
+
+static inline TrainProgress state_file_read(const char *path, const ResumeKeys *expect, float *params, float *m,
+                                            float *v, size_t n) {
+    TrainProgress pr;
+    FILE *f = state_file_open(path, expect, n, &pr);
+    fread_check(params, sizeof(float), n, f, path);
+    fread_check(m, sizeof(float), n, f, path);
+    fread_check(v, sizeof(float), n, f, path);
+    fclose(f);
+    return pr;
+}
+
+// ----------------------------------------------------------------------------------------------------------
+// checkpoints of a run
+
+static inline void checkpoint_paths(const char *out_dir, int step, char *model_path, char *state_path) {
+    snprintf(model_path, CKPT_PATH_LEN, "%s/model_%08d.bin", out_dir, step);
+    snprintf(state_path, CKPT_PATH_LEN, "%s/state_%08d.bin", out_dir, step);
+}
+
+// The step of a file named prefix%08d.bin exactly (no tmp suffix), or -1.
+static inline int checkpoint_step_of(const char *name, const char *prefix) {
+    size_t np = strlen(prefix);
+    const size_t digits = 8;
+    if (strlen(name) != np + digits + strlen(".bin") || strncmp(name, prefix, np) != 0 ||
+        strcmp(name + np + digits, ".bin") != 0) {
+        return -1;
+    }
+    int step = 0;
+    for (size_t i = np; i < np + digits; i++) {
+        if (name[i] < '0' || name[i] > '9') { return -1; }
+        step = step * 10 + (name[i] - '0');
+    }
+    return step;
+}
+
+// The highest step with both a model and a state file in out_dir, or -1 if none (or no such folder).
+static inline int checkpoint_find_latest(const char *out_dir) {
+    DIR *d = opendir(out_dir);
+    if (!d) { return -1; }
+    int best = -1;
+    for (struct dirent *e = readdir(d); e; e = readdir(d)) {
+        int step = checkpoint_step_of(e->d_name, "state_");
+        if (step <= best) { continue; }
+        char model_path[CKPT_PATH_LEN], state_path[CKPT_PATH_LEN];
+        checkpoint_paths(out_dir, step, model_path, state_path);
+        if (file_exists(model_path)) { best = step; }
+    }
+    closedir(d);
+    return best;
+}
+
+// Writes checkpoint pr->step: the model file, then the state file that marks it complete.
+static inline void checkpoint_write(const char *out_dir, const GPTConfig *c, const ResumeKeys *keys,
+                                    const TrainProgress *pr, const float *params, const float *m, const float *v) {
+    ParamLayout p;
+    param_layout(c, &p);
+    char model_path[CKPT_PATH_LEN], state_path[CKPT_PATH_LEN];
+    checkpoint_paths(out_dir, pr->step, model_path, state_path);
+    model_file_write(model_path, c, params);
+    state_file_write(state_path, keys, pr, params, m, v, p.total);
+}
+
+#endif // LLMC_CHECKPOINT_H

@@ -1,0 +1,83 @@
+/*
+ * classifier.cuh: softmax, cross-entropy and its gradient fused into one kernel over the logits, in place.
+ *
+ * Row n of the logits z (Vp wide; only the first V columns are real tokens):
+ *   lse = log sum_{v<V} exp(z_v),  loss_n = lse - z_{target},  dz_v = dloss * (exp(z_v - lse) - [v == target])
+ * for v < V, and dz_v = 0 for the padded columns, which the softmax never sees. The gradient overwrites the logits,
+ * so no fp32 copy of a (N, Vp) tensor ever exists. Per-token losses are written in fp32; mean_loss sums them in a
+ * fixed order (deterministic) for the host.
+ *
+ * One block per row. Pass 1 keeps a running (max, sum of exp) per thread over its 16-byte packs, combined across
+ * the block; pass 2 re-reads the row (mostly from L2) and writes the gradient.
+ */
+#ifndef LLMC_CLASSIFIER_CUH
+#define LLMC_CLASSIFIER_CUH
+
+#include "cuda_common.cuh"
+
+#define CLASSIFIER_THREADS 512
+#define MEAN_LOSS_THREADS 1024
+
+// Assumes Vp % Packed<T>::N == 0. With write_grad 0 only the losses are written (evaluation).
+template <typename T>
+__global__ void __launch_bounds__(CLASSIFIER_THREADS)
+    fused_classifier_kernel(T *logits, float *losses, const int *targets, float dloss, int V, int Vp, int write_grad) {
+    constexpr int PN = Packed<T>::N;
+    __shared__ float red[WARP_SIZE];
+    T *row = logits + (size_t)blockIdx.x * Vp;
+    int packs = Vp / PN;
+    float m = -INFINITY, s = 0.0f;
+    for (int p = threadIdx.x; p < packs; p += blockDim.x) {
+        Packed<T> z = load_packed(row + p * PN);
+        float pm = m;
+        for (int j = 0; j < PN; j++) {
+            if (p * PN + j < V) { pm = fmaxf(pm, z[j]); }
+        }
+        if (pm == -INFINITY) { continue; } // a pack of padding only
+        float ps = 0.0f;
+        for (int j = 0; j < PN; j++) {
+            if (p * PN + j < V) { ps += expf(z[j] - pm); }
+        }
+        s = s * expf(m - pm) + ps; // on the first pack m = -inf: exp(-inf) = 0 and s is 0
+        m = pm;
+    }
+    float bm = block_max(m, red);
+    float bs = block_sum(m == -INFINITY ? 0.0f : s * expf(m - bm), red);
+    float lse = bm + logf(bs);
+    int target = targets[blockIdx.x];
+    if (threadIdx.x == 0) { losses[blockIdx.x] = lse - to_float(row[target]); }
+    if (!write_grad) { return; }
+    // Every thread has read row[target] (thread 0) before any thread overwrites it.
+    __syncthreads();
+    for (int p = threadIdx.x; p < packs; p += blockDim.x) {
+        Packed<T> z = load_packed_cs(row + p * PN), g;
+        for (int j = 0; j < PN; j++) {
+            int v = p * PN + j;
+            float prob = v < V ? expf(z[j] - lse) : 0.0f;
+            g.set(j, dloss * (prob - (v == target ? 1.0f : 0.0f)));
+        }
+        store_packed(row + p * PN, g);
+    }
+}
+
+// One block: out[0] = mean of losses[0..n), summed per thread in a fixed stride then across the block.
+__global__ void __launch_bounds__(MEAN_LOSS_THREADS) mean_loss_kernel(float *out, const float *losses, int n) {
+    __shared__ float red[WARP_SIZE];
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) { s += losses[i]; }
+    s = block_sum(s, red);
+    if (threadIdx.x == 0) { out[0] = s / n; }
+}
+
+// losses[n] and, with write_grad, the gradient of dloss * sum of losses in place of the logits; mean to *mean_out.
+template <typename T>
+static void fused_classifier(T *logits, float *losses, float *mean_out, const int *targets, float dloss, int N, int V,
+                             int Vp, int write_grad, cudaStream_t stream) {
+    if (Vp % Packed<T>::N != 0) { fail("padded vocabulary %d is not a multiple of %d", Vp, Packed<T>::N); }
+    fused_classifier_kernel<<<N, CLASSIFIER_THREADS, 0, stream>>>(logits, losses, targets, dloss, V, Vp, write_grad);
+    cudaCheckLaunch();
+    mean_loss_kernel<<<1, MEAN_LOSS_THREADS, 0, stream>>>(mean_out, losses, N);
+    cudaCheckLaunch();
+}
+
+#endif // LLMC_CLASSIFIER_CUH

@@ -1,0 +1,654 @@
+/*
+ * cpu_model.h: GPT-2 on the CPU, the reference every other build is checked against (llm.c's train_gpt2.c
+ * design: one forward and one backward function per layer, a flat parameter buffer, activations kept for the
+ * backward pass).
+ *
+ * Per block l (pre-LayerNorm):  x1 = x0 + Wproj attn(ln1(x0)) + bproj;  x2 = x1 + Wfc2 gelu(Wfc ln2(x1) + bfc) + bfc2
+ * then logits = lnf(x_L) wte^T over the padded vocabulary; softmax and cross-entropy use only the V real columns.
+ * Layer backward functions ADD into their input and weight gradients (llm.c's convention), so gradients sum
+ * over micro-batches; the model backward seeds dloss = loss_scale per token (llmc/model_ops.h).
+ *
+ * All arithmetic is on the scalar type cpu_real: float for the trainer, double when the includer defines
+ * CPU_REAL double first (the gradient check compiles this very code in double for finite differences). Long
+ * reductions (LayerNorm statistics, softmax sums, the loss, the gradient norm) accumulate in double in both,
+ * so the float build stays close to the exact answer the GPU build is compared with. Every output element is
+ * computed by one thread in a fixed order, so results do not depend on the number of OpenMP threads.
+ */
+#ifndef LLMC_CPU_MODEL_H
+#define LLMC_CPU_MODEL_H
+
+#include <math.h>
+#include <stddef.h>
+
+#include "config.h"
+#include "init.h"
+#include "model_ops.h"
+#include "utils.h"
+
+#ifndef CPU_REAL
+#define CPU_REAL float
+#endif
+typedef CPU_REAL cpu_real;
+typedef double cpu_acc; // accumulator of long reductions
+
+#define LAYERNORM_EPS 1e-5
+#define GELU_CUBIC 0.044715
+#define SQRT_2_OVER_PI 0.7978845608028654
+
+// Scalar math in the precision of cpu_real (the branch is a compile-time constant).
+#define CPU_IS_FLOAT (sizeof(cpu_real) == sizeof(float))
+static inline cpu_real real_exp(cpu_real x) { return CPU_IS_FLOAT ? expf((float)x) : exp((double)x); }
+static inline cpu_real real_tanh(cpu_real x) { return CPU_IS_FLOAT ? tanhf((float)x) : tanh((double)x); }
+
+static inline int imin(int a, int b) { return a < b ? a : b; }
+
+// ----------------------------------------------------------------------------------------------------------
+// GEMM: the one kernel under every linear layer, forward and backward.
+
+// Register tile: GEMM_MR rows x GEMM_NR columns of the output are accumulated in registers across all of K.
+#define GEMM_MR 8
+#define GEMM_NR 32
+#define TRANSPOSE_TILE 32
+
+// c[i, j] += sum_k a[i, k] b[k, j] on one mr x nr tile, with a addressed through strides (so a transposed
+// operand costs nothing) and b row-major. The sum over k runs in order from zero and is then added to c, so an
+// element's value does not depend on the tile it falls in.
+static inline void gemm_tile(cpu_real *c, size_t ldc, const cpu_real *a, size_t a_rs, size_t a_cs,
+                             const cpu_real *b, size_t ldb, int mr, int nr, int K) {
+    cpu_real acc[GEMM_MR][GEMM_NR] = {{0}};
+    for (int k = 0; k < K; k++) {
+        const cpu_real *bk = b + (size_t)k * ldb;
+        for (int i = 0; i < mr; i++) {
+            cpu_real aik = a[(size_t)i * a_rs + (size_t)k * a_cs];
+            for (int j = 0; j < nr; j++) { acc[i][j] += aik * bk[j]; }
+        }
+    }
+    for (int i = 0; i < mr; i++) {
+        for (int j = 0; j < nr; j++) { c[(size_t)i * ldc + j] += acc[i][j]; }
+    }
+}
+
+// C (M x N, row stride ldc) += A (M x K, element (i,k) at a[i*a_rs + k*a_cs]) times B (K x N, row-major).
+static void gemm_acc(cpu_real *c, size_t ldc, const cpu_real *a, size_t a_rs, size_t a_cs, const cpu_real *b,
+                     size_t ldb, int M, int N, int K) {
+    int mtiles = ceil_div_int(M, GEMM_MR), ntiles = ceil_div_int(N, GEMM_NR);
+    // Column tiles outermost: a thread's consecutive tiles share the same panel of B, which stays in cache.
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int jt = 0; jt < ntiles; jt++) {
+        for (int it = 0; it < mtiles; it++) {
+            int i0 = it * GEMM_MR, j0 = jt * GEMM_NR;
+            cpu_real *ct = c + (size_t)i0 * ldc + j0;
+            const cpu_real *at = a + (size_t)i0 * a_rs, *bt = b + j0;
+            int mr = imin(GEMM_MR, M - i0), nr = imin(GEMM_NR, N - j0);
+            if (mr == GEMM_MR && nr == GEMM_NR) { // constant sizes: the compiler keeps the tile in registers
+                gemm_tile(ct, ldc, at, a_rs, a_cs, bt, ldb, GEMM_MR, GEMM_NR, K);
+            } else {
+                gemm_tile(ct, ldc, at, a_rs, a_cs, bt, ldb, mr, nr, K);
+            }
+        }
+    }
+}
+
+// dst (cols x rows) = src (rows x cols)^T, in cache-sized tiles.
+static void transpose(cpu_real *dst, const cpu_real *src, int rows, int cols) {
+#pragma omp parallel for collapse(2)
+    for (int r0 = 0; r0 < rows; r0 += TRANSPOSE_TILE) {
+        for (int c0 = 0; c0 < cols; c0 += TRANSPOSE_TILE) {
+            for (int r = r0; r < imin(r0 + TRANSPOSE_TILE, rows); r++) {
+                for (int cc = c0; cc < imin(c0 + TRANSPOSE_TILE, cols); cc++) {
+                    dst[(size_t)cc * rows + r] = src[(size_t)r * cols + cc];
+                }
+            }
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------------------------------------
+// Layers. N = B*T rows (tokens), C channels, OC output channels, Vp padded vocabulary.
+
+// out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]
+static void encoder_forward(cpu_real *out, const int *inp, const cpu_real *wte, const cpu_real *wpe, int B, int T,
+                            int C) {
+#pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            cpu_real *o = out + ((size_t)b * T + t) * C;
+            const cpu_real *e = wte + (size_t)inp[b * T + t] * C, *p = wpe + (size_t)t * C;
+            for (int i = 0; i < C; i++) { o[i] = e[i] + p[i]; }
+        }
+    }
+}
+
+// Serial: the same token can occur at several positions, and its wte row must sum in a fixed order.
+static void encoder_backward(cpu_real *dwte, cpu_real *dwpe, const cpu_real *dout, const int *inp, int B, int T,
+                             int C) {
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            const cpu_real *d = dout + ((size_t)b * T + t) * C;
+            cpu_real *dw = dwte + (size_t)inp[b * T + t] * C, *dp = dwpe + (size_t)t * C;
+            for (int i = 0; i < C; i++) {
+                dw[i] += d[i];
+                dp[i] += d[i];
+            }
+        }
+    }
+}
+
+// out = (x - mean) * rstd * w + b per row, rstd = 1/sqrt(var + eps) with the biased variance. The variance is
+// taken about the mean (two passes), never as E[x^2] - mean^2, which cancels catastrophically.
+static void layernorm_forward(cpu_real *out, cpu_real *mean, cpu_real *rstd, const cpu_real *inp,
+                              const cpu_real *w, const cpu_real *bias, int N, int C) {
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const cpu_real *x = inp + (size_t)n * C;
+        cpu_acc m = 0.0, v = 0.0;
+        for (int i = 0; i < C; i++) { m += x[i]; }
+        m /= C;
+        for (int i = 0; i < C; i++) { v += (x[i] - m) * (x[i] - m); }
+        cpu_real s = (cpu_real)(1.0 / sqrt(v / C + LAYERNORM_EPS));
+        cpu_real *o = out + (size_t)n * C;
+        for (int i = 0; i < C; i++) { o[i] = ((x[i] - (cpu_real)m) * s) * w[i] + bias[i]; }
+        mean[n] = (cpu_real)m;
+        rstd[n] = s;
+    }
+}
+
+// dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = w * dout. Serial over rows because
+// every row adds into dw and db.
+static void layernorm_backward(cpu_real *dinp, cpu_real *dw, cpu_real *db, const cpu_real *dout,
+                               const cpu_real *inp, const cpu_real *w, const cpu_real *mean, const cpu_real *rstd,
+                               int N, int C) {
+    for (int n = 0; n < N; n++) {
+        const cpu_real *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
+        cpu_real *dx = dinp + (size_t)n * C;
+        cpu_acc dsum = 0.0, dxsum = 0.0;
+        for (int i = 0; i < C; i++) {
+            cpu_real xhat = (x[i] - mean[n]) * rstd[n];
+            dsum += w[i] * d[i];
+            dxsum += w[i] * d[i] * xhat;
+        }
+        cpu_real dmean = (cpu_real)(dsum / C), dxmean = (cpu_real)(dxsum / C);
+        for (int i = 0; i < C; i++) {
+            cpu_real xhat = (x[i] - mean[n]) * rstd[n];
+            db[i] += d[i];
+            dw[i] += xhat * d[i];
+            dx[i] += rstd[n] * (w[i] * d[i] - dmean - xhat * dxmean);
+        }
+    }
+}
+
+// out (N, OC) = inp (N, C) weight^T + bias; weight is (OC, C). wt is scratch for weight^T (C x OC), which
+// turns the product into one that the GEMM tile vectorizes along OC.
+static void matmul_forward(cpu_real *out, const cpu_real *inp, const cpu_real *weight, const cpu_real *bias,
+                           cpu_real *wt, int N, int C, int OC) {
+    transpose(wt, weight, OC, C);
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        for (int o = 0; o < OC; o++) { out[(size_t)n * OC + o] = bias ? bias[o] : 0; }
+    }
+    gemm_acc(out, OC, inp, C, 1, wt, OC, N, OC, C);
+}
+
+// dinp += dout weight; dweight += dout^T inp; dbias += column sums of dout (dbias may be NULL).
+static void matmul_backward(cpu_real *dinp, cpu_real *dweight, cpu_real *dbias, const cpu_real *dout,
+                            const cpu_real *inp, const cpu_real *weight, int N, int C, int OC) {
+    gemm_acc(dinp, C, dout, OC, 1, weight, C, N, C, OC);
+    gemm_acc(dweight, C, dout, 1, OC, inp, C, OC, C, N);
+    if (!dbias) { return; }
+    for (int n = 0; n < N; n++) {
+        for (int o = 0; o < OC; o++) { dbias[o] += dout[(size_t)n * OC + o]; }
+    }
+}
+
+// Causal multi-head attention. qkv is (B, T, 3, NH, HS): row (b,t) holds q, then k, then v, each C wide, head h
+// at offset h*HS. att (B, NH, T, T) keeps the softmax for backward (zero above the diagonal); out is (B, T, C).
+static void attention_forward(cpu_real *out, cpu_real *att, const cpu_real *qkv, int B, int T, int C, int NH) {
+    int HS = C / NH;
+    size_t C3 = 3 * (size_t)C;
+    cpu_real scale = (cpu_real)(1.0 / sqrt((double)HS));
+#pragma omp parallel for collapse(3)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            for (int t = 0; t < T; t++) {
+                const cpu_real *base = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+                const cpu_real *q = base + t * C3;
+                cpu_real *a = att + (((size_t)b * NH + h) * T + t) * T;
+                cpu_real maxv = -INFINITY;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const cpu_real *k = base + t2 * C3 + C;
+                    cpu_real s = 0;
+                    for (int i = 0; i < HS; i++) { s += q[i] * k[i]; }
+                    a[t2] = s * scale;
+                    if (a[t2] > maxv) { maxv = a[t2]; }
+                }
+                cpu_acc sum = 0.0;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    a[t2] = real_exp(a[t2] - maxv);
+                    sum += a[t2];
+                }
+                cpu_real inv = (cpu_real)(1.0 / sum);
+                for (int t2 = 0; t2 < T; t2++) { a[t2] = t2 <= t ? a[t2] * inv : 0; }
+                cpu_real *o = out + ((size_t)b * T + t) * C + (size_t)h * HS;
+                for (int i = 0; i < HS; i++) { o[i] = 0; }
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const cpu_real *v = base + t2 * C3 + 2 * C;
+                    for (int i = 0; i < HS; i++) { o[i] += a[t2] * v[i]; }
+                }
+            }
+        }
+    }
+}
+
+// Backward of attention_forward, adding into dqkv. One thread owns a (b, h) pair, whose q, k and v slices no
+// other pair touches. The softmax backward is dpre = att * (datt - sum(att * datt)).
+static void attention_backward(cpu_real *dqkv, const cpu_real *dout, const cpu_real *qkv, const cpu_real *att,
+                               int B, int T, int C, int NH) {
+    int HS = C / NH;
+    size_t C3 = 3 * (size_t)C;
+    cpu_real scale = (cpu_real)(1.0 / sqrt((double)HS));
+#pragma omp parallel
+    {
+        cpu_real *dpre = (cpu_real *)malloc_check((size_t)T * sizeof(cpu_real), "attention backward scratch");
+#pragma omp for collapse(2)
+        for (int b = 0; b < B; b++) {
+            for (int h = 0; h < NH; h++) {
+                const cpu_real *base = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+                cpu_real *dbase = dqkv + (size_t)b * T * C3 + (size_t)h * HS;
+                for (int t = 0; t < T; t++) {
+                    const cpu_real *a = att + (((size_t)b * NH + h) * T + t) * T;
+                    const cpu_real *d = dout + ((size_t)b * T + t) * C + (size_t)h * HS;
+                    cpu_acc dot = 0.0;
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        const cpu_real *v = base + t2 * C3 + 2 * C;
+                        cpu_real *dv = dbase + t2 * C3 + 2 * C;
+                        cpu_real datt = 0;
+                        for (int i = 0; i < HS; i++) {
+                            datt += v[i] * d[i];
+                            dv[i] += a[t2] * d[i];
+                        }
+                        dpre[t2] = datt;
+                        dot += a[t2] * datt;
+                    }
+                    const cpu_real *q = base + t * C3;
+                    cpu_real *dq = dbase + t * C3;
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        cpu_real g = a[t2] * (dpre[t2] - (cpu_real)dot) * scale;
+                        const cpu_real *k = base + t2 * C3 + C;
+                        cpu_real *dk = dbase + t2 * C3 + C;
+                        for (int i = 0; i < HS; i++) {
+                            dq[i] += g * k[i];
+                            dk[i] += g * q[i];
+                        }
+                    }
+                }
+            }
+        }
+        free(dpre);
+    }
+}
+
+// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+static void gelu_forward(cpu_real *out, const cpu_real *inp, size_t n) {
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) {
+        cpu_real x = inp[i];
+        cpu_real u = (cpu_real)SQRT_2_OVER_PI * (x + (cpu_real)GELU_CUBIC * x * x * x);
+        out[i] = (cpu_real)0.5 * x * (1 + real_tanh(u));
+    }
+}
+
+// d gelu/dx = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx; 1 - tanh^2 never overflows, unlike 1/cosh^2.
+static void gelu_backward(cpu_real *dinp, const cpu_real *inp, const cpu_real *dout, size_t n) {
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) {
+        cpu_real x = inp[i];
+        cpu_real u = (cpu_real)SQRT_2_OVER_PI * (x + (cpu_real)GELU_CUBIC * x * x * x);
+        cpu_real th = real_tanh(u);
+        cpu_real du = (cpu_real)SQRT_2_OVER_PI * (1 + 3 * (cpu_real)GELU_CUBIC * x * x);
+        dinp[i] += ((cpu_real)0.5 * (1 + th) + (cpu_real)0.5 * x * (1 - th * th) * du) * dout[i];
+    }
+}
+
+// The residual connection; its backward hands dout unchanged to both inputs, which the model backward does by
+// accumulating every branch's input gradient into one buffer.
+static void residual_forward(cpu_real *out, const cpu_real *a, const cpu_real *b, size_t n) {
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) { out[i] = a[i] + b[i]; }
+}
+
+// Softmax over the V real columns of each row of logits (N, Vp) and the cross-entropy of the target:
+// loss = logsumexp(logits[:V]) - logits[target]. probs (N, Vp) is zero in the padded columns.
+static void softmax_crossentropy_forward(cpu_real *losses, cpu_real *probs, const cpu_real *logits,
+                                         const int *targets, int N, int V, int Vp) {
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const cpu_real *z = logits + (size_t)n * Vp;
+        cpu_real *p = probs + (size_t)n * Vp;
+        cpu_real maxv = -INFINITY;
+        for (int v = 0; v < V; v++) {
+            if (z[v] > maxv) { maxv = z[v]; }
+        }
+        cpu_acc sum = 0.0;
+        for (int v = 0; v < V; v++) {
+            p[v] = real_exp(z[v] - maxv);
+            sum += p[v];
+        }
+        cpu_real inv = (cpu_real)(1.0 / sum);
+        for (int v = 0; v < Vp; v++) { p[v] = v < V ? p[v] * inv : 0; }
+        losses[n] = (cpu_real)(log(sum) + (double)maxv - (double)z[targets[n]]);
+    }
+}
+
+// dlogits = dloss * (probs - onehot(target)) in the real columns, 0 in the padded ones. Written, not added,
+// so dlogits may alias probs.
+static void softmax_crossentropy_backward(cpu_real *dlogits, const cpu_real *probs, const int *targets,
+                                          cpu_real dloss, int N, int V, int Vp) {
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const cpu_real *p = probs + (size_t)n * Vp;
+        cpu_real *d = dlogits + (size_t)n * Vp;
+        for (int v = 0; v < Vp; v++) { d[v] = v < V ? (p[v] - (v == targets[n])) * dloss : 0; }
+    }
+}
+
+// ----------------------------------------------------------------------------------------------------------
+// The model.
+
+// Activations for up to maxB x maxT tokens, per layer where backward needs them, and backward scratch.
+typedef struct {
+    cpu_real *encoded;                          // (B,T,C)
+    cpu_real *ln1, *ln1_mean, *ln1_rstd;        // (L,B,T,C), (L,B,T) x 2
+    cpu_real *qkv;                              // (L,B,T,3C)
+    cpu_real *atty;                             // (L,B,T,C)
+    cpu_real *att;                              // (L,B,NH,T,T)
+    cpu_real *res2;                             // (L,B,T,C) residual stream after attention
+    cpu_real *ln2, *ln2_mean, *ln2_rstd;        // (L,B,T,C), (L,B,T) x 2
+    cpu_real *fch, *fch_gelu;                   // (L,B,T,4C) x 2
+    cpu_real *res3;                             // (L,B,T,C) residual stream after the MLP (block output)
+    cpu_real *lnf, *lnf_mean, *lnf_rstd;        // (B,T,C), (B,T) x 2
+    cpu_real *logits, *probs, *losses;          // (B,T,Vp) x 2, (B,T); backward turns probs into dlogits
+    cpu_real *proj;                             // (B,T,C) output of a projection before its residual add
+    cpu_real *dres, *dln, *datty;               // (B,T,C) gradient scratch; dres is the residual stream's
+    cpu_real *dqkv;                             // (B,T,3C)
+    cpu_real *dfch, *dfch_gelu;                 // (B,T,4C) x 2
+    cpu_real *wt;                               // transposed weight, the largest (Vp or 4C) x C
+} CpuActs;
+
+// One layer's slices of the parameter (or gradient) tensors.
+typedef struct {
+    cpu_real *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+} CpuLayer;
+
+// One layer's slices of the activations for the current B x T.
+typedef struct {
+    cpu_real *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu;
+    cpu_real *res3;
+} CpuLayerActs;
+
+typedef struct {
+    GPTConfig config;
+    ParamLayout layout;
+    int maxB, maxT;                 // activation capacity
+    cpu_real *params, *grads, *adam_m, *adam_v; // flat, in param_layout() order
+    CpuActs acts;
+    cpu_real *acts_memory;
+    int B, T;                       // of the last forward
+    int *inputs, *targets;          // of the last forward
+    int has_probs;                  // the last forward had targets and its probabilities are still intact
+} CpuModel;
+
+static void cpu_acts_alloc(CpuModel *m) {
+    const GPTConfig *c = &m->config;
+    size_t N = (size_t)m->maxB * m->maxT, C = c->channels, L = c->num_layers, Vp = c->padded_vocab_size;
+    size_t att = L * m->maxB * c->num_heads * (size_t)m->maxT * m->maxT;
+    size_t wt = (Vp > 4 * C ? Vp : 4 * C) * C;
+    CpuActs *a = &m->acts;
+    struct {
+        cpu_real **ptr;
+        size_t n;
+    } spec[] = {
+        {&a->encoded, N * C},
+        {&a->ln1, L * N * C}, {&a->ln1_mean, L * N}, {&a->ln1_rstd, L * N},
+        {&a->qkv, L * N * 3 * C}, {&a->atty, L * N * C}, {&a->att, att}, {&a->res2, L * N * C},
+        {&a->ln2, L * N * C}, {&a->ln2_mean, L * N}, {&a->ln2_rstd, L * N},
+        {&a->fch, L * N * 4 * C}, {&a->fch_gelu, L * N * 4 * C}, {&a->res3, L * N * C},
+        {&a->lnf, N * C}, {&a->lnf_mean, N}, {&a->lnf_rstd, N},
+        {&a->logits, N * Vp}, {&a->probs, N * Vp}, {&a->losses, N},
+        {&a->proj, N * C}, {&a->dres, N * C}, {&a->dln, N * C}, {&a->datty, N * C}, {&a->dqkv, N * 3 * C},
+        {&a->dfch, N * 4 * C}, {&a->dfch_gelu, N * 4 * C}, {&a->wt, wt},
+    };
+    size_t total = 0, nspec = sizeof(spec) / sizeof(spec[0]);
+    for (size_t i = 0; i < nspec; i++) { total += spec[i].n; }
+    m->acts_memory = (cpu_real *)calloc_check(total, sizeof(cpu_real), "CPU model activations");
+    cpu_real *p = m->acts_memory;
+    for (size_t i = 0; i < nspec; i++) {
+        *spec[i].ptr = p;
+        p += spec[i].n;
+    }
+}
+
+// A model with zero parameters and room for micro-batches of up to maxB x maxT tokens.
+static CpuModel *cpu_model_create(const GPTConfig *config, int maxB, int maxT) {
+    config_validate(config);
+    if (maxB < 1 || maxT < 1) { fail("micro-batch %d x %d: both sizes must be >= 1", maxB, maxT); }
+    if (maxT > config->max_seq_len) {
+        fail("sequence length %d exceeds the model's maximum %d", maxT, config->max_seq_len);
+    }
+    CpuModel *m = (CpuModel *)calloc_check(1, sizeof(CpuModel), "CPU model");
+    m->config = *config;
+    param_layout(config, &m->layout);
+    m->maxB = maxB;
+    m->maxT = maxT;
+    size_t P = m->layout.total;
+    m->params = (cpu_real *)calloc_check(P, sizeof(cpu_real), "parameters");
+    m->grads = (cpu_real *)calloc_check(P, sizeof(cpu_real), "gradients");
+    m->adam_m = (cpu_real *)calloc_check(P, sizeof(cpu_real), "AdamW first moments");
+    m->adam_v = (cpu_real *)calloc_check(P, sizeof(cpu_real), "AdamW second moments");
+    m->inputs = (int *)calloc_check((size_t)maxB * maxT, sizeof(int), "input tokens");
+    m->targets = (int *)calloc_check((size_t)maxB * maxT, sizeof(int), "target tokens");
+    cpu_acts_alloc(m);
+    return m;
+}
+
+static void cpu_model_free(CpuModel *m) {
+    free(m->params);
+    free(m->grads);
+    free(m->adam_m);
+    free(m->adam_v);
+    free(m->inputs);
+    free(m->targets);
+    free(m->acts_memory);
+    free(m);
+}
+
+// Conversions between the fp32 host arrays of ModelOps and cpu_real.
+static void real_from_float(cpu_real *dst, const float *src, size_t n) {
+    for (size_t i = 0; i < n; i++) { dst[i] = (cpu_real)src[i]; }
+}
+static void float_from_real(float *dst, const cpu_real *src, size_t n) {
+    for (size_t i = 0; i < n; i++) { dst[i] = (float)src[i]; }
+}
+
+// Parameters from --seed, as every build initializes them (llmc/init.h).
+static void cpu_model_init_params(CpuModel *m, uint64_t seed) {
+    float *init = (float *)malloc_check(m->layout.total * sizeof(float), "initial parameters");
+    param_init_host(&m->config, &m->layout, seed, init);
+    real_from_float(m->params, init, m->layout.total);
+    free(init);
+}
+
+// Layer l's slice of every per-layer tensor of the flat buffer base (parameters or gradients).
+static CpuLayer cpu_layer(const CpuModel *m, cpu_real *base, int l) {
+    const ParamLayout *p = &m->layout;
+    size_t L = (size_t)m->config.num_layers;
+#define LAYER_SLICE(t) (base + p->offset[t] + (size_t)l * (p->size[t] / L))
+    CpuLayer w = {LAYER_SLICE(P_LN1W),     LAYER_SLICE(P_LN1B), LAYER_SLICE(P_QKVW), LAYER_SLICE(P_QKVB),
+                  LAYER_SLICE(P_ATTPROJW), LAYER_SLICE(P_ATTPROJB), LAYER_SLICE(P_LN2W), LAYER_SLICE(P_LN2B),
+                  LAYER_SLICE(P_FCW),      LAYER_SLICE(P_FCB),  LAYER_SLICE(P_FCPROJW), LAYER_SLICE(P_FCPROJB)};
+#undef LAYER_SLICE
+    return w;
+}
+
+static CpuLayerActs cpu_layer_acts(const CpuModel *m, int l) {
+    const CpuActs *a = &m->acts;
+    size_t N = (size_t)m->B * m->T, C = (size_t)m->config.channels, NH = (size_t)m->config.num_heads;
+    size_t T = (size_t)m->T;
+    CpuLayerActs x = {a->ln1 + l * N * C,      a->ln1_mean + l * N,     a->ln1_rstd + l * N,
+                      a->qkv + l * N * 3 * C,  a->atty + l * N * C,     a->att + l * N * NH * T,
+                      a->res2 + l * N * C,     a->ln2 + l * N * C,      a->ln2_mean + l * N,
+                      a->ln2_rstd + l * N,     a->fch + l * N * 4 * C,  a->fch_gelu + l * N * 4 * C,
+                      a->res3 + l * N * C};
+    return x;
+}
+
+// The residual stream entering layer l.
+static cpu_real *cpu_layer_input(const CpuModel *m, int l) {
+    return l == 0 ? m->acts.encoded : cpu_layer_acts(m, l - 1).res3;
+}
+
+static void check_tokens(const int *tokens, int n, int V, const char *what) {
+    for (int i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= V) {
+            fail("%s token %d at position %d is outside the vocabulary [0, %d)", what, tokens[i], i, V);
+        }
+    }
+}
+
+// Forward over B x T tokens. With targets, returns the mean loss and keeps the probabilities for backward;
+// without (targets NULL), computes the logits only and returns 0.
+static double cpu_model_forward(CpuModel *m, const int *inputs, const int *targets, int B, int T) {
+    const GPTConfig *c = &m->config;
+    int C = c->channels, L = c->num_layers, NH = c->num_heads, V = c->vocab_size, Vp = c->padded_vocab_size;
+    if (B < 1 || T < 1 || B > m->maxB || T > m->maxT) {
+        fail("micro-batch %d x %d does not fit the CPU model's capacity %d x %d", B, T, m->maxB, m->maxT);
+    }
+    int N = B * T;
+    check_tokens(inputs, N, V, "input");
+    memcpy(m->inputs, inputs, (size_t)N * sizeof(int));
+    m->B = B;
+    m->T = T;
+    m->has_probs = 0;
+    const ParamLayout *p = &m->layout;
+    cpu_real *wte = m->params + p->offset[P_WTE], *wpe = m->params + p->offset[P_WPE];
+    CpuActs *a = &m->acts;
+
+    encoder_forward(a->encoded, inputs, wte, wpe, B, T, C);
+    for (int l = 0; l < L; l++) {
+        CpuLayer w = cpu_layer(m, m->params, l);
+        CpuLayerActs x = cpu_layer_acts(m, l);
+        cpu_real *res = cpu_layer_input(m, l);
+        layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, res, w.ln1w, w.ln1b, N, C);
+        matmul_forward(x.qkv, x.ln1, w.qkvw, w.qkvb, a->wt, N, C, 3 * C);
+        attention_forward(x.atty, x.att, x.qkv, B, T, C, NH);
+        matmul_forward(a->proj, x.atty, w.attprojw, w.attprojb, a->wt, N, C, C);
+        residual_forward(x.res2, res, a->proj, (size_t)N * C);
+        layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, w.ln2w, w.ln2b, N, C);
+        matmul_forward(x.fch, x.ln2, w.fcw, w.fcb, a->wt, N, C, 4 * C);
+        gelu_forward(x.fch_gelu, x.fch, (size_t)N * 4 * C);
+        matmul_forward(a->proj, x.fch_gelu, w.fcprojw, w.fcprojb, a->wt, N, 4 * C, C);
+        residual_forward(x.res3, x.res2, a->proj, (size_t)N * C);
+    }
+    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, cpu_layer_input(m, L), m->params + p->offset[P_LNFW],
+                      m->params + p->offset[P_LNFB], N, C);
+    matmul_forward(a->logits, a->lnf, wte, NULL, a->wt, N, C, Vp);
+    if (!targets) { return 0.0; }
+
+    check_tokens(targets, N, V, "target");
+    memcpy(m->targets, targets, (size_t)N * sizeof(int));
+    softmax_crossentropy_forward(a->losses, a->probs, a->logits, targets, N, V, Vp);
+    m->has_probs = 1;
+    cpu_acc sum = 0.0;
+    for (int n = 0; n < N; n++) { sum += a->losses[n]; }
+    return sum / N;
+}
+
+static void zero_real(cpu_real *x, size_t n) { memset(x, 0, n * sizeof(cpu_real)); }
+
+// Backward of the last forward (which had targets): adds the gradients of loss_scale * (sum of the per-token
+// losses) to m->grads.
+static void cpu_model_backward(CpuModel *m, cpu_real loss_scale) {
+    if (!m->has_probs) { fail("cpu_model_backward needs a forward pass with targets just before it"); }
+    m->has_probs = 0;
+    const GPTConfig *c = &m->config;
+    int B = m->B, T = m->T, N = B * T;
+    int C = c->channels, L = c->num_layers, NH = c->num_heads, V = c->vocab_size, Vp = c->padded_vocab_size;
+    size_t NC = (size_t)N * C;
+    const ParamLayout *p = &m->layout;
+    cpu_real *wte = m->params + p->offset[P_WTE], *gwte = m->grads + p->offset[P_WTE];
+    CpuActs *a = &m->acts;
+    cpu_real *dlogits = a->probs;
+
+    softmax_crossentropy_backward(dlogits, a->probs, m->targets, loss_scale, N, V, Vp);
+    zero_real(a->dln, NC);
+    matmul_backward(a->dln, gwte, NULL, dlogits, a->lnf, wte, N, C, Vp);
+    zero_real(a->dres, NC);
+    layernorm_backward(a->dres, m->grads + p->offset[P_LNFW], m->grads + p->offset[P_LNFB], a->dln,
+                       cpu_layer_input(m, L), m->params + p->offset[P_LNFW], a->lnf_mean, a->lnf_rstd, N, C);
+    // dres holds the gradient of the residual stream; each branch adds its input gradient into it.
+    for (int l = L - 1; l >= 0; l--) {
+        CpuLayer w = cpu_layer(m, m->params, l), g = cpu_layer(m, m->grads, l);
+        CpuLayerActs x = cpu_layer_acts(m, l);
+        zero_real(a->dfch_gelu, 4 * NC);
+        matmul_backward(a->dfch_gelu, g.fcprojw, g.fcprojb, a->dres, x.fch_gelu, w.fcprojw, N, 4 * C, C);
+        zero_real(a->dfch, 4 * NC);
+        gelu_backward(a->dfch, x.fch, a->dfch_gelu, 4 * NC);
+        zero_real(a->dln, NC);
+        matmul_backward(a->dln, g.fcw, g.fcb, a->dfch, x.ln2, w.fcw, N, C, 4 * C);
+        layernorm_backward(a->dres, g.ln2w, g.ln2b, a->dln, x.res2, w.ln2w, x.ln2_mean, x.ln2_rstd, N, C);
+        zero_real(a->datty, NC);
+        matmul_backward(a->datty, g.attprojw, g.attprojb, a->dres, x.atty, w.attprojw, N, C, C);
+        zero_real(a->dqkv, 3 * NC);
+        attention_backward(a->dqkv, a->datty, x.qkv, x.att, B, T, C, NH);
+        zero_real(a->dln, NC);
+        matmul_backward(a->dln, g.qkvw, g.qkvb, a->dqkv, x.ln1, w.qkvw, N, C, 3 * C);
+        layernorm_backward(a->dres, g.ln1w, g.ln1b, a->dln, cpu_layer_input(m, l), w.ln1w, x.ln1_mean,
+                           x.ln1_rstd, N, C);
+    }
+    encoder_backward(gwte, m->grads + p->offset[P_WPE], a->dres, m->inputs, B, T, C);
+}
+
+static void cpu_model_zero_grad(CpuModel *m) { zero_real(m->grads, m->layout.total); }
+
+// Sum of squares in fixed blocks summed in order, so the norm does not depend on the number of threads.
+#define NORM_BLOCK 65536
+static double sum_squares(const cpu_real *x, size_t n) {
+    size_t nblocks = (n + NORM_BLOCK - 1) / NORM_BLOCK;
+    double *partial = (double *)malloc_check(nblocks * sizeof(double), "norm partial sums");
+#pragma omp parallel for
+    for (size_t blk = 0; blk < nblocks; blk++) {
+        size_t end = (blk + 1) * NORM_BLOCK < n ? (blk + 1) * NORM_BLOCK : n;
+        double s = 0.0;
+        for (size_t i = blk * NORM_BLOCK; i < end; i++) { s += (double)x[i] * (double)x[i]; }
+        partial[blk] = s;
+    }
+    double total = 0.0;
+    for (size_t blk = 0; blk < nblocks; blk++) { total += partial[blk]; }
+    free(partial);
+    return total;
+}
+
+// Global gradient norm, clipping and AdamW exactly as dev/NOTES.md defines them. Clipping scales the gradient
+// as AdamW reads it; the gradient buffers keep the unclipped values. Returns the norm before clipping.
+static float cpu_model_update(CpuModel *m, const UpdateArgs *u) {
+    double norm = sqrt(sum_squares(m->grads, m->layout.total));
+    cpu_real clip = (u->grad_clip > 0 && norm > u->grad_clip) ? (cpu_real)(u->grad_clip / norm) : 1;
+    cpu_real b1 = u->beta1, b2 = u->beta2, lr = u->lr, eps = u->eps;
+    cpu_real bc1 = (cpu_real)(1.0 - pow(u->beta1, u->t)), bc2 = (cpu_real)(1.0 - pow(u->beta2, u->t));
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+        cpu_real wd = param_is_decayed(t) ? u->weight_decay : 0;
+        size_t off = m->layout.offset[t];
+        cpu_real *p = m->params + off, *g = m->grads + off, *mm = m->adam_m + off, *vv = m->adam_v + off;
+        long long n = (long long)m->layout.size[t];
+#pragma omp parallel for
+        for (long long i = 0; i < n; i++) {
+            cpu_real gi = g[i] * clip;
+            mm[i] = b1 * mm[i] + (1 - b1) * gi;
+            vv[i] = b2 * vv[i] + (1 - b2) * gi * gi;
+            cpu_real mhat = mm[i] / bc1, vhat = vv[i] / bc2;
+            p[i] -= lr * (mhat / ((cpu_real)sqrt((double)vhat) + eps) + wd * p[i]);
+        }
+    }
+    return (float)norm;
+}
+
+#endif // LLMC_CPU_MODEL_H

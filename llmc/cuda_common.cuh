@@ -1,0 +1,177 @@
+/*
+ * cuda_common.cuh: what every CUDA header shares: error checks, the activation types, 16-byte packed vectors,
+ * warp/block reductions, and the process-wide CUDA state (device properties, the cuBLASLt handle and workspace).
+ *
+ * Activations are templated on their type (float in fp32 mode, __nv_bfloat16 in bf16 mode); all reductions,
+ * gradients and master weights are fp32. Memory-bound kernels move data as Packed<T>: 16 bytes per thread per
+ * access (4 floats or 8 bf16), the widest single load a thread can issue.
+ */
+#ifndef LLMC_CUDA_COMMON_CUH
+#define LLMC_CUDA_COMMON_CUH
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "utils.h"
+
+// ----------------------------------------------------------------------------------------------------------------
+// error checks: one line naming the call site and CUDA's reason, through fail() so the rank is named
+
+#define cudaCheck(call) cuda_check_((call), #call, __FILE__, __LINE__)
+static inline void cuda_check_(cudaError_t err, const char *what, const char *file, int line) {
+    if (err != cudaSuccess) {
+        fail("CUDA error %s at %s:%d (%s); check the GPU is present and has enough free memory",
+             cudaGetErrorString(err), file, line, what);
+    }
+}
+
+#define cublasCheck(call) cublas_check_((call), #call, __FILE__, __LINE__)
+static inline void cublas_check_(cublasStatus_t st, const char *what, const char *file, int line) {
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        fail("cuBLAS error %d at %s:%d (%s); the GEMM shape or the cuBLASLt version is not supported", (int)st, file,
+             line, what);
+    }
+}
+
+// Checks the last launch; cheap (no synchronization), so it follows every kernel launch.
+#define cudaCheckLaunch() cudaCheck(cudaGetLastError())
+
+// ----------------------------------------------------------------------------------------------------------------
+// activation types
+
+typedef __nv_bfloat16 bf16;
+
+template <typename T> struct TypeInfo;
+template <> struct TypeInfo<float> {
+    static constexpr cudaDataType_t cuda = CUDA_R_32F;
+    static constexpr const char *name = "fp32";
+};
+template <> struct TypeInfo<bf16> {
+    static constexpr cudaDataType_t cuda = CUDA_R_16BF;
+    static constexpr const char *name = "bf16";
+};
+
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(bf16 x) { return __bfloat162float(x); }
+template <typename T> __device__ __forceinline__ T from_float(float x);
+template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <> __device__ __forceinline__ bf16 from_float<bf16>(float x) { return __float2bfloat16_rn(x); }
+
+// 16 bytes of T: one vectorized load or store. Pointers passed to load/store must be 16-byte aligned.
+template <typename T> struct alignas(16) Packed {
+    static constexpr int N = 16 / sizeof(T);
+    T v[N];
+    __device__ __forceinline__ float operator[](int i) const { return to_float(v[i]); }
+    __device__ __forceinline__ void set(int i, float x) { v[i] = from_float<T>(x); }
+};
+template <typename T> __device__ __forceinline__ Packed<T> load_packed(const T *p) {
+    return *reinterpret_cast<const Packed<T> *>(p);
+}
+// Streaming load: data read once, kept out of L1 so it does not evict what is reused.
+template <typename T> __device__ __forceinline__ Packed<T> load_packed_cs(const T *p) {
+    int4 raw = __ldcs(reinterpret_cast<const int4 *>(p));
+    return *reinterpret_cast<Packed<T> *>(&raw);
+}
+template <typename T> __device__ __forceinline__ void store_packed(T *p, const Packed<T> &x) {
+    *reinterpret_cast<Packed<T> *>(p) = x;
+}
+
+// ----------------------------------------------------------------------------------------------------------------
+// reductions (fixed order within a warp and a block: deterministic)
+
+#define WARP_SIZE 32
+__device__ __forceinline__ float warp_sum(float x) {
+    for (int o = WARP_SIZE / 2; o > 0; o /= 2) { x += __shfl_xor_sync(0xffffffffu, x, o); }
+    return x;
+}
+__device__ __forceinline__ float warp_max(float x) {
+    for (int o = WARP_SIZE / 2; o > 0; o /= 2) { x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o)); }
+    return x;
+}
+
+// Sum over the block; every thread gets the result. Needs blockDim.x a multiple of 32 and <= 1024.
+// `shared` holds 32 floats; the trailing barrier lets the caller reuse it at once.
+__device__ __forceinline__ float block_sum(float x, float *shared) {
+    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, nwarps = blockDim.x / WARP_SIZE;
+    x = warp_sum(x);
+    if (lane == 0) { shared[warp] = x; }
+    __syncthreads();
+    x = lane < nwarps ? shared[lane] : 0.0f;
+    x = warp_sum(x);
+    __syncthreads();
+    return x;
+}
+__device__ __forceinline__ float block_max(float x, float *shared) {
+    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, nwarps = blockDim.x / WARP_SIZE;
+    x = warp_max(x);
+    if (lane == 0) { shared[warp] = x; }
+    __syncthreads();
+    x = lane < nwarps ? shared[lane] : -INFINITY;
+    x = warp_max(x);
+    __syncthreads();
+    return x;
+}
+
+// Second pass of the column reductions (bias and LayerNorm parameter gradients): dst[c] += sum over parts p, in
+// order, of partial[p * stride + c]. The first pass wrote one row of partial sums per block.
+__global__ void __launch_bounds__(256) add_partial_sums_kernel(float *dst, const float *partial, int parts, int cols,
+                                                               int stride) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols) { return; }
+    float s = 0.0f;
+    for (int p = 0; p < parts; p++) { s += partial[(size_t)p * stride + c]; }
+    dst[c] += s;
+}
+
+// ----------------------------------------------------------------------------------------------------------------
+// process-wide CUDA state
+
+// cuBLASLt's recommended workspace on Hopper (32 MiB lets it pick split-K and stream-K kernels).
+#define CUBLASLT_WORKSPACE_BYTES (32u << 20)
+
+typedef struct {
+    cudaDeviceProp props;
+    cublasLtHandle_t lt;
+    void *lt_workspace;
+    cudaStream_t stream; // the compute stream
+} CudaContext;
+
+static CudaContext g_cuda;
+static int g_cuda_ready = 0;
+
+static inline void cuda_context_init(void) {
+    if (g_cuda_ready) { return; }
+    int dev = 0;
+    cudaCheck(cudaSetDevice(dev));
+    cudaCheck(cudaGetDeviceProperties(&g_cuda.props, dev));
+    cublasCheck(cublasLtCreate(&g_cuda.lt));
+    cudaCheck(cudaMalloc(&g_cuda.lt_workspace, CUBLASLT_WORKSPACE_BYTES));
+    cudaCheck(cudaStreamCreateWithFlags(&g_cuda.stream, cudaStreamNonBlocking));
+    g_cuda_ready = 1;
+}
+
+// Device memory for `what`; running out is a configuration problem, so say which knob to turn.
+static inline void *cuda_alloc(size_t bytes, const char *what) {
+    void *p = NULL;
+    cudaError_t err = cudaMalloc(&p, bytes > 0 ? bytes : 1);
+    if (err != cudaSuccess) {
+        size_t free_b = 0, total_b = 0;
+        cudaMemGetInfo(&free_b, &total_b);
+        fail("cannot allocate %.2f GiB of GPU memory for %s (%.2f GiB free of %.2f): %s; lower --batch-size or use "
+             "a smaller model",
+             bytes / 1073741824.0, what, free_b / 1073741824.0, total_b / 1073741824.0, cudaGetErrorString(err));
+    }
+    return p;
+}
+
+static inline int grid_for(size_t n, int per_block) { return (int)((n + per_block - 1) / per_block); }
+
+static inline void add_partial_sums(float *dst, const float *partial, int parts, int cols, int stride,
+                                    cudaStream_t stream) {
+    const int threads = 256;
+    add_partial_sums_kernel<<<grid_for(cols, threads), threads, 0, stream>>>(dst, partial, parts, cols, stride);
+    cudaCheckLaunch();
+}
+
+#endif // LLMC_CUDA_COMMON_CUH

@@ -1,0 +1,199 @@
+/*
+ * layernorm.cuh: LayerNorm over the channels of each row, fused with the residual add that precedes it, and its
+ * deterministic backward.
+ *
+ * Forward:  r = x + dx (the residual stream after a sublayer; skipped when dx is NULL), written out;
+ *           mu = mean(r), rstd = 1 / sqrt(var(r) + eps), y = (r - mu) * rstd * w + b. mu and rstd are kept for
+ *           backward.
+ * Backward: xhat = (r - mu) * rstd, g = dy * w,
+ *           dr += rstd * (g - mean(g) - xhat * mean(g * xhat)),  dw += sum_rows dy * xhat,  db += sum_rows dy.
+ * The parameter gradients are column sums: each block sums its rows in registers, writes one row of partials,
+ * and add_partial_sums adds the blocks in order (no atomics, so the result does not depend on timing).
+ *
+ * Geometry: one thread block per row (grid-stride over rows); thread i holds packs i, i + blockDim.x, ... of the
+ * row in registers (PACKS of them, 16 bytes each), so a row is read once. Rows of up to LN_MAX_PACKS packs.
+ */
+#ifndef LLMC_LAYERNORM_CUH
+#define LLMC_LAYERNORM_CUH
+
+#include "cuda_common.cuh"
+
+#define LAYERNORM_EPS 1e-5f
+#define LN_THREADS_MAX 256
+#define LN_PACKS_MAX 4
+#define LN_MAX_PACKS (LN_THREADS_MAX * LN_PACKS_MAX)
+
+template <typename T, int PACKS>
+__global__ void __launch_bounds__(LN_THREADS_MAX)
+    layernorm_forward_kernel(T *out, float *mean, float *rstd, T *resid, const T *x, const T *dx, const T *w,
+                               const T *b, int rows, int C) {
+    constexpr int PN = Packed<T>::N;
+    __shared__ float red[WARP_SIZE];
+    int packs = C / PN;
+    for (int row = blockIdx.x; row < rows; row += gridDim.x) {
+        size_t base = (size_t)row * C;
+        float v[PACKS][PN];
+        float s = 0.0f;
+        for (int k = 0; k < PACKS; k++) {
+            int p = threadIdx.x + k * blockDim.x;
+            for (int j = 0; j < PN; j++) { v[k][j] = 0.0f; }
+            if (p >= packs) { continue; }
+            Packed<T> xa = load_packed(x + base + p * PN);
+            if (dx) {
+                // Round the sum to T first: backward reads the stored residual, so both must see the same r.
+                Packed<T> da = load_packed_cs(dx + base + p * PN), r;
+                for (int j = 0; j < PN; j++) { r.set(j, xa[j] + da[j]); }
+                store_packed(resid + base + p * PN, r);
+                xa = r;
+            }
+            for (int j = 0; j < PN; j++) {
+                v[k][j] = xa[j];
+                s += v[k][j];
+            }
+        }
+        float mu = block_sum(s, red) / C;
+        float s2 = 0.0f;
+        for (int k = 0; k < PACKS; k++) {
+            if (threadIdx.x + k * blockDim.x >= packs) { continue; }
+            for (int j = 0; j < PN; j++) { s2 += (v[k][j] - mu) * (v[k][j] - mu); }
+        }
+        float rs = 1.0f / sqrtf(block_sum(s2, red) / C + LAYERNORM_EPS);
+        for (int k = 0; k < PACKS; k++) {
+            int p = threadIdx.x + k * blockDim.x;
+            if (p >= packs) { continue; }
+            Packed<T> wa = load_packed(w + p * PN), ba = load_packed(b + p * PN), o;
+            for (int j = 0; j < PN; j++) { o.set(j, (v[k][j] - mu) * rs * wa[j] + ba[j]); }
+            store_packed(out + base + p * PN, o);
+        }
+        if (threadIdx.x == 0) {
+            mean[row] = mu;
+            rstd[row] = rs;
+        }
+    }
+}
+
+template <typename T, int PACKS>
+__global__ void __launch_bounds__(LN_THREADS_MAX)
+    layernorm_backward_kernel(T *dinp, float *partial, const T *dout, const T *inp, const T *w, const float *mean,
+                              const float *rstd, int rows, int C) {
+    constexpr int PN = Packed<T>::N;
+    __shared__ float red[WARP_SIZE];
+    int packs = C / PN;
+    float dw[PACKS][PN], db[PACKS][PN];
+    for (int k = 0; k < PACKS; k++) {
+        for (int j = 0; j < PN; j++) { dw[k][j] = db[k][j] = 0.0f; }
+    }
+    for (int row = blockIdx.x; row < rows; row += gridDim.x) {
+        size_t base = (size_t)row * C;
+        float mu = mean[row], rs = rstd[row];
+        float dy[PACKS][PN], xhat[PACKS][PN], wv[PACKS][PN];
+        float s1 = 0.0f, s2 = 0.0f;
+        for (int k = 0; k < PACKS; k++) {
+            int p = threadIdx.x + k * blockDim.x;
+            for (int j = 0; j < PN; j++) { dy[k][j] = xhat[k][j] = wv[k][j] = 0.0f; }
+            if (p >= packs) { continue; }
+            Packed<T> da = load_packed_cs(dout + base + p * PN), xa = load_packed(inp + base + p * PN);
+            Packed<T> wa = load_packed(w + p * PN);
+            for (int j = 0; j < PN; j++) {
+                dy[k][j] = da[j];
+                xhat[k][j] = (xa[j] - mu) * rs;
+                wv[k][j] = wa[j];
+                float g = dy[k][j] * wv[k][j];
+                s1 += g;
+                s2 += g * xhat[k][j];
+            }
+        }
+        s1 = block_sum(s1, red) / C;
+        s2 = block_sum(s2, red) / C;
+        for (int k = 0; k < PACKS; k++) {
+            int p = threadIdx.x + k * blockDim.x;
+            if (p >= packs) { continue; }
+            Packed<T> acc = load_packed(dinp + base + p * PN);
+            for (int j = 0; j < PN; j++) {
+                acc.set(j, acc[j] + rs * (dy[k][j] * wv[k][j] - s1 - xhat[k][j] * s2));
+                dw[k][j] += dy[k][j] * xhat[k][j];
+                db[k][j] += dy[k][j];
+            }
+            store_packed(dinp + base + p * PN, acc);
+        }
+    }
+    float *pw = partial + (size_t)blockIdx.x * 2 * C, *pb = pw + C;
+    for (int k = 0; k < PACKS; k++) {
+        int p = threadIdx.x + k * blockDim.x;
+        if (p >= packs) { continue; }
+        for (int j = 0; j < PN; j++) {
+            pw[p * PN + j] = dw[k][j];
+            pb[p * PN + j] = db[k][j];
+        }
+    }
+}
+
+// Launch shape for rows of C channels: packs per thread (1, 2 or 4) and threads (a multiple of 32).
+typedef struct {
+    int packs_per_thread, threads;
+} LnShape;
+
+template <typename T> static LnShape layernorm_shape(int C) {
+    int packs = C / Packed<T>::N;
+    if (C % Packed<T>::N != 0 || packs > LN_MAX_PACKS) {
+        fail("LayerNorm on the GPU needs the width to be a multiple of %d and at most %d in %s (got %d); "
+             "change --width",
+             Packed<T>::N, LN_MAX_PACKS * Packed<T>::N, TypeInfo<T>::name, C);
+    }
+    LnShape s;
+    s.packs_per_thread = 1;
+    while (ceil_div_int(packs, s.packs_per_thread) > LN_THREADS_MAX) { s.packs_per_thread *= 2; }
+    s.threads = ceil_div_int(ceil_div_int(packs, s.packs_per_thread), WARP_SIZE) * WARP_SIZE;
+    return s;
+}
+
+// Blocks of the backward kernel: about 16 warps per SM, so the partials stay small (blocks x 2C floats).
+template <typename T> static int layernorm_backward_blocks(int rows, int C) {
+    LnShape s = layernorm_shape<T>(C);
+    int per_sm = (16 * WARP_SIZE) / s.threads;
+    int blocks = g_cuda.props.multiProcessorCount * (per_sm > 0 ? per_sm : 1);
+    return rows < blocks ? rows : blocks;
+}
+
+// Floats of scratch layernorm_backward needs for `rows` rows.
+template <typename T> static size_t layernorm_backward_scratch_floats(int rows, int C) {
+    return (size_t)layernorm_backward_blocks<T>(rows, C) * 2 * C;
+}
+
+// out = LayerNorm(x + dx) (or of x when dx is NULL, then resid is unused); resid = x + dx.
+template <typename T>
+static void layernorm_forward(T *out, float *mean, float *rstd, T *resid, const T *x, const T *dx, const T *w,
+                              const T *b, int rows, int C, cudaStream_t stream) {
+    LnShape s = layernorm_shape<T>(C);
+    int per_sm = 2048 / s.threads;
+    int blocks = g_cuda.props.multiProcessorCount * per_sm;
+    if (blocks > rows) { blocks = rows; }
+#define LN_FWD(P) layernorm_forward_kernel<T, P><<<blocks, s.threads, 0, stream>>>(out, mean, rstd, resid, x, dx, w, b, rows, C)
+    switch (s.packs_per_thread) {
+    case 1: LN_FWD(1); break;
+    case 2: LN_FWD(2); break;
+    default: LN_FWD(4); break;
+    }
+#undef LN_FWD
+    cudaCheckLaunch();
+}
+
+// dinp += dLayerNorm/dinp (dout); dw += ..., db += ... . scratch: layernorm_backward_scratch_floats(rows, C).
+template <typename T>
+static void layernorm_backward(T *dinp, float *dw, float *db, float *scratch, const T *dout, const T *inp, const T *w,
+                               const float *mean, const float *rstd, int rows, int C, cudaStream_t stream) {
+    LnShape s = layernorm_shape<T>(C);
+    int blocks = layernorm_backward_blocks<T>(rows, C);
+#define LN_BWD(P) layernorm_backward_kernel<T, P><<<blocks, s.threads, 0, stream>>>(dinp, scratch, dout, inp, w, mean, rstd, rows, C)
+    switch (s.packs_per_thread) {
+    case 1: LN_BWD(1); break;
+    case 2: LN_BWD(2); break;
+    default: LN_BWD(4); break;
+    }
+#undef LN_BWD
+    cudaCheckLaunch();
+    add_partial_sums(dw, scratch, blocks, C, 2 * C, stream);
+    add_partial_sums(db, scratch + C, blocks, C, 2 * C, stream);
+}
+
+#endif // LLMC_LAYERNORM_CUH

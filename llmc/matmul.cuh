@@ -1,0 +1,247 @@
+/*
+ * matmul.cuh: the one path every linear layer takes (the four GEMMs of each block and the tied LM head).
+ *
+ * A Linear maps x (N, in) to y = x W^T + b, W (out, in) row-major as config.h lays it out. Backward, given
+ * dy = dL/dy (N, out):
+ *   wgrad  dW += dy^T x     (fp32, accumulated over micro-steps: beta = 1 into the fp32 gradient)
+ *   bgrad  db += sum_rows dy (a deterministic column sum: first pass per row chunk, then chunks in order)
+ *   dgrad  dx  = dy W       (times gelu'(a) when x was gelu(a): the fused DGELU epilogue of fc2's dgrad)
+ * The forward of fc fuses the bias and the GELU and keeps the pre-GELU activation a ("aux") for that backward.
+ * GELU is the tanh approximation: gelu(a) = a/2 (1 + tanh(sqrt(2/pi) (a + 0.044715 a^3))).
+ *
+ * All GEMMs go through cuBLASLt with fp32 accumulation (CUBLAS_COMPUTE_32F; no TF32, so fp32 mode matches the CPU
+ * build). Row-major (N, F) is column-major (F, N), so y^T = W x^T is the column-major product with A = W transposed.
+ * This is the seam for what comes later: tensor-parallel splits, the GTP shard gather before a weight is used and
+ * the FP8 recipe all change what linear_forward / linear_backward do, not their callers.
+ */
+#ifndef LLMC_MATMUL_CUH
+#define LLMC_MATMUL_CUH
+
+#include "cuda_common.cuh"
+
+template <typename T> struct Linear {
+    int in, out;
+    const T *w;   // (out, in)
+    const T *b;   // (out), NULL for no bias
+    float *dw;    // (out, in) fp32 gradient
+    float *db;    // (out) fp32 gradient, NULL for no bias
+};
+
+// ----------------------------------------------------------------------------------------------------------------
+// GELU kernels: the recompute of gelu(a) in backward, and the unfused epilogues where cuBLASLt offers no fused one
+
+#define GELU_SCALE 0.7978845608028654f // sqrt(2 / pi)
+#define GELU_CUBIC 0.044715f
+
+__device__ __forceinline__ float gelu_of(float a) {
+    return 0.5f * a * (1.0f + tanhf(GELU_SCALE * (a + GELU_CUBIC * a * a * a)));
+}
+__device__ __forceinline__ float gelu_grad_of(float a) {
+    float th = tanhf(GELU_SCALE * (a + GELU_CUBIC * a * a * a));
+    return 0.5f * (1.0f + th) + 0.5f * a * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * GELU_CUBIC * a * a);
+}
+
+// out = gelu(a), one thread per pack. Assumes n % Packed<T>::N == 0.
+template <typename T> __global__ void __launch_bounds__(256) gelu_forward_kernel(T *out, const T *a, size_t n) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * Packed<T>::N;
+    if (i >= n) { return; }
+    Packed<T> x = load_packed(a + i), y;
+    for (int j = 0; j < Packed<T>::N; j++) { y.set(j, gelu_of(x[j])); }
+    store_packed(out + i, y);
+}
+
+// d *= gelu'(a), one thread per pack. Assumes n % Packed<T>::N == 0.
+template <typename T> __global__ void __launch_bounds__(256) gelu_backward_kernel(T *d, const T *a, size_t n) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * Packed<T>::N;
+    if (i >= n) { return; }
+    Packed<T> x = load_packed(a + i), g = load_packed(d + i);
+    for (int j = 0; j < Packed<T>::N; j++) { g.set(j, g[j] * gelu_grad_of(x[j])); }
+    store_packed(d + i, g);
+}
+
+template <typename T> static void gelu_forward(T *out, const T *a, size_t n, cudaStream_t stream) {
+    const int threads = 256;
+    gelu_forward_kernel<<<grid_for(n / Packed<T>::N, threads), threads, 0, stream>>>(out, a, n);
+    cudaCheckLaunch();
+}
+
+// ----------------------------------------------------------------------------------------------------------------
+// bias gradient: deterministic column sums
+
+#define COLSUM_PACKS_PER_BLOCK 32
+#define COLSUM_ROW_GROUPS 8
+#define COLSUM_BLOCKS_PER_SM 4
+
+// grid (column strips of 32 packs, row chunks); block (32 packs, COLSUM_ROW_GROUPS). Group g sums rows g, g + 8, ...
+// of the chunk; the groups are added in order. partial[chunk * cols + c]. Assumes cols % Packed<T>::N == 0.
+template <typename T>
+__global__ void __launch_bounds__(COLSUM_PACKS_PER_BLOCK *COLSUM_ROW_GROUPS)
+    column_sum_partial_kernel(float *partial, const T *x, int rows, int cols, int rows_per_chunk) {
+    constexpr int PN = Packed<T>::N;
+    __shared__ float sums[COLSUM_ROW_GROUPS][COLSUM_PACKS_PER_BLOCK * PN];
+    int c = (blockIdx.x * COLSUM_PACKS_PER_BLOCK + threadIdx.x) * PN;
+    int r0 = blockIdx.y * rows_per_chunk, r1 = min(rows, r0 + rows_per_chunk);
+    float acc[PN] = {0.0f};
+    if (c < cols) {
+        for (int r = r0 + threadIdx.y; r < r1; r += COLSUM_ROW_GROUPS) {
+            Packed<T> v = load_packed(x + (size_t)r * cols + c);
+            for (int j = 0; j < PN; j++) { acc[j] += v[j]; }
+        }
+    }
+    for (int j = 0; j < PN; j++) { sums[threadIdx.y][threadIdx.x * PN + j] = acc[j]; }
+    __syncthreads();
+    if (threadIdx.y != 0 || c >= cols) { return; }
+    for (int j = 0; j < PN; j++) {
+        float s = 0.0f;
+        for (int g = 0; g < COLSUM_ROW_GROUPS; g++) { s += sums[g][threadIdx.x * PN + j]; }
+        partial[(size_t)blockIdx.y * cols + c + j] = s;
+    }
+}
+
+// Row chunks for a column sum: enough blocks to fill the GPU, at least a row group's worth of rows each.
+static inline int column_sum_chunks(int rows, int strips) {
+    int want = g_cuda.props.multiProcessorCount * COLSUM_BLOCKS_PER_SM / strips;
+    int most = ceil_div_int(rows, COLSUM_ROW_GROUPS);
+    return want < 1 ? 1 : (want > most ? most : want);
+}
+
+// Floats of scratch linear_backward needs for a layer of `out` features (an upper bound over row counts).
+static inline size_t linear_backward_scratch_floats(int out) {
+    return (size_t)g_cuda.props.multiProcessorCount * COLSUM_BLOCKS_PER_SM * out;
+}
+
+// dst[c] += sum_r x[r, c].
+template <typename T>
+static void column_sum_add(float *dst, float *scratch, const T *x, int rows, int cols, cudaStream_t stream) {
+    int strips = ceil_div_int(cols, COLSUM_PACKS_PER_BLOCK * Packed<T>::N);
+    int chunks = column_sum_chunks(rows, strips);
+    int rows_per_chunk = ceil_div_int(rows, chunks);
+    chunks = ceil_div_int(rows, rows_per_chunk);
+    column_sum_partial_kernel<<<dim3(strips, chunks), dim3(COLSUM_PACKS_PER_BLOCK, COLSUM_ROW_GROUPS), 0, stream>>>(
+        scratch, x, rows, cols, rows_per_chunk);
+    cudaCheckLaunch();
+    add_partial_sums(dst, scratch, chunks, cols, cols, stream);
+}
+
+// ----------------------------------------------------------------------------------------------------------------
+// cuBLASLt
+
+// Largest power of two (<= 256) dividing the address: the alignment cuBLASLt may assume.
+static inline uint32_t pointer_alignment(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    uint32_t align = 256;
+    while (align > 1 && a % align != 0) { align /= 2; }
+    return align;
+}
+
+typedef struct {
+    cublasLtEpilogue_t epilogue;
+    const void *bias; // BIAS / GELU_AUX_BIAS
+    void *aux;        // GELU_AUX_BIAS (written) / DGELU (read); same shape and type as D
+} GemmEpilogue;
+
+static const GemmEpilogue GEMM_PLAIN = {CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL};
+
+/*
+ * Column-major D (m x n, ld m) = op(A) op(B) + beta D, op(A) m x k, op(B) k x n; A stored k x m when transa,
+ * B stored n x k when transb. A and B of type ab, D of type dt, fp32 accumulation. Returns 0 (and does nothing)
+ * when cuBLASLt has no algorithm for this epilogue, so the caller can run it unfused.
+ */
+static int gemm_lt(void *d, cudaDataType_t dt, const void *a, int transa, int lda, const void *b, int transb, int ldb,
+                   cudaDataType_t ab, int m, int n, int k, float beta, GemmEpilogue ep, cudaStream_t stream) {
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulPreference_t pref;
+    cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N, opb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep.epilogue, sizeof(ep.epilogue)));
+    if (ep.bias) {
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ep.bias, sizeof(ep.bias)));
+    }
+    if (ep.aux) {
+        int64_t ldaux = m;
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ep.aux,
+                                                   sizeof(ep.aux)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ldaux, sizeof(ldaux)));
+    }
+    cublasCheck(cublasLtMatrixLayoutCreate(&la, ab, transa ? k : m, transa ? m : k, lda));
+    cublasCheck(cublasLtMatrixLayoutCreate(&lb, ab, transb ? n : k, transb ? k : n, ldb));
+    cublasCheck(cublasLtMatrixLayoutCreate(&ld, dt, m, n, m));
+    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+    uint64_t ws = CUBLASLT_WORKSPACE_BYTES;
+    uint32_t al_a = pointer_alignment(a), al_b = pointer_alignment(b), al_d = pointer_alignment(d);
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, 4));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, 4));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, 4));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, 4));
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g_cuda.lt, desc, la, lb, ld, ld, pref, 1, &heur, &found);
+    if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
+        float alpha = 1.0f;
+        cublasCheck(cublasLtMatmul(g_cuda.lt, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &heur.algo,
+                                   g_cuda.lt_workspace, CUBLASLT_WORKSPACE_BYTES, stream));
+    } else if (ep.epilogue == CUBLASLT_EPILOGUE_DEFAULT) {
+        fail("cuBLASLt has no algorithm for a %dx%dx%d GEMM (status %d); check the CUDA/cuBLAS install", m, n, k,
+             (int)st);
+    }
+    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+    cublasCheck(cublasLtMatrixLayoutDestroy(la));
+    cublasCheck(cublasLtMatrixLayoutDestroy(lb));
+    cublasCheck(cublasLtMatrixLayoutDestroy(ld));
+    cublasCheck(cublasLtMatmulDescDestroy(desc));
+    return found > 0;
+}
+
+// ----------------------------------------------------------------------------------------------------------------
+// the linear layer
+
+/*
+ * out (N, lin.out) = inp (N, lin.in) W^T + b. With gelu_aux: gelu_aux = that, and out = gelu(that).
+ */
+template <typename T>
+static void linear_forward(const Linear<T> &lin, T *out, const T *inp, int N, T *gelu_aux, cudaStream_t stream) {
+    cudaDataType_t t = TypeInfo<T>::cuda;
+    GemmEpilogue ep = {lin.b ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, lin.b, NULL};
+    if (gelu_aux) {
+        GemmEpilogue gelu = {lin.b ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, lin.b, gelu_aux};
+        if (gemm_lt(out, t, lin.w, 1, lin.in, inp, 0, lin.in, t, lin.out, N, lin.in, 0.0f, gelu, stream)) { return; }
+        gemm_lt(gelu_aux, t, lin.w, 1, lin.in, inp, 0, lin.in, t, lin.out, N, lin.in, 0.0f, ep, stream);
+        gelu_forward(out, gelu_aux, (size_t)N * lin.out, stream);
+        return;
+    }
+    if (!gemm_lt(out, t, lin.w, 1, lin.in, inp, 0, lin.in, t, lin.out, N, lin.in, 0.0f, ep, stream)) {
+        fail("cuBLASLt has no bias epilogue for a %dx%dx%d %s GEMM; check the CUDA/cuBLAS install", lin.out, N, lin.in,
+             TypeInfo<T>::name);
+    }
+}
+
+/*
+ * Given dout (N, lin.out): lin.dw += dout^T inp; lin.db += column sums of dout; and, when dinp is not NULL,
+ * dinp = dout W, multiplied by gelu'(gelu_aux) when gelu_aux is given (inp was gelu(gelu_aux)).
+ * The weight gradient runs first, so dinp may alias inp. scratch: linear_backward_scratch_floats(lin.out).
+ */
+template <typename T>
+static void linear_backward(const Linear<T> &lin, T *dinp, const T *dout, const T *inp, const T *gelu_aux,
+                            float *scratch, int N, cudaStream_t stream) {
+    cudaDataType_t t = TypeInfo<T>::cuda;
+    gemm_lt(lin.dw, CUDA_R_32F, inp, 0, lin.in, dout, 1, lin.out, t, lin.in, lin.out, N, 1.0f, GEMM_PLAIN, stream);
+    if (lin.db) { column_sum_add(lin.db, scratch, dout, N, lin.out, stream); }
+    if (!dinp) { return; }
+    if (gelu_aux) {
+        GemmEpilogue dgelu = {CUBLASLT_EPILOGUE_DGELU, NULL, (void *)gelu_aux};
+        if (gemm_lt(dinp, t, lin.w, 0, lin.in, dout, 0, lin.out, t, lin.in, N, lin.out, 0.0f, dgelu, stream)) { return; }
+    }
+    gemm_lt(dinp, t, lin.w, 0, lin.in, dout, 0, lin.out, t, lin.in, N, lin.out, 0.0f, GEMM_PLAIN, stream);
+    if (gelu_aux) {
+        const int threads = 256;
+        size_t n = (size_t)N * lin.in;
+        gelu_backward_kernel<<<grid_for(n / Packed<T>::N, threads), threads, 0, stream>>>(dinp, gelu_aux, n);
+        cudaCheckLaunch();
+    }
+}
+
+#endif // LLMC_MATMUL_CUH

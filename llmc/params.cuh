@@ -1,0 +1,42 @@
+/*
+ * params.cuh: the parameters on the GPU: initialization and the compute-precision copy.
+ *
+ * Initialization runs llmc/init.h's param_init_value on the device: element e of tensor t is a pure function of
+ * (seed, t, e), so the GPU starts from exactly the CPU build's weights (up to libm's last bit in Box-Muller, see
+ * rng.h) and any rank can later draw just its own shard. The GEMMs of bf16 mode read a bf16 copy of the fp32
+ * master weights; convert_from_float refreshes it whenever the masters are set from outside (AdamW keeps it
+ * current during training).
+ */
+#ifndef LLMC_PARAMS_CUH
+#define LLMC_PARAMS_CUH
+
+#include "cuda_common.cuh"
+#include "init.h"
+
+__global__ void __launch_bounds__(256) param_init_kernel(float *dst, InitSpec spec, uint64_t seed, int t, size_t n) {
+    size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e < n) { dst[e] = param_init_value(spec, seed, t, e); }
+}
+
+// All tensors of the layout into the flat fp32 buffer params.
+static void param_init_device(float *params, const GPTConfig *c, const ParamLayout *p, uint64_t seed,
+                              cudaStream_t stream) {
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+        InitSpec spec = param_init_spec(c, p, t);
+        param_init_kernel<<<grid_for(p->size[t], 256), 256, 0, stream>>>(params + p->offset[t], spec, seed, t,
+                                                                          p->size[t]);
+        cudaCheckLaunch();
+    }
+}
+
+template <typename T> __global__ void __launch_bounds__(256) convert_kernel(T *dst, const float *src, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { dst[i] = from_float<T>(src[i]); }
+}
+
+template <typename T> static void convert_from_float(T *dst, const float *src, size_t n, cudaStream_t stream) {
+    convert_kernel<<<grid_for(n, 256), 256, 0, stream>>>(dst, src, n);
+    cudaCheckLaunch();
+}
+
+#endif // LLMC_PARAMS_CUH

@@ -1,0 +1,359 @@
+/*
+ * trainer.h: the training loop both builds share, over a ModelOps table (model_ops.h).
+ *
+ * train_main() reads like the run it drives: parse and check every option, check the output folder, open the
+ * data, build the model, start it (fresh, --init-from, or the latest checkpoint with --resume 1), then train:
+ * each step zeroes the gradients, runs the gradient-accumulation micro-steps, updates with the scheduled
+ * learning rate, logs, and now and then validates, samples text, and writes a checkpoint. Everything that can
+ * be wrong with the command line or the output folder is reported before any work starts, and nothing a
+ * previous run wrote is overwritten: a folder that holds a run is only ever continued (--resume 1).
+ */
+#ifndef LLMC_TRAINER_H
+#define LLMC_TRAINER_H
+
+#include <time.h>
+
+#include "checkpoint.h"
+#include "config.h"
+#include "dataloader.h"
+#include "logger.h"
+#include "model_ops.h"
+#include "options.h"
+#include "rng.h"
+#include "schedule.h"
+#include "tokenizer.h"
+
+typedef ModelOps (*ModelFactory)(const GPTConfig *config, const Options *opts, int B, int T);
+
+#define SAMPLE_COUNTER_STRIDE 65536 // sample token i of step s draws counter s * stride + i (i < seq_len <= stride)
+
+typedef struct {
+    Options o;
+    GPTConfig config;
+    ParamLayout layout;
+    ModelOps ops;
+    int dp, accum;             // data-parallel ranks, micro-steps per optimizer step
+    long long tokens_per_step; // over all ranks
+    DataLoader train, val;
+    int has_val;
+    Tokenizer tok;
+    int has_tok;
+    Logger log;
+    ResumeKeys keys;
+    int *inputs, *targets; // one micro-batch, B x T
+} Trainer;
+
+static inline double wall_seconds(void) {
+    struct timespec ts;
+    timespec_get(&ts, TIME_UTC);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// ----------------------------------------------------------------------------------------------------------
+// the output folder
+
+static inline void make_dirs(const char *path) {
+    char p[CKPT_PATH_LEN];
+    if (strlen(path) >= sizeof(p)) { fail("--out-dir '%s' is too long", path); }
+    strcpy(p, path);
+    for (char *s = p + 1; ; s++) {
+        if (*s != '/' && *s != '\0') { continue; }
+        char saved = *s;
+        *s = '\0';
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) { fail("cannot create folder '%s': %s", p, strerror(errno)); }
+        *s = saved;
+        if (saved == '\0') { break; }
+    }
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) { fail("--out-dir '%s' exists and is not a folder", path); }
+}
+
+// The name of a file in out_dir that a run writes (log, model, state), or NULL if there is none.
+static inline const char *out_dir_run_file(const char *out_dir, char *name, size_t cap) {
+    DIR *d = opendir(out_dir);
+    if (!d) { return NULL; }
+    const char *found = NULL;
+    for (struct dirent *e = readdir(d); e && !found; e = readdir(d)) {
+        if (strcmp(e->d_name, LOG_FILE_NAME) == 0 || strncmp(e->d_name, "model_", 6) == 0 ||
+            strncmp(e->d_name, "state_", 6) == 0) {
+            snprintf(name, cap, "%s", e->d_name);
+            found = name;
+        }
+    }
+    closedir(d);
+    return found;
+}
+
+// Returns the checkpoint step to resume from, or -1 for a new run; fails where the folder and --resume disagree.
+static inline int out_dir_check(const Options *o) {
+    int latest = checkpoint_find_latest(o->out_dir);
+    if (!o->resume) {
+        char name[256];
+        if (latest >= 0) {
+            fail("--out-dir '%s' holds checkpoints of an earlier run; pass --resume 1 to continue it or choose "
+                 "another --out-dir", o->out_dir);
+        }
+        if (out_dir_run_file(o->out_dir, name, sizeof(name))) {
+            fail("--out-dir '%s' holds '%s' of an earlier run that has no complete checkpoint; move it away or choose "
+                 "another --out-dir", o->out_dir, name);
+        }
+        return -1;
+    }
+    if (latest < 0) {
+        fail("--resume 1 but --out-dir '%s' holds no complete checkpoint (model_N.bin with state_N.bin); run "
+             "without --resume 1 to start a new run", o->out_dir);
+    }
+    if (latest > o->steps) {
+        fail("the latest checkpoint in '%s' is at step %d, past --steps %d; pass --steps %d or more", o->out_dir,
+             latest, o->steps, latest);
+    }
+    return latest;
+}
+
+// ----------------------------------------------------------------------------------------------------------
+// setting up
+
+static inline void trainer_open_data(Trainer *tr) {
+    const Options *o = &tr->o;
+    long long windows_per_step = tr->tokens_per_step / o->seq_len;
+    dataloader_init(&tr->train, o->train_data, o->batch_size, o->seq_len, 0, tr->dp, windows_per_step,
+                    (uint64_t)o->seed, 1, tr->config.vocab_size);
+    tr->has_val = o->val_every > 0 && o->val_data[0] != '\0';
+    if (tr->has_val) {
+        dataloader_init(&tr->val, o->val_data, o->batch_size, o->seq_len, 0, tr->dp, (long long)o->batch_size * tr->dp,
+                        (uint64_t)o->seed, 0, tr->config.vocab_size);
+    }
+    tr->has_tok = o->sample_every > 0;
+    if (tr->has_tok) { tokenizer_init(&tr->tok, o->vocab_dir); }
+    size_t bt = (size_t)o->batch_size * (size_t)o->seq_len;
+    tr->inputs = (int *)malloc_check(bt * sizeof(int), "input tokens");
+    tr->targets = (int *)malloc_check(bt * sizeof(int), "target tokens");
+}
+
+// Loads checkpoint `step` into the model and the training loader.
+static inline void trainer_resume(Trainer *tr, int step) {
+    size_t n = tr->layout.total;
+    float *params = (float *)malloc_check(n * sizeof(float), "checkpoint parameters");
+    float *m = (float *)malloc_check(n * sizeof(float), "checkpoint AdamW m");
+    float *v = (float *)malloc_check(n * sizeof(float), "checkpoint AdamW v");
+    char model_path[CKPT_PATH_LEN], state_path[CKPT_PATH_LEN];
+    checkpoint_paths(tr->o.out_dir, step, model_path, state_path);
+    TrainProgress pr = state_file_read(state_path, &tr->keys, params, m, v, n);
+    tr->ops.set_params(tr->ops.ctx, params);
+    tr->ops.set_opt_state(tr->ops.ctx, m, v);
+    DataLoaderState ds = {pr.data_epoch, pr.data_next};
+    dataloader_set_state(&tr->train, ds);
+    free(params);
+    free(m);
+    free(v);
+    logger_line(&tr->log, "resumed from '%s' at step %d\n", state_path, pr.step);
+}
+
+static inline void trainer_init_from(Trainer *tr) {
+    float *params = (float *)malloc_check(tr->layout.total * sizeof(float), "model file parameters");
+    model_file_read(tr->o.init_from, &tr->config, params);
+    tr->ops.set_params(tr->ops.ctx, params);
+    free(params);
+    printf("initialized from model file '%s'\n", tr->o.init_from);
+}
+
+static inline void trainer_print_config(const Trainer *tr) {
+    const GPTConfig *c = &tr->config;
+    const Options *o = &tr->o;
+    printf("train_gpt | device %s | precision %s\n", tr->ops.device_name, o->precision);
+    printf("model: %d layers, %d channels, %d heads, %d positions, vocabulary %d (padded %d) | %.2fM parameters\n",
+           c->num_layers, c->channels, c->num_heads, c->max_seq_len, c->vocab_size, c->padded_vocab_size,
+           (double)tr->layout.total / 1e6);
+    printf("batch: B %d x T %d x %d micro-steps x %d data-parallel ranks = %lld tokens per step | %d steps\n",
+           o->batch_size, o->seq_len, tr->accum, tr->dp, tr->tokens_per_step, o->steps);
+    printf("options:\n");
+    options_print(stdout, o);
+    fflush(stdout);
+}
+
+// ----------------------------------------------------------------------------------------------------------
+// one optimizer step, validation, samples
+
+// Runs step `step` (0-based) and returns its statistics (step = steps done after it).
+static inline StepStats trainer_step(Trainer *tr, int step) {
+    const Options *o = &tr->o;
+    double t0 = wall_seconds();
+    float loss_scale = 1.0f / (float)((double)o->batch_size * o->seq_len * tr->accum * tr->dp);
+    tr->ops.zero_grad(tr->ops.ctx);
+    double loss = 0.0;
+    for (int micro = 0; micro < tr->accum; micro++) {
+        dataloader_next(&tr->train, tr->inputs, tr->targets);
+        loss += tr->ops.forward_backward(tr->ops.ctx, tr->inputs, tr->targets, o->batch_size, o->seq_len, loss_scale);
+    }
+    UpdateArgs args = {lr_at_step(o, step), o->weight_decay, o->beta1, o->beta2, o->eps, o->grad_clip, step + 1};
+    float norm = tr->ops.update(tr->ops.ctx, &args); // returns a host value, so the device work is done
+    double seconds = wall_seconds() - t0;
+
+    StepStats s;
+    s.step = step + 1;
+    s.steps = o->steps;
+    s.loss = (float)(loss / tr->accum);
+    s.lr = args.lr;
+    s.norm = norm;
+    s.ms = seconds * 1e3;
+    s.tokens_per_s = (double)tr->tokens_per_step / seconds;
+    s.mfu_percent = -1.0;
+    if (tr->ops.peak_flops > 0) {
+        double flops = flops_per_token(&tr->config, tr->layout.total, o->seq_len) * s.tokens_per_s / tr->dp;
+        s.mfu_percent = 100.0 * flops / tr->ops.peak_flops;
+    }
+    return s;
+}
+
+// Mean loss over at most --val-batches micro-batches of the validation set, always from its start.
+static inline float trainer_validate(Trainer *tr) {
+    const Options *o = &tr->o;
+    dataloader_reset(&tr->val);
+    long long available = dataloader_num_windows(&tr->val) / ((long long)o->batch_size * tr->dp);
+    int batches = available < o->val_batches ? (int)available : o->val_batches;
+    double sum = 0.0;
+    for (int i = 0; i < batches; i++) {
+        dataloader_next(&tr->val, tr->inputs, tr->targets);
+        sum += tr->ops.eval_loss(tr->ops.ctx, tr->inputs, tr->targets, o->batch_size, o->seq_len);
+    }
+    return (float)(sum / batches);
+}
+
+// Draws from softmax(logits[0..V)) with the uniform number u, by inverting the cumulative distribution.
+static inline int sample_token(const float *logits, int V, double u) {
+    float maxv = logits[0];
+    for (int i = 1; i < V; i++) { maxv = logits[i] > maxv ? logits[i] : maxv; }
+    double sum = 0.0;
+    for (int i = 0; i < V; i++) { sum += exp((double)(logits[i] - maxv)); }
+    double target = u * sum, cdf = 0.0;
+    for (int i = 0; i < V; i++) {
+        cdf += exp((double)(logits[i] - maxv));
+        if (cdf > target) { return i; }
+    }
+    return V - 1; // u * sum rounded past the last partial sum
+}
+
+// Prints text with its control bytes (other than newline and tab) left out, as llm.c's safe_printf does: an
+// untrained model samples byte tokens such as NUL or escape that would garble a terminal or a log.
+static inline void print_text_safely(const char *text, size_t len) {
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)text[i];
+        if ((c >= 0x20 && c != 0x7f) || c == '\n' || c == '\t') { putchar(c); }
+    }
+}
+
+// Generates --sample-tokens tokens after <|endoftext|> at temperature 1 and prints them. The random numbers
+// come from (seed, RNG_STREAM_SAMPLE, step, i), so a sample needs no generator state and a resumed run
+// prints the same text.
+static inline void trainer_sample(Trainer *tr, int step) {
+    const Options *o = &tr->o;
+    int T = o->seq_len, n = o->sample_tokens;
+    int *tokens = (int *)malloc_check((size_t)T * sizeof(int), "sample tokens");
+    float *logits = (float *)malloc_check((size_t)tr->config.padded_vocab_size * sizeof(float), "sample logits");
+    for (int i = 0; i < T; i++) { tokens[i] = GPT2_EOT_TOKEN; } // positions past the sample do not matter (causal)
+    for (int i = 0; i < n; i++) {
+        tr->ops.logits_at(tr->ops.ctx, tokens, T, i, logits);
+        double u = rng_uniform((uint64_t)o->seed, RNG_STREAM_SAMPLE, (uint64_t)step * SAMPLE_COUNTER_STRIDE + i);
+        tokens[i + 1] = sample_token(logits, tr->config.vocab_size, u);
+    }
+    size_t cap = (size_t)n * TOKENIZER_MAX_TOKEN_BYTES + 1;
+    char *text = (char *)malloc_check(cap, "sample text");
+    size_t len = tokenizer_decode(&tr->tok, tokens + 1, n, text, cap);
+    printf("step %d/%d | sample:\n", step, o->steps);
+    print_text_safely(text, len);
+    printf("\n---\n");
+    fflush(stdout);
+    free(text);
+    free(logits);
+    free(tokens);
+}
+
+static inline void trainer_checkpoint(Trainer *tr, int step) {
+    size_t n = tr->layout.total;
+    float *params = (float *)malloc_check(n * sizeof(float), "checkpoint parameters");
+    float *m = (float *)malloc_check(n * sizeof(float), "checkpoint AdamW m");
+    float *v = (float *)malloc_check(n * sizeof(float), "checkpoint AdamW v");
+    tr->ops.get_params(tr->ops.ctx, params);
+    tr->ops.get_opt_state(tr->ops.ctx, m, v);
+    DataLoaderState ds = dataloader_get_state(&tr->train);
+    TrainProgress pr = {step, ds.epoch, ds.next};
+    checkpoint_write(tr->o.out_dir, &tr->config, &tr->keys, &pr, params, m, v);
+    free(params);
+    free(m);
+    free(v);
+    logger_line(&tr->log, "step %d/%d | checkpoint %s/model_%08d.bin\n", step, tr->o.steps, tr->o.out_dir, step);
+}
+
+static inline int every(int n, int step) { return n > 0 && step % n == 0; }
+
+static inline void trainer_loop(Trainer *tr, int start_step) {
+    const Options *o = &tr->o;
+    for (int step = start_step; step < o->steps; step++) {
+        StepStats s = trainer_step(tr, step);
+        int done = s.step, last = done == o->steps;
+        logger_train(&tr->log, &s, every(o->log_every, done) || last);
+        if (tr->has_val && (every(o->val_every, done) || last)) {
+            logger_val(&tr->log, done, o->steps, trainer_validate(tr));
+        }
+        if (tr->has_tok && every(o->sample_every, done)) { trainer_sample(tr, done); }
+        if (every(o->checkpoint_every, done) || last) { trainer_checkpoint(tr, done); }
+    }
+}
+
+static inline void trainer_free(Trainer *tr) {
+    dataloader_free(&tr->train);
+    if (tr->has_val) { dataloader_free(&tr->val); }
+    if (tr->has_tok) { tokenizer_free(&tr->tok); }
+    logger_close(&tr->log);
+    free(tr->inputs);
+    free(tr->targets);
+}
+
+// ----------------------------------------------------------------------------------------------------------
+
+static inline int train_main(int argc, char **argv, ModelFactory make_model) {
+    Trainer tr;
+    memset(&tr, 0, sizeof(tr));
+    Options *o = &tr.o;
+    if (options_parse(o, argc, argv)) { return 0; } // --help
+
+    // Everything the command line and the output folder can get wrong, before any work.
+    tr.dp = 1; // one process; the multi-GPU launcher sets this from the mesh
+    options_validate(o, tr.dp);
+    tr.config = options_model_config(o);
+    param_layout(&tr.config, &tr.layout);
+    tr.accum = options_grad_accum(o, tr.dp);
+    tr.tokens_per_step = (long long)o->batch_size * o->seq_len * tr.accum * tr.dp;
+    if (o->init_from[0] != '\0') {
+        ModelFileHeader h = model_file_header(o->init_from);
+        model_file_check_fits(o->init_from, &h, &tr.config);
+    }
+    tr.keys = resume_keys_make(o, &tr.config, tr.tokens_per_step);
+    int resume_step = out_dir_check(o);
+    if (resume_step >= 0) {
+        char model_path[CKPT_PATH_LEN], state_path[CKPT_PATH_LEN];
+        checkpoint_paths(o->out_dir, resume_step, model_path, state_path);
+        state_file_check(state_path, &tr.keys, tr.layout.total);
+    }
+    if (resume_step == o->steps) {
+        printf("the run in '%s' is complete (checkpoint at step %d of --steps %d); nothing to do\n", o->out_dir,
+               resume_step, o->steps);
+        return 0;
+    }
+
+    trainer_open_data(&tr);
+    make_dirs(o->out_dir);
+    logger_open(&tr.log, o->out_dir);
+    tr.ops = make_model(&tr.config, o, o->batch_size, o->seq_len);
+    trainer_print_config(&tr);
+    if (resume_step >= 0) {
+        trainer_resume(&tr, resume_step);
+    } else if (o->init_from[0] != '\0') {
+        trainer_init_from(&tr);
+    }
+    trainer_loop(&tr, resume_step >= 0 ? resume_step : 0);
+    trainer_free(&tr);
+    return 0;
+}
+
+#endif // LLMC_TRAINER_H

@@ -1,0 +1,371 @@
+/*
+ * test_checkpoint.c: model and training-state files (llmc/checkpoint.h).
+ * - model file: version 3 round trip (header as llm.c writes it), bf16 version 5 and unpadded version 1 read,
+ *   a file with more positions than --seq-len; wrong shape, truncation, bad magic and unknown versions fail
+ *   with one line naming the file;
+ * - state file: round trip of progress, params and AdamW moments; a setting or a shape that differs is
+ *   refused naming the file, the setting and both values; a constant schedule may change --steps;
+ * - atomic writes leave no temporary file; the latest complete checkpoint ignores a model file without its
+ *   state file and temporary files.
+ */
+#define _POSIX_C_SOURCE 200809L // mkdtemp, truncate
+
+#include "../llmc/checkpoint.h"
+#include "../llmc/rng.h"
+#include "test_util.h"
+
+#define CHILD_TIMEOUT_S 10.0
+#define TEST_SEED 7u
+
+static char g_dir[] = "/tmp/test_checkpoint_XXXXXX";
+
+static GPTConfig tiny_config(int layers, int max_seq_len) {
+    GPTConfig c = {max_seq_len, 300, padded_vocab(300), layers, 2, 8};
+    return c;
+}
+
+static float *random_floats(size_t n, uint32_t stream) {
+    float *x = (float *)malloc_check(n * sizeof(float), "test floats");
+    for (size_t i = 0; i < n; i++) { x[i] = rng_normal(TEST_SEED, stream, i); }
+    return x;
+}
+
+// The padded rows of wte read back as zero whatever a file holds there; zero them to compare exactly.
+static void zero_padded_rows(const GPTConfig *c, float *params) {
+    size_t real = (size_t)c->vocab_size * c->channels, padded = (size_t)c->padded_vocab_size * c->channels;
+    memset(params + real, 0, (padded - real) * sizeof(float));
+}
+
+static void path_in_dir(char *out, const char *name) { snprintf(out, CKPT_PATH_LEN, "%s/%s", g_dir, name); }
+
+static int dir_has_tmp_file(void) {
+    DIR *d = opendir(g_dir);
+    int found = 0;
+    for (struct dirent *e = readdir(d); e; e = readdir(d)) { found |= strstr(e->d_name, ".tmp.") != NULL; }
+    closedir(d);
+    return found;
+}
+
+static void clear_dir(void) {
+    DIR *d = opendir(g_dir);
+    char p[CKPT_PATH_LEN];
+    for (struct dirent *e = readdir(d); e; e = readdir(d)) {
+        if (e->d_name[0] == '.') { continue; }
+        path_in_dir(p, e->d_name);
+        unlink(p);
+    }
+    closedir(d);
+}
+
+// Writes an llm.c model file by hand: header, then n values as fp32 or (version 5) bf16.
+static void write_raw_model(const char *path, int version, const GPTConfig *file_c, const float *vals, size_t n,
+                            int magic) {
+    int hd[MODEL_HEADER_INTS] = {0};
+    hd[0] = magic;
+    hd[1] = version;
+    hd[2] = file_c->max_seq_len;
+    hd[3] = file_c->vocab_size;
+    hd[4] = file_c->num_layers;
+    hd[5] = file_c->num_heads;
+    hd[6] = file_c->channels;
+    hd[7] = version == MODEL_VERSION_FP32_UNPADDED ? 0 : file_c->padded_vocab_size;
+    FILE *f = fopen_check(path, "wb");
+    fwrite_check(hd, sizeof(int), MODEL_HEADER_INTS, f, path);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, &vals[i], sizeof(bits));
+        if (version == MODEL_VERSION_BF16) {
+            uint16_t half = (uint16_t)(bits >> 16);
+            fwrite_check(&half, sizeof(half), 1, f, path);
+        } else {
+            fwrite_check(&vals[i], sizeof(float), 1, f, path);
+        }
+    }
+    fclose(f);
+}
+
+// ----------------------------------------------------------------------------------------------------------
+// model files
+
+static void test_model_round_trip(void) {
+    GPTConfig c = tiny_config(2, 16);
+    ParamLayout p;
+    param_layout(&c, &p);
+    float *params = random_floats(p.total, 1);
+    char path[CKPT_PATH_LEN];
+    path_in_dir(path, "model.bin");
+    model_file_write(path, &c, params);
+    check(!dir_has_tmp_file(), "model_write_atomic_no_tmp", "a temporary file was left beside '%s'", path);
+    int hd[MODEL_HEADER_INTS];
+    FILE *f = fopen_check(path, "rb");
+    fread_check(hd, sizeof(int), MODEL_HEADER_INTS, f, path);
+    fclose(f);
+    check(hd[0] == 20240326 && hd[1] == 3 && hd[2] == 16 && hd[3] == 300 && hd[4] == 2 && hd[5] == 2 && hd[6] == 8 &&
+              hd[7] == 384 && hd[8] == 0 &&
+              file_size_or_neg(path) == (long long)(MODEL_HEADER_INTS * sizeof(int) + p.total * sizeof(float)),
+          "model_header_llmc_layout", "header %d %d %d %d %d %d %d %d", hd[0], hd[1], hd[2], hd[3], hd[4], hd[5],
+          hd[6], hd[7]);
+    zero_padded_rows(&c, params);
+    model_file_write(path, &c, params);
+    float *back = (float *)calloc_check(p.total, sizeof(float), "read back");
+    model_file_read(path, &c, back);
+    check(memcmp(params, back, p.total * sizeof(float)) == 0, "model_v3_round_trip", "parameters differ");
+    free(back);
+    free(params);
+}
+
+static void test_model_bf16_read(void) {
+    GPTConfig c = tiny_config(2, 16);
+    ParamLayout p;
+    param_layout(&c, &p);
+    float *vals = random_floats(p.total, 2);
+    char path[CKPT_PATH_LEN];
+    path_in_dir(path, "model_bf16.bin");
+    write_raw_model(path, MODEL_VERSION_BF16, &c, vals, p.total, MODEL_FILE_MAGIC);
+    float *back = (float *)calloc_check(p.total, sizeof(float), "read back");
+    model_file_read(path, &c, back);
+    size_t bad = 0, real_wte = (size_t)c.vocab_size * c.channels;
+    for (size_t i = 0; i < p.total; i++) {
+        uint32_t bits;
+        memcpy(&bits, &vals[i], sizeof(bits));
+        bits &= 0xFFFF0000u; // the bf16 the file holds, as an fp32
+        float want;
+        memcpy(&want, &bits, sizeof(want));
+        if (i >= real_wte && i < p.size[P_WTE]) { want = 0.0f; }
+        bad += back[i] != want;
+    }
+    check(bad == 0, "model_v5_bf16_read", "%zu of %zu values differ", bad, p.total);
+    free(back);
+    free(vals);
+}
+
+// Version 1 files have V rows of wte; a file may also hold more positions than the run uses.
+static void test_model_unpadded_and_longer(void) {
+    GPTConfig file_c = tiny_config(1, 32);
+    file_c.padded_vocab_size = file_c.vocab_size;
+    ParamLayout fp;
+    param_layout(&file_c, &fp);
+    float *vals = random_floats(fp.total, 3);
+    char path[CKPT_PATH_LEN];
+    path_in_dir(path, "model_v1.bin");
+    write_raw_model(path, MODEL_VERSION_FP32_UNPADDED, &file_c, vals, fp.total, MODEL_FILE_MAGIC);
+    GPTConfig c = tiny_config(1, 16);
+    ParamLayout p;
+    param_layout(&c, &p);
+    float *back = (float *)calloc_check(p.total, sizeof(float), "read back");
+    model_file_read(path, &c, back);
+    size_t wte_real = (size_t)c.vocab_size * c.channels, wpe_kept = (size_t)c.max_seq_len * c.channels;
+    int ok = memcmp(back, vals, wte_real * sizeof(float)) == 0;
+    for (size_t i = wte_real; i < p.size[P_WTE]; i++) { ok &= back[i] == 0.0f; }
+    ok &= memcmp(back + p.offset[P_WPE], vals + fp.offset[P_WPE], wpe_kept * sizeof(float)) == 0;
+    for (int t = P_LN1W; t < NUM_PARAM_TENSORS; t++) {
+        ok &= memcmp(back + p.offset[t], vals + fp.offset[t], p.size[t] * sizeof(float)) == 0;
+    }
+    check(ok, "model_v1_unpadded_longer_read", "wte, wpe's first rows or another tensor differ");
+    free(back);
+    free(vals);
+}
+
+typedef struct {
+    char path[CKPT_PATH_LEN];
+    GPTConfig config;
+} ModelReadArgs;
+
+static void read_model_child(void *arg) {
+    ModelReadArgs *a = (ModelReadArgs *)arg;
+    ParamLayout p;
+    param_layout(&a->config, &p);
+    float *buf = (float *)malloc_check(p.total * sizeof(float), "read");
+    model_file_read(a->path, &a->config, buf);
+}
+
+static void expect_child_error(const char *name, void (*fn)(void *), void *arg, const char *expect1,
+                               const char *expect2) {
+    Child ch;
+    child_start(&ch, fn, arg);
+    child_wait(&ch, now_s() + CHILD_TIMEOUT_S);
+    const char *nl = strchr(ch.err, '\n');
+    check(ch.status > 0 && strstr(ch.err, expect1) && strstr(ch.err, expect2) && nl && nl[1] == '\0', name,
+          "status %d, stderr '%s', expected one line with '%s' and '%s'", ch.status, ch.err, expect1, expect2);
+}
+
+static void test_model_errors(void) {
+    GPTConfig c = tiny_config(2, 16);
+    ParamLayout p;
+    param_layout(&c, &p);
+    float *vals = random_floats(p.total, 4);
+    ModelReadArgs a;
+    a.config = c;
+
+    path_in_dir(a.path, "model_l2.bin");
+    model_file_write(a.path, &c, vals);
+    a.config.num_layers = 3;
+    expect_child_error("model_wrong_shape", read_model_child, &a, "model_l2.bin", "has layers 2 but this run's model has 3");
+    a.config = c;
+    a.config.max_seq_len = 32;
+    expect_child_error("model_too_few_positions", read_model_child, &a, "has 16 positions but --seq-len is 32", "");
+    a.config = c;
+
+    path_in_dir(a.path, "model_trunc.bin");
+    model_file_write(a.path, &c, vals);
+    if (truncate(a.path, file_size_or_neg(a.path) - 4) != 0) { perror("truncate"); }
+    expect_child_error("model_truncated", read_model_child, &a, "model_trunc.bin", "truncated or corrupt");
+
+    path_in_dir(a.path, "model_magic.bin");
+    write_raw_model(a.path, MODEL_VERSION_FP32, &c, vals, p.total, 20240520);
+    expect_child_error("model_bad_magic", read_model_child, &a, "model_magic.bin", "is not an llm.c model file");
+
+    path_in_dir(a.path, "model_v2.bin");
+    write_raw_model(a.path, 2, &c, vals, p.total, MODEL_FILE_MAGIC);
+    expect_child_error("model_unknown_version", read_model_child, &a, "model_v2.bin", "has version 2");
+
+    path_in_dir(a.path, "model_missing.bin");
+    expect_child_error("model_missing", read_model_child, &a, "model_missing.bin", "cannot open");
+    free(vals);
+}
+
+// ----------------------------------------------------------------------------------------------------------
+// state files and checkpoints
+
+static Options run_options(long long seed, const char *schedule, int steps) {
+    Options o;
+    options_defaults(&o);
+    o.seed = seed;
+    o.steps = steps;
+    snprintf(o.lr_schedule, sizeof(o.lr_schedule), "%s", schedule);
+    return o;
+}
+
+static void test_state_round_trip(void) {
+    GPTConfig c = tiny_config(2, 16);
+    ParamLayout p;
+    param_layout(&c, &p);
+    Options o = run_options(1337, "cosine", 100);
+    ResumeKeys keys = resume_keys_make(&o, &c, 4096);
+    float *params = random_floats(p.total, 5), *m = random_floats(p.total, 6), *v = random_floats(p.total, 7);
+    zero_padded_rows(&c, params);
+    TrainProgress pr = {42, 3, 123456789012LL};
+    checkpoint_write(g_dir, &c, &keys, &pr, params, m, v);
+    check(!dir_has_tmp_file(), "checkpoint_write_atomic_no_tmp", "a temporary file was left in '%s'", g_dir);
+    float *p2 = (float *)calloc_check(p.total, 4, "p"), *m2 = (float *)calloc_check(p.total, 4, "m"),
+          *v2 = (float *)calloc_check(p.total, 4, "v");
+    char model_path[CKPT_PATH_LEN], state_path[CKPT_PATH_LEN];
+    checkpoint_paths(g_dir, 42, model_path, state_path);
+    TrainProgress back = state_file_read(state_path, &keys, p2, m2, v2, p.total);
+    size_t bytes = p.total * sizeof(float);
+    check(back.step == 42 && back.data_epoch == 3 && back.data_next == 123456789012LL && !memcmp(params, p2, bytes) &&
+              !memcmp(m, m2, bytes) && !memcmp(v, v2, bytes),
+          "state_round_trip", "step %d epoch %lld next %lld, or arrays differ", back.step, back.data_epoch,
+          back.data_next);
+    model_file_read(model_path, &c, p2);
+    check(memcmp(params, p2, bytes) == 0, "checkpoint_model_file_matches",
+          "the checkpoint's model file differs from its parameters");
+    free(p2);
+    free(m2);
+    free(v2);
+    free(params);
+    free(m);
+    free(v);
+}
+
+typedef struct {
+    char path[CKPT_PATH_LEN];
+    ResumeKeys keys;
+    size_t n;
+} StateCheckArgs;
+
+static void check_state_child(void *arg) {
+    StateCheckArgs *a = (StateCheckArgs *)arg;
+    state_file_check(a->path, &a->keys, a->n);
+}
+
+static void test_state_mismatch(void) {
+    GPTConfig c = tiny_config(2, 16);
+    ParamLayout p;
+    param_layout(&c, &p);
+    float *zeros = (float *)calloc_check(p.total, sizeof(float), "zeros");
+    Options o = run_options(1337, "cosine", 100);
+    ResumeKeys keys = resume_keys_make(&o, &c, 4096);
+    TrainProgress pr = {5, 0, 0};
+    checkpoint_write(g_dir, &c, &keys, &pr, zeros, zeros, zeros);
+
+    StateCheckArgs a;
+    char model_path[CKPT_PATH_LEN];
+    checkpoint_paths(g_dir, 5, model_path, a.path);
+    a.n = p.total;
+    Options o2 = run_options(42, "cosine", 100);
+    a.keys = resume_keys_make(&o2, &c, 4096);
+    expect_child_error("state_option_mismatch", check_state_child, &a, "state_00000005.bin",
+                       "was written with --seed 1337 but this run has --seed 42");
+    GPTConfig c3 = tiny_config(3, 16);
+    a.keys = resume_keys_make(&o, &c3, 4096);
+    expect_child_error("state_config_mismatch", check_state_child, &a, "state_00000005.bin",
+                       "was written with layers 2 but this run has layers 3");
+    a.keys = resume_keys_make(&o, &c, 8192);
+    expect_child_error("state_batch_mismatch", check_state_child, &a, "state_00000005.bin",
+                       "tokens per step 4096 but this run has tokens per step 8192");
+    Options o4 = run_options(1337, "cosine", 200);
+    a.keys = resume_keys_make(&o4, &c, 4096);
+    expect_child_error("state_steps_mismatch", check_state_child, &a, "state_00000005.bin",
+                       "--steps 100 but this run has --steps 200");
+    a.keys = keys;
+    a.n = p.total + 1;
+    expect_child_error("state_count_mismatch", check_state_child, &a, "state_00000005.bin", "parameters");
+
+    // A constant learning rate does not depend on --steps: such a run may be extended.
+    Options oc = run_options(1337, "constant", 100), oc2 = run_options(1337, "constant", 300);
+    ResumeKeys kc = resume_keys_make(&oc, &c, 4096);
+    pr.step = 6;
+    checkpoint_write(g_dir, &c, &kc, &pr, zeros, zeros, zeros);
+    checkpoint_paths(g_dir, 6, model_path, a.path);
+    a.keys = resume_keys_make(&oc2, &c, 4096);
+    a.n = p.total;
+    Child ch;
+    child_start(&ch, check_state_child, &a);
+    child_wait(&ch, now_s() + CHILD_TIMEOUT_S);
+    check(ch.status == 0, "state_constant_schedule_extends", "status %d: %s", ch.status, ch.err);
+    if (truncate(a.path, file_size_or_neg(a.path) - 1) != 0) { perror("truncate"); }
+    expect_child_error("state_truncated", check_state_child, &a, "state_00000006.bin", "truncated or corrupt");
+    free(zeros);
+}
+
+static void touch(const char *name) {
+    char p[CKPT_PATH_LEN];
+    path_in_dir(p, name);
+    fclose(fopen_check(p, "wb"));
+}
+
+static void test_find_latest(void) {
+    clear_dir();
+    check(checkpoint_find_latest(g_dir) == -1, "latest_empty_dir", "found a checkpoint in an empty folder");
+    check(checkpoint_find_latest("/nonexistent/run") == -1, "latest_missing_dir", "found a checkpoint in no folder");
+    touch("model_00000003.bin");
+    touch("state_00000003.bin");
+    touch("model_00000006.bin"); // interrupted between the model and the state file
+    touch("state_00000009.bin.tmp.1234");
+    touch("model_00000009.bin");
+    touch("state_0000012.bin"); // not 8 digits
+    touch("state_00000010.bin"); // state without model (removed by hand): not complete either
+    int latest = checkpoint_find_latest(g_dir);
+    check(latest == 3, "latest_ignores_incomplete", "latest %d, expected 3", latest);
+    touch("state_00000006.bin");
+    latest = checkpoint_find_latest(g_dir);
+    check(latest == 6, "latest_highest_complete", "latest %d, expected 6", latest);
+}
+
+int main(void) {
+    if (!mkdtemp(g_dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_model_round_trip();
+    test_model_bf16_read();
+    test_model_unpadded_and_longer();
+    test_model_errors();
+    test_state_round_trip();
+    test_state_mismatch();
+    test_find_latest();
+    clear_dir();
+    rmdir(g_dir);
+    return test_exit();
+}

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# test_cli.sh: ./train_gpt_cpu from the outside, as a user meets it.
+# - bad options and bad shards (missing, truncated, wrong magic, a token past the vocabulary) stop it with a
+#   non-zero status and one line naming the option or the file, before it creates anything;
+# - a folder holding a run is refused without --resume 1 and left unchanged; a checkpoint or model file of
+#   another shape is refused;
+# - exact resume: a tiny model trained 6 steps with a checkpoint at 3, against a copy cut back to checkpoint 3
+#   and resumed: the same loss lines and byte-identical final model and state files.
+# Needs ./train_gpt_cpu (make) and the default shards (make data): without them this FAILS, it does not skip.
+set -u
+cd "$(dirname "$0")/.."
+BIN=./train_gpt_cpu
+RUN_TIMEOUT=600
+TRAIN_GLOB='data/brown/brown_train_*.bin'
+VAL_GLOB='data/brown/brown_val_*.bin'
+TINY=(--depth 2 --width 64 --heads 4 --seq-len 64 --batch-size 4 --total-batch-tokens 512 --precision fp32
+      --warmup-steps 2 --val-batches 2 --sample-every 0 --train-data "$TRAIN_GLOB" --val-data "$VAL_GLOB")
+
+pass() { echo "PASS $1"; }
+fail_check() { echo "FAIL $1: $2"; }
+
+if [ ! -x "$BIN" ]; then fail_check cli_binary "$BIN is missing; run make"; exit 1; fi
+first_shard=$(ls $TRAIN_GLOB 2>/dev/null | head -1)
+if [ -z "$first_shard" ] || [ -z "$(ls $VAL_GLOB 2>/dev/null)" ]; then
+    fail_check cli_data "no shards match $TRAIN_GLOB or $VAL_GLOB; run make data"
+    exit 1
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# expect_error NAME TEXT ARGS...: the run exits non-zero with exactly one line on stderr containing TEXT,
+# and creates no output folder.
+expect_error() {
+    local name=$1 want=$2 err rc lines
+    shift 2
+    err=$(timeout "$RUN_TIMEOUT" "$BIN" --out-dir "$tmp/never" "$@" 2>&1 >/dev/null)
+    rc=$?
+    lines=$(printf '%s\n' "$err" | grep -c .)
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$lines" -eq 1 ] && grep -qF -- "$want" <<<"$err" &&
+        [ ! -e "$tmp/never" ]; then
+        pass "$name"
+    else
+        fail_check "$name" "status $rc, want one line with '$want' and no $tmp/never; stderr: $err"
+    fi
+}
+
+# train NAME OUT_DIR ARGS...: a run that must succeed; its console output goes to OUT_DIR.stdout.
+train() {
+    local name=$1 dir=$2 rc
+    shift 2
+    timeout "$RUN_TIMEOUT" "$BIN" "${TINY[@]}" --out-dir "$dir" "$@" >"$dir.stdout" 2>&1
+    rc=$?
+    if [ "$rc" -eq 0 ]; then pass "$name"; else fail_check "$name" "status $rc: $(tail -3 "$dir.stdout")"; fi
+    return "$rc"
+}
+
+# --- options ----------------------------------------------------------------------------------------------
+if "$BIN" --help | grep -q -- '--total-batch-tokens'; then pass cli_help; else fail_check cli_help "no option list"; fi
+expect_error cli_out_of_range "--batch-size: 0 is out of range" "${TINY[@]}" --batch-size 0
+expect_error cli_unknown_option "unknown option '--batchsize'" "${TINY[@]}" --batchsize 4
+expect_error cli_missing_value "--steps needs a value" "${TINY[@]}" --steps
+expect_error cli_bad_choice "--lr-schedule: 'cos' is not one of" "${TINY[@]}" --lr-schedule cos
+expect_error cli_not_a_number "--lr: 'fast' is not a valid number" "${TINY[@]}" --lr fast
+expect_error cli_batch_divisibility "--total-batch-tokens 500 is not a multiple" "${TINY[@]}" --total-batch-tokens 500
+expect_error cli_warmup "--warmup-steps 30 is more than --steps 10" "${TINY[@]}" --steps 10 --warmup-steps 30
+expect_error cli_tp_unsupported "not yet supported in this build" "${TINY[@]}" --tp 2
+expect_error cli_missing_init_from "$tmp/nothing.bin" "${TINY[@]}" --init-from "$tmp/nothing.bin"
+
+# --- shards -----------------------------------------------------------------------------------------------
+expect_error cli_no_shards "no shard matches '$tmp/none/*.bin'" "${TINY[@]}" --train-data "$tmp/none/*.bin"
+mkdir -p "$tmp/trunc" "$tmp/magic" "$tmp/vocab"
+head -c 3000 "$first_shard" >"$tmp/trunc/train_000.bin"
+expect_error cli_truncated_shard "$tmp/trunc/train_000.bin" "${TINY[@]}" --train-data "$tmp/trunc/*.bin"
+# a good shard with its magic, then one token, overwritten (little-endian): 12345 and 65535 (past 50257)
+cp "$first_shard" "$tmp/magic/train_000.bin"
+printf '\x39\x30\x00\x00' | dd of="$tmp/magic/train_000.bin" conv=notrunc status=none
+cp "$first_shard" "$tmp/vocab/train_000.bin"
+printf '\xff\xff' | dd of="$tmp/vocab/train_000.bin" bs=1 seek=3000 conv=notrunc status=none
+expect_error cli_wrong_magic_shard "$tmp/magic/train_000.bin" "${TINY[@]}" --train-data "$tmp/magic/*.bin"
+expect_error cli_token_past_vocab "$tmp/vocab/train_000.bin" "${TINY[@]}" --train-data "$tmp/vocab/*.bin"
+expect_error cli_bad_val_shard "$tmp/vocab/train_000.bin" "${TINY[@]}" --val-data "$tmp/vocab/*.bin"
+
+# --- exact resume -----------------------------------------------------------------------------------------
+full=$tmp/full part=$tmp/part
+if train cli_train_6_steps "$full" --steps 6 --checkpoint-every 3 --val-every 3; then
+    mkdir -p "$part"
+    cp "$full/model_00000003.bin" "$full/state_00000003.bin" "$part/"
+    awk -F'[: ]' '/^s:/ && $2 <= 3' "$full/log.txt" >"$part/log.txt"
+    if train cli_resume_from_3 "$part" --steps 6 --checkpoint-every 3 --val-every 3 --resume 1; then
+        if diff <(grep '^s:' "$full/log.txt") <(grep '^s:' "$part/log.txt") >"$tmp/diff"; then
+            pass cli_resume_same_losses
+        else
+            fail_check cli_resume_same_losses "$(head -5 "$tmp/diff")"
+        fi
+        if cmp -s "$full/model_00000006.bin" "$part/model_00000006.bin" &&
+            cmp -s "$full/state_00000006.bin" "$part/state_00000006.bin"; then
+            pass cli_resume_identical_files
+        else
+            fail_check cli_resume_identical_files "model or state of step 6 differs after resume"
+        fi
+    fi
+    grep -q '^s:6 tel:' "$full/log.txt" && pass cli_log_val_line || fail_check cli_log_val_line "no s:6 tel: line"
+
+    # --- a folder that holds a run --------------------------------------------------------------------------
+    sums=$(cd "$full" && md5sum ./*)
+    err=$(timeout "$RUN_TIMEOUT" "$BIN" "${TINY[@]}" --out-dir "$full" --steps 6 2>&1 >/dev/null)
+    rc=$?
+    if [ "$rc" -ne 0 ] && grep -qF "holds checkpoints of an earlier run; pass --resume 1" <<<"$err" &&
+        [ "$sums" = "$(cd "$full" && md5sum ./*)" ]; then
+        pass cli_refuse_overwrite
+    else
+        fail_check cli_refuse_overwrite "status $rc, stderr: $err"
+    fi
+    expect_error cli_resume_other_config "was written with channels 64 but this run has channels 128" \
+        "${TINY[@]}" --width 128 --steps 6 --resume 1 --out-dir "$full"
+    expect_error cli_init_from_other_shape "has layers 2 but this run's model has 3" \
+        "${TINY[@]}" --depth 3 --init-from "$full/model_00000006.bin"
+fi
+exit 0

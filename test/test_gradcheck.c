@@ -1,0 +1,560 @@
+/*
+ * test_gradcheck.c: the CPU reference model's backward against central finite differences.
+ *
+ * llmc/cpu_model.h is compiled here twice: in double (CPU_REAL double), where a central difference
+ * (f(x+h) - f(x-h)) / 2h has truncation error O(h^2 f''') ~ 1e-11 and rounding error ~ 1e-16 |f| / h ~ 1e-11
+ * at h = 1e-5, so every layer's analytic gradient must agree to 1e-6 relative; and in float, the build that
+ * ships, whose full-model gradient must agree with the double one. Each layer is checked on the scalar
+ * f = sum(w * out) for a fixed random w (its backward seeded with dout = w), then the whole model end to end.
+ * Also AdamW, clipping and weight decay against hand-computed values.
+ */
+#define CPU_REAL double
+#include "llmc/cpu_model.h"
+#include "llmc/rng.h"
+#include "test/test_util.h"
+
+#define FD_STEP 1e-5
+#define FD_TOL 1e-6
+#define TEST_SEED 1234
+#define TEST_STREAM 99u // test data, apart from the parameter and data streams
+
+static uint64_t g_draw = 0; // counter of the test's random draws
+
+// n uniform draws from (-1, 1).
+static double *rand_array(size_t n) {
+    double *x = (double *)malloc_check(n * sizeof(double), "test array");
+    for (size_t i = 0; i < n; i++) { x[i] = 2.0 * rng_uniform(TEST_SEED, TEST_STREAM, g_draw++) - 1.0; }
+    return x;
+}
+
+static double *zero_array(size_t n) { return (double *)calloc_check(n, sizeof(double), "test array"); }
+
+static double dot(const double *a, const double *b, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) { s += a[i] * b[i]; }
+    return s;
+}
+
+// A scalar function of some arrays that the check perturbs in place.
+typedef double (*ScalarFn)(void *ctx);
+
+// d f / d x[i] by central differences.
+static double fd_derivative(ScalarFn f, void *ctx, double *x) {
+    double saved = *x;
+    *x = saved + FD_STEP;
+    double fp = f(ctx);
+    *x = saved - FD_STEP;
+    double fm = f(ctx);
+    *x = saved;
+    return (fp - fm) / (2 * FD_STEP);
+}
+
+// max |numeric - analytic| / max |analytic| over all n elements of x.
+static double fd_rel_err(ScalarFn f, void *ctx, double *x, size_t n, const double *analytic) {
+    double maxdiff = 0.0, maxref = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs(fd_derivative(f, ctx, &x[i]) - analytic[i]);
+        if (!(d <= maxdiff)) { maxdiff = d; }
+        if (fabs(analytic[i]) > maxref) { maxref = fabs(analytic[i]); }
+    }
+    return maxref > 0 ? maxdiff / maxref : maxdiff;
+}
+
+static void check_fd(const char *name, ScalarFn f, void *ctx, double *x, size_t n, const double *analytic) {
+    double err = fd_rel_err(f, ctx, x, n, analytic);
+    check(err <= FD_TOL, name, "finite-difference relative error %.3g > %g", err, FD_TOL);
+}
+
+// Layer shapes: small, and not multiples of the GEMM tile, so the edge tiles are exercised too.
+enum { LB = 2, LT = 5, LC = 8, LNH = 2, LOC = 37, LV = 10, LVP = 16 };
+#define LN (LB * LT)
+
+// ---------------------------------------------------------------------------------------------------------
+
+typedef struct {
+    int inp[LN];
+    double *wte, *wpe, *out, *w;
+} EncoderCase;
+
+static double encoder_f(void *p) {
+    EncoderCase *c = (EncoderCase *)p;
+    encoder_forward(c->out, c->inp, c->wte, c->wpe, LB, LT, LC);
+    return dot(c->out, c->w, LN * LC);
+}
+
+static void test_encoder(void) {
+    // Repeated tokens: their wte row must collect every position's gradient.
+    EncoderCase c = {{3, 1, 3, 0, 9, 9, 9, 2, 5, 3}, rand_array(LV * LC), rand_array(LT * LC),
+                     zero_array(LN * LC), rand_array(LN * LC)};
+    double *dwte = zero_array(LV * LC), *dwpe = zero_array(LT * LC);
+    encoder_backward(dwte, dwpe, c.w, c.inp, LB, LT, LC);
+    check_fd("encoder_backward dwte", encoder_f, &c, c.wte, LV * LC, dwte);
+    check_fd("encoder_backward dwpe", encoder_f, &c, c.wpe, LT * LC, dwpe);
+}
+
+typedef struct {
+    double *inp, *weight, *bias, *out, *mean, *rstd, *w;
+} LayerNormCase;
+
+static double layernorm_f(void *p) {
+    LayerNormCase *c = (LayerNormCase *)p;
+    layernorm_forward(c->out, c->mean, c->rstd, c->inp, c->weight, c->bias, LN, LC);
+    return dot(c->out, c->w, LN * LC);
+}
+
+static void test_layernorm(void) {
+    LayerNormCase c = {rand_array(LN * LC), rand_array(LC), rand_array(LC), zero_array(LN * LC), zero_array(LN),
+                       zero_array(LN), rand_array(LN * LC)};
+    double *dinp = zero_array(LN * LC), *dw = zero_array(LC), *db = zero_array(LC);
+    layernorm_f(&c);
+    layernorm_backward(dinp, dw, db, c.w, c.inp, c.weight, c.mean, c.rstd, LN, LC);
+    check_fd("layernorm_backward dinp", layernorm_f, &c, c.inp, LN * LC, dinp);
+    check_fd("layernorm_backward dweight", layernorm_f, &c, c.weight, LC, dw);
+    check_fd("layernorm_backward dbias", layernorm_f, &c, c.bias, LC, db);
+}
+
+typedef struct {
+    double *inp, *weight, *bias, *out, *wt, *w;
+} MatmulCase;
+
+static double matmul_f(void *p) {
+    MatmulCase *c = (MatmulCase *)p;
+    matmul_forward(c->out, c->inp, c->weight, c->bias, c->wt, LN, LC, LOC);
+    return dot(c->out, c->w, LN * LOC);
+}
+
+static void test_matmul(void) {
+    MatmulCase c = {rand_array(LN * LC), rand_array(LOC * LC), rand_array(LOC), zero_array(LN * LOC),
+                    zero_array(LOC * LC), rand_array(LN * LOC)};
+    double *dinp = zero_array(LN * LC), *dw = zero_array(LOC * LC), *db = zero_array(LOC);
+    matmul_backward(dinp, dw, db, c.w, c.inp, c.weight, LN, LC, LOC);
+    check_fd("matmul_backward dinp", matmul_f, &c, c.inp, LN * LC, dinp);
+    check_fd("matmul_backward dweight", matmul_f, &c, c.weight, LOC * LC, dw);
+    check_fd("matmul_backward dbias", matmul_f, &c, c.bias, LOC, db);
+}
+
+typedef struct {
+    double *qkv, *att, *out, *w;
+} AttentionCase;
+
+static double attention_f(void *p) {
+    AttentionCase *c = (AttentionCase *)p;
+    attention_forward(c->out, c->att, c->qkv, LB, LT, LC, LNH);
+    return dot(c->out, c->w, LN * LC);
+}
+
+static void test_attention(void) {
+    AttentionCase c = {rand_array(LN * 3 * LC), zero_array(LB * LNH * LT * LT), zero_array(LN * LC),
+                       rand_array(LN * LC)};
+    double *dqkv = zero_array(LN * 3 * LC);
+    attention_f(&c);
+    attention_backward(dqkv, c.w, c.qkv, c.att, LB, LT, LC, LNH);
+    check_fd("attention_backward dqkv", attention_f, &c, c.qkv, LN * 3 * LC, dqkv);
+}
+
+typedef struct {
+    double *inp, *out, *w;
+} GeluCase;
+
+static double gelu_f(void *p) {
+    GeluCase *c = (GeluCase *)p;
+    gelu_forward(c->out, c->inp, LN * LC);
+    return dot(c->out, c->w, LN * LC);
+}
+
+static void test_gelu(void) {
+    GeluCase c = {rand_array(LN * LC), zero_array(LN * LC), rand_array(LN * LC)};
+    for (int i = 0; i < LN * LC; i++) { c.inp[i] *= 4.0; } // cover both tails
+    double *dinp = zero_array(LN * LC);
+    gelu_backward(dinp, c.inp, c.w, LN * LC);
+    check_fd("gelu_backward", gelu_f, &c, c.inp, LN * LC, dinp);
+}
+
+typedef struct {
+    double *a, *b, *out, *w;
+} ResidualCase;
+
+static double residual_f(void *p) {
+    ResidualCase *c = (ResidualCase *)p;
+    residual_forward(c->out, c->a, c->b, LN * LC);
+    return dot(c->out, c->w, LN * LC);
+}
+
+// The model backward passes dout unchanged to both inputs of a residual add; check that this is its gradient.
+static void test_residual(void) {
+    ResidualCase c = {rand_array(LN * LC), rand_array(LN * LC), zero_array(LN * LC), rand_array(LN * LC)};
+    check_fd("residual backward (identity) da", residual_f, &c, c.a, LN * LC, c.w);
+    check_fd("residual backward (identity) db", residual_f, &c, c.b, LN * LC, c.w);
+}
+
+#define CE_SCALE 0.37
+
+typedef struct {
+    int targets[LN];
+    double *logits, *probs, *losses;
+} CrossEntropyCase;
+
+static double crossentropy_f(void *p) {
+    CrossEntropyCase *c = (CrossEntropyCase *)p;
+    softmax_crossentropy_forward(c->losses, c->probs, c->logits, c->targets, LN, LV, LVP);
+    double s = 0.0;
+    for (int n = 0; n < LN; n++) { s += CE_SCALE * c->losses[n]; }
+    return s;
+}
+
+static void test_crossentropy(void) {
+    CrossEntropyCase c = {{0, 9, 4, 4, 1, 7, 2, 9, 3, 5}, rand_array(LN * LVP), zero_array(LN * LVP),
+                          zero_array(LN)};
+    for (int i = 0; i < LN * LVP; i++) { c.logits[i] *= 3.0; }
+    double loss = crossentropy_f(&c);
+    double *dlogits = zero_array(LN * LVP);
+    softmax_crossentropy_backward(dlogits, c.probs, c.targets, CE_SCALE, LN, LV, LVP);
+    check_fd("softmax_crossentropy_backward dlogits", crossentropy_f, &c, c.logits, LN * LVP, dlogits);
+    // Padded columns take no part: huge logits there change nothing, and they get exactly zero gradient.
+    int padded_ok = 1;
+    for (int n = 0; n < LN; n++) {
+        for (int v = LV; v < LVP; v++) {
+            padded_ok &= dlogits[n * LVP + v] == 0.0;
+            c.logits[n * LVP + v] = 1e3;
+        }
+    }
+    double loss_padded = crossentropy_f(&c);
+    for (int n = 0; n < LN; n++) {
+        for (int v = LV; v < LVP; v++) { padded_ok &= c.probs[n * LVP + v] == 0.0; }
+    }
+    check(padded_ok && loss_padded == loss, "softmax_crossentropy ignores padded vocabulary",
+          "padded columns leak: loss %.17g vs %.17g with huge padded logits", loss_padded, loss);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The whole model: tiny, with a padded vocabulary (50 real tokens of 128).
+
+#define MB 2
+#define MT 8
+#define FD_SAMPLES_PER_TENSOR 12
+
+static GPTConfig tiny_config(void) {
+    GPTConfig c = {MT, 50, padded_vocab(50), 2, 4, 32};
+    return c;
+}
+
+static void tiny_tokens(const GPTConfig *c, int *inputs, int *targets) {
+    for (int i = 0; i < MB * MT; i++) {
+        inputs[i] = (int)rng_below(TEST_SEED, TEST_STREAM + 1, (uint64_t)i, (uint32_t)c->vocab_size);
+        targets[i] = (int)rng_below(TEST_SEED, TEST_STREAM + 2, (uint64_t)i, (uint32_t)c->vocab_size);
+    }
+}
+
+// Initial parameters, jittered so that no LayerNorm weight is exactly 1 and no bias exactly 0 (a backward that
+// forgot one of them would otherwise pass). Padded vocabulary rows stay zero. fp32, as every build stores them.
+static float *tiny_params(const GPTConfig *c, const ParamLayout *p) {
+    float *params = (float *)malloc_check(p->total * sizeof(float), "tiny params");
+    param_init_host(c, p, TEST_SEED, params);
+    size_t wte_real = (size_t)c->vocab_size * c->channels;
+    for (size_t i = 0; i < p->total; i++) {
+        int padded = i >= wte_real && i < p->size[P_WTE];
+        if (!padded) { params[i] += 0.05f * rng_normal(TEST_SEED, TEST_STREAM + 3, i); }
+    }
+    return params;
+}
+
+// Gradient of the mean loss (loss_scale 1/(B*T)) into m->grads; returns the loss.
+static double model_grad(CpuModel *m, const int *inputs, const int *targets) {
+    cpu_model_zero_grad(m);
+    double loss = cpu_model_forward(m, inputs, targets, MB, MT);
+    cpu_model_backward(m, 1.0 / (MB * MT));
+    return loss;
+}
+
+typedef struct {
+    CpuModel *m;
+    const int *inputs, *targets;
+} ModelCase;
+
+static double model_f(void *p) {
+    ModelCase *c = (ModelCase *)p;
+    return cpu_model_forward(c->m, c->inputs, c->targets, MB, MT);
+}
+
+// Finite differences at FD_SAMPLES_PER_TENSOR random elements of every tensor.
+static void test_model_fd(CpuModel *m, const int *inputs, const int *targets) {
+    ModelCase c = {m, inputs, targets};
+    const ParamLayout *p = &m->layout;
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+        double maxdiff = 0.0, maxref = 0.0;
+        // wte: real rows only; the padded ones are checked to stay exactly zero
+        size_t range = t == P_WTE ? (size_t)m->config.vocab_size * m->config.channels : p->size[t];
+        for (uint64_t s = 0; s < FD_SAMPLES_PER_TENSOR; s++) {
+            size_t e = p->offset[t] + rng_below(TEST_SEED, TEST_STREAM + 4 + (uint32_t)t, s, (uint32_t)range);
+            double d = fabs(fd_derivative(model_f, &c, &m->params[e]) - m->grads[e]);
+            if (!(d <= maxdiff)) { maxdiff = d; }
+            if (fabs(m->grads[e]) > maxref) { maxref = fabs(m->grads[e]); }
+        }
+        double err = maxref > 0 ? maxdiff / maxref : maxdiff;
+        char name[96];
+        snprintf(name, sizeof(name), "model gradient vs finite differences: %s", PARAM_NAMES[t]);
+        check(err <= FD_TOL && maxref > 0, name, "relative error %.3g > %g (max |grad| %.3g)", err, FD_TOL, maxref);
+    }
+}
+
+static void test_model_padded_rows(const CpuModel *m) {
+    size_t from = (size_t)m->config.vocab_size * m->config.channels, to = m->layout.size[P_WTE];
+    int zero = 1;
+    for (size_t i = from; i < to; i++) { zero &= m->grads[m->layout.offset[P_WTE] + i] == 0.0; }
+    check(zero, "model gradient of padded wte rows is exactly zero", "a padded row got a gradient");
+}
+
+// A second backward without zero_grad adds the same gradient again (micro-batches accumulate); equal up to the
+// rounding of adding a tensor's contributions one at a time onto a non-zero start.
+#define ACCUMULATE_TOL 1e-12
+static void test_model_accumulates(CpuModel *m, const int *inputs, const int *targets) {
+    size_t P = m->layout.total;
+    double *once = (double *)malloc_check(P * sizeof(double), "gradient copy");
+    model_grad(m, inputs, targets);
+    memcpy(once, m->grads, P * sizeof(double));
+    cpu_model_forward(m, inputs, targets, MB, MT);
+    cpu_model_backward(m, 1.0 / (MB * MT));
+    double maxdiff = 0.0, maxref = 0.0;
+    for (size_t i = 0; i < P; i++) {
+        double d = fabs(m->grads[i] - 2.0 * once[i]);
+        if (!(d <= maxdiff)) { maxdiff = d; }
+        if (fabs(once[i]) > maxref) { maxref = fabs(once[i]); }
+    }
+    check(maxdiff <= ACCUMULATE_TOL * maxref, "model backward adds into the gradients",
+          "second backward's total differs from twice the first by %.3g relative", maxdiff / maxref);
+    free(once);
+}
+
+// A call with B and T below the model's capacity computes exactly what a model of that size computes.
+static void test_model_smaller_batch(const GPTConfig *c, const float *params, const int *inputs, const int *targets) {
+    int B = MB - 1, T = MT - 3;
+    CpuModel *big = cpu_model_create(c, MB + 1, MT), *exact = cpu_model_create(c, B, T);
+    real_from_float(big->params, params, big->layout.total);
+    real_from_float(exact->params, params, exact->layout.total);
+    double loss_big = cpu_model_forward(big, inputs, targets, B, T);
+    double loss_exact = cpu_model_forward(exact, inputs, targets, B, T);
+    cpu_model_backward(big, 1.0);
+    cpu_model_backward(exact, 1.0);
+    check(loss_big == loss_exact && memcmp(big->grads, exact->grads, big->layout.total * sizeof(double)) == 0,
+          "model with spare capacity computes a smaller batch exactly", "loss %.17g vs %.17g, or gradients differ",
+          loss_big, loss_exact);
+    cpu_model_free(big);
+    cpu_model_free(exact);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// AdamW, clipping and weight decay on hand-computed cases (dev/NOTES.md's formulas).
+
+#define ADAM_LR 0.01f
+#define ADAM_WD 0.1f
+#define ADAM_EPS 0.1f // large, so that the size of the (clipped) gradient shows in the update
+
+static UpdateArgs adam_args(float grad_clip, int t) {
+    UpdateArgs u = {ADAM_LR, ADAM_WD, 0.9f, 0.95f, ADAM_EPS, grad_clip, t};
+    return u;
+}
+
+// Gradient 3 on one decayed weight (qkvw) and 4 on one bias (qkvb), zero elsewhere: norm 5 by hand. Clipped to
+// 1, they become 0.6 and 0.8. At t = 1 (and at every t for a constant gradient) mhat = g and vhat = g^2, so
+// p -= lr * (g / (|g| + eps) + wd * p) with wd only for the weight:
+//   weight 0.5 - 0.01 * (0.6 / 0.7 + 0.1 * 0.5) = 0.49092857142857143
+//   bias   0.5 - 0.01 * (0.8 / 0.9)             = 0.49111111111111111
+//   an untouched weight 0.5 - 0.01 * 0.1 * 0.5   = 0.4995;  an untouched bias stays 0.5
+// Step 2 with the same gradient: the weight 0.49092857142857143 - 0.01 * (0.6/0.7 + 0.1 * 0.49092857142857143)
+//   = 0.48186621428571429.
+static void test_adamw_clip(const GPTConfig *c) {
+    CpuModel *m = cpu_model_create(c, 1, 1);
+    const ParamLayout *p = &m->layout;
+    size_t w = p->offset[P_QKVW] + 5, b = p->offset[P_QKVB] + 7, w0 = p->offset[P_QKVW] + 6, b0 = p->offset[P_QKVB];
+    for (size_t i = 0; i < p->total; i++) { m->params[i] = 0.5; }
+    m->grads[w] = 3.0;
+    m->grads[b] = 4.0;
+    UpdateArgs u = adam_args(1.0f, 1);
+    float norm = cpu_model_update(m, &u);
+    const double tol = 1e-7; // float hyperparameters (0.01f, 0.9f, ...) are not the decimal values
+    int ok = fabs(norm - 5.0) < tol && fabs(m->params[w] - 0.49092857142857143) < tol &&
+             fabs(m->params[b] - 0.49111111111111111) < tol && fabs(m->params[w0] - 0.4995) < tol &&
+             m->params[b0] == 0.5;
+    check(ok, "AdamW step 1 with clipping matches the hand computation",
+          "norm %.9g (5), weight %.12g (0.490928571429), bias %.12g (0.491111111111), idle weight %.12g (0.4995)",
+          norm, m->params[w], m->params[b], m->params[w0]);
+    u.t = 2;
+    cpu_model_update(m, &u);
+    check(fabs(m->params[w] - 0.48186621428571429) < tol, "AdamW step 2 bias correction matches the hand computation",
+          "weight %.12g, expected 0.481866214286", m->params[w]);
+    // Below the threshold nothing is scaled: from a fresh state g = 3 gives 0.5 - 0.01 * (3 / 3.1 + 0.1 * 0.5).
+    cpu_model_free(m);
+    m = cpu_model_create(c, 1, 1);
+    for (size_t i = 0; i < p->total; i++) { m->params[i] = 0.5; }
+    m->grads[w] = 3.0;
+    m->grads[b] = 4.0;
+    u = adam_args(10.0f, 1);
+    cpu_model_update(m, &u);
+    double expect = 0.5 - 0.01 * (3.0 / 3.1 + 0.05);
+    check(fabs(m->params[w] - expect) < tol, "AdamW leaves a gradient under the clip threshold unscaled",
+          "weight %.12g, expected %.12g", m->params[w], expect);
+    cpu_model_free(m);
+}
+
+// With zero gradients only weight decay moves a parameter: 1 -> 1 - lr * wd on 2-D weights, 1 elsewhere.
+static void test_weight_decay_2d_only(const GPTConfig *c) {
+    CpuModel *m = cpu_model_create(c, 1, 1);
+    for (size_t i = 0; i < m->layout.total; i++) { m->params[i] = 1.0; }
+    UpdateArgs u = adam_args(1.0f, 1);
+    cpu_model_update(m, &u);
+    int ok = 1;
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+        int is_2d = t == P_WTE || t == P_WPE || t == P_QKVW || t == P_ATTPROJW || t == P_FCW || t == P_FCPROJW;
+        double expect = is_2d ? 1.0 - (double)ADAM_LR * (double)ADAM_WD : 1.0;
+        for (size_t i = 0; i < m->layout.size[t]; i++) {
+            ok &= fabs(m->params[m->layout.offset[t] + i] - expect) < 1e-7;
+        }
+    }
+    check(ok, "weight decay applies to 2-D weights only", "some tensor decayed wrongly");
+    cpu_model_free(m);
+}
+
+static void test_tiny_model(const GPTConfig *c, const float *params, const int *inputs, const int *targets) {
+    CpuModel *m = cpu_model_create(c, MB, MT);
+    real_from_float(m->params, params, m->layout.total);
+    model_grad(m, inputs, targets);
+    test_model_fd(m, inputs, targets);
+    test_model_padded_rows(m);
+    test_model_accumulates(m, inputs, targets);
+    cpu_model_free(m);
+    test_model_smaller_batch(c, params, inputs, targets);
+}
+
+// The double build's gradient of the tiny model, for the float build to be compared with.
+static double double_model_grads(const GPTConfig *c, const float *params, const int *inputs, const int *targets,
+                                 float *grads) {
+    CpuModel *m = cpu_model_create(c, MB, MT);
+    real_from_float(m->params, params, m->layout.total);
+    double loss = model_grad(m, inputs, targets);
+    float_from_real(grads, m->grads, m->layout.total);
+    cpu_model_free(m);
+    return loss;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The float build, the one train_gpt_cpu ships, compiled from the same header under names ending in _f.
+#undef LLMC_CPU_MODEL_H
+#undef CPU_REAL
+#define cpu_real cpu_real_f
+#define real_exp real_exp_f
+#define real_tanh real_tanh_f
+#define imin imin_f
+#define gemm_tile gemm_tile_f
+#define gemm_acc gemm_acc_f
+#define transpose transpose_f
+#define encoder_forward encoder_forward_f
+#define encoder_backward encoder_backward_f
+#define layernorm_forward layernorm_forward_f
+#define layernorm_backward layernorm_backward_f
+#define matmul_forward matmul_forward_f
+#define matmul_backward matmul_backward_f
+#define attention_forward attention_forward_f
+#define attention_backward attention_backward_f
+#define gelu_forward gelu_forward_f
+#define gelu_backward gelu_backward_f
+#define residual_forward residual_forward_f
+#define softmax_crossentropy_forward softmax_crossentropy_forward_f
+#define softmax_crossentropy_backward softmax_crossentropy_backward_f
+#define CpuActs CpuActs_f
+#define CpuLayer CpuLayer_f
+#define CpuLayerActs CpuLayerActs_f
+#define CpuModel CpuModel_f
+#define cpu_acts_alloc cpu_acts_alloc_f
+#define cpu_model_create cpu_model_create_f
+#define cpu_model_free cpu_model_free_f
+#define real_from_float real_from_float_f
+#define float_from_real float_from_real_f
+#define cpu_model_init_params cpu_model_init_params_f
+#define cpu_layer cpu_layer_f
+#define cpu_layer_acts cpu_layer_acts_f
+#define cpu_layer_input cpu_layer_input_f
+#define check_tokens check_tokens_f
+#define cpu_model_forward cpu_model_forward_f
+#define zero_real zero_real_f
+#define cpu_model_backward cpu_model_backward_f
+#define cpu_model_zero_grad cpu_model_zero_grad_f
+#define sum_squares sum_squares_f
+#define cpu_model_update cpu_model_update_f
+#include "llmc/cpu_model.h"
+#include <omp.h>
+
+// fp32 keeps 24 bits (unit roundoff 6e-8). The longest sums here run over K <= 128 terms (the LM head's padded
+// vocabulary), whose rounding error grows like sqrt(K) u ~ 1e-6 typically and K u ~ 1e-5 at worst, compounded
+// through a few layers. Relative to each tensor's largest gradient, 1e-4 is 10x above that worst case, while a
+// precision defect (variance as E[x^2] - mean^2, a softmax without the max shift, float accumulation of a long
+// reduction) shows at 1e-3 or more.
+#define FLOAT_VS_DOUBLE_TOL 1e-4
+
+static double float_model_grads(const GPTConfig *c, const float *params, const int *inputs, const int *targets,
+                                float *grads) {
+    CpuModel *m = cpu_model_create(c, MB, MT);
+    memcpy(m->params, params, m->layout.total * sizeof(float));
+    cpu_model_zero_grad(m);
+    double loss = cpu_model_forward(m, inputs, targets, MB, MT);
+    cpu_model_backward(m, 1.0f / (MB * MT));
+    memcpy(grads, m->grads, m->layout.total * sizeof(float));
+    cpu_model_free(m);
+    return loss;
+}
+
+static void test_float_vs_double(const GPTConfig *c, const float *params, const int *inputs, const int *targets) {
+    ParamLayout p;
+    param_layout(c, &p);
+    float *gd = (float *)malloc_check(p.total * sizeof(float), "double gradients");
+    float *gf = (float *)malloc_check(p.total * sizeof(float), "float gradients");
+    double loss_d = double_model_grads(c, params, inputs, targets, gd);
+    double loss_f = float_model_grads(c, params, inputs, targets, gf);
+    double worst = fabs(loss_f - loss_d) / fabs(loss_d);
+    int worst_t = -1;
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+        double e = max_rel_err(gf + p.offset[t], gd + p.offset[t], p.size[t]);
+        if (!(e <= worst)) {
+            worst = e;
+            worst_t = t;
+        }
+    }
+    check(worst <= FLOAT_VS_DOUBLE_TOL, "float build's loss and gradients match the double build",
+          "relative error %.3g > %g in %s", worst, FLOAT_VS_DOUBLE_TOL, worst_t < 0 ? "the loss" : PARAM_NAMES[worst_t]);
+    printf("     (float vs double: loss %.3g, worst gradient tensor %.3g relative)\n",
+           fabs(loss_f - loss_d) / fabs(loss_d), worst);
+
+    // The same bits from one thread as from all of them: every element is summed by one thread in one order.
+    float *g1 = (float *)malloc_check(p.total * sizeof(float), "one-thread gradients");
+    int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    double loss_1 = float_model_grads(c, params, inputs, targets, g1);
+    omp_set_num_threads(threads);
+    check(loss_1 == loss_f && memcmp(g1, gf, p.total * sizeof(float)) == 0,
+          "float build is bitwise independent of the thread count", "1 thread vs %d differ", threads);
+    free(gd);
+    free(gf);
+    free(g1);
+}
+
+int main(void) {
+    test_encoder();
+    test_layernorm();
+    test_matmul();
+    test_attention();
+    test_gelu();
+    test_residual();
+    test_crossentropy();
+
+    GPTConfig c = tiny_config();
+    ParamLayout p;
+    param_layout(&c, &p);
+    float *params = tiny_params(&c, &p);
+    int inputs[MB * MT], targets[MB * MT];
+    tiny_tokens(&c, inputs, targets);
+    test_tiny_model(&c, params, inputs, targets);
+    test_adamw_clip(&c);
+    test_weight_decay_2d_only(&c);
+    test_float_vs_double(&c, params, inputs, targets);
+    free(params);
+    return test_exit();
+}

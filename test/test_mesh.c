@@ -1,0 +1,280 @@
+/*
+ * test_mesh.c: the process mesh and sharding arithmetic of llmc/mesh.h.
+ * - rank <-> (dp, gtp, tp) round trip, data ranks, for every layout of worlds 1..MAX_WORLD;
+ * - the TP, GTP and DP groups (ncclCommSplit color, key) partition the world into groups of the right size;
+ * - mesh_validate(): each failure is one line with the values and exit status 1 (run in a child process);
+ * - sharding: over one DP replica (TP x GTP ranks) the shards of every tensor cover each element of the full
+ *   tensor exactly once (TP-replicated tensors: once per TP rank); the QKV split gives each rank its heads.
+ */
+#include "../llmc/mesh.h"
+#include "test_util.h"
+
+#define MAX_WORLD 24
+#define VALIDATE_TIMEOUT_S 10.0
+
+static void test_coordinates(void) {
+    int bad = 0, layouts = 0;
+    for (int world = 1; world <= MAX_WORLD; world++) {
+        for (int tp = 1; tp <= world; tp++) {
+            for (int gtp = 1; tp * gtp <= world; gtp++) {
+                if (world % (tp * gtp) != 0) { continue; }
+                layouts++;
+                int *data_seen = (int *)calloc_check((size_t)world, sizeof(int), "data ranks");
+                for (int r = 0; r < world; r++) {
+                    Mesh m = mesh_make(world, r, tp, gtp);
+                    int in_range = m.tp_rank < tp && m.gtp_rank < gtp && m.dp_rank < m.dp && m.dp * tp * gtp == world;
+                    if (!in_range || mesh_rank_of(&m, m.dp_rank, m.gtp_rank, m.tp_rank) != r ||
+                        m.data_size != m.dp * gtp || m.data_rank != r / tp) {
+                        if (bad++ < 3) { printf("  world %d tp %d gtp %d rank %d: wrong coordinates\n", world, tp, gtp, r); }
+                        continue;
+                    }
+                    data_seen[m.data_rank]++;
+                }
+                // Each data rank is read by exactly one TP group (its tp ranks).
+                for (int d = 0; d < world / tp; d++) { bad += data_seen[d] != tp; }
+                free(data_seen);
+            }
+        }
+    }
+    check(bad == 0 && layouts > MAX_WORLD, "mesh coordinates round trip and data ranks",
+          "%d errors over %d layouts", bad, layouts);
+}
+
+static int other_coords_equal(const Mesh *a, const Mesh *b, MeshGroup g) {
+    return (g == GROUP_TP || a->tp_rank == b->tp_rank) && (g == GROUP_GTP || a->gtp_rank == b->gtp_rank) &&
+           (g == GROUP_DP || a->dp_rank == b->dp_rank);
+}
+
+// For each group kind: (color, key) maps the world one-to-one onto [0, world/size) x [0, size), and two ranks
+// share a color exactly when they agree on every coordinate but the group's own.
+static void test_groups(void) {
+    int bad = 0;
+    for (int world = 1; world <= MAX_WORLD; world++) {
+        for (int tp = 1; tp <= world; tp++) {
+            for (int gtp = 1; tp * gtp <= world; gtp++) {
+                if (world % (tp * gtp) != 0) { continue; }
+                for (int g = 0; g < NUM_GROUPS; g++) {
+                    int *owner = (int *)malloc_check((size_t)world * sizeof(int), "group map");
+                    for (int i = 0; i < world; i++) { owner[i] = -1; }
+                    for (int r = 0; r < world; r++) {
+                        Mesh m = mesh_make(world, r, tp, gtp);
+                        int size = mesh_group_size(&m, (MeshGroup)g);
+                        int color = mesh_group_color(&m, (MeshGroup)g), key = mesh_group_key(&m, (MeshGroup)g);
+                        if (size * (world / size) != world || color < 0 || color >= world / size || key < 0 ||
+                            key >= size || owner[color * size + key] != -1) {
+                            bad++;
+                            continue;
+                        }
+                        owner[color * size + key] = r;
+                        for (int s = 0; s < world; s++) {
+                            Mesh o = mesh_make(world, s, tp, gtp);
+                            bad += (mesh_group_color(&o, (MeshGroup)g) == color) != other_coords_equal(&m, &o, (MeshGroup)g);
+                        }
+                    }
+                    free(owner);
+                }
+            }
+        }
+    }
+    check(bad == 0, "tp/gtp/dp groups partition the world (color, key) one-to-one", "%d errors", bad);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Validation failures, each in a child process.
+
+typedef struct {
+    int world, tp, gtp;
+    GPTConfig config;
+    Options options;
+} ValidateCase;
+
+static void run_validate(void *arg) {
+    ValidateCase *v = (ValidateCase *)arg;
+    int rank = v->world - 1; // the message must name the rank that saw the problem
+    set_error_rank(rank);
+    Mesh m = mesh_make(v->world, rank, v->tp, v->gtp);
+    mesh_validate(&m, &v->config, &v->options);
+}
+
+// A small model every layout below divides: C = 64, 8 heads, Vp = 128, T = 64 (all powers of two).
+static ValidateCase small_case(int world, int tp, int gtp) {
+    ValidateCase v;
+    v.world = world;
+    v.tp = tp;
+    v.gtp = gtp;
+    v.config.max_seq_len = 64;
+    v.config.vocab_size = 100;
+    v.config.padded_vocab_size = 128;
+    v.config.num_layers = 2;
+    v.config.num_heads = 8;
+    v.config.channels = 64;
+    options_defaults(&v.options);
+    v.options.seq_len = 64;
+    v.options.batch_size = 2;
+    v.options.total_batch_tokens = 0;
+    v.options.tp = tp;
+    v.options.gtp = gtp;
+    return v;
+}
+
+static void expect_validate(const char *name, ValidateCase v, const char *expect) {
+    Child c;
+    child_start(&c, run_validate, &v);
+    child_wait(&c, now_s() + VALIDATE_TIMEOUT_S);
+    if (!expect) {
+        check(c.status == 0 && c.err[0] == '\0', name, "status %d, stderr: %s", c.status, c.err);
+        return;
+    }
+    int one_line = strchr(c.err, '\n') == c.err + strlen(c.err) - 1;
+    check(c.status == 1 && one_line && strstr(c.err, expect) != NULL, name,
+          "status %d, want 1 and one line containing '%s'; stderr: %s", c.status, expect, c.err);
+}
+
+static void test_validation(void) {
+    expect_validate("validate: good layout passes", small_case(16, 2, 4), NULL);
+    ValidateCase d12 = small_case(16, 4, 2);
+    config_from_preset("d12", 1024, &d12.config);
+    d12.options.seq_len = 1024;
+    d12.options.batch_size = 4;
+    d12.options.total_batch_tokens = 4 * 1024 * 4 * 2;
+    expect_validate("validate: d12 on tp 4 x gtp 2 x dp 2 passes", d12, NULL);
+
+    expect_validate("validate: world not divisible by tp x gtp", small_case(6, 2, 2),
+                    "[train_gpt rank 5] error: world size 6 is not divisible by tp x gtp = 4: launch a multiple of 4 "
+                    "ranks or change --tp/--gtp\n");
+    ValidateCase heads = small_case(8, 8, 1);
+    heads.config.num_heads = 4;
+    expect_validate("validate: heads not divisible by tp", heads, "attention heads = 4 is not divisible by --tp 8");
+    ValidateCase vocab = small_case(3, 3, 1);
+    vocab.config.channels = 48;
+    vocab.config.num_heads = 6;
+    expect_validate("validate: padded vocab not divisible by tp", vocab,
+                    "padded vocabulary = 128 is not divisible by --tp 3");
+    ValidateCase sp = small_case(4, 4, 1);
+    sp.options.seq_len = 62;
+    sp.config.max_seq_len = 62;
+    sp.options.sequence_parallel = 1;
+    expect_validate("validate: sequence parallel needs seq-len % tp", sp,
+                    "--seq-len 62 is not divisible by --tp 4, which sequence parallelism needs");
+    sp.options.sequence_parallel = 0;
+    sp.config.max_seq_len = 64; // keeps wpe's rows divisible by gtp (1 here anyway)
+    expect_validate("validate: same seq-len without sequence parallel passes", sp, NULL);
+    ValidateCase batch = small_case(12, 2, 2); // data ranks = dp x gtp = 3 x 2 = 6
+    batch.options.total_batch_tokens = 2 * 64 * 4;
+    expect_validate("validate: global batch over data ranks", batch,
+                    "--total-batch-tokens 512 is not a multiple of batch-size x seq-len x data-parallel ranks = "
+                    "2 x 64 x 6 = 768");
+    ValidateCase qkv = small_case(128, 2, 64); // TP-local rows: wte 64, wpe 64, LayerNorm 64, qkvw 96
+    expect_validate("validate: gtp split of the TP-local qkv weight", qkv,
+                    "qkvw: its TP-local first dimension 96 is not divisible by --gtp 64");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Sharding.
+
+// C = 48, 6 heads of 8, Vp = 96, T = 16: divisible by tp in {1, 2, 3, 6}; every TP-local first dimension
+// then by gtp in {1, 2, 4}.
+static GPTConfig tiny_config(void) {
+    GPTConfig c;
+    c.max_seq_len = 16;
+    c.vocab_size = 90;
+    c.padded_vocab_size = 96;
+    c.num_layers = 2;
+    c.num_heads = 6;
+    c.channels = 48;
+    return c;
+}
+
+// Over the tp x gtp ranks of one DP replica, count how often each element of every full tensor is held
+// (TP-local slice, then the rank's GTP shard of it). Split tensors: exactly once; replicated: once per TP rank.
+static int check_tiling(const GPTConfig *c, int tp, int gtp) {
+    ParamLayout p;
+    param_layout(c, &p);
+    int bad = 0;
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+        unsigned char *seen = (unsigned char *)calloc_check(p.size[t], 1, "tiling counts");
+        size_t rows, cols, full_rows, full_cols;
+        param_tp_shape(c, t, tp, &rows, &cols);
+        param_layer_shape(c, t, &full_rows, &full_cols);
+        int layers = (int)(p.size[t] / (full_rows * full_cols));
+        for (int r = 0; r < tp * gtp; r++) {
+            Mesh m = mesh_make(tp * gtp, r, tp, gtp);
+            Span shard = gtp_shard_rows(&m, rows);
+            for (int l = 0; l < layers; l++) {
+                for (size_t i = shard.begin; i < shard.begin + shard.count; i++) {
+                    for (size_t k = 0; k < cols; k++) {
+                        size_t e = tp_global_element(&m, c, t, l, i, k);
+                        if (e >= p.size[t]) { bad++; } else { seen[e]++; }
+                    }
+                }
+            }
+        }
+        int want = param_tp_split(t) == TP_REPLICATED ? tp : 1;
+        for (size_t e = 0; e < p.size[t]; e++) { bad += seen[e] != want; }
+        free(seen);
+    }
+    return bad;
+}
+
+static void test_tiling(void) {
+    GPTConfig c = tiny_config();
+    int tps[] = {1, 2, 3, 6}, gtps[] = {1, 2, 4};
+    int bad = 0;
+    for (int i = 0; i < 4; i++) {
+        for (int j = 0; j < 3; j++) {
+            int b = check_tiling(&c, tps[i], gtps[j]);
+            if (b) { printf("  tp %d gtp %d: %d elements covered the wrong number of times\n", tps[i], gtps[j], b); }
+            bad += b;
+        }
+    }
+    check(bad == 0, "tp x gtp shards tile every tensor exactly once", "%d errors", bad);
+}
+
+// Each rank's local QKV rows are [q; k; v] of exactly its heads, in head order.
+static void test_qkv_heads(void) {
+    GPTConfig c = tiny_config();
+    int hs = c.channels / c.num_heads, tp = 3, bad = 0;
+    for (int r = 0; r < tp; r++) {
+        Mesh m = mesh_make(tp, r, tp, 1);
+        Span heads = tp_heads(&m, &c);
+        size_t rows, cols;
+        param_tp_shape(&c, P_QKVW, tp, &rows, &cols);
+        size_t per_part = rows / QKV_PARTS;
+        for (size_t i = 0; i < rows; i++) {
+            size_t g = tp_global_row(&m, &c, P_QKVW, i);
+            size_t part = g / (size_t)c.channels, head = (g % (size_t)c.channels) / (size_t)hs;
+            size_t local_head = (i % per_part) / (size_t)hs;
+            bad += part != i / per_part || head != heads.begin + local_head || g % (size_t)hs != i % (size_t)hs;
+            bad += tp_global_row(&m, &c, P_QKVB, i) != g;
+        }
+    }
+    // By hand: C = 48, tp = 3, rank 1 holds heads 2..3 = channels 16..31 of each of q, k, v.
+    Mesh m1 = mesh_make(3, 1, 3, 1);
+    bad += tp_global_row(&m1, &c, P_QKVW, 0) != 16 || tp_global_row(&m1, &c, P_QKVW, 15) != 31;
+    bad += tp_global_row(&m1, &c, P_QKVW, 16) != 64 || tp_global_row(&m1, &c, P_QKVW, 47) != 96 + 31;
+    check(bad == 0, "qkv split: each tp rank holds q, k, v rows of its own heads", "%d errors", bad);
+}
+
+static void test_spans(void) {
+    GPTConfig c = tiny_config();
+    Mesh m = mesh_make(12, 7, 3, 2), g1 = mesh_make(12, 9, 3, 2); // (dp, gtp, tp) = (1, 0, 1) and (1, 1, 0)
+    Span vocab = tp_vocab_rows(&m, &c), fc = tp_column_parallel_rows(&m, 4 * 48), proj = tp_row_parallel_cols(&m, 4 * 48);
+    Span shard = gtp_shard_rows(&g1, 64);
+    int ok = vocab.begin == 32 && vocab.count == 32 && fc.begin == 64 && fc.count == 64 && proj.begin == 64 &&
+             proj.count == 64 && shard.begin == 32 && shard.count == 32;
+    size_t rows, cols;
+    param_tp_shape(&c, P_FCPROJW, 3, &rows, &cols);
+    ok = ok && rows == 48 && cols == 64 && tp_global_col(&m, &c, P_FCPROJW, 5) == 69 && tp_global_col(&m, &c, P_FCW, 5) == 5;
+    check(ok, "vocab, column-, row-parallel and gtp spans at known values", "vocab %zu+%zu fc %zu+%zu proj %zu+%zu gtp %zu+%zu",
+          vocab.begin, vocab.count, fc.begin, fc.count, proj.begin, proj.count, shard.begin, shard.count);
+}
+
+int main(void) {
+    test_coordinates();
+    test_groups();
+    test_validation();
+    test_tiling();
+    test_qkv_heads();
+    test_spans();
+    return test_exit();
+}

@@ -1,0 +1,371 @@
+/*
+ * test_trainer.c: the shared training loop (llmc/trainer.h) over a toy model, on tiny shards written here.
+ * The toy is deterministic and cheap (one weight per token predicts the next token; AdamW as dev/NOTES.md
+ * says), so these checks are about the loop, not a model:
+ * - a run writes its checkpoints, log lines and samples; a run interrupted after checkpoint 3 and resumed
+ *   logs the same losses and ends with byte-identical model and state files;
+ * - a folder that holds a run is refused without --resume 1, and nothing in it changes; --resume 1 without
+ *   a checkpoint, a checkpoint of other settings, and --init-from a model of another shape are refused with
+ *   one line; resuming a finished run does nothing; --init-from loads the file's weights.
+ * Each run is a child process (train_main exits on errors), stdout kept in the scratch folder.
+ */
+#define _POSIX_C_SOURCE 200809L // mkdtemp
+
+#include "../llmc/init.h"
+#include "../llmc/trainer.h"
+#include "test_util.h"
+
+#define RUN_TIMEOUT_S 60.0
+#define TRAIN_WINDOWS 64
+#define VAL_WINDOWS 8
+#define SEQ_LEN 8
+#define MAX_RUN_ARGS 64
+
+static char g_dir[] = "/tmp/test_trainer_XXXXXX";
+
+// ----------------------------------------------------------------------------------------------------------
+// the toy model: loss of token i = 0.5 * (wte[input_i * C] - target_i / V)^2
+
+typedef struct {
+    GPTConfig c;
+    size_t n;
+    float *params, *grads, *m, *v;
+} Toy;
+
+static float toy_target(const Toy *t, int token) { return (float)token / (float)t->c.vocab_size; }
+
+static float toy_loss(Toy *t, const int *in, const int *tg, int B, int T, float scale, int backward) {
+    double sum = 0.0;
+    for (int i = 0; i < B * T; i++) {
+        size_t k = (size_t)in[i] * (size_t)t->c.channels;
+        float d = t->params[k] - toy_target(t, tg[i]);
+        sum += 0.5 * (double)d * d;
+        if (backward) { t->grads[k] += scale * d; }
+    }
+    return (float)(sum / (B * T));
+}
+
+static void toy_zero_grad(void *ctx) {
+    Toy *t = (Toy *)ctx;
+    memset(t->grads, 0, t->n * sizeof(float));
+}
+
+static float toy_forward_backward(void *ctx, const int *in, const int *tg, int B, int T, float scale) {
+    return toy_loss((Toy *)ctx, in, tg, B, T, scale, 1);
+}
+
+static float toy_eval_loss(void *ctx, const int *in, const int *tg, int B, int T) {
+    return toy_loss((Toy *)ctx, in, tg, B, T, 0.0f, 0);
+}
+
+static float toy_update(void *ctx, const UpdateArgs *a) {
+    Toy *t = (Toy *)ctx;
+    double sq = 0.0;
+    for (size_t i = 0; i < t->n; i++) { sq += (double)t->grads[i] * t->grads[i]; }
+    float norm = (float)sqrt(sq);
+    float clip = (a->grad_clip > 0 && norm > a->grad_clip) ? a->grad_clip / norm : 1.0f;
+    float bc1 = 1.0f - powf(a->beta1, (float)a->t), bc2 = 1.0f - powf(a->beta2, (float)a->t);
+    for (size_t i = 0; i < t->n; i++) {
+        float g = t->grads[i] * clip;
+        t->m[i] = a->beta1 * t->m[i] + (1 - a->beta1) * g;
+        t->v[i] = a->beta2 * t->v[i] + (1 - a->beta2) * g * g;
+        t->params[i] -= a->lr * ((t->m[i] / bc1) / (sqrtf(t->v[i] / bc2) + a->eps) + a->weight_decay * t->params[i]);
+    }
+    return norm;
+}
+
+static void toy_logits_at(void *ctx, const int *tokens, int T, int pos, float *out) {
+    Toy *t = (Toy *)ctx;
+    (void)T;
+    for (int v = 0; v < t->c.padded_vocab_size; v++) {
+        out[v] = 100.0f * t->params[(size_t)v * t->c.channels + 1] + (v == tokens[pos] ? 1.0f : 0.0f);
+    }
+}
+
+static void toy_get_params(void *ctx, float *out) { memcpy(out, ((Toy *)ctx)->params, ((Toy *)ctx)->n * 4); }
+static void toy_set_params(void *ctx, const float *in) { memcpy(((Toy *)ctx)->params, in, ((Toy *)ctx)->n * 4); }
+
+static void toy_get_opt_state(void *ctx, float *m, float *v) {
+    Toy *t = (Toy *)ctx;
+    memcpy(m, t->m, t->n * sizeof(float));
+    memcpy(v, t->v, t->n * sizeof(float));
+}
+
+static void toy_set_opt_state(void *ctx, const float *m, const float *v) {
+    Toy *t = (Toy *)ctx;
+    memcpy(t->m, m, t->n * sizeof(float));
+    memcpy(t->v, v, t->n * sizeof(float));
+}
+
+static ModelOps toy_factory(const GPTConfig *c, const Options *o, int B, int T) {
+    (void)B;
+    (void)T;
+    Toy *t = (Toy *)calloc_check(1, sizeof(Toy), "toy");
+    t->c = *c;
+    ParamLayout p;
+    param_layout(c, &p);
+    t->n = p.total;
+    t->params = (float *)malloc_check(t->n * sizeof(float), "toy params");
+    t->grads = (float *)calloc_check(t->n, sizeof(float), "toy grads");
+    t->m = (float *)calloc_check(t->n, sizeof(float), "toy m");
+    t->v = (float *)calloc_check(t->n, sizeof(float), "toy v");
+    param_init_host(c, &p, (uint64_t)o->seed, t->params);
+    ModelOps ops;
+    memset(&ops, 0, sizeof(ops));
+    ops.ctx = t;
+    ops.device_name = "toy";
+    ops.zero_grad = toy_zero_grad;
+    ops.forward_backward = toy_forward_backward;
+    ops.update = toy_update;
+    ops.eval_loss = toy_eval_loss;
+    ops.logits_at = toy_logits_at;
+    ops.get_params = toy_get_params;
+    ops.set_params = toy_set_params;
+    ops.get_opt_state = toy_get_opt_state;
+    ops.set_opt_state = toy_set_opt_state;
+    return ops;
+}
+
+// ----------------------------------------------------------------------------------------------------------
+// runs
+
+typedef struct {
+    int argc;
+    char *argv[MAX_RUN_ARGS];
+    char storage[MAX_RUN_ARGS][CKPT_PATH_LEN];
+    char stdout_path[CKPT_PATH_LEN];
+} Run;
+
+static void run_add(Run *r, const char *arg) {
+    if (r->argc >= MAX_RUN_ARGS) { fprintf(stderr, "too many arguments for one test run\n"); exit(1); }
+    snprintf(r->storage[r->argc], CKPT_PATH_LEN, "%s", arg);
+    r->argv[r->argc] = r->storage[r->argc];
+    r->argc++;
+}
+
+// The common options of these runs, for out_dir `name` in the scratch folder, then `extra` (NULL-terminated).
+static Run make_run(const char *name, const char *const *extra) {
+    static Run r;
+    memset(&r, 0, sizeof(r));
+    char buf[CKPT_PATH_LEN];
+    const char *base[] = {"test_trainer", "--depth", "1", "--width", "4", "--heads", "1", "--seq-len", "8",
+                          "--batch-size", "2", "--total-batch-tokens", "32", "--steps", "6", "--warmup-steps", "2",
+                          "--lr", "0.05", "--checkpoint-every", "3", "--val-every", "2", "--val-batches", "3",
+                          "--sample-every", "3", "--sample-tokens", "5", "--precision", "fp32", "--vocab-dir",
+                          "data/gpt2"};
+    for (size_t i = 0; i < sizeof(base) / sizeof(base[0]); i++) { run_add(&r, base[i]); }
+    snprintf(buf, sizeof(buf), "--train-data=%s/train_*.bin", g_dir);
+    run_add(&r, buf);
+    snprintf(buf, sizeof(buf), "--val-data=%s/val_*.bin", g_dir);
+    run_add(&r, buf);
+    snprintf(buf, sizeof(buf), "--out-dir=%s/%s", g_dir, name);
+    run_add(&r, buf);
+    for (; extra && *extra; extra++) { run_add(&r, *extra); }
+    snprintf(r.stdout_path, sizeof(r.stdout_path), "%s/%s.stdout", g_dir, name);
+    return r;
+}
+
+static void run_child(void *arg) {
+    Run *r = (Run *)arg;
+    if (!freopen(r->stdout_path, "a", stdout)) { exit(2); }
+    exit(train_main(r->argc, r->argv, toy_factory));
+}
+
+static Child run_train(Run *r) {
+    Child c;
+    child_start(&c, run_child, r);
+    child_wait(&c, now_s() + RUN_TIMEOUT_S);
+    return c;
+}
+
+// ----------------------------------------------------------------------------------------------------------
+// files
+
+static void scratch_path(char *out, const char *name) { snprintf(out, CKPT_PATH_LEN, "%s/%s", g_dir, name); }
+
+static char *read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { *n = 0; return NULL; }
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    rewind(f);
+    char *buf = (char *)malloc_check((size_t)size + 1, path);
+    fread_check(buf, 1, (size_t)size, f, path);
+    fclose(f);
+    buf[size] = '\0';
+    *n = (size_t)size;
+    return buf;
+}
+
+static int same_file(const char *a, const char *b) {
+    size_t na, nb;
+    char *x = read_file(a, &na), *y = read_file(b, &nb);
+    int same = x && y && na == nb && memcmp(x, y, na) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+static void copy_file(const char *from, const char *to) {
+    size_t n;
+    char *buf = read_file(from, &n);
+    FILE *f = fopen_check(to, "wb");
+    fwrite_check(buf, 1, n, f, to);
+    fclose(f);
+    free(buf);
+}
+
+// The llm.c lines ("s:...") of a log, up to and including step max_step.
+static void log_machine_lines(const char *path, int max_step, char *out, size_t cap) {
+    size_t n;
+    char *text = read_file(path, &n);
+    out[0] = '\0';
+    for (char *line = text ? strtok(text, "\n") : NULL; line; line = strtok(NULL, "\n")) {
+        int step;
+        if (sscanf(line, "s:%d", &step) == 1 && step <= max_step) {
+            strncat(out, line, cap - strlen(out) - 2);
+            strcat(out, "\n");
+        }
+    }
+    free(text);
+}
+
+static void write_shards(void) {
+    const int counts[2] = {TRAIN_WINDOWS * SEQ_LEN + 1, VAL_WINDOWS * SEQ_LEN + 1};
+    const char *names[2] = {"train_000.bin", "val_000.bin"};
+    for (int s = 0; s < 2; s++) {
+        uint16_t *tok = (uint16_t *)malloc_check((size_t)counts[s] * sizeof(uint16_t), "shard");
+        for (int i = 0; i < counts[s]; i++) { tok[i] = (uint16_t)rng_below(99, (uint32_t)s, (uint64_t)i, 1000); }
+        char p[CKPT_PATH_LEN];
+        scratch_path(p, names[s]);
+        shard_write(p, tok, (size_t)counts[s]);
+        free(tok);
+    }
+}
+
+// ----------------------------------------------------------------------------------------------------------
+
+static void test_run_and_resume(void) {
+    Run full = make_run("full", NULL);
+    Child c = run_train(&full);
+    char a[CKPT_PATH_LEN], b[CKPT_PATH_LEN], text[8192], text2[8192];
+    check(c.status == 0, "run_completes", "status %d: %s", c.status, c.err);
+    scratch_path(a, "full/model_00000003.bin");
+    scratch_path(b, "full/state_00000006.bin");
+    check(file_exists(a) && file_exists(b), "run_writes_checkpoints", "checkpoint 3 or 6 is missing");
+    scratch_path(a, "full/log.txt");
+    log_machine_lines(a, 1000, text, sizeof(text));
+    check(strstr(text, "s:1 trl:") && strstr(text, "s:6 trl:") && strstr(text, "s:2 tel:") && strstr(text, "s:6 tel:"),
+          "run_log_lines", "log lines: %s", text);
+    size_t n;
+    char *out = read_file(full.stdout_path, &n);
+    check(out && strstr(out, "step 1/6 | loss ") && strstr(out, "tok/s\n") && !strstr(out, "MFU") &&
+              strstr(out, "step 3/6 | sample:") && strstr(out, "device toy"),
+          "run_console_lines", "stdout: %s", out ? out : "(none)");
+    free(out);
+
+    // an interrupted copy: checkpoint 3 and the log up to it
+    scratch_path(a, "part");
+    mkdir(a, 0755);
+    const char *files[] = {"model_00000003.bin", "state_00000003.bin"};
+    for (int i = 0; i < 2; i++) {
+        char from[CKPT_PATH_LEN + 64], to[CKPT_PATH_LEN + 64];
+        snprintf(from, sizeof(from), "%s/full/%s", g_dir, files[i]);
+        snprintf(to, sizeof(to), "%s/part/%s", g_dir, files[i]);
+        copy_file(from, to);
+    }
+    scratch_path(a, "full/log.txt");
+    log_machine_lines(a, 3, text, sizeof(text));
+    scratch_path(b, "part/log.txt");
+    FILE *f = fopen_check(b, "w");
+    fputs(text, f);
+    fclose(f);
+    const char *resume[] = {"--resume", "1", NULL};
+    Run part = make_run("part", resume);
+    c = run_train(&part);
+    check(c.status == 0, "resume_completes", "status %d: %s", c.status, c.err);
+    log_machine_lines(a, 1000, text, sizeof(text));
+    log_machine_lines(b, 1000, text2, sizeof(text2));
+    check(strcmp(text, text2) == 0, "resume_same_losses", "uninterrupted:\n%sresumed:\n%s", text, text2);
+    scratch_path(a, "full/model_00000006.bin");
+    scratch_path(b, "part/model_00000006.bin");
+    int same_model = same_file(a, b);
+    scratch_path(a, "full/state_00000006.bin");
+    scratch_path(b, "part/state_00000006.bin");
+    check(same_model && same_file(a, b), "resume_identical_files", "model or state of step 6 differs");
+}
+
+static void expect_refused(const char *name, Run *r, const char *expect) {
+    Child c = run_train(r);
+    const char *nl = strchr(c.err, '\n');
+    check(c.status > 0 && strstr(c.err, expect) && nl && nl[1] == '\0', name,
+          "status %d, stderr '%s', expected one line containing '%s'", c.status, c.err, expect);
+}
+
+static void test_refusals(void) {
+    char model[CKPT_PATH_LEN], copy[CKPT_PATH_LEN + 16];
+    scratch_path(model, "full/model_00000006.bin");
+    snprintf(copy, sizeof(copy), "%s.before", model);
+    copy_file(model, copy);
+    Run again = make_run("full", NULL);
+    expect_refused("refuse_run_folder_without_resume", &again, "holds checkpoints of an earlier run; pass --resume 1");
+    check(same_file(model, copy), "refused_run_changes_nothing", "'%s' changed", model);
+    unlink(copy);
+
+    const char *resume[] = {"--resume", "1", NULL};
+    Run empty = make_run("empty", resume);
+    expect_refused("refuse_resume_without_checkpoint", &empty, "holds no complete checkpoint");
+
+    const char *other_seed[] = {"--resume", "1", "--steps", "6", "--seed", "5", NULL};
+    Run other = make_run("full", other_seed);
+    char want[CKPT_PATH_LEN + 128];
+    snprintf(want, sizeof(want), "state_00000006.bin' was written with --seed 1337 but this run has --seed 5");
+    expect_refused("refuse_resume_other_settings", &other, want);
+
+    char init[CKPT_PATH_LEN + 16];
+    snprintf(init, sizeof(init), "--init-from=%s", model);
+    const char *deeper[] = {init, "--depth", "2", NULL};
+    Run shape = make_run("shape", deeper);
+    expect_refused("refuse_init_from_other_shape", &shape, "has layers 1 but this run's model has 2");
+
+    Run done = make_run("full", resume);
+    Child c = run_train(&done);
+    size_t n;
+    char *out = read_file(done.stdout_path, &n);
+    check(c.status == 0 && out && strstr(out, "nothing to do"), "resume_finished_run_is_noop", "status %d: %s",
+          c.status, c.err);
+    free(out);
+}
+
+static void test_init_from(void) {
+    char model[CKPT_PATH_LEN], init[CKPT_PATH_LEN + 16];
+    scratch_path(model, "full/model_00000006.bin");
+    snprintf(init, sizeof(init), "--init-from=%s", model);
+    const char *extra[] = {init, "--steps", "1", "--warmup-steps", "0", "--lr", "0", "--weight-decay", "0",
+                           "--val-every", "0", "--sample-every", "0", NULL};
+    Run r = make_run("init", extra);
+    Child c = run_train(&r);
+    char out[CKPT_PATH_LEN];
+    scratch_path(out, "init/model_00000001.bin");
+    // with lr 0 the single step leaves the weights as loaded
+    check(c.status == 0 && same_file(model, out), "init_from_loads_weights", "status %d: %s", c.status, c.err);
+}
+
+int main(void) {
+    if (!mkdtemp(g_dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    write_shards();
+    test_run_and_resume();
+    test_refusals();
+    test_init_from();
+    if (g_test_failures == 0) {
+        char cmd[CKPT_PATH_LEN + 16];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_dir);
+        if (system(cmd) != 0) { printf("could not remove %s\n", g_dir); }
+    } else {
+        printf("scratch folder kept: %s\n", g_dir);
+    }
+    return test_exit();
+}

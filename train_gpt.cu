@@ -1,0 +1,511 @@
+/*
+ * train_gpt.cu: GPT-2 training on one GPU.
+ *
+ * Reads top to bottom: the run-time precision, the model (parameters, activations), forward, backward, the
+ * update, and the ModelOps table through which the training loop shared with the CPU build (llmc/trainer.h)
+ * drives it. The kernels live in the llmc/ .cuh headers, one concern each; every linear layer goes through llmc/matmul.cuh.
+ *
+ * Precision: master weights, gradients and AdamW moments are fp32 always. Activations and the weights the
+ * kernels read are of type floatX: float in fp32 mode (the GEMMs read the masters directly; CUBLAS_COMPUTE_32F, no
+ * TF32, so the CPU build is matched to ~1e-6), __nv_bfloat16 in bf16 mode (a bf16 copy of the weights that AdamW
+ * rewrites each step; the GEMMs accumulate in fp32 and write weight gradients in fp32).
+ *
+ * Every kernel is deterministic (no float atomics): the same run on the same GPU gives the same bits, so a
+ * resumed run continues exactly.
+ */
+#include <type_traits>
+
+#include "llmc/config.h"
+#include "llmc/cuda_common.cuh"
+#include "llmc/init.h"
+#include "llmc/model_ops.h"
+#include "llmc/options.h"
+#include "llmc/trainer.h"
+
+#include "llmc/adamw.cuh"
+#include "llmc/attention.cuh"
+#include "llmc/classifier.cuh"
+#include "llmc/encoder.cuh"
+#include "llmc/layernorm.cuh"
+#include "llmc/matmul.cuh"
+#include "llmc/params.cuh"
+
+// ----------------------------------------------------------------------------------------------------------------
+// precision
+
+// fp8 joins as a recipe on top of bf16: the block GEMMs of llmc/matmul.cuh in FP8, everything else bf16.
+typedef enum { PRECISION_FP32, PRECISION_BF16 } Precision;
+
+static Precision precision_from_options(const Options *o) {
+    if (strcmp(o->precision, "fp32") == 0) { return PRECISION_FP32; }
+    if (strcmp(o->precision, "bf16") == 0) { return PRECISION_BF16; }
+    fail("--precision '%s' is not supported by the GPU build; use fp32 or bf16", o->precision);
+}
+
+// Dense datasheet peaks (FLOP/s) of the GPUs we know, for MFU; 0 (no MFU) for others.
+static double gpu_peak_flops(const char *name, Precision p) {
+    static const struct {
+        const char *match;
+        double bf16, fp32;
+    } PEAKS[] = {{"H100 PCIe", 756e12, 51e12}, {"H100", 989e12, 67e12}, {"H200", 989e12, 67e12}};
+    for (size_t i = 0; i < sizeof(PEAKS) / sizeof(PEAKS[0]); i++) {
+        if (strstr(name, PEAKS[i].match)) { return p == PRECISION_FP32 ? PEAKS[i].fp32 : PEAKS[i].bf16; }
+    }
+    return 0.0;
+}
+
+// ----------------------------------------------------------------------------------------------------------------
+// the model
+
+// Activations for up to maxB x maxT tokens (N = maxB * maxT); per layer where backward needs them.
+template <typename floatX> struct Activations {
+    floatX *res;                   // (L+1, N, C) residual stream: [0] the embeddings, [l+1] the output of block l
+    floatX *res2;                  // (L, N, C) residual stream after attention
+    floatX *ln1, *ln2;             // (L, N, C)
+    float *ln1_stats, *ln2_stats;  // (L, 2, N): mean then rstd
+    floatX *qkv;                   // (L, N, 3C)
+    floatX *atty;                  // (L, N, C) attention output, heads side by side
+    float *lse;                    // (L, B, NH, T) log-sum-exp of each attention row
+    floatX *fch;                   // (L, N, 4C) fc output before GELU (its gelu is recomputed in backward)
+    floatX *lnf;                   // (N, C)
+    float *lnf_stats;              // (2, N)
+    floatX *logits;                // (N, Vp); backward overwrites it with its gradient
+    float *losses;                 // (N)
+    // scratch shared by all layers
+    floatX *proj;                  // (N, C) a projection's output before its residual add; in backward the
+                                   // gradient of a LayerNorm output or of the attention output
+    floatX *h4;                    // (N, 4C) gelu(fch) of the current layer; in backward then d fch
+    floatX *dres;                  // (N, C) gradient of the residual stream
+    floatX *dqkv;                  // (N, 3C)
+    void *attn_workspace;
+    float *reduce_scratch;         // partial sums of the column reductions (bias and LayerNorm gradients)
+    float *norm_scratch;           // partial sums of the gradient norm
+    float *scalars;                // [0] mean loss, [1] gradient norm, [2] clip factor
+};
+
+// Host side of one micro-batch: pinned so copies run asynchronously with the GPU.
+typedef struct {
+    int *tokens;        // inputs (N) then targets (N)
+    int *buckets;       // the encoder backward's token buckets (3N + 1)
+    int *bucket_count;  // V, for the counting sort
+    float *scalars;     // copies of Activations::scalars
+} HostStaging;
+
+template <typename floatX> struct GPT {
+    GPTConfig config;
+    ParamLayout layout;
+    Precision precision;
+    int maxB, maxT;
+    float *params, *grads, *m, *v; // fp32, param_layout() order
+    floatX *weights;               // what the kernels read: params itself (fp32) or its bf16 copy
+    Activations<floatX> acts;
+    int *d_tokens;                 // inputs (N) then targets (N)
+    int *d_buckets;
+    TokenBuckets buckets;
+    HostStaging host;
+    cudaEvent_t scalars_ready;
+    int eval_B, eval_T;            // shape of the logits the last eval_loss left
+    char device_name[256];
+};
+
+// Layer l's slice of tensor t in a flat buffer (parameters, weights or gradients).
+template <typename floatX, typename U> static U *param_slice(const GPT<floatX> *g, U *base, int t, int l) {
+    return base + g->layout.offset[t] + (size_t)l * (g->layout.size[t] / g->config.num_layers);
+}
+
+template <typename floatX>
+static Linear<floatX> layer_linear(const GPT<floatX> *g, int tw, int tb, int l, int in, int out) {
+    Linear<floatX> lin = {in, out, param_slice(g, (const floatX *)g->weights, tw, l),
+                          param_slice(g, (const floatX *)g->weights, tb, l), param_slice(g, g->grads, tw, l),
+                          param_slice(g, g->grads, tb, l)};
+    return lin;
+}
+
+// The LM head: logits = lnf wte^T over the padded vocabulary, no bias (wte is tied to the token embedding).
+template <typename floatX> static Linear<floatX> lm_head(const GPT<floatX> *g) {
+    Linear<floatX> lin = {g->config.channels, g->config.padded_vocab_size, g->weights + g->layout.offset[P_WTE],
+                          NULL, g->grads + g->layout.offset[P_WTE], NULL};
+    return lin;
+}
+
+// Pointers to layer l's activations.
+template <typename floatX> struct LayerActs {
+    floatX *res_in, *res2, *res_out, *ln1, *ln2, *qkv, *atty, *fch;
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lse;
+};
+
+template <typename floatX> static LayerActs<floatX> layer_acts(const GPT<floatX> *g, int l) {
+    const Activations<floatX> &a = g->acts;
+    size_t N = (size_t)g->maxB * g->maxT, C = g->config.channels, NH = g->config.num_heads;
+    LayerActs<floatX> x;
+    x.res_in = a.res + l * N * C;
+    x.res_out = a.res + (l + 1) * N * C;
+    x.res2 = a.res2 + l * N * C;
+    x.ln1 = a.ln1 + l * N * C;
+    x.ln2 = a.ln2 + l * N * C;
+    x.qkv = a.qkv + l * N * 3 * C;
+    x.atty = a.atty + l * N * C;
+    x.fch = a.fch + l * N * 4 * C;
+    x.ln1_mean = a.ln1_stats + l * 2 * N;
+    x.ln1_rstd = x.ln1_mean + N;
+    x.ln2_mean = a.ln2_stats + l * 2 * N;
+    x.ln2_rstd = x.ln2_mean + N;
+    x.lse = a.lse + l * N * NH;
+    return x;
+}
+
+template <typename T> static T *dev_alloc(size_t count, const char *what) {
+    return (T *)cuda_alloc(count * sizeof(T), what);
+}
+
+template <typename floatX> static void activations_alloc(GPT<floatX> *g) {
+    const GPTConfig *c = &g->config;
+    size_t N = (size_t)g->maxB * g->maxT, C = c->channels, L = c->num_layers, NH = c->num_heads;
+    size_t Vp = c->padded_vocab_size;
+    Activations<floatX> &a = g->acts;
+    a.res = dev_alloc<floatX>((L + 1) * N * C, "the residual stream");
+    a.res2 = dev_alloc<floatX>(L * N * C, "the residual stream");
+    a.ln1 = dev_alloc<floatX>(L * N * C, "LayerNorm outputs");
+    a.ln2 = dev_alloc<floatX>(L * N * C, "LayerNorm outputs");
+    a.ln1_stats = dev_alloc<float>(L * 2 * N, "LayerNorm statistics");
+    a.ln2_stats = dev_alloc<float>(L * 2 * N, "LayerNorm statistics");
+    a.qkv = dev_alloc<floatX>(L * N * 3 * C, "QKV activations");
+    a.atty = dev_alloc<floatX>(L * N * C, "attention outputs");
+    a.lse = dev_alloc<float>(L * N * NH, "attention log-sum-exps");
+    a.fch = dev_alloc<floatX>(L * N * 4 * C, "MLP activations");
+    a.lnf = dev_alloc<floatX>(N * C, "final LayerNorm output");
+    a.lnf_stats = dev_alloc<float>(2 * N, "LayerNorm statistics");
+    a.logits = dev_alloc<floatX>(N * Vp, "logits");
+    a.losses = dev_alloc<float>(N, "per-token losses");
+    a.proj = dev_alloc<floatX>(N * C, "projection scratch");
+    a.h4 = dev_alloc<floatX>(N * 4 * C, "MLP scratch");
+    a.dres = dev_alloc<floatX>(N * C, "residual gradient");
+    a.dqkv = dev_alloc<floatX>(N * 3 * C, "QKV gradient");
+    a.attn_workspace = cuda_alloc(attention_backward_workspace_bytes(g->maxB, g->maxT, c->num_heads,
+                                                                     c->channels / c->num_heads),
+                                  "attention backward workspace");
+    size_t reduce = linear_backward_scratch_floats(4 * c->channels);
+    size_t ln = layernorm_backward_scratch_floats<floatX>((int)N, c->channels);
+    a.reduce_scratch = dev_alloc<float>(reduce > ln ? reduce : ln, "reduction scratch");
+    a.norm_scratch = dev_alloc<float>(grad_norm_blocks(), "gradient norm scratch");
+    a.scalars = dev_alloc<float>(3, "loss and norm");
+}
+
+template <typename floatX> static void gpt_check_shape(const GPTConfig *c) {
+    if (c->channels % Packed<bf16>::N != 0) {
+        fail("--width %d must be a multiple of %d on the GPU (16-byte vector loads)", c->channels, Packed<bf16>::N);
+    }
+    (void)layernorm_shape<floatX>(c->channels); // fails with the reason if LayerNorm cannot take this width
+}
+
+template <typename floatX>
+static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, uint64_t seed, int B, int T) {
+    gpt_check_shape<floatX>(config);
+    if (T > config->max_seq_len) { fail("sequence length %d exceeds the model's %d", T, config->max_seq_len); }
+    GPT<floatX> *g = (GPT<floatX> *)calloc_check(1, sizeof(GPT<floatX>), "GPU model");
+    g->config = *config;
+    g->precision = precision;
+    g->maxB = B;
+    g->maxT = T;
+    param_layout(config, &g->layout);
+    size_t P = g->layout.total, N = (size_t)B * T, V = config->vocab_size;
+    cudaStream_t s = g_cuda.stream;
+
+    g->params = dev_alloc<float>(P, "parameters");
+    g->grads = dev_alloc<float>(P, "gradients");
+    g->m = dev_alloc<float>(P, "AdamW first moments");
+    g->v = dev_alloc<float>(P, "AdamW second moments");
+    if constexpr (std::is_same<floatX, float>::value) {
+        g->weights = g->params;
+    } else {
+        g->weights = dev_alloc<floatX>(P, "bf16 weights");
+    }
+    cudaCheck(cudaMemsetAsync(g->grads, 0, P * sizeof(float), s));
+    cudaCheck(cudaMemsetAsync(g->m, 0, P * sizeof(float), s));
+    cudaCheck(cudaMemsetAsync(g->v, 0, P * sizeof(float), s));
+    param_init_device(g->params, config, &g->layout, seed, s);
+    if constexpr (!std::is_same<floatX, float>::value) { convert_from_float(g->weights, g->params, P, s); }
+
+    activations_alloc(g);
+    g->d_tokens = dev_alloc<int>(2 * N, "tokens");
+    g->d_buckets = dev_alloc<int>(3 * N + 1, "token buckets");
+    cudaCheck(cudaMallocHost(&g->host.tokens, 2 * N * sizeof(int)));
+    cudaCheck(cudaMallocHost(&g->host.buckets, (3 * N + 1) * sizeof(int)));
+    cudaCheck(cudaMallocHost(&g->host.scalars, 3 * sizeof(float)));
+    g->host.bucket_count = (int *)malloc_check(V * sizeof(int), "token counts");
+    cudaCheck(cudaEventCreateWithFlags(&g->scalars_ready, cudaEventDisableTiming));
+    snprintf(g->device_name, sizeof(g->device_name), "%s", g_cuda.props.name);
+    cudaCheck(cudaStreamSynchronize(s));
+    return g;
+}
+
+// ----------------------------------------------------------------------------------------------------------------
+// forward
+
+// Copies one micro-batch's tokens (targets may be NULL) to the GPU, checking they are in the vocabulary.
+template <typename floatX> static void gpt_load_tokens(GPT<floatX> *g, const int *inputs, const int *targets, int N) {
+    int V = g->config.vocab_size;
+    for (int i = 0; i < N; i++) {
+        if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V))) {
+            fail("token at position %d is outside the vocabulary [0, %d); the data shard is corrupt", i, V);
+        }
+    }
+    // The previous micro-step's copies finished before its loss was read (stream order), so staging is free.
+    memcpy(g->host.tokens, inputs, N * sizeof(int));
+    if (targets) { memcpy(g->host.tokens + N, targets, N * sizeof(int)); }
+    cudaCheck(cudaMemcpyAsync(g->d_tokens, g->host.tokens, (targets ? 2 : 1) * N * sizeof(int),
+                              cudaMemcpyHostToDevice, g_cuda.stream));
+}
+
+// Logits of B x T tokens (already on the GPU) into acts.logits.
+template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T) {
+    const GPTConfig *c = &g->config;
+    int C = c->channels, L = c->num_layers, NH = c->num_heads, N = B * T;
+    const Activations<floatX> &a = g->acts;
+    cudaStream_t s = g_cuda.stream;
+    const floatX *w = g->weights;
+    const size_t *off = g->layout.offset;
+
+    encoder_forward(a.res, g->d_tokens, w + off[P_WTE], w + off[P_WPE], B, T, C, s);
+    LayerActs<floatX> x0 = layer_acts(g, 0);
+    layernorm_forward(x0.ln1, x0.ln1_mean, x0.ln1_rstd, (floatX *)NULL, x0.res_in, (const floatX *)NULL,
+                      param_slice(g, w, P_LN1W, 0), param_slice(g, w, P_LN1B, 0), N, C, s);
+    for (int l = 0; l < L; l++) {
+        LayerActs<floatX> x = layer_acts(g, l);
+        linear_forward(layer_linear(g, P_QKVW, P_QKVB, l, C, 3 * C), x.qkv, x.ln1, N, (floatX *)NULL, s);
+        attention_forward(x.atty, x.lse, x.qkv, B, T, NH, C / NH, s);
+        linear_forward(layer_linear(g, P_ATTPROJW, P_ATTPROJB, l, C, C), a.proj, x.atty, N, (floatX *)NULL, s);
+        layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, x.res_in, a.proj, param_slice(g, w, P_LN2W, l),
+                          param_slice(g, w, P_LN2B, l), N, C, s);
+        linear_forward(layer_linear(g, P_FCW, P_FCB, l, C, 4 * C), a.h4, x.ln2, N, x.fch, s);
+        linear_forward(layer_linear(g, P_FCPROJW, P_FCPROJB, l, 4 * C, C), a.proj, a.h4, N, (floatX *)NULL, s);
+        // The residual add of this block, fused with the LayerNorm that reads it next.
+        bool last = l == L - 1;
+        LayerActs<floatX> next = layer_acts(g, last ? l : l + 1);
+        floatX *ln_out = last ? a.lnf : next.ln1;
+        float *mean = last ? a.lnf_stats : next.ln1_mean, *rstd = last ? a.lnf_stats + N : next.ln1_rstd;
+        const floatX *lnw = last ? w + off[P_LNFW] : param_slice(g, w, P_LN1W, l + 1);
+        const floatX *lnb = last ? w + off[P_LNFB] : param_slice(g, w, P_LN1B, l + 1);
+        layernorm_forward(ln_out, mean, rstd, x.res_out, x.res2, a.proj, lnw, lnb, N, C, s);
+    }
+    linear_forward(lm_head(g), a.logits, a.lnf, N, (floatX *)NULL, s);
+}
+
+// Per-token losses of the last forward (gradient in place of the logits when dloss != 0); the mean loss goes to
+// host.scalars[0], ready once scalars_ready has fired.
+template <typename floatX> static void gpt_loss(GPT<floatX> *g, int N, float dloss, int write_grad) {
+    const Activations<floatX> &a = g->acts;
+    fused_classifier(a.logits, a.losses, a.scalars, g->d_tokens + N, dloss, N, g->config.vocab_size,
+                     g->config.padded_vocab_size, write_grad, g_cuda.stream);
+    cudaCheck(cudaMemcpyAsync(g->host.scalars, a.scalars, sizeof(float), cudaMemcpyDeviceToHost, g_cuda.stream));
+    cudaCheck(cudaEventRecord(g->scalars_ready, g_cuda.stream));
+}
+
+// ----------------------------------------------------------------------------------------------------------------
+// backward
+
+// Gradients of the last forward's loss (whose gradient gpt_loss left in the logits) are added to g->grads.
+template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T) {
+    const GPTConfig *c = &g->config;
+    int C = c->channels, L = c->num_layers, NH = c->num_heads, N = B * T;
+    const Activations<floatX> &a = g->acts;
+    cudaStream_t s = g_cuda.stream;
+    const floatX *w = g->weights;
+    const size_t *off = g->layout.offset;
+    float *scratch = a.reduce_scratch;
+
+    linear_backward(lm_head(g), a.proj, a.logits, a.lnf, (const floatX *)NULL, scratch, N, s);
+    cudaCheck(cudaMemsetAsync(a.dres, 0, (size_t)N * C * sizeof(floatX), s));
+    layernorm_backward(a.dres, g->grads + off[P_LNFW], g->grads + off[P_LNFB], scratch, a.proj,
+                       layer_acts(g, L - 1).res_out, w + off[P_LNFW], a.lnf_stats, a.lnf_stats + N, N, C, s);
+    for (int l = L - 1; l >= 0; l--) {
+        LayerActs<floatX> x = layer_acts(g, l);
+        // MLP: h4 = gelu(fch) again (cheaper than keeping it per layer), then it becomes d fch.
+        gelu_forward(a.h4, x.fch, (size_t)N * 4 * C, s);
+        linear_backward(layer_linear(g, P_FCPROJW, P_FCPROJB, l, 4 * C, C), a.h4, a.dres, a.h4, x.fch, scratch, N, s);
+        linear_backward(layer_linear(g, P_FCW, P_FCB, l, C, 4 * C), a.proj, a.h4, x.ln2, (const floatX *)NULL,
+                        scratch, N, s);
+        layernorm_backward(a.dres, param_slice(g, g->grads, P_LN2W, l), param_slice(g, g->grads, P_LN2B, l),
+                           scratch, a.proj, x.res2, param_slice(g, w, P_LN2W, l), x.ln2_mean, x.ln2_rstd, N, C, s);
+        // attention
+        linear_backward(layer_linear(g, P_ATTPROJW, P_ATTPROJB, l, C, C), a.proj, a.dres, x.atty,
+                        (const floatX *)NULL, scratch, N, s);
+        attention_backward(a.dqkv, a.proj, x.atty, x.qkv, x.lse, a.attn_workspace, B, T, NH, C / NH, s);
+        linear_backward(layer_linear(g, P_QKVW, P_QKVB, l, C, 3 * C), a.proj, a.dqkv, x.ln1, (const floatX *)NULL,
+                        scratch, N, s);
+        layernorm_backward(a.dres, param_slice(g, g->grads, P_LN1W, l), param_slice(g, g->grads, P_LN1B, l),
+                           scratch, a.proj, x.res_in, param_slice(g, w, P_LN1W, l), x.ln1_mean, x.ln1_rstd, N, C, s);
+    }
+    encoder_backward(g->grads + off[P_WTE], g->grads + off[P_WPE], a.dres, &g->buckets, g->d_buckets, B, T, C, s);
+}
+
+// ----------------------------------------------------------------------------------------------------------------
+// update
+
+template <typename floatX> static float gpt_update(GPT<floatX> *g, const UpdateArgs *u) {
+    cudaStream_t s = g_cuda.stream;
+    const Activations<floatX> &a = g->acts;
+    grad_norm(a.scalars + 1, a.norm_scratch, g->grads, g->layout.total, u->grad_clip, s);
+    AdamWStep step = {u->lr, u->beta1, u->beta2, (float)(1.0 - pow(u->beta1, u->t)),
+                      (float)(1.0 - pow(u->beta2, u->t)), u->eps, 0.0f};
+    floatX *copy = std::is_same<floatX, float>::value ? NULL : g->weights;
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+        size_t o = g->layout.offset[t];
+        step.weight_decay = param_is_decayed(t) ? u->weight_decay : 0.0f;
+        adamw_update(g->params + o, copy ? copy + o : NULL, g->grads + o, g->m + o, g->v + o, g->layout.size[t], step,
+                     a.scalars + 1, s);
+    }
+    cudaCheck(cudaMemcpyAsync(g->host.scalars + 1, a.scalars + 1, sizeof(float), cudaMemcpyDeviceToHost, s));
+    cudaCheck(cudaEventRecord(g->scalars_ready, s));
+    cudaCheck(cudaEventSynchronize(g->scalars_ready));
+    return g->host.scalars[1];
+}
+
+// ----------------------------------------------------------------------------------------------------------------
+// the ModelOps table (llmc/model_ops.h)
+
+template <typename floatX> static void check_batch(const GPT<floatX> *g, int B, int T) {
+    if (B < 1 || T < 1 || B > g->maxB || T > g->maxT) {
+        fail("micro-batch %d x %d does not fit the GPU model's capacity %d x %d", B, T, g->maxB, g->maxT);
+    }
+}
+
+template <typename floatX> static void op_zero_grad(void *ctx) {
+    GPT<floatX> *g = (GPT<floatX> *)ctx;
+    cudaCheck(cudaMemsetAsync(g->grads, 0, g->layout.total * sizeof(float), g_cuda.stream));
+}
+
+template <typename floatX>
+static float op_forward_backward(void *ctx, const int *inputs, const int *targets, int B, int T, float loss_scale) {
+    GPT<floatX> *g = (GPT<floatX> *)ctx;
+    check_batch(g, B, T);
+    int N = B * T;
+    gpt_load_tokens(g, inputs, targets, N);
+    token_buckets_build(&g->buckets, g->host.buckets, g->host.bucket_count, inputs, N, g->config.vocab_size);
+    // Copied ahead of the loss, like the tokens, so the staging buffer is free again once the loss is read.
+    cudaCheck(cudaMemcpyAsync(g->d_buckets, g->host.buckets, g->buckets.ints * sizeof(int), cudaMemcpyHostToDevice,
+                              g_cuda.stream));
+    gpt_forward(g, B, T);
+    gpt_loss(g, N, loss_scale, 1);
+    gpt_backward(g, B, T);
+    // Backward is queued behind the loss; wait only for the loss, so the GPU runs on while the host goes ahead.
+    cudaCheck(cudaEventSynchronize(g->scalars_ready));
+    g->eval_B = 0; // the logits now hold gradients
+    return g->host.scalars[0];
+}
+
+template <typename floatX> static float op_update(void *ctx, const UpdateArgs *args) {
+    return gpt_update((GPT<floatX> *)ctx, args);
+}
+
+template <typename floatX> static float op_eval_loss(void *ctx, const int *inputs, const int *targets, int B, int T) {
+    GPT<floatX> *g = (GPT<floatX> *)ctx;
+    check_batch(g, B, T);
+    gpt_load_tokens(g, inputs, targets, B * T);
+    gpt_forward(g, B, T);
+    gpt_loss(g, B * T, 0.0f, 0);
+    cudaCheck(cudaEventSynchronize(g->scalars_ready));
+    g->eval_B = B;
+    g->eval_T = T;
+    return g->host.scalars[0];
+}
+
+// n logits of type floatX on the device to fp32 on the host.
+template <typename floatX> static void copy_to_host_float(float *out, const floatX *src, size_t n) {
+    if constexpr (std::is_same<floatX, float>::value) {
+        cudaCheck(cudaMemcpyAsync(out, src, n * sizeof(float), cudaMemcpyDeviceToHost, g_cuda.stream));
+        cudaCheck(cudaStreamSynchronize(g_cuda.stream));
+    } else {
+        floatX *tmp = (floatX *)malloc_check(n * sizeof(floatX), "logits copy");
+        cudaCheck(cudaMemcpyAsync(tmp, src, n * sizeof(floatX), cudaMemcpyDeviceToHost, g_cuda.stream));
+        cudaCheck(cudaStreamSynchronize(g_cuda.stream));
+        for (size_t i = 0; i < n; i++) { out[i] = __bfloat162float(tmp[i]); }
+        free(tmp);
+    }
+}
+
+template <typename floatX> static void op_logits_at(void *ctx, const int *tokens, int T, int pos, float *out) {
+    GPT<floatX> *g = (GPT<floatX> *)ctx;
+    check_batch(g, 1, T);
+    if (pos < 0 || pos >= T) { fail("logits_at: position %d is outside [0, %d)", pos, T); }
+    gpt_load_tokens(g, tokens, (const int *)NULL, T);
+    gpt_forward(g, 1, T);
+    g->eval_B = 0;
+    size_t Vp = g->config.padded_vocab_size;
+    copy_to_host_float(out, g->acts.logits + (size_t)pos * Vp, Vp);
+}
+
+template <typename floatX> static void op_copy_logits(void *ctx, float *out) {
+    GPT<floatX> *g = (GPT<floatX> *)ctx;
+    if (g->eval_B == 0) { fail("copy_logits needs an eval_loss just before it"); }
+    copy_to_host_float(out, g->acts.logits, (size_t)g->eval_B * g->eval_T * g->config.padded_vocab_size);
+}
+
+static void copy_device_to_host(float *out, const float *src, size_t n) {
+    cudaCheck(cudaMemcpyAsync(out, src, n * sizeof(float), cudaMemcpyDeviceToHost, g_cuda.stream));
+    cudaCheck(cudaStreamSynchronize(g_cuda.stream));
+}
+static void copy_host_to_device(float *dst, const float *src, size_t n) {
+    cudaCheck(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, g_cuda.stream));
+    cudaCheck(cudaStreamSynchronize(g_cuda.stream));
+}
+
+template <typename floatX> static void op_get_params(void *ctx, float *out) {
+    GPT<floatX> *g = (GPT<floatX> *)ctx;
+    copy_device_to_host(out, g->params, g->layout.total);
+}
+template <typename floatX> static void op_set_params(void *ctx, const float *in) {
+    GPT<floatX> *g = (GPT<floatX> *)ctx;
+    copy_host_to_device(g->params, in, g->layout.total);
+    if constexpr (!std::is_same<floatX, float>::value) {
+        convert_from_float(g->weights, g->params, g->layout.total, g_cuda.stream);
+        cudaCheck(cudaStreamSynchronize(g_cuda.stream));
+    }
+}
+template <typename floatX> static void op_get_grads(void *ctx, float *out) {
+    GPT<floatX> *g = (GPT<floatX> *)ctx;
+    copy_device_to_host(out, g->grads, g->layout.total);
+}
+template <typename floatX> static void op_get_opt_state(void *ctx, float *m, float *v) {
+    GPT<floatX> *g = (GPT<floatX> *)ctx;
+    copy_device_to_host(m, g->m, g->layout.total);
+    copy_device_to_host(v, g->v, g->layout.total);
+}
+template <typename floatX> static void op_set_opt_state(void *ctx, const float *m, const float *v) {
+    GPT<floatX> *g = (GPT<floatX> *)ctx;
+    copy_host_to_device(g->m, m, g->layout.total);
+    copy_host_to_device(g->v, v, g->layout.total);
+}
+
+template <typename floatX> static ModelOps gpt_ops(GPT<floatX> *g) {
+    ModelOps ops;
+    memset(&ops, 0, sizeof(ops));
+    ops.ctx = g;
+    ops.device_name = g->device_name;
+    ops.peak_flops = gpu_peak_flops(g->device_name, g->precision);
+    ops.zero_grad = op_zero_grad<floatX>;
+    ops.forward_backward = op_forward_backward<floatX>;
+    ops.update = op_update<floatX>;
+    ops.eval_loss = op_eval_loss<floatX>;
+    ops.logits_at = op_logits_at<floatX>;
+    ops.copy_logits = op_copy_logits<floatX>;
+    ops.get_params = op_get_params<floatX>;
+    ops.set_params = op_set_params<floatX>;
+    ops.get_grads = op_get_grads<floatX>;
+    ops.get_opt_state = op_get_opt_state<floatX>;
+    ops.set_opt_state = op_set_opt_state<floatX>;
+    return ops;
+}
+
+// The one place the precision picks the activation type.
+static ModelOps make_gpu_model(const GPTConfig *config, const Options *opts, int B, int T) {
+    cuda_context_init();
+    Precision p = precision_from_options(opts);
+    uint64_t seed = (uint64_t)opts->seed;
+    if (p == PRECISION_FP32) { return gpt_ops(gpt_create<float>(config, p, seed, B, T)); }
+    return gpt_ops(gpt_create<bf16>(config, p, seed, B, T));
+}
+
+#ifndef TESTING
+int main(int argc, char **argv) { return train_main(argc, argv, make_gpu_model); }
+#endif
