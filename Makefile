@@ -71,12 +71,12 @@ test/bin/mpi_bootstrap: test/test_bootstrap.c $(HEADERS) test/test_util.h
 	@mkdir -p test/bin
 	$(MPICC) $(CFLAGS) -DUSE_MPI $< -o $@ $(LDLIBS_CPU)
 
-# GPU tests: every test/test_X.cu builds into test/bin/test_X (compiled in CI too, so a break fails CI);
+# GPU tests: every test/test_X.cu builds into test/gpubin/test_X (compiled in CI too, so a break fails CI);
 # test/run_gpu_tests.sh runs them on a machine with a GPU.
 GPU_TEST_SRCS = $(wildcard test/test_*.cu)
-GPU_TEST_BINS = $(patsubst test/%.cu,test/bin/%,$(GPU_TEST_SRCS))
-test/bin/%: test/%.cu $(HEADERS) $(CUDA_HEADERS) train_gpt.cu
-	@mkdir -p test/bin
+GPU_TEST_BINS = $(patsubst test/%.cu,test/gpubin/%,$(GPU_TEST_SRCS))
+test/gpubin/%: test/%.cu $(HEADERS) $(CUDA_HEADERS) train_gpt.cu
+	@mkdir -p test/gpubin
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVLDLIBS)
 
 ifneq ($(NVCC),)
@@ -94,4 +94,4 @@ data: tokenize
 	data/prepare_brown.sh
 
 clean:
-	rm -rf train_gpt train_gpt_cpu tokenize test/bin
+	rm -rf train_gpt train_gpt_cpu tokenize test/bin test/gpubin

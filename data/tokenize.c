@@ -11,6 +11,7 @@
  * With -0, stdin holds many texts: encode reads NUL-terminated texts and prints one line of ids for each;
  * decode reads one line of ids per text and prints each text followed by a NUL (tests use this).
  */
+#define _POSIX_C_SOURCE 200809L // opendir, clock_gettime, fileno under -std=c11
 #include <dirent.h>
 #include <time.h>
 
@@ -88,16 +89,17 @@ static void cmd_encode(const char *text, int nul_separated, const char *vocab_di
         if (!nul_separated) {
             bpe_encode(&e, (const unsigned char *)in, n, "standard input", &ids);
             print_ids(&ids);
-        }
-        for (size_t start = 0, k = 0; nul_separated && start < n; k++) {
-            const char *end = memchr(in + start, '\0', n - start);
-            size_t len = end ? (size_t)(end - (in + start)) : n - start;
-            char source[64];
-            snprintf(source, sizeof(source), "text %zu of standard input", k);
-            ids.n = 0;
-            bpe_encode(&e, (const unsigned char *)in + start, len, source, &ids);
-            print_ids(&ids);
-            start += len + 1;
+        } else {
+            for (size_t start = 0, k = 0; start < n; k++) {
+                const char *end = memchr(in + start, '\0', n - start);
+                size_t len = end ? (size_t)(end - (in + start)) : n - start;
+                char source[64];
+                snprintf(source, sizeof(source), "text %zu of standard input", k);
+                ids.n = 0;
+                bpe_encode(&e, (const unsigned char *)in + start, len, source, &ids);
+                print_ids(&ids);
+                start += len + 1;
+            }
         }
         free(in);
     }

@@ -15,6 +15,7 @@
  * scale. Each warp owns 16-row slabs of the block's rows, so softmax statistics never leave a warp's quad.
  *
  * Layouts: qkv and dqkv (B, T, 3, NH, HS); out and dout (B, T, NH, HS); lse (B, NH, T) fp32, natural log.
+ * Grids are 1-D over (head, block along T), scheduled by attn_block(): heaviest causal blocks first.
  */
 #ifndef LLMC_ATTENTION_CUH
 #define LLMC_ATTENTION_CUH
@@ -29,33 +30,55 @@
 #define ATTN_LOG2E 1.4426950408889634f
 #define ATTN_LN2 0.6931471805599453f
 
-static inline void attention_check_args(int HS, const void *p0, const void *p1, const void *p2, const void *p3) {
+// `addresses`: the activation pointers or'ed together; rows are copied in 16-byte pieces.
+static inline void attention_check_args(int HS, uintptr_t addresses) {
     if (HS != 64 && HS != 128) {
         fail("attention supports head sizes 64 and 128, got %d; choose n_embd / n_head = 64 or 128", HS);
     }
-    // the bf16 kernels copy rows in 16-byte pieces
-    if (((uintptr_t)p0 | (uintptr_t)p1 | (uintptr_t)p2 | (uintptr_t)p3) % 16 != 0) {
+    if (addresses % 16 != 0) {
         fail("attention buffers must be 16-byte aligned; allocate activations at 16-byte offsets");
     }
 }
 
-// ----------------------------------------------------------------------------------------------------------------
-// backward preprocess, both precisions: D_i = sum_d dO_id O_id, one warp per (b, t, h) row.
+// Block schedule. Blocks start roughly in index order. Heads go in groups of ATTN_HEAD_GROUP; inside a group the
+// heaviest block (rank 0: most causal work) of every head starts first, then the next heaviest, ... so light blocks
+// fill the tail, while the rows the blocks of a group share (K/V or Q/dO: 2 MB for 8 heads at T = 1024, HS = 64)
+// stay in L2. Measured on H100 (dev/bench_attention.cu): all heads in one group, the backward at B = 32, NH = 12
+// takes 0.95 ms instead of 0.75 (the rows in flight overflow L2); groups of 1, 8 and 32 are within 3%, 8 best at
+// HS = 64.
+#define ATTN_HEAD_GROUP 8
 
-#define ATTN_ROWS_PER_BLOCK 8
+struct AttnBlock {
+    int bh, rank; // head b * NH + h; rank 0 = heaviest of the head's nblocks blocks along T
+};
+__device__ __forceinline__ AttnBlock attn_block(int nblocks) {
+    const int per_group = ATTN_HEAD_GROUP * nblocks, group = blockIdx.x / per_group, r = blockIdx.x % per_group;
+    const int heads = min(ATTN_HEAD_GROUP, (int)gridDim.x / nblocks - group * ATTN_HEAD_GROUP);
+    return {group * ATTN_HEAD_GROUP + r % heads, r / heads};
+}
+
+// ----------------------------------------------------------------------------------------------------------------
+// backward preprocess, both precisions: D_i = sum_d dO_id O_id. A (b, t, h) row is read by a group of
+// HS / Packed<T>::N lanes (8 to 32: the group never straddles a warp), 16 bytes each.
+
+#define ATTN_DSUM_THREADS 256
 
 template <typename T>
-__global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
+__global__ void __launch_bounds__(ATTN_DSUM_THREADS)
     attention_dsum_kernel(float *dsum, const T *dout, const T *out, int Tlen, int NH, int HS, int nrows) {
-    int row = blockIdx.x * ATTN_ROWS_PER_BLOCK + threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-    if (row >= nrows) { return; }
-    const T *o = out + (size_t)row * HS, *d = dout + (size_t)row * HS;
+    const int lanes = HS / Packed<T>::N;
+    const size_t idx = (size_t)blockIdx.x * ATTN_DSUM_THREADS + threadIdx.x, row = idx / lanes;
+    const size_t off = row * HS + (idx % lanes) * Packed<T>::N;
     float s = 0.0f;
-    for (int i = lane; i < HS; i += WARP_SIZE) { s += to_float(d[i]) * to_float(o[i]); }
-    s = warp_sum(s);
-    if (lane == 0) {
-        int h = row % NH, t = (row / NH) % Tlen, b = row / (NH * Tlen);
-        dsum[((size_t)b * NH + h) * Tlen + t] = s;
+    if (row < (size_t)nrows) {
+        Packed<T> d = load_packed(dout + off), o = load_packed(out + off);
+#pragma unroll
+        for (int k = 0; k < Packed<T>::N; k++) { s += d[k] * o[k]; }
+    }
+    for (int m = lanes / 2; m > 0; m /= 2) { s += __shfl_xor_sync(0xffffffffu, s, m); }
+    if (row < (size_t)nrows && idx % lanes == 0) {
+        size_t h = row % NH, t = (row / NH) % Tlen, b = row / ((size_t)NH * Tlen);
+        dsum[(b * NH + h) * Tlen + t] = s;
     }
 }
 
@@ -66,6 +89,7 @@ __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
 // accumulate into the warp's row (P V, dS K, ...) broadcast lane j's weight by shuffle, each lane owning the
 // columns lane, lane + 32, ...
 
+#define ATTN_ROWS_PER_BLOCK 8
 #define ATTN_F32_TILE WARP_SIZE
 
 // Rows [row0, row0 + rows) of one head, row stride `stride`, into dst (row pitch `pitch`); rows past Tlen are 0.
@@ -91,8 +115,10 @@ __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
     __shared__ float sQ[ATTN_ROWS_PER_BLOCK][HS];
     __shared__ float sK[ATTN_F32_TILE][HS + 1], sV[ATTN_F32_TILE][HS + 1];
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-    const int r0 = (gridDim.x - 1 - blockIdx.x) * ATTN_ROWS_PER_BLOCK; // the longest rows start first
-    const int row = r0 + warp, b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const int nblocks = (Tlen + ATTN_ROWS_PER_BLOCK - 1) / ATTN_ROWS_PER_BLOCK;
+    const AttnBlock blk = attn_block(nblocks);
+    const int r0 = (nblocks - 1 - blk.rank) * ATTN_ROWS_PER_BLOCK; // late rows see the most keys
+    const int row = r0 + warp, b = blk.bh / NH, h = blk.bh % NH;
     const size_t stride = (size_t)3 * NH * HS;
     const float *q = qkv + (size_t)b * Tlen * stride + (size_t)h * HS, *k = q + NH * HS, *v = q + 2 * NH * HS;
     attn_load_rows_f32(&sQ[0][0], HS, q, stride, r0, ATTN_ROWS_PER_BLOCK, Tlen, HS);
@@ -124,7 +150,7 @@ __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
         float *orow = out + ((size_t)b * Tlen + row) * NH * HS + (size_t)h * HS;
 #pragma unroll
         for (int i = 0; i < DPL; i++) { orow[lane + i * WARP_SIZE] = o[i] / l; }
-        if (lane == 0) { lse[(size_t)blockIdx.y * Tlen + row] = m + logf(l); }
+        if (lane == 0) { lse[(size_t)blk.bh * Tlen + row] = m + logf(l); }
     }
 }
 
@@ -137,15 +163,17 @@ __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
     __shared__ float sQ[ATTN_ROWS_PER_BLOCK][HS], sdO[ATTN_ROWS_PER_BLOCK][HS];
     __shared__ float sK[ATTN_F32_TILE][HS + 1], sV[ATTN_F32_TILE][HS + 1];
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-    const int r0 = (gridDim.x - 1 - blockIdx.x) * ATTN_ROWS_PER_BLOCK;
-    const int row = r0 + warp, b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const int nblocks = (Tlen + ATTN_ROWS_PER_BLOCK - 1) / ATTN_ROWS_PER_BLOCK;
+    const AttnBlock blk = attn_block(nblocks);
+    const int r0 = (nblocks - 1 - blk.rank) * ATTN_ROWS_PER_BLOCK;
+    const int row = r0 + warp, b = blk.bh / NH, h = blk.bh % NH;
     const size_t stride = (size_t)3 * NH * HS;
     const float *q = qkv + (size_t)b * Tlen * stride + (size_t)h * HS, *k = q + NH * HS, *v = q + 2 * NH * HS;
     attn_load_rows_f32(&sQ[0][0], HS, q, stride, r0, ATTN_ROWS_PER_BLOCK, Tlen, HS);
     attn_load_rows_f32(&sdO[0][0], HS, dout + (size_t)b * Tlen * NH * HS + (size_t)h * HS, (size_t)NH * HS, r0,
                        ATTN_ROWS_PER_BLOCK, Tlen, HS);
-    const float lse_i = row < Tlen ? lse[(size_t)blockIdx.y * Tlen + row] : 0.0f;
-    const float d_i = row < Tlen ? dsum[(size_t)blockIdx.y * Tlen + row] : 0.0f;
+    const float lse_i = row < Tlen ? lse[(size_t)blk.bh * Tlen + row] : 0.0f;
+    const float d_i = row < Tlen ? dsum[(size_t)blk.bh * Tlen + row] : 0.0f;
 
     float dq[DPL] = {};
     const int ntiles = (min(r0 + ATTN_ROWS_PER_BLOCK, Tlen) - 1) / ATTN_F32_TILE + 1;
@@ -182,12 +210,13 @@ __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
     __shared__ float sK[ATTN_ROWS_PER_BLOCK][HS], sV[ATTN_ROWS_PER_BLOCK][HS];
     __shared__ float sQ[ATTN_F32_TILE][HS + 1], sdO[ATTN_F32_TILE][HS + 1];
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-    const int k0 = blockIdx.x * ATTN_ROWS_PER_BLOCK; // low keys see the most queries: they start first
-    const int key = k0 + warp, b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const AttnBlock blk = attn_block((Tlen + ATTN_ROWS_PER_BLOCK - 1) / ATTN_ROWS_PER_BLOCK);
+    const int k0 = blk.rank * ATTN_ROWS_PER_BLOCK; // early keys see the most queries
+    const int key = k0 + warp, b = blk.bh / NH, h = blk.bh % NH;
     const size_t stride = (size_t)3 * NH * HS;
     const float *q = qkv + (size_t)b * Tlen * stride + (size_t)h * HS, *k = q + NH * HS, *v = q + 2 * NH * HS;
     const float *dO = dout + (size_t)b * Tlen * NH * HS + (size_t)h * HS;
-    const float *lse_bh = lse + (size_t)blockIdx.y * Tlen, *dsum_bh = dsum + (size_t)blockIdx.y * Tlen;
+    const float *lse_bh = lse + (size_t)blk.bh * Tlen, *dsum_bh = dsum + (size_t)blk.bh * Tlen;
     attn_load_rows_f32(&sK[0][0], HS, k, stride, k0, ATTN_ROWS_PER_BLOCK, Tlen, HS);
     attn_load_rows_f32(&sV[0][0], HS, v, stride, k0, ATTN_ROWS_PER_BLOCK, Tlen, HS);
 
@@ -393,8 +422,10 @@ __global__ void __launch_bounds__(WARPS *WARP_SIZE)
     auto sK = [&](int st) { return sKV + (2 * st) * BKV * HS * 2; };
     auto sV = [&](int st) { return sKV + (2 * st + 1) * BKV * HS * 2; };
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, g = lane >> 2, cq = lane & 3;
-    const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ; // the longest rows start first
-    const int b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const int nblocks = (Tlen + BQ - 1) / BQ;
+    const AttnBlock blk = attn_block(nblocks);
+    const int q0 = (nblocks - 1 - blk.rank) * BQ; // late rows see the most keys
+    const int b = blk.bh / NH, h = blk.bh % NH;
     const size_t stride = (size_t)3 * NH * HS;
     const bf16 *q = qkv + (size_t)b * Tlen * stride + (size_t)h * HS, *k = q + NH * HS, *v = q + 2 * NH * HS;
     const int nkv = (min(q0 + BQ, Tlen) + BKV - 1) / BKV, row_base = q0 + warp * MT * 16;
@@ -483,7 +514,7 @@ __global__ void __launch_bounds__(WARPS *WARP_SIZE)
             sum += __shfl_xor_sync(0xffffffffu, sum, 2);
             inv[hf] = 1.0f / sum;
             int row = row_base + mt * 16 + g + 8 * hf;
-            if (cq == 0 && row < Tlen) { lse[(size_t)blockIdx.y * Tlen + row] = (m[mt][hf] + log2f(sum)) * ATTN_LN2; }
+            if (cq == 0 && row < Tlen) { lse[(size_t)blk.bh * Tlen + row] = (m[mt][hf] + log2f(sum)) * ATTN_LN2; }
         }
 #pragma unroll
         for (int n = 0; n < DT; n++) {
@@ -516,12 +547,13 @@ __global__ void __launch_bounds__(WARPS *WARP_SIZE)
     float *sL = reinterpret_cast<float *>(smem + (2 * BKV + 4 * BQ) * HS * 2); // [2][BQ]: lse * log2(e)
     float *sD = sL + 2 * BQ;                                                   // [2][BQ]: D
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, g = lane >> 2, cq = lane & 3;
-    const int k0 = blockIdx.x * BKV; // low keys see the most queries: they start first
-    const int b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const AttnBlock blk = attn_block((Tlen + BKV - 1) / BKV);
+    const int k0 = blk.rank * BKV; // early keys see the most queries
+    const int b = blk.bh / NH, h = blk.bh % NH;
     const size_t stride = (size_t)3 * NH * HS, ostride = (size_t)NH * HS;
     const bf16 *q = qkv + (size_t)b * Tlen * stride + (size_t)h * HS, *k = q + NH * HS, *v = q + 2 * NH * HS;
     const bf16 *dO = dout + (size_t)b * Tlen * ostride + (size_t)h * HS;
-    const float *lse_bh = lse + (size_t)blockIdx.y * Tlen, *dsum_bh = dsum + (size_t)blockIdx.y * Tlen;
+    const float *lse_bh = lse + (size_t)blk.bh * Tlen, *dsum_bh = dsum + (size_t)blk.bh * Tlen;
     const int qt0 = k0 / BQ, nqt = (Tlen + BQ - 1) / BQ, key_base = k0 + warp * 16;
 
     // Query rows past Tlen get lse = +inf, so P = 0 there whatever the causal mask says.
@@ -606,8 +638,10 @@ __global__ void __launch_bounds__(WARPS *WARP_SIZE)
     auto sK = [&](int st) { return sKV + (2 * st) * BKV * HS * 2; };
     auto sV = [&](int st) { return sKV + (2 * st + 1) * BKV * HS * 2; };
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, g = lane >> 2, cq = lane & 3;
-    const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ;
-    const int b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const int nblocks = (Tlen + BQ - 1) / BQ;
+    const AttnBlock blk = attn_block(nblocks);
+    const int q0 = (nblocks - 1 - blk.rank) * BQ;
+    const int b = blk.bh / NH, h = blk.bh % NH;
     const size_t stride = (size_t)3 * NH * HS, ostride = (size_t)NH * HS;
     const bf16 *q = qkv + (size_t)b * Tlen * stride + (size_t)h * HS, *k = q + NH * HS, *v = q + 2 * NH * HS;
     const bf16 *dO = dout + (size_t)b * Tlen * ostride + (size_t)h * HS;
@@ -622,8 +656,8 @@ __global__ void __launch_bounds__(WARPS *WARP_SIZE)
 #pragma unroll
     for (int hf = 0; hf < 2; hf++) {
         int row = row_base + g + 8 * hf;
-        lrow[hf] = row < Tlen ? lse[(size_t)blockIdx.y * Tlen + row] * ATTN_LOG2E : 0.0f;
-        drow[hf] = row < Tlen ? dsum[(size_t)blockIdx.y * Tlen + row] : 0.0f;
+        lrow[hf] = row < Tlen ? lse[(size_t)blk.bh * Tlen + row] * ATTN_LOG2E : 0.0f;
+        drow[hf] = row < Tlen ? dsum[(size_t)blk.bh * Tlen + row] : 0.0f;
     }
     cp_async_wait_all();
     __syncthreads();
@@ -670,13 +704,15 @@ __global__ void __launch_bounds__(WARPS *WARP_SIZE)
 }
 
 // ----------------------------------------------------------------------------------------------------------------
-// tile shapes per head size: registers bound them (HS = 128 doubles the fragments held per row)
+// tile shapes per head size, the fastest of dev/bench_attention.cu's sweep on H100 at T = 1024. Registers bound
+// them (HS = 128 doubles the fragments held per row); two 16-row slabs per forward warp let one K/V fragment from
+// shared memory feed two mma, worth 10-17% there.
 
 template <int HS> struct AttnBf16Tiles;
 template <> struct AttnBf16Tiles<64> {
     static constexpr int FWD_WARPS = 4, FWD_MT = 2, FWD_BKV = 64; // 128 queries x 64 keys
-    static constexpr int DKDV_WARPS = 8, DKDV_BQ = 64;            // 128 keys x 64 queries
-    static constexpr int DQ_WARPS = 4, DQ_BKV = 64;               // 64 queries x 64 keys
+    static constexpr int DKDV_WARPS = 4, DKDV_BQ = 64;            // 64 keys x 64 queries
+    static constexpr int DQ_WARPS = 4, DQ_BKV = 32;               // 64 queries x 32 keys
 };
 template <> struct AttnBf16Tiles<128> {
     static constexpr int FWD_WARPS = 4, FWD_MT = 1, FWD_BKV = 64;
@@ -696,7 +732,7 @@ static void attention_forward_bf16(bf16 *out, float *lse, const bf16 *qkv, int B
     constexpr int smem = attn_fwd_smem_bytes<HS, C::FWD_WARPS, C::FWD_MT, C::FWD_BKV>();
     auto kernel = attention_forward_bf16_kernel<HS, C::FWD_WARPS, C::FWD_MT, C::FWD_BKV>;
     attn_set_smem(kernel, smem);
-    dim3 grid((Tlen + BQ - 1) / BQ, B * NH);
+    const int grid = B * NH * ((Tlen + BQ - 1) / BQ);
     kernel<<<grid, C::FWD_WARPS * WARP_SIZE, smem, stream>>>(out, lse, qkv, Tlen, NH,
                                                             ATTN_LOG2E / sqrtf((float)HS));
     cudaCheckLaunch();
@@ -711,7 +747,7 @@ static void attention_backward_bf16(bf16 *dqkv, const bf16 *dout, const bf16 *qk
         constexpr int BKV = 16 * C::DKDV_WARPS, smem = attn_dkdv_smem_bytes<HS, C::DKDV_WARPS, C::DKDV_BQ>();
         auto kernel = attention_backward_dkdv_bf16_kernel<HS, C::DKDV_WARPS, C::DKDV_BQ>;
         attn_set_smem(kernel, smem);
-        dim3 grid((Tlen + BKV - 1) / BKV, B * NH);
+        const int grid = B * NH * ((Tlen + BKV - 1) / BKV);
         kernel<<<grid, C::DKDV_WARPS * WARP_SIZE, smem, stream>>>(dqkv, dout, qkv, lse, dsum, Tlen, NH,
                                                                    scale_log2, scale);
         cudaCheckLaunch();
@@ -720,7 +756,7 @@ static void attention_backward_bf16(bf16 *dqkv, const bf16 *dout, const bf16 *qk
         constexpr int BQ = 16 * C::DQ_WARPS, smem = attn_dq_smem_bytes<HS, C::DQ_WARPS, C::DQ_BKV>();
         auto kernel = attention_backward_dq_bf16_kernel<HS, C::DQ_WARPS, C::DQ_BKV>;
         attn_set_smem(kernel, smem);
-        dim3 grid((Tlen + BQ - 1) / BQ, B * NH);
+        const int grid = B * NH * ((Tlen + BQ - 1) / BQ);
         kernel<<<grid, C::DQ_WARPS * WARP_SIZE, smem, stream>>>(dqkv, dout, qkv, lse, dsum, Tlen, NH, scale_log2,
                                                                  scale);
         cudaCheckLaunch();
@@ -730,7 +766,7 @@ static void attention_backward_bf16(bf16 *dqkv, const bf16 *dout, const bf16 *qk
 template <int HS>
 static void attention_forward_f32(float *out, float *lse, const float *qkv, int B, int Tlen, int NH,
                                   cudaStream_t stream) {
-    dim3 grid((Tlen + ATTN_ROWS_PER_BLOCK - 1) / ATTN_ROWS_PER_BLOCK, B * NH);
+    const int grid = B * NH * ((Tlen + ATTN_ROWS_PER_BLOCK - 1) / ATTN_ROWS_PER_BLOCK);
     attention_forward_f32_kernel<HS>
         <<<grid, ATTN_ROWS_PER_BLOCK * WARP_SIZE, 0, stream>>>(out, lse, qkv, Tlen, NH, 1.0f / sqrtf((float)HS));
     cudaCheckLaunch();
@@ -740,7 +776,7 @@ template <int HS>
 static void attention_backward_f32(float *dqkv, const float *dout, const float *qkv, const float *lse,
                                    const float *dsum, int B, int Tlen, int NH, cudaStream_t stream) {
     const float scale = 1.0f / sqrtf((float)HS);
-    dim3 grid((Tlen + ATTN_ROWS_PER_BLOCK - 1) / ATTN_ROWS_PER_BLOCK, B * NH);
+    const int grid = B * NH * ((Tlen + ATTN_ROWS_PER_BLOCK - 1) / ATTN_ROWS_PER_BLOCK);
     attention_backward_dkdv_f32_kernel<HS>
         <<<grid, ATTN_ROWS_PER_BLOCK * WARP_SIZE, 0, stream>>>(dqkv, dout, qkv, lse, dsum, Tlen, NH, scale);
     cudaCheckLaunch();
@@ -762,7 +798,7 @@ static size_t attention_backward_workspace_bytes(int B, int Tlen, int NH, int HS
 template <typename T>
 static void attention_forward(T *out, float *lse, const T *qkv, int B, int Tlen, int NH, int HS,
                               cudaStream_t stream) {
-    attention_check_args(HS, out, lse, qkv, qkv);
+    attention_check_args(HS, (uintptr_t)out | (uintptr_t)qkv);
     if constexpr (std::is_same<T, float>::value) {
         if (HS == 64) { attention_forward_f32<64>(out, lse, qkv, B, Tlen, NH, stream); }
         else { attention_forward_f32<128>(out, lse, qkv, B, Tlen, NH, stream); }
@@ -776,11 +812,11 @@ static void attention_forward(T *out, float *lse, const T *qkv, int B, int Tlen,
 template <typename T>
 static void attention_backward(T *dqkv, const T *dout, const T *out, const T *qkv, const float *lse,
                                void *workspace, int B, int Tlen, int NH, int HS, cudaStream_t stream) {
-    attention_check_args(HS, dqkv, dout, out, qkv);
+    attention_check_args(HS, (uintptr_t)dqkv | (uintptr_t)dout | (uintptr_t)out | (uintptr_t)qkv);
     float *dsum = (float *)workspace;
     const int nrows = B * Tlen * NH;
-    attention_dsum_kernel<<<(nrows + ATTN_ROWS_PER_BLOCK - 1) / ATTN_ROWS_PER_BLOCK,
-                            ATTN_ROWS_PER_BLOCK * WARP_SIZE, 0, stream>>>(dsum, dout, out, Tlen, NH, HS, nrows);
+    attention_dsum_kernel<<<grid_for((size_t)nrows * HS / Packed<T>::N, ATTN_DSUM_THREADS), ATTN_DSUM_THREADS, 0,
+                            stream>>>(dsum, dout, out, Tlen, NH, HS, nrows);
     cudaCheckLaunch();
     if constexpr (std::is_same<T, float>::value) {
         if (HS == 64) { attention_backward_f32<64>(dqkv, dout, qkv, lse, dsum, B, Tlen, NH, stream); }

@@ -7,15 +7,16 @@
  * so no fp32 copy of a (N, Vp) tensor ever exists. Per-token losses are written in fp32; mean_loss sums them in a
  * fixed order (deterministic) for the host.
  *
- * One block per row. Pass 1 keeps a running (max, sum of exp) per thread over its 16-byte packs, combined across
- * the block; pass 2 re-reads the row (mostly from L2) and writes the gradient.
+ * One block per row, the row staged in shared memory (Vp * sizeof(T): 100 KB in bf16), so the logits are read from
+ * memory once and written once. Pass 1 keeps a running (max, sum of exp) per thread over its 16-byte packs, combined
+ * across the block; pass 2 reads the row back from shared memory and writes the gradient.
  */
 #ifndef LLMC_CLASSIFIER_CUH
 #define LLMC_CLASSIFIER_CUH
 
 #include "cuda_common.cuh"
 
-#define CLASSIFIER_THREADS 512
+#define CLASSIFIER_THREADS 1024
 #define MEAN_LOSS_THREADS 1024
 
 // Assumes Vp % Packed<T>::N == 0. With write_grad 0 only the losses are written (evaluation).
@@ -24,11 +25,14 @@ __global__ void __launch_bounds__(CLASSIFIER_THREADS)
     fused_classifier_kernel(T *logits, float *losses, const int *targets, float dloss, int V, int Vp, int write_grad) {
     constexpr int PN = Packed<T>::N;
     __shared__ float red[WARP_SIZE];
+    extern __shared__ int4 smem_row[]; // the row, Vp / PN packs (one raw type for every T)
+    Packed<T> *staged = reinterpret_cast<Packed<T> *>(smem_row);
     T *row = logits + (size_t)blockIdx.x * Vp;
     int packs = Vp / PN;
     float m = -INFINITY, s = 0.0f;
     for (int p = threadIdx.x; p < packs; p += blockDim.x) {
-        Packed<T> z = load_packed(row + p * PN);
+        Packed<T> z = load_packed_cs(row + p * PN);
+        staged[p] = z;
         float pm = m;
         for (int j = 0; j < PN; j++) {
             if (p * PN + j < V) { pm = fmaxf(pm, z[j]); }
@@ -45,12 +49,10 @@ __global__ void __launch_bounds__(CLASSIFIER_THREADS)
     float bs = block_sum(m == -INFINITY ? 0.0f : s * expf(m - bm), red);
     float lse = bm + logf(bs);
     int target = targets[blockIdx.x];
-    if (threadIdx.x == 0) { losses[blockIdx.x] = lse - to_float(row[target]); }
+    if (threadIdx.x == 0) { losses[blockIdx.x] = lse - staged[target / PN][target % PN]; }
     if (!write_grad) { return; }
-    // Every thread has read row[target] (thread 0) before any thread overwrites it.
-    __syncthreads();
     for (int p = threadIdx.x; p < packs; p += blockDim.x) {
-        Packed<T> z = load_packed_cs(row + p * PN), g;
+        Packed<T> z = staged[p], g;
         for (int j = 0; j < PN; j++) {
             int v = p * PN + j;
             float prob = v < V ? expf(z[j] - lse) : 0.0f;
@@ -74,7 +76,14 @@ template <typename T>
 static void fused_classifier(T *logits, float *losses, float *mean_out, const int *targets, float dloss, int N, int V,
                              int Vp, int write_grad, cudaStream_t stream) {
     if (Vp % Packed<T>::N != 0) { fail("padded vocabulary %d is not a multiple of %d", Vp, Packed<T>::N); }
-    fused_classifier_kernel<<<N, CLASSIFIER_THREADS, 0, stream>>>(logits, losses, targets, dloss, V, Vp, write_grad);
+    int smem = Vp * (int)sizeof(T);
+    if (smem > (int)g_cuda.props.sharedMemPerBlockOptin) {
+        fail("a row of %d %s logits (%d bytes) does not fit the GPU's %zu bytes of shared memory per block", Vp,
+             TypeInfo<T>::name, smem, g_cuda.props.sharedMemPerBlockOptin);
+    }
+    cudaCheck(cudaFuncSetAttribute(fused_classifier_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    fused_classifier_kernel<<<N, CLASSIFIER_THREADS, smem, stream>>>(logits, losses, targets, dloss, V, Vp,
+                                                                      write_grad);
     cudaCheckLaunch();
     mean_loss_kernel<<<1, MEAN_LOSS_THREADS, 0, stream>>>(mean_out, losses, N);
     cudaCheckLaunch();

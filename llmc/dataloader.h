@@ -76,14 +76,12 @@ static inline long long shard_check_header(const char *path, const void *data, l
     return count;
 }
 
-// Position of the first token >= vocab_size, or -1 if there is none. The scan is a max-reduction first, since
-// a good shard (the usual case) then costs one pass at memory bandwidth.
+// Position of the first token >= vocab_size, or -1 if there is none. A max-reduction first, which compilers
+// vectorize, since a good shard (the usual case) then costs one pass at memory bandwidth. (No OpenMP here: the
+// loader must stay usable in a forked child, where a parent's OpenMP thread pool would hang.)
 static inline long long shard_first_bad_token(const uint16_t *t, long long n, int vocab_size) {
-    int maxv = 0;
-#pragma omp parallel for reduction(max : maxv)
-    for (long long i = 0; i < n; i++) {
-        if (t[i] > maxv) { maxv = t[i]; }
-    }
+    uint16_t maxv = 0;
+    for (long long i = 0; i < n; i++) { maxv = t[i] > maxv ? t[i] : maxv; }
     if (maxv < vocab_size) { return -1; }
     for (long long i = 0; i < n; i++) {
         if (t[i] >= vocab_size) { return i; }

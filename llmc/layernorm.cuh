@@ -147,10 +147,12 @@ template <typename T> static LnShape layernorm_shape(int C) {
     return s;
 }
 
-// Blocks of the backward kernel: about 16 warps per SM, so the partials stay small (blocks x 2C floats).
+// Blocks of the backward kernel: enough for about 32 warps per SM (memory latency is hidden by warps in flight),
+// no more, since each block writes a row of partials (2C floats).
+#define LN_BWD_WARPS_PER_SM 32
 template <typename T> static int layernorm_backward_blocks(int rows, int C) {
     LnShape s = layernorm_shape<T>(C);
-    int per_sm = (16 * WARP_SIZE) / s.threads;
+    int per_sm = (LN_BWD_WARPS_PER_SM * WARP_SIZE) / s.threads;
     int blocks = g_cuda.props.multiProcessorCount * (per_sm > 0 ? per_sm : 1);
     return rows < blocks ? rows : blocks;
 }

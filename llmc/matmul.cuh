@@ -4,7 +4,8 @@
  * A Linear maps x (N, in) to y = x W^T + b, W (out, in) row-major as config.h lays it out. Backward, given
  * dy = dL/dy (N, out):
  *   wgrad  dW += dy^T x     (fp32, accumulated over micro-steps: beta = 1 into the fp32 gradient)
- *   bgrad  db += sum_rows dy (a deterministic column sum: first pass per row chunk, then chunks in order)
+ *   bgrad  db += sum_rows dy (the BGRADB epilogue of the wgrad GEMM, which sums over its k = rows; where
+ *          cuBLASLt offers none, a deterministic column sum: a pass per row chunk, then the chunks in order)
  *   dgrad  dx  = dy W       (times gelu'(a) when x was gelu(a): the fused DGELU epilogue of fc2's dgrad)
  * The forward of fc fuses the bias and the GELU and keeps the pre-GELU activation a ("aux") for that backward.
  * GELU is the tanh approximation: gelu(a) = a/2 (1 + tanh(sqrt(2/pi) (a + 0.044715 a^3))).
@@ -136,7 +137,7 @@ static inline uint32_t pointer_alignment(const void *p) {
 
 typedef struct {
     cublasLtEpilogue_t epilogue;
-    const void *bias; // BIAS / GELU_AUX_BIAS
+    const void *bias; // BIAS / GELU_AUX_BIAS (read); BGRADB (written, fp32 like D)
     void *aux;        // GELU_AUX_BIAS (written) / DGELU (read); same shape and type as D
 } GemmEpilogue;
 
@@ -228,8 +229,15 @@ template <typename T>
 static void linear_backward(const Linear<T> &lin, T *dinp, const T *dout, const T *inp, const T *gelu_aux,
                             float *scratch, int N, cudaStream_t stream) {
     cudaDataType_t t = TypeInfo<T>::cuda;
-    gemm_lt(lin.dw, CUDA_R_32F, inp, 0, lin.in, dout, 1, lin.out, t, lin.in, lin.out, N, 1.0f, GEMM_PLAIN, stream);
-    if (lin.db) { column_sum_add(lin.db, scratch, dout, N, lin.out, stream); }
+    // The epilogue writes the bias gradient rather than adding it, so it lands in scratch and is added to db.
+    GemmEpilogue bgrad = {CUBLASLT_EPILOGUE_BGRADB, scratch, NULL};
+    if (lin.db && gemm_lt(lin.dw, CUDA_R_32F, inp, 0, lin.in, dout, 1, lin.out, t, lin.in, lin.out, N, 1.0f, bgrad,
+                          stream)) {
+        add_partial_sums(lin.db, scratch, 1, lin.out, lin.out, stream);
+    } else {
+        gemm_lt(lin.dw, CUDA_R_32F, inp, 0, lin.in, dout, 1, lin.out, t, lin.in, lin.out, N, 1.0f, GEMM_PLAIN, stream);
+        if (lin.db) { column_sum_add(lin.db, scratch, dout, N, lin.out, stream); }
+    }
     if (!dinp) { return; }
     if (gelu_aux) {
         GemmEpilogue dgelu = {CUBLASLT_EPILOGUE_DGELU, NULL, (void *)gelu_aux};

@@ -7,7 +7,7 @@ set -u
 cd "$(dirname "$0")/.."
 LOG_DIR=${LOG_DIR:-$(mktemp -d)}
 mkdir -p "$LOG_DIR"
-make -s train_gpt_cpu train_gpt test/bin/test_gpu_parity test/bin/test_attention || { echo "FAIL build"; exit 1; }
+make -s train_gpt_cpu train_gpt test/gpubin/test_gpu_parity test/gpubin/test_attention || { echo "FAIL build"; exit 1; }
 
 # name and CPU options of each reference model: 20 steps of B 4 x T 64, two micro-steps per step
 REF_COMMON="--ref-steps 20 --seq-len 64 --batch-size 4 --total-batch-tokens 512 --sample-every 0"
@@ -33,7 +33,7 @@ for ref in "${REFS[@]}"; do
     for prec in fp32 bf16; do
         log="$LOG_DIR/parity_${name}_$prec.log"
         echo "== parity $name $prec"
-        test/bin/test_gpu_parity "$file" "$prec" > "$log" 2>&1; rc=$?
+        test/gpubin/test_gpu_parity "$file" "$prec" > "$log" 2>&1; rc=$?
         grep -v '^PASS ' "$log"
         record "parity $name $prec" "$log" "$rc"
     done
@@ -42,7 +42,7 @@ done
 
 log="$LOG_DIR/attention.log"
 echo "== attention"
-test/bin/test_attention > "$log" 2>&1; rc=$?
+test/gpubin/test_attention > "$log" 2>&1; rc=$?
 grep -v '^PASS ' "$log" | tail -20
 record "attention" "$log" "$rc"
 

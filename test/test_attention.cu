@@ -294,7 +294,8 @@ int main(int argc, char **argv) {
     bool bench_only = argc > 1 && strcmp(argv[1], "--bench") == 0;
     check_fails(forward_head_size_96, "attention_rejects_head_size_96", "head sizes 64 and 128");
     check_fails(forward_misaligned, "attention_rejects_misaligned_buffer", "16-byte aligned");
-    const int shapes[][3] = {{3, 1, 2}, {2, 7, 3}, {2, 64, 2}, {3, 100, 1}, {1, 257, 3}, {1, 1024, 2}}; // B, T, NH
+    // B, T, NH; 5 x 7 heads: more than one head group of the block schedule, the last one partial
+    const int shapes[][3] = {{3, 1, 2}, {2, 7, 3}, {2, 64, 2}, {3, 100, 1}, {5, 130, 7}, {1, 257, 3}, {1, 1024, 2}};
     if (!bench_only) {
         for (int HS : {64, 128}) {
             for (auto &s : shapes) {

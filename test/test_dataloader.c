@@ -6,7 +6,7 @@
  * Corrupt shards are fed to dataloader_init in a child process whose stderr is captured: the child must exit
  * non-zero with one line naming the file, and the file must be left as it was.
  */
-#include <sys/wait.h>
+#define _POSIX_C_SOURCE 200809L // mkdtemp under -std=c11
 
 #include "llmc/config.h"
 #include "llmc/dataloader.h"
@@ -15,13 +15,15 @@
 #define T_LEN 16
 #define SEED 1234
 #define NUM_SHARDS 3
-static const int SHARD_LEN[NUM_SHARDS] = {1000, 1537, 777}; // (len-1)/T windows: 62 + 96 + 48 = 206
+static const int SHARD_LEN[NUM_SHARDS] = {1000, 1537, 784}; // (len-1)/T windows: 62 + 96 + 48 = 206
+// (784 = 49*T tokens hold only 48 windows: the last needs a target past the end)
 #define NUM_WINDOWS 206
 #define GLOBAL_WINDOWS 64 // S: 3 steps per epoch, a tail of 14 windows dropped
 #define STEPS 8           // covers epochs 0, 1 and part of 2
 
 static char g_dir[] = "/tmp/test_dataloader_XXXXXX";
 static char g_glob[256];
+#define PATH_CAP 1024
 
 /* ---------------------------------------------------------------------------------------------------------
  * Helpers
@@ -62,27 +64,12 @@ static unsigned char *read_file(const char *path, size_t *n) {
     return buf;
 }
 
-// Runs fn(arg) in a child with stderr captured into err; returns the child's exit status (-1 if it crashed).
-static int run_child(void (*fn)(void *), void *arg, char *err, size_t cap) {
-    int fds[2];
-    if (pipe(fds) != 0) { return -1; }
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fds[0]);
-        dup2(fds[1], 2);
-        fn(arg);
-        _exit(0);
-    }
-    close(fds[1]);
-    size_t len = 0;
-    ssize_t got;
-    while (len + 1 < cap && (got = read(fds[0], err + len, cap - 1 - len)) > 0) { len += (size_t)got; }
-    err[len] = '\0';
-    close(fds[0]);
-    int status;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+#define CHILD_DEADLINE_S 30.0
+
+// Runs fn(arg) in a child (test_util.h) and returns its exit status; what it wrote to stderr is in c->err.
+static int run_child(Child *c, void (*fn)(void *), void *arg) {
+    child_start(c, fn, arg);
+    return child_wait(c, now_s() + CHILD_DEADLINE_S);
 }
 
 typedef struct {
@@ -103,8 +90,9 @@ static void expect_rejected(const char *name, const char *glob, const char *file
     size_t before_n = 0, after_n = 0;
     unsigned char *before = file ? read_file(file, &before_n) : NULL;
     InitArgs a = {glob, B, D, S};
-    char err[4096];
-    int status = run_child(child_init, &a, err, sizeof(err));
+    Child c;
+    int status = run_child(&c, child_init, &a);
+    const char *err = c.err;
     unsigned char *after = file ? read_file(file, &after_n) : NULL;
     int untouched = !file || (before_n == after_n && (before_n == 0 || memcmp(before, after, before_n) == 0));
     const char *named = file ? file : glob;
@@ -152,7 +140,7 @@ static void test_shard_round_trip(void) {
 }
 
 static void test_rejects_corrupt_shards(void) {
-    char path[512], glob[512];
+    char path[PATH_CAP], glob[PATH_CAP];
     int32_t h[SHARD_HEADER_INTS] = {SHARD_MAGIC, SHARD_VERSION, 40};
     uint16_t tok[40];
     for (int i = 0; i < 40; i++) { tok[i] = (uint16_t)i; }
@@ -198,7 +186,7 @@ static void test_rejects_corrupt_shards(void) {
     write_raw("vocab.bin", h, SHARD_HEADER_INTS, tok, 40, path, sizeof(path));
     expect_rejected("reject_token_outside_vocab", path, path, "token 37 is 50257", 1, 1, 1);
     // the bad shard is named even when good shards sort before it
-    char good[512];
+    char good[PATH_CAP];
     snprintf(good, sizeof(good), "%s/a_good.bin", dir);
     tok[37] = 37;
     shard_write(good, tok, 40);
@@ -346,13 +334,13 @@ static void child_state_mid_step(void *p) {
 }
 
 static void test_state_errors(void) {
-    char err[4096];
-    int status = run_child(child_bad_state, NULL, err, sizeof(err));
-    check(status > 0 && strstr(err, "cannot resume the data at epoch 0, window 192"), "reject_resume_past_the_data",
-          "status %d, stderr '%s'", status, err);
-    status = run_child(child_state_mid_step, NULL, err, sizeof(err));
-    check(status > 0 && strstr(err, "middle of an optimizer step"), "reject_state_mid_step", "status %d, stderr '%s'",
-          status, err);
+    Child c;
+    int status = run_child(&c, child_bad_state, NULL);
+    check(status > 0 && strstr(c.err, "cannot resume the data at epoch 0, window 192"), "reject_resume_past_the_data",
+          "status %d, stderr '%s'", status, c.err);
+    status = run_child(&c, child_state_mid_step, NULL);
+    check(status > 0 && strstr(c.err, "middle of an optimizer step"), "reject_state_mid_step",
+          "status %d, stderr '%s'", status, c.err);
 }
 
 static void test_validation_order(void) {

@@ -1,7 +1,7 @@
 /*
  * test_gpu_parity.cu: the GPU build against the CPU build's reference state (llmc/refstate.h).
  *
- *   test/bin/test_gpu_parity REF_FILE fp32|bf16
+ *   test/gpubin/test_gpu_parity REF_FILE fp32|bf16
  *
  * Checks, each as max|gpu - cpu| / max|cpu| per tensor (test_util.h's max_rel_err):
  *   - the GPU's own initialization equals the CPU's initial weights (same Philox draws, on the device);
@@ -11,13 +11,13 @@
  *   - determinism: the gradients of the same micro-batches computed twice are bitwise equal.
  *
  * Tolerances. fp32: GEMMs with CUBLAS_COMPUTE_32F (no TF32) and fp32 everywhere else, so only the order of
- * summation differs from the CPU build: ~1e-6 relative, checked at 1e-4. bf16: activations and the weights the
- * GEMMs read are rounded to 8 significant bits (relative step 2^-8 = 4e-3), so every layer adds errors of a few
- * 1e-3 that partly average out: logits and gradients are checked at 3e-2 of the tensor's largest element, the loss
- * at 1e-2 relative. The AdamW step is lr * m/(sqrt(v) + eps), which at the first step is lr * sign(g): an element
- * whose gradient lies within the rounding noise of zero may step the other way. So the weights after an update
- * pass when within tolerance, or when the few elements beyond it (at most FLIP_FRACTION of the tensor) differ by
- * no more than such flips can make (2 lr summed over the steps so far).
+ * summation differs from the CPU build: ~1e-6 relative (measured on an H100: logits 2e-6, gradients 5e-6, loss
+ * 1e-7), checked at 1e-4. bf16: activations and the weights the GEMMs read are rounded to 8 significant bits
+ * (relative step 2^-8 = 4e-3), and every layer adds errors of that size which partly average out (measured: logits
+ * 6e-3, gradients 8e-3, loss 3e-4): logits and gradients are checked at 3e-2 of the tensor's largest element, the
+ * loss at 1e-2 relative. The gradient norm of every step: 1e-4 in fp32 (measured 3e-7 over 20 steps), 3e-2 in
+ * bf16 (measured 2e-3, growing as the trajectories part). The weights after an update: see check_updated (AdamW
+ * turns gradients that are zero up to rounding into full-size steps).
  */
 #define TESTING
 #include "../train_gpt.cu"
@@ -54,32 +54,53 @@ static double check_tensors(const char *what, const float *gpu, const float *cpu
     return worst;
 }
 
-// Weights after updates: within tol, or beyond it only at a few elements and only by what AdamW sign flips of
-// near-zero gradients can explain (flip_bound = 2 * sum of the learning rates so far).
-static double check_updated(const char *what, const float *gpu, const float *cpu, const ParamLayout *p,
-                            const Tolerances *tol, double flip_bound) {
+// Weights after updates. AdamW's step is lr * m/(sqrt(v) + eps), at the first step lr * g/(|g| + eps): where the
+// gradient is zero up to rounding noise (the key biases' gradient is exactly zero in exact arithmetic: softmax
+// ignores a constant added to a row of scores), the step is noise amplified to up to lr in size. A gradient error
+// of d = tol->grads * max|g| moves that step by lr eps d / (|g| + eps)^2, more than tol->params * lr where
+// |g| < sqrt(eps d / tol->params), and may flip its sign where |g| < d. Elements whose reference gradient at step 0
+// is that small ("noise-signed") are only held to the bound such steps can reach, flip_bound = 2 * (sum of lr).
+// All other elements must be within tolerance, except a fraction tol->flip_fraction of them (rounded up), also
+// within flip_bound (gradients near zero at later steps, which the reference does not record). A broken update
+// moves most elements, which this still catches.
+// Returns the worst relative error over the elements that are not noise-signed.
+static double check_updated(const char *what, const float *gpu, const float *cpu, const float *grad0,
+                            const ParamLayout *p, const Tolerances *tol, double eps, double flip_bound) {
     double worst = 0;
     for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
-        const float *a = gpu + p->offset[t], *b = cpu + p->offset[t];
+        const float *a = gpu + p->offset[t], *b = cpu + p->offset[t], *g = grad0 + p->offset[t];
         size_t n = p->size[t];
-        double e = max_rel_err(a, b, n), maxref = 0, maxdiff = 0;
-        for (size_t i = 0; i < n; i++) { maxref = fmax(maxref, fabs((double)b[i])); }
-        size_t beyond = 0;
+        double maxref = 0, maxgrad = 0, maxdiff = 0, strict = 0;
+        for (size_t i = 0; i < n; i++) {
+            maxref = fmax(maxref, fabs((double)b[i]));
+            maxgrad = fmax(maxgrad, fabs((double)g[i]));
+        }
+        double grad_err = tol->grads * maxgrad, noise = fmax(grad_err, sqrt(eps * grad_err / tol->params));
+        size_t noise_signed = 0, stray = 0, beyond_bound = 0;
         for (size_t i = 0; i < n; i++) {
             double d = fabs((double)a[i] - (double)b[i]);
-            if (!(d <= tol->params * maxref)) { beyond++; }
             if (!(d <= maxdiff)) { maxdiff = d; }
+            int noisy = fabs((double)g[i]) <= noise;
+            if (!noisy && !(d <= strict * maxref)) { strict = maxref > 0 ? d / maxref : d; }
+            if (d <= tol->params * maxref) { continue; }
+            if (!(d <= flip_bound + tol->params * maxref)) { beyond_bound++; }
+            if (noisy) { noise_signed++; } else { stray++; }
         }
-        int ok = e <= tol->params ||
-                 ((double)beyond <= tol->flip_fraction * (double)n && maxdiff <= flip_bound + tol->params * maxref);
+        size_t allowed = (size_t)ceil(tol->flip_fraction * (double)n);
+        int ok = beyond_bound == 0 && stray <= allowed;
         char name[128];
         snprintf(name, sizeof(name), "%s %s", what, PARAM_NAMES[t]);
-        check(ok, name, "max rel err %.3e > %.1e, %zu of %zu elements beyond it, max diff %.3e (flip bound %.3e)", e,
-              tol->params, beyond, n, maxdiff, flip_bound);
-        if (beyond > 0 && ok && e > tol->params) {
-            printf("  (%s: %zu of %zu elements differ by up to %.3e, AdamW sign flips)\n", name, beyond, n, maxdiff);
+        check(ok, name,
+              "max rel err %.3e (tol %.1e): %zu noise-signed and %zu other elements beyond it (%zu allowed), %zu "
+              "beyond the sign-flip bound %.3e (max diff %.3e)",
+              strict, tol->params, noise_signed, stray, allowed, beyond_bound,
+              flip_bound, maxdiff);
+        if (ok && noise_signed + stray > 0) {
+            printf("  (%s: %zu noise-signed and %zu other elements of %zu differ by up to %.3e, within the sign-flip "
+                   "bound)\n",
+                   name, noise_signed, stray, n, maxdiff);
         }
-        if (!(e <= worst)) { worst = e; }
+        if (!(strict <= worst)) { worst = strict; }
     }
     return worst;
 }
@@ -162,12 +183,14 @@ int main(int argc, char **argv) {
         if (s < refstate_param_steps(h)) {
             ops.get_params(ops.ctx, buf);
             snprintf(name, sizeof(name), "params step %d", s + 1);
-            double e = check_updated(name, buf, ref->params_after + (size_t)s * P, &layout, tol, flip_bound);
+            double e = check_updated(name, buf, ref->params_after + (size_t)s * P, ref->grads0, &layout, tol,
+                                     h->eps, flip_bound);
             if (!(e <= g_worst_params)) { g_worst_params = e; }
         }
     }
     ops.get_params(ops.ctx, buf);
-    double e = check_updated("params final", buf, ref->params_final, &layout, tol, flip_bound);
+    double e = check_updated("params final", buf, ref->params_final, ref->grads0, &layout, tol, h->eps,
+                             flip_bound);
     if (!(e <= g_worst_params)) { g_worst_params = e; }
 
     printf("parity %s: logits %.2e | grads %.2e | loss %.2e | params %.2e | %s\n", argv[2], g_worst_logits,

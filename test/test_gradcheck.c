@@ -9,9 +9,9 @@
  * Also AdamW, clipping and weight decay against hand-computed values.
  */
 #define CPU_REAL double
-#include "llmc/cpu_model.h"
-#include "llmc/rng.h"
-#include "test/test_util.h"
+#include "../llmc/cpu_model.h"
+#include "../llmc/rng.h"
+#include "test_util.h"
 
 #define FD_STEP 1e-5
 #define FD_TOL 1e-6
@@ -480,7 +480,7 @@ static double double_model_grads(const GPTConfig *c, const float *params, const 
 #define cpu_model_zero_grad cpu_model_zero_grad_f
 #define sum_squares sum_squares_f
 #define cpu_model_update cpu_model_update_f
-#include "llmc/cpu_model.h"
+#include "../llmc/cpu_model.h"
 #include <omp.h>
 
 // fp32 keeps 24 bits (unit roundoff 6e-8). The longest sums here run over K <= 128 terms (the LM head's padded

@@ -29,6 +29,7 @@ function check(ok, name, why) {
 function run(args, input) {
   const r = spawnSync(TOKENIZE, args, { input, maxBuffer: 1 << 30 });
   if (r.error) throw new Error(`cannot run ${TOKENIZE}: ${r.error.message} (build it with make tokenize)`);
+  r.failure = r.status === 0 ? "" : `exit ${r.status ?? r.signal}: ${r.stderr.toString().trim()}`;
   return r;
 }
 
@@ -38,15 +39,16 @@ const showIds = (a) => `[${Array.from(a.slice(0, 40)).join(" ")}${a.length > 40 
 // ./tokenize encode -0: one line of ids per NUL-terminated text.
 function encodeMany(texts) {
   const r = run(["encode", "-0"], Buffer.from(texts.map((t) => t + "\0").join(""), "utf8"));
-  if (r.status !== 0) return { error: r.stderr.toString().trim() };
+  if (r.failure) return { error: r.failure };
   const lines = r.stdout.toString().split("\n");
-  return { ids: texts.map((_, i) => (lines[i] ? lines[i].split(" ").map(Number) : [])) };
+  if (lines.length !== texts.length + 1) return { error: `printed ${lines.length - 1} lines for ${texts.length} texts` };
+  return { ids: lines.slice(0, -1).map((l) => (l ? l.split(" ").map(Number) : [])) };
 }
 
 // ./tokenize decode -0: the bytes of each line of ids, each followed by NUL, as one buffer.
 function decodeMany(idLists) {
   const r = run(["decode", "-0"], idLists.map((ids) => ids.join(" ") + "\n").join(""));
-  return r.status === 0 ? { bytes: r.stdout } : { error: r.stderr.toString().trim() };
+  return r.failure ? { error: r.failure } : { bytes: r.stdout };
 }
 
 function firstDiff(a, b) {
@@ -195,6 +197,9 @@ const GROUPS = {
     "\u00e9".repeat(3000),
     "\ud83d\ude00".repeat(1000),
   ],
+  // runs where equal-rank pairs compete, so the merge order (lowest rank, leftmost first) decides
+  repeats: ["a", "e", "o", "=", "-", "_", "*", ".", "!", "0", "1", " ", "\n", "ab", "aab", "ha", "\u00e9", "\u4e00", "\ud83d\ude00"]
+    .flatMap((u) => Array.from({ length: 40 }, (_, n) => ["", "x", " "].map((p) => p + u.repeat(n + 1))).flat()),
 };
 
 // Code point ranges the random texts draw from: all assigned since Unicode 14 or earlier, where PCRE2's tables
