@@ -3,7 +3,8 @@
  *
  * Reads top to bottom: the run-time precision, the model (parameters, activations), forward, backward, the
  * update, and the ModelOps table through which the training loop shared with the CPU build (llmc/trainer.h)
- * drives it. The kernels live in the llmc/ .cuh headers, one concern each; every linear layer goes through llmc/matmul.cuh.
+ * drives it. The kernels live in the llmc/ .cuh headers, one concern each; every linear layer goes through
+ * llmc/matmul.cuh.
  *
  * Precision: master weights, gradients and AdamW moments are fp32 always. Activations and the weights the
  * kernels read are of type floatX: float in fp32 mode (the GEMMs read the masters directly; CUBLAS_COMPUTE_32F, no
@@ -381,11 +382,12 @@ static float op_forward_backward(void *ctx, const int *inputs, const int *target
     check_batch(g, B, T);
     int N = B * T;
     gpt_load_tokens(g, inputs, targets, N);
+    gpt_forward(g, B, T);
+    // Built while the GPU runs the forward; copied ahead of the loss, like the tokens, so the staging buffer is
+    // free again once the loss has been read.
     token_buckets_build(&g->buckets, g->host.buckets, g->host.bucket_count, inputs, N, g->config.vocab_size);
-    // Copied ahead of the loss, like the tokens, so the staging buffer is free again once the loss is read.
     cudaCheck(cudaMemcpyAsync(g->d_buckets, g->host.buckets, g->buckets.ints * sizeof(int), cudaMemcpyHostToDevice,
                               g_cuda.stream));
-    gpt_forward(g, B, T);
     gpt_loss(g, N, loss_scale, 1);
     gpt_backward(g, B, T);
     // Backward is queued behind the loss; wait only for the loss, so the GPU runs on while the host goes ahead.

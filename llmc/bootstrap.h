@@ -93,9 +93,11 @@ static inline double bootstrap_clock_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+// Milliseconds left until the deadline, as poll() takes them.
 static inline int ms_until(double deadline_s) {
-    double left = deadline_s - bootstrap_clock_s();
-    return left > 0 ? (int)(left * 1000.0) + 1 : 0;
+    double left_ms = 1000.0 * (deadline_s - bootstrap_clock_s());
+    if (left_ms <= 0) { return 0; }
+    return left_ms < INT32_MAX - 1 ? (int)left_ms + 1 : INT32_MAX;
 }
 
 // ---------------------------------------------------------------------------------------------------------

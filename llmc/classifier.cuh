@@ -14,10 +14,19 @@
 #ifndef LLMC_CLASSIFIER_CUH
 #define LLMC_CLASSIFIER_CUH
 
+#include <type_traits>
+
 #include "cuda_common.cuh"
 
 #define CLASSIFIER_THREADS 1024
 #define MEAN_LOSS_THREADS 1024
+
+// exp of the logits: the hardware approximation (relative error ~2^-21) where the gradient is stored in bf16, whose
+// rounding (2^-9) hides it, and libm's accurate expf in fp32 mode, which is compared with the CPU build.
+// Two exps per logit are a good part of this kernel's instructions.
+template <typename T> __device__ __forceinline__ float exp_for(float x) {
+    return std::is_same<T, float>::value ? expf(x) : __expf(x);
+}
 
 // Assumes Vp % Packed<T>::N == 0. With write_grad 0 only the losses are written (evaluation).
 template <typename T>
@@ -40,7 +49,7 @@ __global__ void __launch_bounds__(CLASSIFIER_THREADS)
         if (pm == -INFINITY) { continue; } // a pack of padding only
         float ps = 0.0f;
         for (int j = 0; j < PN; j++) {
-            if (p * PN + j < V) { ps += expf(z[j] - pm); }
+            if (p * PN + j < V) { ps += exp_for<T>(z[j] - pm); }
         }
         s = s * expf(m - pm) + ps; // on the first pack m = -inf: exp(-inf) = 0 and s is 0
         m = pm;
@@ -55,7 +64,7 @@ __global__ void __launch_bounds__(CLASSIFIER_THREADS)
         Packed<T> z = staged[p], g;
         for (int j = 0; j < PN; j++) {
             int v = p * PN + j;
-            float prob = v < V ? expf(z[j] - lse) : 0.0f;
+            float prob = v < V ? exp_for<T>(z[j] - lse) : 0.0f;
             g.set(j, dloss * (prob - (v == target ? 1.0f : 0.0f)));
         }
         store_packed(row + p * PN, g);

@@ -113,14 +113,26 @@ __device__ __forceinline__ float block_max(float x, float *shared) {
     return x;
 }
 
-// Second pass of the column reductions (bias and LayerNorm parameter gradients): dst[c] += sum over parts p, in
-// order, of partial[p * stride + c]. The first pass wrote one row of partial sums per block.
-__global__ void __launch_bounds__(256) add_partial_sums_kernel(float *dst, const float *partial, int parts, int cols,
-                                                               int stride) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= cols) { return; }
+// Second pass of the column reductions (bias and LayerNorm parameter gradients): dst[c] += sum over parts p of
+// partial[p * stride + c], where the first pass wrote one row of partial sums per block. There can be a thousand
+// parts, too long a chain for one thread: a block takes 32 columns, its row groups sum every PARTIAL_GROUPS-th part,
+// and the groups are added in order (a fixed tree, so deterministic).
+#define PARTIAL_COLS 32
+#define PARTIAL_GROUPS 32
+__global__ void __launch_bounds__(PARTIAL_COLS *PARTIAL_GROUPS)
+    add_partial_sums_kernel(float *dst, const float *partial, int parts, int cols, int stride) {
+    __shared__ float sums[PARTIAL_GROUPS][PARTIAL_COLS];
+    int c = blockIdx.x * PARTIAL_COLS + threadIdx.x;
     float s = 0.0f;
-    for (int p = 0; p < parts; p++) { s += partial[(size_t)p * stride + c]; }
+    if (c < cols) {
+#pragma unroll 8
+        for (int p = threadIdx.y; p < parts; p += PARTIAL_GROUPS) { s += partial[(size_t)p * stride + c]; }
+    }
+    sums[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y != 0 || c >= cols) { return; }
+    s = 0.0f;
+    for (int g = 0; g < PARTIAL_GROUPS; g++) { s += sums[g][threadIdx.x]; }
     dst[c] += s;
 }
 
@@ -169,8 +181,8 @@ static inline int grid_for(size_t n, int per_block) { return (int)((n + per_bloc
 
 static inline void add_partial_sums(float *dst, const float *partial, int parts, int cols, int stride,
                                     cudaStream_t stream) {
-    const int threads = 256;
-    add_partial_sums_kernel<<<grid_for(cols, threads), threads, 0, stream>>>(dst, partial, parts, cols, stride);
+    add_partial_sums_kernel<<<grid_for(cols, PARTIAL_COLS), dim3(PARTIAL_COLS, PARTIAL_GROUPS), 0, stream>>>(
+        dst, partial, parts, cols, stride);
     cudaCheckLaunch();
 }
 

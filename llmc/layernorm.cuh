@@ -170,7 +170,8 @@ static void layernorm_forward(T *out, float *mean, float *rstd, T *resid, const 
     int per_sm = 2048 / s.threads;
     int blocks = g_cuda.props.multiProcessorCount * per_sm;
     if (blocks > rows) { blocks = rows; }
-#define LN_FWD(P) layernorm_forward_kernel<T, P><<<blocks, s.threads, 0, stream>>>(out, mean, rstd, resid, x, dx, w, b, rows, C)
+#define LN_FWD(P)                                                                                                      \
+    layernorm_forward_kernel<T, P><<<blocks, s.threads, 0, stream>>>(out, mean, rstd, resid, x, dx, w, b, rows, C)
     switch (s.packs_per_thread) {
     case 1: LN_FWD(1); break;
     case 2: LN_FWD(2); break;
@@ -186,7 +187,8 @@ static void layernorm_backward(T *dinp, float *dw, float *db, float *scratch, co
                                const float *mean, const float *rstd, int rows, int C, cudaStream_t stream) {
     LnShape s = layernorm_shape<T>(C);
     int blocks = layernorm_backward_blocks<T>(rows, C);
-#define LN_BWD(P) layernorm_backward_kernel<T, P><<<blocks, s.threads, 0, stream>>>(dinp, scratch, dout, inp, w, mean, rstd, rows, C)
+#define LN_BWD(P)                                                                                                      \
+    layernorm_backward_kernel<T, P><<<blocks, s.threads, 0, stream>>>(dinp, scratch, dout, inp, w, mean, rstd, rows, C)
     switch (s.packs_per_thread) {
     case 1: LN_BWD(1); break;
     case 2: LN_BWD(2); break;

@@ -144,57 +144,109 @@ typedef struct {
 static const GemmEpilogue GEMM_PLAIN = {CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL};
 
 /*
+ * A GEMM configuration's cuBLASLt objects and its algorithm, made once: the heuristic query costs tens of
+ * microseconds of host time, about what a small GEMM takes on the GPU, so asking per call would leave the GPU
+ * waiting for the host. The heuristic is deterministic, so a cached plan is what a fresh query would return.
+ */
+typedef struct {
+    int m, n, k, transa, transb, lda, ldb;
+    cudaDataType_t ab, dt;
+    cublasLtEpilogue_t epilogue;
+    uint32_t align_a, align_b, align_d;
+    int has_bias, has_aux;
+    // made from the above
+    int found; // 0: cuBLASLt has no algorithm for it
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulAlgo_t algo;
+} GemmPlan;
+
+#define GEMM_PLANS_MAX 256 // distinct configurations; a model uses a few dozen
+static GemmPlan g_gemm_plans[GEMM_PLANS_MAX];
+static int g_num_gemm_plans = 0;
+
+static int gemm_plan_matches(const GemmPlan *a, const GemmPlan *b) {
+    return a->m == b->m && a->n == b->n && a->k == b->k && a->transa == b->transa && a->transb == b->transb &&
+           a->lda == b->lda && a->ldb == b->ldb && a->ab == b->ab && a->dt == b->dt && a->epilogue == b->epilogue &&
+           a->align_a == b->align_a && a->align_b == b->align_b && a->align_d == b->align_d &&
+           a->has_bias == b->has_bias && a->has_aux == b->has_aux;
+}
+
+static void gemm_plan_make(GemmPlan *p) {
+    cublasOperation_t opa = p->transa ? CUBLAS_OP_T : CUBLAS_OP_N, opb = p->transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasCheck(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &p->epilogue,
+                                               sizeof(p->epilogue)));
+    if (p->has_aux) {
+        int64_t ldaux = p->m;
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ldaux,
+                                                   sizeof(ldaux)));
+    }
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->la, p->ab, p->transa ? p->k : p->m, p->transa ? p->m : p->k, p->lda));
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->lb, p->ab, p->transb ? p->n : p->k, p->transb ? p->k : p->n, p->ldb));
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->ld, p->dt, p->m, p->n, p->m));
+    cublasLtMatmulPreference_t pref;
+    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+    uint64_t ws = CUBLASLT_WORKSPACE_BYTES;
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &p->align_a, 4));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &p->align_b, 4));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &p->align_d, 4));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &p->align_d, 4));
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g_cuda.lt, p->desc, p->la, p->lb, p->ld, p->ld, pref, 1, &heur,
+                                                       &found);
+    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+    p->found = st == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (p->found) { p->algo = heur.algo; }
+}
+
+/*
  * Column-major D (m x n, ld m) = op(A) op(B) + beta D, op(A) m x k, op(B) k x n; A stored k x m when transa,
  * B stored n x k when transb. A and B of type ab, D of type dt, fp32 accumulation. Returns 0 (and does nothing)
  * when cuBLASLt has no algorithm for this epilogue, so the caller can run it unfused.
  */
 static int gemm_lt(void *d, cudaDataType_t dt, const void *a, int transa, int lda, const void *b, int transb, int ldb,
                    cudaDataType_t ab, int m, int n, int k, float beta, GemmEpilogue ep, cudaStream_t stream) {
-    cublasLtMatmulDesc_t desc;
-    cublasLtMatrixLayout_t la, lb, ld;
-    cublasLtMatmulPreference_t pref;
-    cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N, opb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep.epilogue, sizeof(ep.epilogue)));
+    GemmPlan key;
+    memset(&key, 0, sizeof(key));
+    key.m = m; key.n = n; key.k = k; key.transa = transa; key.transb = transb; key.lda = lda; key.ldb = ldb;
+    key.ab = ab; key.dt = dt; key.epilogue = ep.epilogue;
+    key.align_a = pointer_alignment(a); key.align_b = pointer_alignment(b); key.align_d = pointer_alignment(d);
+    key.has_bias = ep.bias != NULL; key.has_aux = ep.aux != NULL;
+    GemmPlan *plan = NULL;
+    for (int i = 0; i < g_num_gemm_plans && !plan; i++) {
+        if (gemm_plan_matches(&g_gemm_plans[i], &key)) { plan = &g_gemm_plans[i]; }
+    }
+    if (!plan) {
+        if (g_num_gemm_plans == GEMM_PLANS_MAX) {
+            fail("more than %d distinct GEMM shapes; raise GEMM_PLANS_MAX in llmc/matmul.cuh", GEMM_PLANS_MAX);
+        }
+        plan = &g_gemm_plans[g_num_gemm_plans++];
+        *plan = key;
+        gemm_plan_make(plan);
+    }
+    if (!plan->found) {
+        if (ep.epilogue == CUBLASLT_EPILOGUE_DEFAULT) {
+            fail("cuBLASLt has no algorithm for a %dx%dx%d GEMM; check the CUDA/cuBLAS install", m, n, k);
+        }
+        return 0;
+    }
     if (ep.bias) {
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ep.bias, sizeof(ep.bias)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ep.bias,
+                                                   sizeof(ep.bias)));
     }
     if (ep.aux) {
-        int64_t ldaux = m;
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ep.aux,
+        cublasCheck(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ep.aux,
                                                    sizeof(ep.aux)));
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ldaux, sizeof(ldaux)));
     }
-    cublasCheck(cublasLtMatrixLayoutCreate(&la, ab, transa ? k : m, transa ? m : k, lda));
-    cublasCheck(cublasLtMatrixLayoutCreate(&lb, ab, transb ? n : k, transb ? k : n, ldb));
-    cublasCheck(cublasLtMatrixLayoutCreate(&ld, dt, m, n, m));
-    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
-    uint64_t ws = CUBLASLT_WORKSPACE_BYTES;
-    uint32_t al_a = pointer_alignment(a), al_b = pointer_alignment(b), al_d = pointer_alignment(d);
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, 4));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, 4));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, 4));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, 4));
-    cublasLtMatmulHeuristicResult_t heur;
-    int found = 0;
-    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g_cuda.lt, desc, la, lb, ld, ld, pref, 1, &heur, &found);
-    if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
-        float alpha = 1.0f;
-        cublasCheck(cublasLtMatmul(g_cuda.lt, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &heur.algo,
-                                   g_cuda.lt_workspace, CUBLASLT_WORKSPACE_BYTES, stream));
-    } else if (ep.epilogue == CUBLASLT_EPILOGUE_DEFAULT) {
-        fail("cuBLASLt has no algorithm for a %dx%dx%d GEMM (status %d); check the CUDA/cuBLAS install", m, n, k,
-             (int)st);
-    }
-    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
-    cublasCheck(cublasLtMatrixLayoutDestroy(la));
-    cublasCheck(cublasLtMatrixLayoutDestroy(lb));
-    cublasCheck(cublasLtMatrixLayoutDestroy(ld));
-    cublasCheck(cublasLtMatmulDescDestroy(desc));
-    return found > 0;
+    float alpha = 1.0f;
+    cublasCheck(cublasLtMatmul(g_cuda.lt, plan->desc, &alpha, a, plan->la, b, plan->lb, &beta, d, plan->ld, d, plan->ld,
+                               &plan->algo, g_cuda.lt_workspace, CUBLASLT_WORKSPACE_BYTES, stream));
+    return 1;
 }
 
 // ----------------------------------------------------------------------------------------------------------------
@@ -241,7 +293,9 @@ static void linear_backward(const Linear<T> &lin, T *dinp, const T *dout, const 
     if (!dinp) { return; }
     if (gelu_aux) {
         GemmEpilogue dgelu = {CUBLASLT_EPILOGUE_DGELU, NULL, (void *)gelu_aux};
-        if (gemm_lt(dinp, t, lin.w, 0, lin.in, dout, 0, lin.out, t, lin.in, N, lin.out, 0.0f, dgelu, stream)) { return; }
+        if (gemm_lt(dinp, t, lin.w, 0, lin.in, dout, 0, lin.out, t, lin.in, N, lin.out, 0.0f, dgelu, stream)) {
+            return;
+        }
     }
     gemm_lt(dinp, t, lin.w, 0, lin.in, dout, 0, lin.out, t, lin.in, N, lin.out, 0.0f, GEMM_PLAIN, stream);
     if (gelu_aux) {
