@@ -504,8 +504,10 @@ static ModelOps make_gpu_model(const GPTConfig *config, const Options *opts, int
     cuda_context_init();
     Precision p = precision_from_options(opts);
     uint64_t seed = (uint64_t)opts->seed;
-    if (p == PRECISION_FP32) { return gpt_ops(gpt_create<float>(config, p, seed, B, T)); }
-    return gpt_ops(gpt_create<bf16>(config, p, seed, B, T));
+    ModelOps ops = p == PRECISION_FP32 ? gpt_ops(gpt_create<float>(config, p, seed, B, T))
+                                       : gpt_ops(gpt_create<bf16>(config, p, seed, B, T));
+    printf("peak GPU memory: %.1f GB\n", g_cuda_allocated_bytes / 1e9);
+    return ops;
 }
 
 #ifndef TESTING

@@ -151,17 +151,8 @@ typedef struct {
 
 static CudaContext g_cuda;
 static int g_cuda_ready = 0;
-
-static inline void cuda_context_init(void) {
-    if (g_cuda_ready) { return; }
-    int dev = 0;
-    cudaCheck(cudaSetDevice(dev));
-    cudaCheck(cudaGetDeviceProperties(&g_cuda.props, dev));
-    cublasCheck(cublasLtCreate(&g_cuda.lt));
-    cudaCheck(cudaMalloc(&g_cuda.lt_workspace, CUBLASLT_WORKSPACE_BYTES));
-    cudaCheck(cudaStreamCreateWithFlags(&g_cuda.stream, cudaStreamNonBlocking));
-    g_cuda_ready = 1;
-}
+// Bytes taken through cuda_alloc (nothing is freed while training), comparable to PyTorch's max_memory_allocated.
+static size_t g_cuda_allocated_bytes = 0;
 
 // Device memory for `what`; running out is a configuration problem, so say which knob to turn.
 static inline void *cuda_alloc(size_t bytes, const char *what) {
@@ -174,7 +165,19 @@ static inline void *cuda_alloc(size_t bytes, const char *what) {
              "a smaller model",
              bytes / 1073741824.0, what, free_b / 1073741824.0, total_b / 1073741824.0, cudaGetErrorString(err));
     }
+    g_cuda_allocated_bytes += bytes;
     return p;
+}
+
+static inline void cuda_context_init(void) {
+    if (g_cuda_ready) { return; }
+    int dev = 0;
+    cudaCheck(cudaSetDevice(dev));
+    cudaCheck(cudaGetDeviceProperties(&g_cuda.props, dev));
+    cublasCheck(cublasLtCreate(&g_cuda.lt));
+    g_cuda.lt_workspace = cuda_alloc(CUBLASLT_WORKSPACE_BYTES, "the cuBLASLt workspace");
+    cudaCheck(cudaStreamCreateWithFlags(&g_cuda.stream, cudaStreamNonBlocking));
+    g_cuda_ready = 1;
 }
 
 static inline int grid_for(size_t n, int per_block) { return (int)((n + per_block - 1) / per_block); }

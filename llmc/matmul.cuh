@@ -4,8 +4,9 @@
  * A Linear maps x (N, in) to y = x W^T + b, W (out, in) row-major as config.h lays it out. Backward, given
  * dy = dL/dy (N, out):
  *   wgrad  dW += dy^T x     (fp32, accumulated over micro-steps: beta = 1 into the fp32 gradient)
- *   bgrad  db += sum_rows dy (the BGRADB epilogue of the wgrad GEMM, which sums over its k = rows; where
- *          cuBLASLt offers none, a deterministic column sum: a pass per row chunk, then the chunks in order)
+ *   bgrad  db += sum_rows dy (the BGRADB epilogue of the wgrad GEMM, which sums over its k = rows; cuBLASLt runs
+ *          it as a reduction kernel of its own, at about memory bandwidth. Where it offers none, a deterministic
+ *          column sum: a pass per row chunk, then the chunks in order)
  *   dgrad  dx  = dy W       (times gelu'(a) when x was gelu(a): the fused DGELU epilogue of fc2's dgrad)
  * The forward of fc fuses the bias and the GELU and keeps the pre-GELU activation a ("aux") for that backward.
  * GELU is the tanh approximation: gelu(a) = a/2 (1 + tanh(sqrt(2/pi) (a + 0.044715 a^3))).

@@ -43,9 +43,9 @@ typedef struct {
     int *inputs, *targets; // one micro-batch, B x T
 } Trainer;
 
-static inline double wall_seconds(void) {
+static inline double wall_seconds(void) { // monotonic: a clock adjustment mid-step must not skew the timing
     struct timespec ts;
-    timespec_get(&ts, TIME_UTC);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 

@@ -8,8 +8,6 @@
  * - atomic writes leave no temporary file; the latest complete checkpoint ignores a model file without its
  *   state file and temporary files.
  */
-#define _POSIX_C_SOURCE 200809L // mkdtemp, truncate
-
 #include "../llmc/checkpoint.h"
 #include "../llmc/rng.h"
 #include "test_util.h"

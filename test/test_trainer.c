@@ -9,8 +9,6 @@
  *   one line; resuming a finished run does nothing; --init-from loads the file's weights.
  * Each run is a child process (train_main exits on errors), stdout kept in the scratch folder.
  */
-#define _POSIX_C_SOURCE 200809L // mkdtemp
-
 #include "../llmc/init.h"
 #include "../llmc/trainer.h"
 #include "test_util.h"
