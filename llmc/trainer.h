@@ -296,7 +296,7 @@ static inline void trainer_loop(Trainer *tr, int start_step) {
             logger_val(&tr->log, done, o->steps, trainer_validate(tr));
         }
         if (tr->has_tok && every(o->sample_every, done)) { trainer_sample(tr, done); }
-        if (every(o->checkpoint_every, done) || last) { trainer_checkpoint(tr, done); }
+        if (o->save && (every(o->checkpoint_every, done) || last)) { trainer_checkpoint(tr, done); }
     }
 }
 
