@@ -14,6 +14,7 @@
  * Every kernel is deterministic (no float atomics): the same run on the same GPU gives the same bits, so a
  * resumed run continues exactly.
  */
+#include <cuda_profiler_api.h>
 #include <type_traits>
 
 #include "llmc/config.h"
@@ -98,6 +99,8 @@ template <typename floatX> struct GPT {
     Precision precision;
     int maxB, maxT;
     float *params, *grads, *m, *v; // fp32, param_layout() order
+    int grads_zero;                // the gradients are zero (zero_grad): the next backward writes them, and
+                                   // grads holds stale values until then; grads_materialize makes it true
     floatX *weights;               // what the kernels read: params itself (fp32) or its bf16 copy
     Activations<floatX> acts;
     int *d_tokens;                 // inputs (N) then targets (N)
@@ -114,11 +117,14 @@ template <typename floatX, typename U> static U *param_slice(const GPT<floatX> *
     return base + g->layout.offset[t] + (size_t)l * (g->layout.size[t] / g->config.num_layers);
 }
 
+// With summed_bias the bias gradient is left to the caller (db NULL): the attention and MLP projections write the
+// residual stream, whose gradient the LayerNorm backward above them sums in passing.
 template <typename floatX>
-static Linear<floatX> layer_linear(const GPT<floatX> *g, int tw, int tb, int l, int in, int out) {
+static Linear<floatX> layer_linear(const GPT<floatX> *g, int tw, int tb, int l, int in, int out,
+                                   bool summed_bias = false) {
     Linear<floatX> lin = {in, out, param_slice(g, (const floatX *)g->weights, tw, l),
                           param_slice(g, (const floatX *)g->weights, tb, l), param_slice(g, g->grads, tw, l),
-                          param_slice(g, g->grads, tb, l)};
+                          summed_bias ? NULL : param_slice(g, g->grads, tb, l)};
     return lin;
 }
 
@@ -221,7 +227,7 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, uin
     } else {
         g->weights = dev_alloc<floatX>(P, "bf16 weights");
     }
-    cudaCheck(cudaMemsetAsync(g->grads, 0, P * sizeof(float), s));
+    g->grads_zero = 1;
     cudaCheck(cudaMemsetAsync(g->m, 0, P * sizeof(float), s));
     cudaCheck(cudaMemsetAsync(g->v, 0, P * sizeof(float), s));
     param_init_device(g->params, config, &g->layout, seed, s);
@@ -305,39 +311,56 @@ template <typename floatX> static void gpt_loss(GPT<floatX> *g, int N, float dlo
 // ----------------------------------------------------------------------------------------------------------------
 // backward
 
-// Gradients of the last forward's loss (whose gradient gpt_loss left in the logits) are added to g->grads.
+// Gradients of the last forward's loss (whose gradient gpt_loss left in the logits) are added to g->grads, or
+// written there when they are zero (g->grads_zero: the first micro-step of an optimizer step), which saves a pass
+// that zeroes them.
 template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T) {
     const GPTConfig *c = &g->config;
-    int C = c->channels, L = c->num_layers, NH = c->num_heads, N = B * T;
+    int C = c->channels, L = c->num_layers, NH = c->num_heads, N = B * T, acc = !g->grads_zero;
     const Activations<floatX> &a = g->acts;
     cudaStream_t s = g_cuda.stream;
     const floatX *w = g->weights;
+    float *dw = g->grads;
     const size_t *off = g->layout.offset;
     float *scratch = a.reduce_scratch;
 
-    linear_backward(lm_head(g), a.proj, a.logits, a.lnf, (const floatX *)NULL, scratch, N, s);
+    linear_backward(lm_head(g), a.proj, a.logits, a.lnf, (const floatX *)NULL, scratch, N, acc, s);
     cudaCheck(cudaMemsetAsync(a.dres, 0, (size_t)N * C * sizeof(floatX), s));
-    layernorm_backward(a.dres, g->grads + off[P_LNFW], g->grads + off[P_LNFB], scratch, a.proj,
-                       layer_acts(g, L - 1).res_out, w + off[P_LNFW], a.lnf_stats, a.lnf_stats + N, N, C, s);
+    // Each LayerNorm backward also sums the residual gradient it leaves: the bias gradient of the projection below.
+    layernorm_backward(a.dres, dw + off[P_LNFW], dw + off[P_LNFB], param_slice(g, dw, P_FCPROJB, L - 1), scratch,
+                       a.proj, layer_acts(g, L - 1).res_out, w + off[P_LNFW], a.lnf_stats, a.lnf_stats + N, N, C, acc,
+                       s);
     for (int l = L - 1; l >= 0; l--) {
         LayerActs<floatX> x = layer_acts(g, l);
         // MLP: h4 = gelu(fch) again (cheaper than keeping it per layer), then it becomes d fch.
         gelu_forward(a.h4, x.fch, (size_t)N * 4 * C, s);
-        linear_backward(layer_linear(g, P_FCPROJW, P_FCPROJB, l, 4 * C, C), a.h4, a.dres, a.h4, x.fch, scratch, N, s);
+        linear_backward(layer_linear(g, P_FCPROJW, P_FCPROJB, l, 4 * C, C, true), a.h4, a.dres, a.h4, x.fch, scratch,
+                        N, acc, s);
         linear_backward(layer_linear(g, P_FCW, P_FCB, l, C, 4 * C), a.proj, a.h4, x.ln2, (const floatX *)NULL,
-                        scratch, N, s);
-        layernorm_backward(a.dres, param_slice(g, g->grads, P_LN2W, l), param_slice(g, g->grads, P_LN2B, l),
-                           scratch, a.proj, x.res2, param_slice(g, w, P_LN2W, l), x.ln2_mean, x.ln2_rstd, N, C, s);
+                        scratch, N, acc, s);
+        layernorm_backward(a.dres, param_slice(g, dw, P_LN2W, l), param_slice(g, dw, P_LN2B, l),
+                           param_slice(g, dw, P_ATTPROJB, l), scratch, a.proj, x.res2, param_slice(g, w, P_LN2W, l),
+                           x.ln2_mean, x.ln2_rstd, N, C, acc, s);
         // attention
-        linear_backward(layer_linear(g, P_ATTPROJW, P_ATTPROJB, l, C, C), a.proj, a.dres, x.atty,
-                        (const floatX *)NULL, scratch, N, s);
+        linear_backward(layer_linear(g, P_ATTPROJW, P_ATTPROJB, l, C, C, true), a.proj, a.dres, x.atty,
+                        (const floatX *)NULL, scratch, N, acc, s);
         attention_backward(a.dqkv, a.proj, x.atty, x.qkv, x.lse, a.attn_workspace, B, T, NH, C / NH, s);
         linear_backward(layer_linear(g, P_QKVW, P_QKVB, l, C, 3 * C), a.proj, a.dqkv, x.ln1, (const floatX *)NULL,
-                        scratch, N, s);
-        layernorm_backward(a.dres, param_slice(g, g->grads, P_LN1W, l), param_slice(g, g->grads, P_LN1B, l),
-                           scratch, a.proj, x.res_in, param_slice(g, w, P_LN1W, l), x.ln1_mean, x.ln1_rstd, N, C, s);
+                        scratch, N, acc, s);
+        layernorm_backward(a.dres, param_slice(g, dw, P_LN1W, l), param_slice(g, dw, P_LN1B, l),
+                           l > 0 ? param_slice(g, dw, P_FCPROJB, l - 1) : (float *)NULL, scratch, a.proj, x.res_in,
+                           param_slice(g, w, P_LN1W, l), x.ln1_mean, x.ln1_rstd, N, C, acc, s);
     }
-    encoder_backward(g->grads + off[P_WTE], g->grads + off[P_WPE], a.dres, &g->buckets, g->d_buckets, B, T, C, s);
+    encoder_backward(dw + off[P_WTE], dw + off[P_WPE], a.dres, &g->buckets, g->d_buckets, B, T, c->max_seq_len, C,
+                     acc, s);
+    g->grads_zero = 0;
+}
+
+// Makes the gradient buffers hold the zeros that grads_zero promises, for a reader that comes before a backward.
+template <typename floatX> static void grads_materialize(GPT<floatX> *g) {
+    if (!g->grads_zero) { return; }
+    cudaCheck(cudaMemsetAsync(g->grads, 0, g->layout.total * sizeof(float), g_cuda.stream));
+    g->grads_zero = 0;
 }
 
 // ----------------------------------------------------------------------------------------------------------------
@@ -346,6 +369,7 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
 template <typename floatX> static float gpt_update(GPT<floatX> *g, const UpdateArgs *u) {
     cudaStream_t s = g_cuda.stream;
     const Activations<floatX> &a = g->acts;
+    grads_materialize(g);
     grad_norm(a.scalars + 1, a.norm_scratch, g->grads, g->layout.total, u->grad_clip, s);
     AdamWStep step = {u->lr, u->beta1, u->beta2, (float)(1.0 - pow(u->beta1, u->t)),
                       (float)(1.0 - pow(u->beta2, u->t)), u->eps, 0.0f};
@@ -371,10 +395,7 @@ template <typename floatX> static void check_batch(const GPT<floatX> *g, int B, 
     }
 }
 
-template <typename floatX> static void op_zero_grad(void *ctx) {
-    GPT<floatX> *g = (GPT<floatX> *)ctx;
-    cudaCheck(cudaMemsetAsync(g->grads, 0, g->layout.total * sizeof(float), g_cuda.stream));
-}
+template <typename floatX> static void op_zero_grad(void *ctx) { ((GPT<floatX> *)ctx)->grads_zero = 1; }
 
 template <typename floatX>
 static float op_forward_backward(void *ctx, const int *inputs, const int *targets, int B, int T, float loss_scale) {
@@ -466,6 +487,7 @@ template <typename floatX> static void op_set_params(void *ctx, const float *in)
 }
 template <typename floatX> static void op_get_grads(void *ctx, float *out) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
+    grads_materialize(g);
     copy_device_to_host(out, g->grads, g->layout.total);
 }
 template <typename floatX> static void op_get_opt_state(void *ctx, float *m, float *v) {
@@ -499,6 +521,29 @@ template <typename floatX> static ModelOps gpt_ops(GPT<floatX> *g) {
     return ops;
 }
 
+/*
+ * Chooses the algorithm of every training GEMM (llmc/matmul.cuh): one forward and backward of a full micro-batch of
+ * made-up tokens, during which each GEMM times its candidates; its gradients are then discarded. The choices go to
+ * GEMM_ALGOS_FILE in out_dir (none when out_dir is empty), which a resumed run loads instead of timing, so that it
+ * uses the same algorithms (the same summation order) and continues bit-exactly.
+ */
+#define GEMM_ALGOS_FILE "gemm_algos.txt"
+static void choose_gemm_algos(ModelOps *ops, const GPTConfig *config, const char *out_dir, int B, int T) {
+    char path[OPT_STR_LEN + 32];
+    snprintf(path, sizeof(path), "%s/%s", out_dir, GEMM_ALGOS_FILE);
+    if (out_dir[0]) { gemm_algos_load(path); }
+    int N = B * T;
+    int *tokens = (int *)malloc_check((size_t)N * sizeof(int), "tuning tokens");
+    for (int i = 0; i < N; i++) { tokens[i] = i % config->vocab_size; }
+    gemm_tuning(1);
+    ops->zero_grad(ops->ctx);
+    ops->forward_backward(ops->ctx, tokens, tokens, B, T, 1.0f / N);
+    gemm_tuning(0);
+    ops->zero_grad(ops->ctx);
+    free(tokens);
+    if (out_dir[0]) { gemm_algos_save(path); }
+}
+
 // The one place the precision picks the activation type.
 static ModelOps make_gpu_model(const GPTConfig *config, const Options *opts, int B, int T) {
     cuda_context_init();
@@ -506,6 +551,9 @@ static ModelOps make_gpu_model(const GPTConfig *config, const Options *opts, int
     uint64_t seed = (uint64_t)opts->seed;
     ModelOps ops = p == PRECISION_FP32 ? gpt_ops(gpt_create<float>(config, p, seed, B, T))
                                        : gpt_ops(gpt_create<bf16>(config, p, seed, B, T));
+    choose_gemm_algos(&ops, config, opts->out_dir, B, T);
+    // A profiler started with --profile-from-start off (dev/kernel_times.sh) sees training, not the tuning pass.
+    (void)cudaProfilerStart();
     printf("peak GPU memory: %.1f GB\n", g_cuda_allocated_bytes / 1e9);
     return ops;
 }

@@ -10,10 +10,12 @@ OUT_DIR=${OUT:-/tmp}/kernels
 mkdir -p "$OUT_DIR"
 csv="$OUT_DIR/ncu_${MODEL}_b$B.csv"
 rm -rf "$OUT_DIR/run_$MODEL"
-ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base --log-file "$csv" \
+NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1) ||
+    { echo "ncu not found"; exit 1; }
+"$NCU" --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv --print-units base --log-file "$csv" \
     ./train_gpt --model "$MODEL" --batch-size "$B" --seq-len 1024 --total-batch-tokens $((B * 1024)) --steps "$STEPS" \
     --val-every 0 --sample-every 0 --precision bf16 --train-data "$SHARD" --out-dir "$OUT_DIR/run_$MODEL" \
-    --checkpoint-every 0 >"$OUT_DIR/ncu_${MODEL}_b$B.log" 2>&1
+    --checkpoint-every 0 --save 0 --warmup-steps 1 >"$OUT_DIR/ncu_${MODEL}_b$B.log" 2>&1 || { echo "ncu failed:"; tail -5 "$OUT_DIR/ncu_${MODEL}_b$B.log"; exit 1; }
 python3 - "$csv" "$STEPS" "$MODEL" "$B" <<'PY'
 import csv, re, sys, collections
 path, steps = sys.argv[1], int(sys.argv[2])

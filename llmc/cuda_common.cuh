@@ -114,13 +114,13 @@ __device__ __forceinline__ float block_max(float x, float *shared) {
 }
 
 // Second pass of the column reductions (bias and LayerNorm parameter gradients): dst[c] += sum over parts p of
-// partial[p * stride + c], where the first pass wrote one row of partial sums per block. There can be a thousand
+// partial[p * stride + c] (dst[c] = ... when not accumulate: the first micro-step writes the gradient), where the first pass wrote one row of partial sums per block. There can be a thousand
 // parts, too long a chain for one thread: a block takes 32 columns, its row groups sum every PARTIAL_GROUPS-th part,
 // and the groups are added in order (a fixed tree, so deterministic).
 #define PARTIAL_COLS 32
 #define PARTIAL_GROUPS 32
 __global__ void __launch_bounds__(PARTIAL_COLS *PARTIAL_GROUPS)
-    add_partial_sums_kernel(float *dst, const float *partial, int parts, int cols, int stride) {
+    add_partial_sums_kernel(float *dst, const float *partial, int parts, int cols, int stride, int accumulate) {
     __shared__ float sums[PARTIAL_GROUPS][PARTIAL_COLS];
     int c = blockIdx.x * PARTIAL_COLS + threadIdx.x;
     float s = 0.0f;
@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(PARTIAL_COLS *PARTIAL_GROUPS)
     if (threadIdx.y != 0 || c >= cols) { return; }
     s = 0.0f;
     for (int g = 0; g < PARTIAL_GROUPS; g++) { s += sums[g][threadIdx.x]; }
-    dst[c] += s;
+    dst[c] = accumulate ? dst[c] + s : s;
 }
 
 // ----------------------------------------------------------------------------------------------------------------
@@ -183,9 +183,9 @@ static inline void cuda_context_init(void) {
 static inline int grid_for(size_t n, int per_block) { return (int)((n + per_block - 1) / per_block); }
 
 static inline void add_partial_sums(float *dst, const float *partial, int parts, int cols, int stride,
-                                    cudaStream_t stream) {
+                                    int accumulate, cudaStream_t stream) {
     add_partial_sums_kernel<<<grid_for(cols, PARTIAL_COLS), dim3(PARTIAL_COLS, PARTIAL_GROUPS), 0, stream>>>(
-        dst, partial, parts, cols, stride);
+        dst, partial, parts, cols, stride, accumulate);
     cudaCheckLaunch();
 }
 

@@ -106,27 +106,30 @@ __global__ void __launch_bounds__(ENC_PACKS_PER_BLOCK *ENC_GROUPS)
     }
 }
 
-// One thread per (t, pack): dwpe[t,:] += sum over b in order.
+// One thread per (t, pack) of all wpe_rows rows of wpe: dwpe[t,:] += sum over b in order (nothing for t >= Tlen;
+// written rather than added to when not accumulate).
 template <typename T>
-__global__ void __launch_bounds__(256) wpe_backward_kernel(float *dwpe, const T *dx, int B, int Tlen, int C) {
+__global__ void __launch_bounds__(256)
+    wpe_backward_kernel(float *dwpe, const T *dx, int B, int Tlen, int wpe_rows, int C, int accumulate) {
     constexpr int PN = Packed<T>::N;
     int idx = blockIdx.x * blockDim.x + threadIdx.x;
     int packs_per_row = C / PN;
-    if (idx >= Tlen * packs_per_row) { return; }
+    if (idx >= wpe_rows * packs_per_row) { return; }
     int t = idx / packs_per_row, c = (idx % packs_per_row) * PN;
     float acc[PN] = {0.0f};
-    for (int b = 0; b < B; b++) {
+    for (int b = 0; b < B && t < Tlen; b++) {
         Packed<T> d = load_packed(dx + ((size_t)b * Tlen + t) * C + c);
         for (int j = 0; j < PN; j++) { acc[j] += d[j]; }
     }
     float *row = dwpe + (size_t)t * C + c;
-    for (int j = 0; j < PN; j++) { row[j] += acc[j]; }
+    for (int j = 0; j < PN; j++) { row[j] = accumulate ? row[j] + acc[j] : acc[j]; }
 }
 
-// buckets_dev: the device copy of the packed bucket array whose host layout `b` describes.
+// buckets_dev: the device copy of the packed bucket array whose host layout `b` describes. dwte is always added to
+// (the LM head's weight gradient has just written it); dwpe (wpe_rows rows) is written when not accumulate.
 template <typename T>
 static void encoder_backward(float *dwte, float *dwpe, const T *dx, const TokenBuckets *b, const int *buckets_dev,
-                             int B, int Tlen, int C, cudaStream_t stream) {
+                             int B, int Tlen, int wpe_rows, int C, int accumulate, cudaStream_t stream) {
     const int *start = buckets_dev, *unique = buckets_dev + b->num_unique + 1;
     const int *positions = buckets_dev + 2 * b->num_unique + 1;
     dim3 grid(b->num_unique, ceil_div_int(C, ENC_PACKS_PER_BLOCK * Packed<T>::N));
@@ -134,8 +137,8 @@ static void encoder_backward(float *dwte, float *dwpe, const T *dx, const TokenB
                                                                                     positions, C);
     cudaCheckLaunch();
     const int threads = 256;
-    wpe_backward_kernel<<<grid_for((size_t)Tlen * C / Packed<T>::N, threads), threads, 0, stream>>>(dwpe, dx, B,
-                                                                                                   Tlen, C);
+    wpe_backward_kernel<<<grid_for((size_t)wpe_rows * C / Packed<T>::N, threads), threads, 0, stream>>>(
+        dwpe, dx, B, Tlen, wpe_rows, C, accumulate);
     cudaCheckLaunch();
 }
 

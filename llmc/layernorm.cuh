@@ -6,7 +6,9 @@
  *           mu = mean(r), rstd = 1 / sqrt(var(r) + eps), y = (r - mu) * rstd * w + b. mu and rstd are kept for
  *           backward.
  * Backward: xhat = (r - mu) * rstd, g = dy * w,
- *           dr += rstd * (g - mean(g) - xhat * mean(g * xhat)),  dw += sum_rows dy * xhat,  db += sum_rows dy.
+ *           dr += rstd * (g - mean(g) - xhat * mean(g * xhat)),  dw += sum_rows dy * xhat,  db += sum_rows dy,
+ *           and optionally dsum += sum_rows dr: dr, the gradient of the residual stream, is the output gradient of
+ *           the projection that wrote r, so this is that projection's bias gradient, taken while dr is in registers.
  * The parameter gradients are column sums: each block sums its rows in registers, writes one row of partials,
  * and add_partial_sums adds the blocks in order (no atomics, so the result does not depend on timing).
  *
@@ -22,6 +24,7 @@
 #define LN_THREADS_MAX 256
 #define LN_PACKS_MAX 4
 #define LN_MAX_PACKS (LN_THREADS_MAX * LN_PACKS_MAX)
+#define LN_PARTIALS 3 // rows of partial sums per backward block: dw, db, dsum
 
 template <typename T, int PACKS>
 __global__ void __launch_bounds__(LN_THREADS_MAX)
@@ -79,9 +82,9 @@ __global__ void __launch_bounds__(LN_THREADS_MAX)
     constexpr int PN = Packed<T>::N;
     __shared__ float red[WARP_SIZE];
     int packs = C / PN;
-    float dw[PACKS][PN], db[PACKS][PN];
+    float dw[PACKS][PN], db[PACKS][PN], ds[PACKS][PN];
     for (int k = 0; k < PACKS; k++) {
-        for (int j = 0; j < PN; j++) { dw[k][j] = db[k][j] = 0.0f; }
+        for (int j = 0; j < PN; j++) { dw[k][j] = db[k][j] = ds[k][j] = 0.0f; }
     }
     for (int row = blockIdx.x; row < rows; row += gridDim.x) {
         size_t base = (size_t)row * C;
@@ -113,17 +116,19 @@ __global__ void __launch_bounds__(LN_THREADS_MAX)
                 acc.set(j, acc[j] + rs * (dy[k][j] * wv[k][j] - s1 - xhat[k][j] * s2));
                 dw[k][j] += dy[k][j] * xhat[k][j];
                 db[k][j] += dy[k][j];
+                ds[k][j] += acc[j]; // as stored (rounded to T), which is what the projection's GEMMs read
             }
             store_packed(dinp + base + p * PN, acc);
         }
     }
-    float *pw = partial + (size_t)blockIdx.x * 2 * C, *pb = pw + C;
+    float *pw = partial + (size_t)blockIdx.x * LN_PARTIALS * C, *pb = pw + C, *ps = pb + C;
     for (int k = 0; k < PACKS; k++) {
         int p = threadIdx.x + k * blockDim.x;
         if (p >= packs) { continue; }
         for (int j = 0; j < PN; j++) {
             pw[p * PN + j] = dw[k][j];
             pb[p * PN + j] = db[k][j];
+            ps[p * PN + j] = ds[k][j];
         }
     }
 }
@@ -148,7 +153,7 @@ template <typename T> static LnShape layernorm_shape(int C) {
 }
 
 // Blocks of the backward kernel: enough for about 32 warps per SM (memory latency is hidden by warps in flight),
-// no more, since each block writes a row of partials (2C floats).
+// no more, since each block writes rows of partials (LN_PARTIALS * C floats).
 #define LN_BWD_WARPS_PER_SM 32
 template <typename T> static int layernorm_backward_blocks(int rows, int C) {
     LnShape s = layernorm_shape<T>(C);
@@ -159,7 +164,7 @@ template <typename T> static int layernorm_backward_blocks(int rows, int C) {
 
 // Floats of scratch layernorm_backward needs for `rows` rows.
 template <typename T> static size_t layernorm_backward_scratch_floats(int rows, int C) {
-    return (size_t)layernorm_backward_blocks<T>(rows, C) * 2 * C;
+    return (size_t)layernorm_backward_blocks<T>(rows, C) * LN_PARTIALS * C;
 }
 
 // out = LayerNorm(x + dx) (or of x when dx is NULL, then resid is unused); resid = x + dx.
@@ -181,10 +186,12 @@ static void layernorm_forward(T *out, float *mean, float *rstd, T *resid, const 
     cudaCheckLaunch();
 }
 
-// dinp += dLayerNorm/dinp (dout); dw += ..., db += ... . scratch: layernorm_backward_scratch_floats(rows, C).
+// dinp += dLayerNorm/dinp (dout); dw += ..., db += ... (written when not accumulate); dsum (unless NULL) likewise
+// gets the column sums of the resulting dinp. scratch: layernorm_backward_scratch_floats(rows, C).
 template <typename T>
-static void layernorm_backward(T *dinp, float *dw, float *db, float *scratch, const T *dout, const T *inp, const T *w,
-                               const float *mean, const float *rstd, int rows, int C, cudaStream_t stream) {
+static void layernorm_backward(T *dinp, float *dw, float *db, float *dsum, float *scratch, const T *dout,
+                               const T *inp, const T *w, const float *mean, const float *rstd, int rows, int C,
+                               int accumulate, cudaStream_t stream) {
     LnShape s = layernorm_shape<T>(C);
     int blocks = layernorm_backward_blocks<T>(rows, C);
 #define LN_BWD(P)                                                                                                      \
@@ -196,8 +203,9 @@ static void layernorm_backward(T *dinp, float *dw, float *db, float *scratch, co
     }
 #undef LN_BWD
     cudaCheckLaunch();
-    add_partial_sums(dw, scratch, blocks, C, 2 * C, stream);
-    add_partial_sums(db, scratch + C, blocks, C, 2 * C, stream);
+    add_partial_sums(dw, scratch, blocks, C, LN_PARTIALS * C, accumulate, stream);
+    add_partial_sums(db, scratch + C, blocks, C, LN_PARTIALS * C, accumulate, stream);
+    if (dsum) { add_partial_sums(dsum, scratch + 2 * C, blocks, C, LN_PARTIALS * C, accumulate, stream); }
 }
 
 #endif // LLMC_LAYERNORM_CUH

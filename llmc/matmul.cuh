@@ -145,7 +145,7 @@ static inline uint32_t pointer_alignment(const void *p) {
 
 typedef struct {
     cublasLtEpilogue_t epilogue;
-    const void *bias; // BIAS / GELU_AUX_BIAS (read); BGRADB (written, fp32 like D)
+    const void *bias; // BIAS / GELU_AUX_BIAS (read)
     void *aux;        // GELU_AUX_BIAS (written) / DGELU (read); same shape and type as D
 } GemmEpilogue;
 
@@ -154,8 +154,10 @@ static const GemmEpilogue GEMM_PLAIN = {CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL};
 /*
  * A GEMM configuration's cuBLASLt objects and its algorithm, made once: the heuristic query costs tens of
  * microseconds of host time, about what a small GEMM takes on the GPU, so asking per call would leave the GPU
- * waiting for the host. The heuristic is deterministic, so a cached plan is what a fresh query would return.
+ * waiting for the host.
  */
+#define GEMM_CANDIDATES 8 // the heuristic's best-ranked algorithms a tuning pass times
+#define GEMM_TUNE_REPS 5  // timed runs per candidate, after one untimed
 typedef struct {
     int m, n, k, transa, transb, lda, ldb;
     cudaDataType_t ab, dt;
@@ -167,17 +169,80 @@ typedef struct {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, ld;
     cublasLtMatmulAlgo_t algo;
+    int chosen;     // algo was timed or loaded (and goes into the saved choices); else it is the heuristic's first
+    int candidates; // > 0: to be timed at the first call, candidate[0 .. candidates)
+    cublasLtMatmulAlgo_t candidate[GEMM_CANDIDATES];
 } GemmPlan;
 
 #define GEMM_PLANS_MAX 256 // distinct configurations; a model uses a few dozen
 static GemmPlan g_gemm_plans[GEMM_PLANS_MAX];
 static int g_num_gemm_plans = 0;
+static int g_gemm_tuning = 0; // plans made while set time their candidates (gemm_tuning)
+
+// Choices read by gemm_algos_load: a plan's key as text and its algorithm.
+#define GEMM_KEY_CHARS 160
+typedef struct {
+    char key[GEMM_KEY_CHARS];
+    cublasLtMatmulAlgo_t algo;
+} GemmChoice;
+static GemmChoice g_gemm_loaded[GEMM_PLANS_MAX];
+static int g_num_gemm_loaded = 0;
 
 static int gemm_plan_matches(const GemmPlan *a, const GemmPlan *b) {
     return a->m == b->m && a->n == b->n && a->k == b->k && a->transa == b->transa && a->transb == b->transb &&
            a->lda == b->lda && a->ldb == b->ldb && a->ab == b->ab && a->dt == b->dt && a->epilogue == b->epilogue &&
            a->align_a == b->align_a && a->align_b == b->align_b && a->align_d == b->align_d &&
            a->has_bias == b->has_bias && a->has_aux == b->has_aux;
+}
+
+static void gemm_plan_key(const GemmPlan *p, char *out) {
+    snprintf(out, GEMM_KEY_CHARS, "m%d n%d k%d t%d%d ld%d,%d ab%d d%d e%d al%u,%u,%u b%d x%d", p->m, p->n, p->k,
+             p->transa, p->transb, p->lda, p->ldb, (int)p->ab, (int)p->dt, (int)p->epilogue, p->align_a, p->align_b,
+             p->align_d, p->has_bias, p->has_aux);
+}
+
+// Plans made from now until gemm_tuning(0) time the heuristic's candidates at their first call, on its operands.
+// The timed runs overwrite D (or add to it: beta = 1), so the caller's pass must be one whose results it discards.
+static void gemm_tuning(int on) { g_gemm_tuning = on; }
+
+// Reads the choices a previous run saved; a missing file is no error (nothing was saved yet).
+static void gemm_algos_load(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) { return; }
+    char line[GEMM_KEY_CHARS + 2 * sizeof(cublasLtMatmulAlgo_t) + 8];
+    while (fgets(line, sizeof(line), f)) {
+        char *sep = strstr(line, " : ");
+        if (!sep || sep - line >= GEMM_KEY_CHARS || g_num_gemm_loaded == GEMM_PLANS_MAX) {
+            fail("'%s' is not a GEMM algorithm file", path);
+        }
+        GemmChoice *c = &g_gemm_loaded[g_num_gemm_loaded++];
+        memcpy(c->key, line, sep - line);
+        c->key[sep - line] = '\0';
+        unsigned char *bytes = (unsigned char *)&c->algo;
+        for (size_t i = 0; i < sizeof(c->algo); i++) {
+            unsigned v;
+            if (sscanf(sep + 3 + 2 * i, "%2x", &v) != 1) { fail("'%s': a truncated algorithm", path); }
+            bytes[i] = (unsigned char)v;
+        }
+    }
+    fclose(f);
+}
+
+// Writes the chosen algorithm of every timed or loaded plan, one line each: key " : " algorithm bytes in hex.
+static void gemm_algos_save(const char *path) {
+    AtomicFile af;
+    atomic_open(&af, path);
+    for (int i = 0; i < g_num_gemm_plans; i++) {
+        const GemmPlan *p = &g_gemm_plans[i];
+        if (!p->chosen) { continue; }
+        char key[GEMM_KEY_CHARS];
+        gemm_plan_key(p, key);
+        fprintf(af.f, "%s : ", key);
+        const unsigned char *bytes = (const unsigned char *)&p->algo;
+        for (size_t b = 0; b < sizeof(p->algo); b++) { fprintf(af.f, "%02x", bytes[b]); }
+        fprintf(af.f, "\n");
+    }
+    atomic_commit(&af);
 }
 
 static void gemm_plan_make(GemmPlan *p) {
@@ -203,13 +268,64 @@ static void gemm_plan_make(GemmPlan *p) {
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &p->align_b, 4));
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &p->align_d, 4));
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &p->align_d, 4));
-    cublasLtMatmulHeuristicResult_t heur;
+    cublasLtMatmulHeuristicResult_t heur[GEMM_CANDIDATES];
     int found = 0;
-    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g_cuda.lt, p->desc, p->la, p->lb, p->ld, p->ld, pref, 1, &heur,
-                                                       &found);
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g_cuda.lt, p->desc, p->la, p->lb, p->ld, p->ld, pref,
+                                                       GEMM_CANDIDATES, heur, &found);
     cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
     p->found = st == CUBLAS_STATUS_SUCCESS && found > 0;
-    if (p->found) { p->algo = heur.algo; }
+    if (!p->found) { return; }
+    p->algo = heur[0].algo;
+    char key[GEMM_KEY_CHARS];
+    gemm_plan_key(p, key);
+    for (int i = 0; i < g_num_gemm_loaded; i++) {
+        if (strcmp(g_gemm_loaded[i].key, key) != 0) { continue; }
+        p->algo = g_gemm_loaded[i].algo;
+        p->chosen = 1;
+        cublasLtMatmulHeuristicResult_t check;
+        if (cublasLtMatmulAlgoCheck(g_cuda.lt, p->desc, p->la, p->lb, p->ld, p->ld, &p->algo, &check) !=
+            CUBLAS_STATUS_SUCCESS) {
+            fail("a saved GEMM algorithm (%s) does not run here: the run was started with another cuBLAS or GPU", key);
+        }
+        return;
+    }
+    if (g_gemm_tuning) {
+        p->candidates = found;
+        for (int i = 0; i < found; i++) { p->candidate[i] = heur[i].algo; }
+    }
+}
+
+static cublasStatus_t gemm_run(const GemmPlan *p, const cublasLtMatmulAlgo_t *algo, void *d, const void *a,
+                               const void *b, float beta, cudaStream_t stream) {
+    float alpha = 1.0f;
+    return cublasLtMatmul(g_cuda.lt, p->desc, &alpha, a, p->la, b, p->lb, &beta, d, p->ld, d, p->ld, algo,
+                          g_cuda.lt_workspace, CUBLASLT_WORKSPACE_BYTES, stream);
+}
+
+// Times every candidate on these operands (the mean of GEMM_TUNE_REPS runs) and keeps the fastest. A candidate
+// that refuses to run (some need more workspace than the heuristic promised) is passed over.
+static void gemm_plan_tune(GemmPlan *p, void *d, const void *a, const void *b, float beta, cudaStream_t stream) {
+    cudaEvent_t start, stop;
+    cudaCheck(cudaEventCreate(&start));
+    cudaCheck(cudaEventCreate(&stop));
+    float best = INFINITY;
+    for (int i = 0; i < p->candidates; i++) {
+        if (gemm_run(p, &p->candidate[i], d, a, b, beta, stream) != CUBLAS_STATUS_SUCCESS) { continue; }
+        cudaCheck(cudaEventRecord(start, stream));
+        for (int r = 0; r < GEMM_TUNE_REPS; r++) { cublasCheck(gemm_run(p, &p->candidate[i], d, a, b, beta, stream)); }
+        cudaCheck(cudaEventRecord(stop, stream));
+        cudaCheck(cudaEventSynchronize(stop));
+        float ms;
+        cudaCheck(cudaEventElapsedTime(&ms, start, stop));
+        if (ms < best) {
+            best = ms;
+            p->algo = p->candidate[i];
+        }
+    }
+    cudaCheck(cudaEventDestroy(start));
+    cudaCheck(cudaEventDestroy(stop));
+    p->candidates = 0;
+    p->chosen = 1;
 }
 
 /*
@@ -251,9 +367,8 @@ static int gemm_lt(void *d, cudaDataType_t dt, const void *a, int transa, int ld
         cublasCheck(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ep.aux,
                                                    sizeof(ep.aux)));
     }
-    float alpha = 1.0f;
-    cublasCheck(cublasLtMatmul(g_cuda.lt, plan->desc, &alpha, a, plan->la, b, plan->lb, &beta, d, plan->ld, d, plan->ld,
-                               &plan->algo, g_cuda.lt_workspace, CUBLASLT_WORKSPACE_BYTES, stream));
+    if (plan->candidates > 0) { gemm_plan_tune(plan, d, a, b, beta, stream); }
+    cublasCheck(gemm_run(plan, &plan->algo, d, a, b, beta, stream));
     return 1;
 }
 
@@ -281,23 +396,18 @@ static void linear_forward(const Linear<T> &lin, T *out, const T *inp, int N, T 
 }
 
 /*
- * Given dout (N, lin.out): lin.dw += dout^T inp; lin.db += column sums of dout; and, when dinp is not NULL,
- * dinp = dout W, multiplied by gelu'(gelu_aux) when gelu_aux is given (inp was gelu(gelu_aux)).
- * The weight gradient runs first, so dinp may alias inp. scratch: linear_backward_scratch_floats(lin.out).
+ * Given dout (N, lin.out): lin.dw += dout^T inp; lin.db += column sums of dout (both written rather than added to
+ * when not accumulate); and, when dinp is not NULL, dinp = dout W, multiplied by gelu'(gelu_aux) when gelu_aux is
+ * given (inp was gelu(gelu_aux)). The weight gradient runs first, so dinp may alias inp.
+ * scratch: linear_backward_scratch_floats(lin.out).
  */
 template <typename T>
 static void linear_backward(const Linear<T> &lin, T *dinp, const T *dout, const T *inp, const T *gelu_aux,
-                            float *scratch, int N, cudaStream_t stream) {
+                            float *scratch, int N, int accumulate, cudaStream_t stream) {
     cudaDataType_t t = TypeInfo<T>::cuda;
-    // The epilogue writes the bias gradient rather than adding it, so it lands in scratch and is added to db.
-    GemmEpilogue bgrad = {CUBLASLT_EPILOGUE_BGRADB, scratch, NULL};
-    if (lin.db && gemm_lt(lin.dw, CUDA_R_32F, inp, 0, lin.in, dout, 1, lin.out, t, lin.in, lin.out, N, 1.0f, bgrad,
-                          stream)) {
-        add_partial_sums(lin.db, scratch, 1, lin.out, lin.out, stream);
-    } else {
-        gemm_lt(lin.dw, CUDA_R_32F, inp, 0, lin.in, dout, 1, lin.out, t, lin.in, lin.out, N, 1.0f, GEMM_PLAIN, stream);
-        if (lin.db) { column_sum_add(lin.db, scratch, dout, N, lin.out, stream); }
-    }
+    gemm_lt(lin.dw, CUDA_R_32F, inp, 0, lin.in, dout, 1, lin.out, t, lin.in, lin.out, N, accumulate ? 1.0f : 0.0f,
+            GEMM_PLAIN, stream);
+    if (lin.db) { column_sum(lin.db, scratch, dout, N, lin.out, accumulate, stream); }
     if (!dinp) { return; }
     if (gelu_aux) {
         GemmEpilogue dgelu = {CUBLASLT_EPILOGUE_DGELU, NULL, (void *)gelu_aux};

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Everything a GPU machine should run, in one call: build, the GPU tests (parity against the CPU build in fp32 and
+# bf16, attention kernels), then the throughput benchmark beside PyTorch. Logs under $OUT (or /tmp/device_check);
+# the last lines are the two summary tables.
+#   dev/device_check.sh [tests|bench|all]     (default all)
+# Needs data/brown (make data, or carried) and .carry/torch_gpt.py (the PyTorch baseline) for the benchmark.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+what=${1:-all}
+export NCCL_NVLS_ENABLE=0
+LOGS=${OUT:-/tmp/device_check}
+mkdir -p "$LOGS"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$LOGS/gpu.txt"
+make -j"$(nproc)" all > "$LOGS/build.log" 2>&1 || { tail -20 "$LOGS/build.log"; echo "build failed"; exit 1; }
+status=0
+if [ "$what" = tests ] || [ "$what" = all ]; then
+    LOG_DIR="$LOGS/gpu_tests" test/run_gpu_tests.sh > "$LOGS/gpu_tests.log" 2>&1 || status=1
+fi
+if [ "$what" = bench ] || [ "$what" = all ]; then
+    test/gpubin/test_attention --bench > "$LOGS/attention_bench.log" 2>&1 || status=1
+    dev/bench.sh > "$LOGS/bench.log" 2>&1 || status=1
+fi
+echo
+[ -f "$LOGS/gpu_tests.log" ] && sed -n '/^test /,$p' "$LOGS/gpu_tests.log"
+[ -f "$LOGS/attention_bench.log" ] && tail -8 "$LOGS/attention_bench.log"
+[ -f "$LOGS/bench.log" ] && sed -n '/^model /,$p' "$LOGS/bench.log"
+exit $status
