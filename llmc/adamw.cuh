@@ -4,7 +4,7 @@
  *   norm = sqrt(sum of g^2 over every gradient);  clip = grad_clip / norm if 0 < grad_clip < norm, else 1
  *   g' = clip g;  m = b1 m + (1 - b1) g';  v = b2 v + (1 - b2) g'^2
  *   p -= lr (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd p)
- * The norm is a two-pass reduction (a partial sum per block, then the blocks in order, in double), so it is
+ * The norm is a two-pass reduction (a partial sum per fixed chunk, then the chunks in order, in double), so it is
  * deterministic; it stays on the GPU, where AdamW reads the clip factor, and the host copies it only to log it.
  * Master weights, gradients and moments are fp32; in bf16 mode AdamW also writes the bf16 copy the GEMMs read.
  */
@@ -13,42 +13,89 @@
 
 #include "cuda_common.cuh"
 
-#define NORM_THREADS 512
-#define NORM_BLOCKS_PER_SM 2
 #define ADAMW_THREADS 256
 
-// Grid-stride over float4s; one partial sum of squares per block. Assumes n % 4 == 0 and g 16-byte aligned.
-__global__ void __launch_bounds__(NORM_THREADS) sum_squares_partial_kernel(float *partial, const float *g, size_t n) {
+/*
+ * The norm in pieces. Gradients come in groups (a layer's tensors, then the rest), each of up to NORM_SLICES_MAX
+ * slices of the gradient buffer. A group's sums of squares can be taken as soon as its gradients are final (during
+ * backward, beside the next layer's GEMMs), into its own range of partial sums: one per chunk of NORM_CHUNK floats
+ * of each slice, a fixed partition, so the partial sums do not depend on when they ran. grad_norm_finish then adds
+ * all groups' partial sums in order.
+ */
+#define NORM_THREADS 512
+#define NORM_VECS_PER_THREAD 8 // float4 loads in flight per thread
+#define NORM_CHUNK (NORM_THREADS * NORM_VECS_PER_THREAD * 4)
+#define NORM_SLICES_MAX 12     // a layer's gradient tensors
+#define NORM_FINISH_THREADS 1024
+
+typedef struct {
+    const float *p[NORM_SLICES_MAX];
+    size_t n[NORM_SLICES_MAX];
+    int chunk_end[NORM_SLICES_MAX]; // slice k's chunks are blocks [chunk_end[k-1], chunk_end[k])
+    int count;
+} NormGroup;
+
+// Appends a slice of n floats (n % 4 == 0, p 16-byte aligned) to the group.
+static void norm_group_add(NormGroup *g, const float *p, size_t n) {
+    if (g->count == NORM_SLICES_MAX) { fail("a gradient-norm group holds at most %d slices", NORM_SLICES_MAX); }
+    if (n % 4 != 0) { fail("gradient slice of %zu floats is not a multiple of 4", n); }
+    int k = g->count++;
+    g->p[k] = p;
+    g->n[k] = n;
+    g->chunk_end[k] = (k ? g->chunk_end[k - 1] : 0) + (int)((n + NORM_CHUNK - 1) / NORM_CHUNK);
+}
+
+static inline int norm_group_chunks(const NormGroup *g) { return g->count ? g->chunk_end[g->count - 1] : 0; }
+
+// One block per chunk: partial[block] = sum of squares of that chunk.
+__global__ void __launch_bounds__(NORM_THREADS) sum_squares_kernel(float *partial, NormGroup g) {
     __shared__ float red[WARP_SIZE];
+    int k = 0;
+    while (blockIdx.x >= g.chunk_end[k]) { k++; }
+    size_t first = (size_t)(blockIdx.x - (k ? g.chunk_end[k - 1] : 0)) * (NORM_CHUNK / 4);
+    size_t end = min(first + NORM_CHUNK / 4, g.n[k] / 4);
+    const float4 *g4 = reinterpret_cast<const float4 *>(g.p[k]);
     float s = 0.0f;
-    const float4 *g4 = reinterpret_cast<const float4 *>(g);
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n / 4; i += (size_t)gridDim.x * blockDim.x) {
-        float4 x = g4[i];
-        s += x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w;
+#pragma unroll
+    for (int v = 0; v < NORM_VECS_PER_THREAD; v++) {
+        size_t i = first + v * NORM_THREADS + threadIdx.x;
+        if (i < end) {
+            float4 x = g4[i];
+            s += x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w;
+        }
     }
     s = block_sum(s, red);
     if (threadIdx.x == 0) { partial[blockIdx.x] = s; }
 }
 
-// norm_clip[0] = norm, norm_clip[1] = the clip factor AdamW multiplies the gradient by.
-__global__ void grad_norm_finish_kernel(float *norm_clip, const float *partial, int parts, float grad_clip) {
+// partial[0 .. norm_group_chunks(g)) for the group.
+static void grad_norm_partials(float *partial, const NormGroup *g, cudaStream_t stream) {
+    sum_squares_kernel<<<norm_group_chunks(g), NORM_THREADS, 0, stream>>>(partial, *g);
+    cudaCheckLaunch();
+}
+
+// norm_clip[0] = norm, norm_clip[1] = the clip factor AdamW multiplies the gradient by. One block: each thread adds
+// a fixed stride of the partial sums in double, then a fixed tree over the block.
+__global__ void __launch_bounds__(NORM_FINISH_THREADS)
+    grad_norm_finish_kernel(float *norm_clip, const float *partial, int parts, float grad_clip) {
+    __shared__ double red[WARP_SIZE];
+    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
     double s = 0.0;
-    for (int p = 0; p < parts; p++) { s += partial[p]; }
+    for (int p = threadIdx.x; p < parts; p += blockDim.x) { s += partial[p]; }
+    for (int o = WARP_SIZE / 2; o > 0; o /= 2) { s += __shfl_xor_sync(0xffffffffu, s, o); }
+    if (lane == 0) { red[warp] = s; }
+    __syncthreads();
+    if (threadIdx.x != 0) { return; }
+    s = 0.0;
+    for (int w = 0; w < (int)(blockDim.x / WARP_SIZE); w++) { s += red[w]; }
     float norm = (float)sqrt(s);
     norm_clip[0] = norm;
     norm_clip[1] = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;
 }
 
-static inline int grad_norm_blocks(void) { return g_cuda.props.multiProcessorCount * NORM_BLOCKS_PER_SM; }
-
-// scratch: grad_norm_blocks() floats; norm_clip: 2 floats on the device.
-static void grad_norm(float *norm_clip, float *scratch, const float *grads, size_t n, float grad_clip,
-                      cudaStream_t stream) {
-    if (n % 4 != 0) { fail("gradient buffer of %zu floats is not a multiple of 4", n); }
-    int blocks = grad_norm_blocks();
-    sum_squares_partial_kernel<<<blocks, NORM_THREADS, 0, stream>>>(scratch, grads, n);
-    cudaCheckLaunch();
-    grad_norm_finish_kernel<<<1, 1, 0, stream>>>(norm_clip, scratch, blocks, grad_clip);
+// partial: the partial sums of all groups, parts of them.
+static void grad_norm_finish(float *norm_clip, const float *partial, int parts, float grad_clip, cudaStream_t stream) {
+    grad_norm_finish_kernel<<<1, NORM_FINISH_THREADS, 0, stream>>>(norm_clip, partial, parts, grad_clip);
     cudaCheckLaunch();
 }
 

@@ -102,6 +102,18 @@ __device__ __forceinline__ float block_sum(float x, float *shared) {
     __syncthreads();
     return x;
 }
+// Two sums over the block in one pass (one pair of barriers): the same order as two block_sum calls, so the same bits.
+// `shared` holds 32 float2.
+__device__ __forceinline__ float2 block_sum2(float2 x, float2 *shared) {
+    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, nwarps = blockDim.x / WARP_SIZE;
+    x = make_float2(warp_sum(x.x), warp_sum(x.y));
+    if (lane == 0) { shared[warp] = x; }
+    __syncthreads();
+    x = lane < nwarps ? shared[lane] : make_float2(0.0f, 0.0f);
+    x = make_float2(warp_sum(x.x), warp_sum(x.y));
+    __syncthreads();
+    return x;
+}
 __device__ __forceinline__ float block_max(float x, float *shared) {
     int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, nwarps = blockDim.x / WARP_SIZE;
     x = warp_max(x);
@@ -113,15 +125,26 @@ __device__ __forceinline__ float block_max(float x, float *shared) {
     return x;
 }
 
-// Second pass of the column reductions (bias and LayerNorm parameter gradients): dst[c] += sum over parts p of
-// partial[p * stride + c] (dst[c] = ... when not accumulate: the first micro-step writes the gradient), where the first pass wrote one row of partial sums per block. There can be a thousand
-// parts, too long a chain for one thread: a block takes 32 columns, its row groups sum every PARTIAL_GROUPS-th part,
-// and the groups are added in order (a fixed tree, so deterministic).
+// Second pass of the column reductions (bias and LayerNorm parameter gradients): the first pass wrote one row of
+// partial sums per block (stride floats apart), holding up to PARTIAL_SUMS_MAX sums of cols columns side by side;
+// sum k is dst[k][c] += sum over parts p of partial[p * stride + k * cols + c] (dst[k][c] = ... when not
+// accumulate: the first micro-step writes the gradient). All sums go in one launch (grid.y = sums): a LayerNorm
+// backward's three would otherwise be three tiny launches, ~150 per step at 48 layers.
+// There can be a thousand parts, too long a chain for one thread: a block takes 32 columns, its row groups sum every
+// PARTIAL_GROUPS-th part, and the groups are added in order (a fixed tree, so deterministic).
 #define PARTIAL_COLS 32
 #define PARTIAL_GROUPS 32
+#define PARTIAL_SUMS_MAX 3
+typedef struct {
+    float *dst[PARTIAL_SUMS_MAX];
+} PartialSumDsts;
+
 __global__ void __launch_bounds__(PARTIAL_COLS *PARTIAL_GROUPS)
-    add_partial_sums_kernel(float *dst, const float *partial, int parts, int cols, int stride, int accumulate) {
+    add_partial_sums_kernel(PartialSumDsts dsts, const float *partial, int parts, int cols, int stride,
+                            int accumulate) {
     __shared__ float sums[PARTIAL_GROUPS][PARTIAL_COLS];
+    float *dst = dsts.dst[blockIdx.y];
+    partial += (size_t)blockIdx.y * cols;
     int c = blockIdx.x * PARTIAL_COLS + threadIdx.x;
     float s = 0.0f;
     if (c < cols) {
@@ -146,7 +169,10 @@ typedef struct {
     cudaDeviceProp props;
     cublasLtHandle_t lt;
     void *lt_workspace;
-    cudaStream_t stream; // the compute stream
+    cudaStream_t stream; // the compute stream (high priority)
+    cudaStream_t side;   // low priority: memory-bound work that may run beside the compute stream's GEMMs, fed
+                         // by events (train_gpt.cu: the gradient norm per layer, AdamW per layer); its blocks fill
+                         // the SMs the compute stream leaves idle rather than delaying its kernels
 } CudaContext;
 
 static CudaContext g_cuda;
@@ -176,16 +202,21 @@ static inline void cuda_context_init(void) {
     cudaCheck(cudaGetDeviceProperties(&g_cuda.props, dev));
     cublasCheck(cublasLtCreate(&g_cuda.lt));
     g_cuda.lt_workspace = cuda_alloc(CUBLASLT_WORKSPACE_BYTES, "the cuBLASLt workspace");
-    cudaCheck(cudaStreamCreateWithFlags(&g_cuda.stream, cudaStreamNonBlocking));
+    int least, greatest;
+    cudaCheck(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    cudaCheck(cudaStreamCreateWithPriority(&g_cuda.stream, cudaStreamNonBlocking, greatest));
+    cudaCheck(cudaStreamCreateWithPriority(&g_cuda.side, cudaStreamNonBlocking, least));
     g_cuda_ready = 1;
 }
 
 static inline int grid_for(size_t n, int per_block) { return (int)((n + per_block - 1) / per_block); }
 
-static inline void add_partial_sums(float *dst, const float *partial, int parts, int cols, int stride,
-                                    int accumulate, cudaStream_t stream) {
-    add_partial_sums_kernel<<<grid_for(cols, PARTIAL_COLS), dim3(PARTIAL_COLS, PARTIAL_GROUPS), 0, stream>>>(
-        dst, partial, parts, cols, stride, accumulate);
+// dsts.dst[0 .. sums) as add_partial_sums_kernel says.
+static inline void add_partial_sums(PartialSumDsts dsts, int sums, const float *partial, int parts, int cols,
+                                    int stride, int accumulate, cudaStream_t stream) {
+    if (sums < 1 || sums > PARTIAL_SUMS_MAX) { fail("add_partial_sums: %d sums (at most %d)", sums, PARTIAL_SUMS_MAX); }
+    add_partial_sums_kernel<<<dim3(grid_for(cols, PARTIAL_COLS), sums), dim3(PARTIAL_COLS, PARTIAL_GROUPS), 0,
+                              stream>>>(dsts, partial, parts, cols, stride, accumulate);
     cudaCheckLaunch();
 }
 

@@ -10,7 +10,8 @@
  *           and optionally dsum += sum_rows dr: dr, the gradient of the residual stream, is the output gradient of
  *           the projection that wrote r, so this is that projection's bias gradient, taken while dr is in registers.
  * The parameter gradients are column sums: each block sums its rows in registers, writes one row of partials,
- * and add_partial_sums adds the blocks in order (no atomics, so the result does not depend on timing).
+ * and add_partial_sums adds the blocks in order, all three sums in one launch (no atomics, so the result does not
+ * depend on timing).
  *
  * Geometry: one thread block per row (grid-stride over rows); thread i holds packs i, i + blockDim.x, ... of the
  * row in registers (PACKS of them, 16 bytes each), so a row is read once. Rows of up to LN_MAX_PACKS packs.
@@ -75,50 +76,61 @@ __global__ void __launch_bounds__(LN_THREADS_MAX)
     }
 }
 
+// The row's loads (dout, inp and the dinp it adds to) are all issued before the reduction waits on any, so a row
+// costs one memory round trip, not two; w is the same for every row and is read once. Registers are capped so that
+// LN_BWD_MIN_BLOCKS / PACKS blocks fit on an SM (for one pack per thread: 64, a few bytes spilled to L1), as warps
+// in flight are what hides the memory latency.
+#define LN_BWD_MIN_BLOCKS 4
 template <typename T, int PACKS>
-__global__ void __launch_bounds__(LN_THREADS_MAX)
+__global__ void __launch_bounds__(LN_THREADS_MAX, LN_BWD_MIN_BLOCKS / PACKS)
     layernorm_backward_kernel(T *dinp, float *partial, const T *dout, const T *inp, const T *w, const float *mean,
                               const float *rstd, int rows, int C) {
     constexpr int PN = Packed<T>::N;
-    __shared__ float red[WARP_SIZE];
+    __shared__ float2 red[WARP_SIZE];
     int packs = C / PN;
-    float dw[PACKS][PN], db[PACKS][PN], ds[PACKS][PN];
+    float wv[PACKS][PN], dw[PACKS][PN], db[PACKS][PN], ds[PACKS][PN];
     for (int k = 0; k < PACKS; k++) {
-        for (int j = 0; j < PN; j++) { dw[k][j] = db[k][j] = ds[k][j] = 0.0f; }
+        int p = threadIdx.x + k * blockDim.x;
+        Packed<T> wa;
+        if (p < packs) { wa = load_packed(w + p * PN); }
+        for (int j = 0; j < PN; j++) {
+            wv[k][j] = p < packs ? wa[j] : 0.0f;
+            dw[k][j] = db[k][j] = ds[k][j] = 0.0f;
+        }
     }
     for (int row = blockIdx.x; row < rows; row += gridDim.x) {
         size_t base = (size_t)row * C;
         float mu = mean[row], rs = rstd[row];
-        float dy[PACKS][PN], xhat[PACKS][PN], wv[PACKS][PN];
-        float s1 = 0.0f, s2 = 0.0f;
+        Packed<T> da[PACKS], xa[PACKS], acc[PACKS];
         for (int k = 0; k < PACKS; k++) {
             int p = threadIdx.x + k * blockDim.x;
-            for (int j = 0; j < PN; j++) { dy[k][j] = xhat[k][j] = wv[k][j] = 0.0f; }
             if (p >= packs) { continue; }
-            Packed<T> da = load_packed_cs(dout + base + p * PN), xa = load_packed(inp + base + p * PN);
-            Packed<T> wa = load_packed(w + p * PN);
+            da[k] = load_packed_cs(dout + base + p * PN);
+            xa[k] = load_packed_cs(inp + base + p * PN);
+            acc[k] = load_packed_cs(dinp + base + p * PN);
+        }
+        float2 s = make_float2(0.0f, 0.0f);
+        for (int k = 0; k < PACKS; k++) {
+            if (threadIdx.x + k * blockDim.x >= packs) { continue; }
             for (int j = 0; j < PN; j++) {
-                dy[k][j] = da[j];
-                xhat[k][j] = (xa[j] - mu) * rs;
-                wv[k][j] = wa[j];
-                float g = dy[k][j] * wv[k][j];
-                s1 += g;
-                s2 += g * xhat[k][j];
+                float g = da[k][j] * wv[k][j];
+                s.x += g;
+                s.y += g * ((xa[k][j] - mu) * rs);
             }
         }
-        s1 = block_sum(s1, red) / C;
-        s2 = block_sum(s2, red) / C;
+        s = block_sum2(s, red);
+        float mean_g = s.x / C, mean_gx = s.y / C;
         for (int k = 0; k < PACKS; k++) {
             int p = threadIdx.x + k * blockDim.x;
             if (p >= packs) { continue; }
-            Packed<T> acc = load_packed(dinp + base + p * PN);
             for (int j = 0; j < PN; j++) {
-                acc.set(j, acc[j] + rs * (dy[k][j] * wv[k][j] - s1 - xhat[k][j] * s2));
-                dw[k][j] += dy[k][j] * xhat[k][j];
-                db[k][j] += dy[k][j];
-                ds[k][j] += acc[j]; // as stored (rounded to T), which is what the projection's GEMMs read
+                float dy = da[k][j], xhat = (xa[k][j] - mu) * rs;
+                acc[k].set(j, acc[k][j] + rs * (dy * wv[k][j] - mean_g - xhat * mean_gx));
+                dw[k][j] += dy * xhat;
+                db[k][j] += dy;
+                ds[k][j] += acc[k][j]; // as stored (rounded to T), which is what the projection's GEMMs read
             }
-            store_packed(dinp + base + p * PN, acc);
+            store_packed(dinp + base + p * PN, acc[k]);
         }
     }
     float *pw = partial + (size_t)blockIdx.x * LN_PARTIALS * C, *pb = pw + C, *ps = pb + C;
@@ -152,12 +164,23 @@ template <typename T> static LnShape layernorm_shape(int C) {
     return s;
 }
 
-// Blocks of the backward kernel: enough for about 32 warps per SM (memory latency is hidden by warps in flight),
-// no more, since each block writes rows of partials (LN_PARTIALS * C floats).
-#define LN_BWD_WARPS_PER_SM 32
+template <typename T>
+using LnBackwardKernel = void (*)(T *, float *, const T *, const T *, const T *, const float *, const float *, int, int);
+template <typename T> static LnBackwardKernel<T> layernorm_backward_kernel_for(int packs_per_thread) {
+    switch (packs_per_thread) {
+    case 1: return layernorm_backward_kernel<T, 1>;
+    case 2: return layernorm_backward_kernel<T, 2>;
+    default: return layernorm_backward_kernel<T, 4>;
+    }
+}
+
+// Blocks of the backward kernel: as many as are resident at once (the rows are grid-strided, so one more would wait
+// for a whole block to finish), no more, since each block writes rows of partials (LN_PARTIALS * C floats).
 template <typename T> static int layernorm_backward_blocks(int rows, int C) {
     LnShape s = layernorm_shape<T>(C);
-    int per_sm = (LN_BWD_WARPS_PER_SM * WARP_SIZE) / s.threads;
+    int per_sm = 0;
+    cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm, layernorm_backward_kernel_for<T>(s.packs_per_thread), s.threads, 0));
     int blocks = g_cuda.props.multiProcessorCount * (per_sm > 0 ? per_sm : 1);
     return rows < blocks ? rows : blocks;
 }
@@ -194,18 +217,12 @@ static void layernorm_backward(T *dinp, float *dw, float *db, float *dsum, float
                                int accumulate, cudaStream_t stream) {
     LnShape s = layernorm_shape<T>(C);
     int blocks = layernorm_backward_blocks<T>(rows, C);
-#define LN_BWD(P)                                                                                                      \
-    layernorm_backward_kernel<T, P><<<blocks, s.threads, 0, stream>>>(dinp, scratch, dout, inp, w, mean, rstd, rows, C)
-    switch (s.packs_per_thread) {
-    case 1: LN_BWD(1); break;
-    case 2: LN_BWD(2); break;
-    default: LN_BWD(4); break;
-    }
-#undef LN_BWD
+    layernorm_backward_kernel_for<T>(s.packs_per_thread)<<<blocks, s.threads, 0, stream>>>(dinp, scratch, dout, inp,
+                                                                                           w, mean, rstd, rows, C);
     cudaCheckLaunch();
-    add_partial_sums(dw, scratch, blocks, C, LN_PARTIALS * C, accumulate, stream);
-    add_partial_sums(db, scratch + C, blocks, C, LN_PARTIALS * C, accumulate, stream);
-    if (dsum) { add_partial_sums(dsum, scratch + 2 * C, blocks, C, LN_PARTIALS * C, accumulate, stream); }
+    PartialSumDsts dsts = {{dw, db, dsum}};
+    add_partial_sums(dsts, dsum ? LN_PARTIALS : LN_PARTIALS - 1, scratch, blocks, C, LN_PARTIALS * C, accumulate,
+                     stream);
 }
 
 #endif // LLMC_LAYERNORM_CUH

@@ -129,7 +129,8 @@ static void column_sum(float *dst, float *scratch, const T *x, int rows, int col
     column_sum_partial_kernel<<<dim3(strips, chunks), dim3(COLSUM_PACKS_PER_BLOCK, COLSUM_ROW_GROUPS), 0, stream>>>(
         scratch, x, rows, cols, rows_per_chunk);
     cudaCheckLaunch();
-    add_partial_sums(dst, scratch, chunks, cols, cols, accumulate, stream);
+    PartialSumDsts dsts = {{dst}};
+    add_partial_sums(dsts, 1, scratch, chunks, cols, cols, accumulate, stream);
 }
 
 // ----------------------------------------------------------------------------------------------------------------

@@ -47,6 +47,7 @@ typedef struct {
     // reproducibility and precision
     long long seed;
     char precision[OPT_STR_LEN]; // fp32 | bf16 (fp8 comes with the FP8 recipe)
+    int keep_gelu_layers;        // GPU build: layers (from the first) whose gelu(fc) is kept for backward
     // parallel layout (world = DP x GTP x TP)
     int tp, gtp, sequence_parallel, zero;
     // CPU build: reference state for the GPU parity test
@@ -87,11 +88,11 @@ static const OptionSpec OPTION_SPECS[] = {
      "micro-batch: sequences per forward/backward per data-parallel rank"},
     {"total-batch-tokens", OPT_I64, OPT_FIELD(total_batch_tokens), "65536", 0, 1e12, NULL,
      "tokens per optimizer step over all ranks (gradient accumulation fills it); 0 = one micro-batch per rank"},
-    {"steps", OPT_INT, OPT_FIELD(steps), "120", 1, INT_MAX, NULL, "optimizer steps to train"},
+    {"steps", OPT_INT, OPT_FIELD(steps), "60", 1, INT_MAX, NULL, "optimizer steps to train"},
     {"lr", OPT_FLOAT, OPT_FIELD(lr), "6e-4", 0, 10, NULL, "peak learning rate"},
     {"final-lr-frac", OPT_FLOAT, OPT_FIELD(final_lr_frac), "0.1", 0, 1, NULL,
      "learning rate at the last step, as a fraction of --lr"},
-    {"warmup-steps", OPT_INT, OPT_FIELD(warmup_steps), "20", 0, INT_MAX, NULL, "linear warmup steps"},
+    {"warmup-steps", OPT_INT, OPT_FIELD(warmup_steps), "10", 0, INT_MAX, NULL, "linear warmup steps"},
     {"lr-schedule", OPT_STR, OPT_FIELD(lr_schedule), "cosine", 0, 0, "cosine|linear|constant",
      "decay after warmup"},
     {"weight-decay", OPT_FLOAT, OPT_FIELD(weight_decay), "0.1", 0, 10, NULL,
@@ -101,11 +102,11 @@ static const OptionSpec OPTION_SPECS[] = {
     {"eps", OPT_FLOAT, OPT_FIELD(eps), "1e-8", 1e-30, 1, NULL, "AdamW epsilon"},
     {"grad-clip", OPT_FLOAT, OPT_FIELD(grad_clip), "1.0", 0, 1e9, NULL,
      "clip the global gradient norm to this; 0 = no clipping"},
-    {"val-every", OPT_INT, OPT_FIELD(val_every), "20", 0, INT_MAX, NULL,
+    {"val-every", OPT_INT, OPT_FIELD(val_every), "10", 0, INT_MAX, NULL,
      "validation loss every N steps (and at the end); 0 = never"},
     {"val-batches", OPT_INT, OPT_FIELD(val_batches), "20", 1, INT_MAX, NULL,
      "at most this many micro-batches per validation pass"},
-    {"sample-every", OPT_INT, OPT_FIELD(sample_every), "60", 0, INT_MAX, NULL,
+    {"sample-every", OPT_INT, OPT_FIELD(sample_every), "30", 0, INT_MAX, NULL,
      "print a text sample every N steps; 0 = never"},
     {"sample-tokens", OPT_INT, OPT_FIELD(sample_tokens), "64", 1, 65536, NULL, "tokens per text sample"},
     {"out-dir", OPT_STR, OPT_FIELD(out_dir), "runs/default", 0, 0, NULL,
@@ -121,6 +122,9 @@ static const OptionSpec OPTION_SPECS[] = {
      "seed of initialization, data shuffling and sampling"},
     {"precision", OPT_STR, OPT_FIELD(precision), "bf16", 0, 0, "fp32|bf16",
      "activation and GEMM precision (master weights are always fp32)"},
+    {"keep-gelu-layers", OPT_INT, OPT_FIELD(keep_gelu_layers), "0", 0, MAX_LAYERS, NULL,
+     "GPU build: layers (from the first) that keep their MLP's GELU output for backward (faster, more memory); "
+     "the others recompute it"},
     {"tp", OPT_INT, OPT_FIELD(tp), "1", 1, 1024, NULL, "tensor-parallel degree"},
     {"gtp", OPT_INT, OPT_FIELD(gtp), "1", 1, 1024, NULL, "weight-sharding (GTP) degree"},
     {"sequence-parallel", OPT_INT, OPT_FIELD(sequence_parallel), "0", 0, 1, NULL,

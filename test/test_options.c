@@ -68,7 +68,7 @@ static void expect_error(const char *name, const char *expect, const char *first
 
 static void test_defaults_and_forms(void) {
     Options o = parse(NULL);
-    check(o.batch_size == 16 && o.seq_len == 1024 && o.total_batch_tokens == 65536 && o.steps == 120 &&
+    check(o.batch_size == 16 && o.seq_len == 1024 && o.total_batch_tokens == 65536 && o.steps == 60 &&
               o.seed == 1337 && fabsf(o.lr - 6e-4f) == 0.0f && strcmp(o.lr_schedule, "cosine") == 0 &&
               strcmp(o.model, "d12") == 0 && strcmp(o.precision, "bf16") == 0 && o.resume == 0,
           "options_defaults", "a default differs from the table");
