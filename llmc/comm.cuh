@@ -277,7 +277,9 @@ static double comm_timeout_from_env(void) {
     if (!s) { return NCCL_DEFAULT_TIMEOUT_S; }
     char *end = NULL;
     double v = strtod(s, &end);
-    if (end == s || *end != '\0' || !(v > 0)) { fail("%s='%s' must be a positive number of seconds", NCCL_TIMEOUT_ENV, s); }
+    if (end == s || *end != '\0' || !(v > 0)) {
+        fail("%s='%s' must be a positive number of seconds", NCCL_TIMEOUT_ENV, s);
+    }
     return v;
 }
 

@@ -72,7 +72,9 @@ static Span dp_owned(const DataParallel *dp) {
 }
 
 // The part of group k this rank takes the norm of and updates (all of it without ZeRO-1).
-static ParamGroup dp_owned_group(const DataParallel *dp, int k) { return param_group_owned(&dp->groups[k], dp_owned(dp)); }
+static ParamGroup dp_owned_group(const DataParallel *dp, int k) {
+    return param_group_owned(&dp->groups[k], dp_owned(dp));
+}
 
 // Calls f(part, owner) for every part of group k's spans that one rank owns under ZeRO-1.
 template <typename F> static void dp_for_each_owned_part(const DataParallel *dp, int k, F f) {
