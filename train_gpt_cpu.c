@@ -20,7 +20,9 @@
 
 static void cpu_zero_grad(void *ctx) { cpu_model_zero_grad((CpuModel *)ctx); }
 
-static float cpu_forward_backward(void *ctx, const int *inputs, const int *targets, int B, int T, float loss_scale) {
+static float cpu_forward_backward(void *ctx, const int *inputs, const int *targets, int B, int T, float loss_scale,
+                                  int last) {
+    (void)last; // one process: nothing to reduce across ranks
     CpuModel *m = (CpuModel *)ctx;
     float loss = (float)cpu_model_forward(m, inputs, targets, B, T);
     cpu_model_backward(m, loss_scale);
@@ -76,7 +78,8 @@ static void cpu_set_opt_state(void *ctx, const float *mi, const float *vi) {
 
 // The model for micro-batches of B x T, initialized from --seed (the trainer then loads --init-from or a
 // checkpoint over it where asked).
-static ModelOps make_cpu_model(const GPTConfig *config, const Options *opts, int B, int T) {
+static ModelOps make_cpu_model(const GPTConfig *config, const Options *opts, const Mesh *mesh, int B, int T) {
+    (void)mesh; // always world 1 (single_process_launch)
     CpuModel *m = cpu_model_create(config, B, T);
     cpu_model_init_params(m, (uint64_t)opts->seed);
     ModelOps ops = {m,         "cpu",          0.0,           cpu_zero_grad,  cpu_forward_backward,
@@ -119,7 +122,8 @@ static int write_reference_state(const Options *o) {
     DataLoader dl;
     dataloader_init(&dl, o->train_data, B, T, 0, dp, (long long)B * accum * dp, (uint64_t)o->seed, 1,
                     config.vocab_size);
-    ModelOps ops = make_cpu_model(&config, o, B, T);
+    Mesh mesh = mesh_make(1, 0, 1, 1);
+    ModelOps ops = make_cpu_model(&config, o, &mesh, B, T);
 
     float *params = (float *)malloc_check(P * sizeof(float), "reference params");
     float *grads = (float *)malloc_check(P * sizeof(float), "reference gradients");
@@ -142,7 +146,7 @@ static int write_reference_state(const Options *o) {
                 ops.eval_loss(ops.ctx, in, tg, B, T);
                 ops.copy_logits(ops.ctx, logits);
             }
-            loss += ops.forward_backward(ops.ctx, in, tg, B, T, loss_scale);
+            loss += ops.forward_backward(ops.ctx, in, tg, B, T, loss_scale, micro == accum - 1);
         }
         if (step == 0) { ops.get_grads(ops.ctx, grads); }
         UpdateArgs args = {lr_at_step(o, step), o->weight_decay, o->beta1, o->beta2, o->eps, o->grad_clip, step + 1};
@@ -172,5 +176,5 @@ int main(int argc, char **argv) {
     Options o;
     if (options_parse(&o, argc, argv)) { return 0; } // --help
     if (o.ref_out[0] != '\0') { return write_reference_state(&o); }
-    return train_main(argc, argv, make_cpu_model);
+    return train_main(argc, argv, single_process_launch, make_cpu_model);
 }

@@ -69,15 +69,16 @@ __global__ void __launch_bounds__(NORM_THREADS) sum_squares_kernel(float *partia
 }
 
 // partial[0 .. norm_group_chunks(g)) for the group.
+// A group can be empty: a ZeRO-1 rank that owns none of it.
 static void grad_norm_partials(float *partial, const NormGroup *g, cudaStream_t stream) {
+    if (norm_group_chunks(g) == 0) { return; }
     sum_squares_kernel<<<norm_group_chunks(g), NORM_THREADS, 0, stream>>>(partial, *g);
     cudaCheckLaunch();
 }
 
-// norm_clip[0] = norm, norm_clip[1] = the clip factor AdamW multiplies the gradient by. One block: each thread adds
-// a fixed stride of the partial sums in double, then a fixed tree over the block.
-__global__ void __launch_bounds__(NORM_FINISH_THREADS)
-    grad_norm_finish_kernel(float *norm_clip, const float *partial, int parts, float grad_clip) {
+// The sum of parts partial sums, on thread 0 (the others get 0): each thread adds a fixed stride of them in double,
+// then a fixed tree over the block.
+__device__ __forceinline__ double partials_sum(const float *partial, int parts) {
     __shared__ double red[WARP_SIZE];
     int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
     double s = 0.0;
@@ -85,17 +86,53 @@ __global__ void __launch_bounds__(NORM_FINISH_THREADS)
     for (int o = WARP_SIZE / 2; o > 0; o /= 2) { s += __shfl_xor_sync(0xffffffffu, s, o); }
     if (lane == 0) { red[warp] = s; }
     __syncthreads();
-    if (threadIdx.x != 0) { return; }
+    if (threadIdx.x != 0) { return 0.0; }
     s = 0.0;
     for (int w = 0; w < (int)(blockDim.x / WARP_SIZE); w++) { s += red[w]; }
-    float norm = (float)sqrt(s);
+    return s;
+}
+
+// norm_clip[0] = norm, norm_clip[1] = the clip factor AdamW multiplies the gradient by.
+__device__ __forceinline__ void set_norm_clip(float *norm_clip, double sum_squares, float grad_clip) {
+    float norm = (float)sqrt(sum_squares);
     norm_clip[0] = norm;
     norm_clip[1] = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;
+}
+
+// One block: the norm and clip factor from the partial sums of all gradients.
+__global__ void __launch_bounds__(NORM_FINISH_THREADS)
+    grad_norm_finish_kernel(float *norm_clip, const float *partial, int parts, float grad_clip) {
+    double s = partials_sum(partial, parts);
+    if (threadIdx.x == 0) { set_norm_clip(norm_clip, s, grad_clip); }
 }
 
 // partial: the partial sums of all groups, parts of them.
 static void grad_norm_finish(float *norm_clip, const float *partial, int parts, float grad_clip, cudaStream_t stream) {
     grad_norm_finish_kernel<<<1, NORM_FINISH_THREADS, 0, stream>>>(norm_clip, partial, parts, grad_clip);
+    cudaCheckLaunch();
+}
+
+/*
+ * The same norm in two steps, for a rank that holds a slice of the gradients (ZeRO-1): the sum of squares of its
+ * slice (grad_sum_partials), which the caller sums over the ranks in between, then the norm (grad_norm_from_sum).
+ */
+__global__ void __launch_bounds__(NORM_FINISH_THREADS)
+    sum_partials_kernel(double *sum_squares, const float *partial, int parts) {
+    double s = partials_sum(partial, parts);
+    if (threadIdx.x == 0) { *sum_squares = s; }
+}
+
+__global__ void grad_norm_from_sum_kernel(float *norm_clip, const double *sum_squares, float grad_clip) {
+    set_norm_clip(norm_clip, *sum_squares, grad_clip);
+}
+
+static void grad_sum_partials(double *sum_squares, const float *partial, int parts, cudaStream_t stream) {
+    sum_partials_kernel<<<1, NORM_FINISH_THREADS, 0, stream>>>(sum_squares, partial, parts);
+    cudaCheckLaunch();
+}
+
+static void grad_norm_from_sum(float *norm_clip, const double *sum_squares, float grad_clip, cudaStream_t stream) {
+    grad_norm_from_sum_kernel<<<1, 1, 0, stream>>>(norm_clip, sum_squares, grad_clip);
     cudaCheckLaunch();
 }
 

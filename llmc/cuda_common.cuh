@@ -177,6 +177,7 @@ typedef struct {
 
 static CudaContext g_cuda;
 static int g_cuda_ready = 0;
+static int g_cuda_device = 0; // the GPU of this process: the launcher sets it (local rank) before the context
 // Bytes taken through cuda_alloc (nothing is freed while training), comparable to PyTorch's max_memory_allocated.
 static size_t g_cuda_allocated_bytes = 0;
 
@@ -197,7 +198,7 @@ static inline void *cuda_alloc(size_t bytes, const char *what) {
 
 static inline void cuda_context_init(void) {
     if (g_cuda_ready) { return; }
-    int dev = 0;
+    int dev = g_cuda_device;
     cudaCheck(cudaSetDevice(dev));
     cudaCheck(cudaGetDeviceProperties(&g_cuda.props, dev));
     cublasCheck(cublasLtCreate(&g_cuda.lt));

@@ -4,7 +4,8 @@
  * log.txt holds llm.c's machine lines, "s:%d trl:%f" (train loss) and "s:%d tel:%f" (validation loss), s being
  * the number of optimizer steps done, plus the human lines the console shows; `grep '^s:'` gives llm.c's
  * format. A resumed run appends, so a run interrupted after its last checkpoint repeats the steps since then.
- * Every line is flushed as it is written, so a crash loses nothing that was printed.
+ * Every line is flushed as it is written, so a crash loses nothing that was printed. A logger that was never
+ * opened (every rank but 0 of a multi-process job) is silent.
  */
 #ifndef LLMC_LOGGER_H
 #define LLMC_LOGGER_H
@@ -32,6 +33,7 @@ static inline void logger_open(Logger *lg, const char *out_dir) {
 
 // Writes the line to the console and the log file.
 LLMC_PRINTF(2, 3) static void logger_line(Logger *lg, const char *fmt, ...) {
+    if (!lg->f) { return; }
     va_list ap;
     va_start(ap, fmt);
     vprintf(fmt, ap);
@@ -44,6 +46,7 @@ LLMC_PRINTF(2, 3) static void logger_line(Logger *lg, const char *fmt, ...) {
 }
 
 static inline void logger_train(Logger *lg, const StepStats *s, int print_line) {
+    if (!lg->f) { return; }
     fprintf(lg->f, "s:%d trl:%f\n", s->step, s->loss);
     fflush(lg->f);
     if (!print_line) { return; }
@@ -54,6 +57,7 @@ static inline void logger_train(Logger *lg, const StepStats *s, int print_line) 
 }
 
 static inline void logger_val(Logger *lg, int step, int steps, float loss) {
+    if (!lg->f) { return; }
     fprintf(lg->f, "s:%d tel:%f\n", step, loss);
     logger_line(lg, "step %d/%d | val loss %.6f\n", step, steps, loss);
 }

@@ -11,6 +11,8 @@
 
 #include <stddef.h>
 
+#include "mesh.h"
+
 typedef struct {
     float lr, weight_decay, beta1, beta2, eps, grad_clip;
     int t; // AdamW step counter, 1 for the first update
@@ -25,9 +27,13 @@ typedef struct {
     // Forward and backward of one micro-batch of B x T tokens (int32, targets are inputs shifted by one);
     // gradients of loss_scale * (sum of per-token losses) are ADDED to the gradient buffers. The trainer passes
     // loss_scale = 1 / (B*T*accum*data-parallel ranks), so gradients are those of the global mean loss.
-    // Returns the mean loss over this micro-batch's B*T tokens.
-    float (*forward_backward)(void *ctx, const int *inputs, const int *targets, int B, int T, float loss_scale);
-    // Global gradient norm, clipping and AdamW as dev/NOTES.md defines them. Returns the norm before clipping.
+    // last = 1 on the last micro-step of an optimizer step: the gradients are final during this backward, so a
+    // data-parallel model starts reducing them across ranks as they become final. Returns the mean loss over this
+    // rank's B*T tokens.
+    float (*forward_backward)(void *ctx, const int *inputs, const int *targets, int B, int T, float loss_scale,
+                              int last);
+    // Global gradient norm, clipping and AdamW as dev/NOTES.md defines them, on the gradients summed over the
+    // data-parallel ranks. Returns the norm before clipping (the same on every rank).
     float (*update)(void *ctx, const UpdateArgs *args);
     // Forward only: mean loss over B x T tokens. Leaves the logits of this batch readable by copy_logits.
     float (*eval_loss)(void *ctx, const int *inputs, const int *targets, int B, int T);
@@ -36,12 +42,34 @@ typedef struct {
     void (*logits_at)(void *ctx, const int *tokens, int T, int pos, float *out);
     // Copy the logits of the last eval_loss to host (B*T*padded_vocab_size floats). Tests only.
     void (*copy_logits)(void *ctx, float *out);
-    // Host copies in/out of the fp32 master weights, gradients, and AdamW moments.
+    // Host copies in/out of the fp32 master weights, gradients, and AdamW moments: always the whole model, on
+    // every rank (a model that shards its optimizer gathers for get_* and keeps its own slice on set_*; every rank
+    // must call get_params and get_opt_state together).
     void (*get_params)(void *ctx, float *out);
     void (*set_params)(void *ctx, const float *in);
     void (*get_grads)(void *ctx, float *out);
     void (*get_opt_state)(void *ctx, float *m, float *v);
     void (*set_opt_state)(void *ctx, const float *m, const float *v);
 } ModelOps;
+
+/*
+ * The processes of a job, outside the model. The CPU build is one process: world 1, every function NULL. The GPU
+ * build fills it from llmc/bootstrap.h and llmc/comm.cuh. The trainer calls a function only where it is not NULL.
+ */
+typedef struct {
+    int world, rank, local_rank;
+    // Once every rank has checked its options and inputs: the communicators of the mesh. All ranks take part, so
+    // it is also the barrier after which rank 0 may write to the output folder.
+    void (*connect)(const Mesh *mesh);
+    // In place: every rank gets the sums of x[0..n) over its data-parallel group.
+    void (*sum_over_data_ranks)(double *x, int n);
+    // Waits for every rank; `what` names the wait in an error, long_wait allows slow work before it (a checkpoint
+    // that rank 0 writes while the others wait).
+    void (*barrier)(const char *what, int long_wait);
+    // The end of a run on every rank: a last barrier, then the communicators and their watchdog close.
+    void (*finish)(void);
+} Launcher;
+
+typedef Launcher (*LaunchFn)(void);
 
 #endif // LLMC_MODEL_OPS_H

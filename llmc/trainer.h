@@ -7,12 +7,19 @@
  * learning rate, logs, and now and then validates, samples text, and writes a checkpoint. Everything that can
  * be wrong with the command line or the output folder is reported before any work starts, and nothing a
  * previous run wrote is overwritten: a folder that holds a run is only ever continued (--resume 1).
+ *
+ * Several processes (a Launcher from the build: world, rank, collectives): every rank runs the same loop on its
+ * stride of each global batch (data rank and size from the mesh, llmc/mesh.h) and checks everything before any
+ * work; the communicators come up only after that, so no rank waits on a peer that refused its options. Only
+ * rank 0 prints, writes log.txt and checkpoints; the logged loss is the mean over all ranks' tokens. Each rank
+ * reads the checkpoint it resumes from, so the output folder must be one that every rank sees.
  */
 #ifndef LLMC_TRAINER_H
 #define LLMC_TRAINER_H
 
 #include <time.h>
 
+#include "bootstrap.h"
 #include "checkpoint.h"
 #include "config.h"
 #include "dataloader.h"
@@ -23,7 +30,7 @@
 #include "schedule.h"
 #include "tokenizer.h"
 
-typedef ModelOps (*ModelFactory)(const GPTConfig *config, const Options *opts, int B, int T);
+typedef ModelOps (*ModelFactory)(const GPTConfig *config, const Options *opts, const Mesh *mesh, int B, int T);
 
 #define SAMPLE_COUNTER_STRIDE 65536 // sample token i of step s draws counter s * stride + i (i < seq_len <= stride)
 
@@ -32,7 +39,10 @@ typedef struct {
     GPTConfig config;
     ParamLayout layout;
     ModelOps ops;
-    int dp, accum;             // data-parallel ranks, micro-steps per optimizer step
+    Launcher launcher;
+    Mesh mesh;
+    int is_root;               // rank 0: the one that prints and writes files
+    int dp, accum;             // data-parallel ranks (the loader's data size), micro-steps per optimizer step
     long long tokens_per_step; // over all ranks
     DataLoader train, val;
     int has_val;
@@ -116,12 +126,13 @@ static inline int out_dir_check(const Options *o) {
 static inline void trainer_open_data(Trainer *tr) {
     const Options *o = &tr->o;
     long long windows_per_step = tr->tokens_per_step / o->seq_len;
-    dataloader_init(&tr->train, o->train_data, o->batch_size, o->seq_len, 0, tr->dp, windows_per_step,
+    int data_rank = tr->mesh.data_rank;
+    dataloader_init(&tr->train, o->train_data, o->batch_size, o->seq_len, data_rank, tr->dp, windows_per_step,
                     (uint64_t)o->seed, 1, tr->config.vocab_size);
     tr->has_val = o->val_every > 0 && o->val_data[0] != '\0';
     if (tr->has_val) {
-        dataloader_init(&tr->val, o->val_data, o->batch_size, o->seq_len, 0, tr->dp, (long long)o->batch_size * tr->dp,
-                        (uint64_t)o->seed, 0, tr->config.vocab_size);
+        dataloader_init(&tr->val, o->val_data, o->batch_size, o->seq_len, data_rank, tr->dp,
+                        (long long)o->batch_size * tr->dp, (uint64_t)o->seed, 0, tr->config.vocab_size);
     }
     tr->has_tok = o->sample_every > 0;
     if (tr->has_tok) { tokenizer_init(&tr->tok, o->vocab_dir); }
@@ -154,13 +165,17 @@ static inline void trainer_init_from(Trainer *tr) {
     model_file_read(tr->o.init_from, &tr->config, params);
     tr->ops.set_params(tr->ops.ctx, params);
     free(params);
-    printf("initialized from model file '%s'\n", tr->o.init_from);
+    if (tr->is_root) { printf("initialized from model file '%s'\n", tr->o.init_from); }
 }
 
 static inline void trainer_print_config(const Trainer *tr) {
+    if (!tr->is_root) { return; }
     const GPTConfig *c = &tr->config;
     const Options *o = &tr->o;
+    const Mesh *m = &tr->mesh;
     printf("train_gpt | device %s | precision %s\n", tr->ops.device_name, o->precision);
+    printf("mesh: world %d = dp %d x gtp %d x tp %d | ZeRO-1 %s\n", m->world, m->dp, m->gtp, m->tp,
+           o->zero ? "on" : "off");
     printf("model: %d layers, %d channels, %d heads, %d positions, vocabulary %d (padded %d) | %.2fM parameters\n",
            c->num_layers, c->channels, c->num_heads, c->max_seq_len, c->vocab_size, c->padded_vocab_size,
            (double)tr->layout.total / 1e6);
@@ -174,6 +189,11 @@ static inline void trainer_print_config(const Trainer *tr) {
 // ----------------------------------------------------------------------------------------------------------
 // one optimizer step, validation, samples
 
+// *x summed over the data-parallel ranks (itself on one process).
+static inline void trainer_sum_over_data_ranks(const Trainer *tr, double *x) {
+    if (tr->launcher.sum_over_data_ranks) { tr->launcher.sum_over_data_ranks(x, 1); }
+}
+
 // Runs step `step` (0-based) and returns its statistics (step = steps done after it).
 static inline StepStats trainer_step(Trainer *tr, int step) {
     const Options *o = &tr->o;
@@ -183,16 +203,18 @@ static inline StepStats trainer_step(Trainer *tr, int step) {
     double loss = 0.0;
     for (int micro = 0; micro < tr->accum; micro++) {
         dataloader_next(&tr->train, tr->inputs, tr->targets);
-        loss += tr->ops.forward_backward(tr->ops.ctx, tr->inputs, tr->targets, o->batch_size, o->seq_len, loss_scale);
+        loss += tr->ops.forward_backward(tr->ops.ctx, tr->inputs, tr->targets, o->batch_size, o->seq_len, loss_scale,
+                                         micro == tr->accum - 1);
     }
     UpdateArgs args = {lr_at_step(o, step), o->weight_decay, o->beta1, o->beta2, o->eps, o->grad_clip, step + 1};
     float norm = tr->ops.update(tr->ops.ctx, &args); // returns a host value, so the device work is done
+    trainer_sum_over_data_ranks(tr, &loss);          // after the update: the host queued it without waiting
     double seconds = wall_seconds() - t0;
 
     StepStats s;
     s.step = step + 1;
     s.steps = o->steps;
-    s.loss = (float)(loss / tr->accum);
+    s.loss = (float)(loss / ((double)tr->accum * tr->dp));
     s.lr = args.lr;
     s.norm = norm;
     s.ms = seconds * 1e3;
@@ -216,7 +238,8 @@ static inline float trainer_validate(Trainer *tr) {
         dataloader_next(&tr->val, tr->inputs, tr->targets);
         sum += tr->ops.eval_loss(tr->ops.ctx, tr->inputs, tr->targets, o->batch_size, o->seq_len);
     }
-    return (float)(sum / batches);
+    trainer_sum_over_data_ranks(tr, &sum);
+    return (float)(sum / ((double)batches * tr->dp));
 }
 
 // Draws from softmax(logits[0..V)) with the uniform number u, by inverting the cumulative distribution.
@@ -242,9 +265,9 @@ static inline void print_text_safely(const char *text, size_t len) {
     }
 }
 
-// Generates --sample-tokens tokens after <|endoftext|> at temperature 1 and prints them. The random numbers
-// come from (seed, RNG_STREAM_SAMPLE, step, i), so a sample needs no generator state and a resumed run
-// prints the same text.
+// Generates --sample-tokens tokens after <|endoftext|> at temperature 1 and prints them (rank 0). The random
+// numbers come from (seed, RNG_STREAM_SAMPLE, step, i), so a sample needs no generator state and a resumed run
+// prints the same text. Every rank computes the sample: a model split over ranks needs them all for a forward.
 static inline void trainer_sample(Trainer *tr, int step) {
     const Options *o = &tr->o;
     int T = o->seq_len, n = o->sample_tokens;
@@ -255,6 +278,11 @@ static inline void trainer_sample(Trainer *tr, int step) {
         tr->ops.logits_at(tr->ops.ctx, tokens, T, i, logits);
         double u = rng_uniform((uint64_t)o->seed, RNG_STREAM_SAMPLE, (uint64_t)step * SAMPLE_COUNTER_STRIDE + i);
         tokens[i + 1] = sample_token(logits, tr->config.vocab_size, u);
+    }
+    if (!tr->is_root) {
+        free(logits);
+        free(tokens);
+        return;
     }
     size_t cap = (size_t)n * TOKENIZER_MAX_TOKEN_BYTES + 1;
     char *text = (char *)malloc_check(cap, "sample text");
@@ -273,15 +301,18 @@ static inline void trainer_checkpoint(Trainer *tr, int step) {
     float *params = (float *)malloc_check(n * sizeof(float), "checkpoint parameters");
     float *m = (float *)malloc_check(n * sizeof(float), "checkpoint AdamW m");
     float *v = (float *)malloc_check(n * sizeof(float), "checkpoint AdamW v");
-    tr->ops.get_params(tr->ops.ctx, params);
+    tr->ops.get_params(tr->ops.ctx, params); // every rank: a sharded optimizer gathers its state here
     tr->ops.get_opt_state(tr->ops.ctx, m, v);
+    // The loader's position is the same on every rank (each is at the same step of its stride), so rank 0's
+    // state file resumes them all.
     DataLoaderState ds = dataloader_get_state(&tr->train);
     TrainProgress pr = {step, ds.epoch, ds.next};
-    checkpoint_write(tr->o.out_dir, &tr->config, &tr->keys, &pr, params, m, v);
+    if (tr->is_root) { checkpoint_write(tr->o.out_dir, &tr->config, &tr->keys, &pr, params, m, v); }
     free(params);
     free(m);
     free(v);
     logger_line(&tr->log, "step %d/%d | checkpoint %s/model_%08d.bin\n", step, tr->o.steps, tr->o.out_dir, step);
+    if (tr->launcher.barrier) { tr->launcher.barrier("the checkpoint rank 0 writes", 1); }
 }
 
 static inline int every(int n, int step) { return n > 0 && step % n == 0; }
@@ -300,6 +331,20 @@ static inline void trainer_loop(Trainer *tr, int start_step) {
     }
 }
 
+// The one-process launcher (the CPU build, tests): refuses a multi-process launch rather than running world
+// copies of the same job side by side, each believing it is alone.
+static inline Launcher single_process_launch(void) {
+    const LaunchVars *v = launch_vars_from_env();
+    if (v && getenv(v->world) && env_int(v->world) > 1) {
+        fail("this build runs as one process, but %s=%d says this is one of %d: launch one process, or use the GPU "
+             "build (train_gpt) for several", v->world, env_int(v->world), env_int(v->world));
+    }
+    Launcher l;
+    memset(&l, 0, sizeof(l));
+    l.world = 1;
+    return l;
+}
+
 static inline void trainer_free(Trainer *tr) {
     dataloader_free(&tr->train);
     if (tr->has_val) { dataloader_free(&tr->val); }
@@ -311,16 +356,25 @@ static inline void trainer_free(Trainer *tr) {
 
 // ----------------------------------------------------------------------------------------------------------
 
-static inline int train_main(int argc, char **argv, ModelFactory make_model) {
+static inline void trainer_finish(Trainer *tr) {
+    if (tr->launcher.finish) { tr->launcher.finish(); }
+}
+
+static inline int train_main(int argc, char **argv, LaunchFn launch, ModelFactory make_model) {
     Trainer tr;
     memset(&tr, 0, sizeof(tr));
     Options *o = &tr.o;
     if (options_parse(o, argc, argv)) { return 0; } // --help
 
-    // Everything the command line and the output folder can get wrong, before any work.
-    tr.dp = 1; // one process; the multi-GPU launcher sets this from the mesh
+    // Where this process stands, then everything the command line and the output folder can get wrong, on
+    // every rank, before any work.
+    tr.launcher = launch();
+    tr.is_root = tr.launcher.rank == 0;
+    tr.mesh = mesh_make(tr.launcher.world, tr.launcher.rank, o->tp, o->gtp);
+    tr.dp = tr.mesh.data_size;
     options_validate(o, tr.dp);
     tr.config = options_model_config(o);
+    mesh_validate(&tr.mesh, &tr.config, o);
     param_layout(&tr.config, &tr.layout);
     tr.accum = options_grad_accum(o, tr.dp);
     tr.tokens_per_step = (long long)o->batch_size * o->seq_len * tr.accum * tr.dp;
@@ -336,15 +390,21 @@ static inline int train_main(int argc, char **argv, ModelFactory make_model) {
         state_file_check(state_path, &tr.keys, tr.layout.total);
     }
     if (resume_step == o->steps) {
-        printf("the run in '%s' is complete (checkpoint at step %d of --steps %d); nothing to do\n", o->out_dir,
-               resume_step, o->steps);
+        if (tr.is_root) {
+            printf("the run in '%s' is complete (checkpoint at step %d of --steps %d); nothing to do\n", o->out_dir,
+                   resume_step, o->steps);
+        }
+        trainer_finish(&tr);
         return 0;
     }
 
     trainer_open_data(&tr);
-    make_dirs(o->out_dir);
-    logger_open(&tr.log, o->out_dir);
-    tr.ops = make_model(&tr.config, o, o->batch_size, o->seq_len);
+    if (tr.launcher.connect) { tr.launcher.connect(&tr.mesh); } // every rank passed its checks
+    if (tr.is_root) {
+        make_dirs(o->out_dir);
+        logger_open(&tr.log, o->out_dir);
+    }
+    tr.ops = make_model(&tr.config, o, &tr.mesh, o->batch_size, o->seq_len);
     trainer_print_config(&tr);
     if (resume_step >= 0) {
         trainer_resume(&tr, resume_step);
@@ -353,6 +413,7 @@ static inline int train_main(int argc, char **argv, ModelFactory make_model) {
     }
     trainer_loop(&tr, resume_step >= 0 ? resume_step : 0);
     trainer_free(&tr);
+    trainer_finish(&tr);
     return 0;
 }
 

@@ -33,14 +33,19 @@ static inline void set_error_rank(int rank) { g_rank = rank; }
 // Hook run before a fatal exit (the multi-GPU build sets it to abort its communicators, so no peer hangs).
 static void (*g_fail_hook)(void) = NULL;
 
-LLMC_NORETURN LLMC_PRINTF(1, 2) static void fail(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
+// The error line itself, for fail() and for a thread that must end the process without exit() (a watchdog).
+static inline void print_error_line(const char *fmt, va_list ap) {
     fprintf(stderr, "[train_gpt rank %d] error: ", g_rank);
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
-    va_end(ap);
     fflush(stderr);
+}
+
+LLMC_NORETURN LLMC_PRINTF(1, 2) static void fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    print_error_line(fmt, ap);
+    va_end(ap);
     if (g_fail_hook) { g_fail_hook(); }
     exit(EXIT_FAILURE);
 }

@@ -64,6 +64,9 @@ expect_error cli_not_a_number "--lr: 'fast' is not a valid number" "${TINY[@]}" 
 expect_error cli_batch_divisibility "--total-batch-tokens 500 is not a multiple" "${TINY[@]}" --total-batch-tokens 500
 expect_error cli_warmup "--warmup-steps 30 is more than --steps 10" "${TINY[@]}" --steps 10 --warmup-steps 30
 expect_error cli_tp_unsupported "not yet supported in this build" "${TINY[@]}" --tp 2
+# a multi-process launch of the one-process CPU build (torchrun's variables)
+(export WORLD_SIZE=2 RANK=0 LOCAL_RANK=0
+ expect_error cli_cpu_refuses_world_2 "this build runs as one process, but WORLD_SIZE=2" "${TINY[@]}")
 expect_error cli_missing_init_from "$tmp/nothing.bin" "${TINY[@]}" --init-from "$tmp/nothing.bin"
 
 # --- shards -----------------------------------------------------------------------------------------------

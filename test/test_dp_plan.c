@@ -1,8 +1,8 @@
 /*
  * test_dp_plan.c: the data-parallel arithmetic of llmc/dp_plan.h, for several model shapes and rank counts.
- * - buckets: every parameter in exactly one bucket; ranges ascending and inside one tensor; blocks taken from the
- *   last down, contiguous, each bucket within the byte limit unless it is a single block; lnf in the first bucket,
- *   wte and wpe alone in the last; bucket_of_layer names the bucket each block finishes;
+ * - parameter groups: every parameter in exactly one group; spans ascending and inside their tensor; a block's
+ *   group holds its 12 per-layer slices, the last group wte, wpe and lnf; a rank's owned parts stay in its slice
+ *   and, over all ranks, cover every parameter once;
  * - ZeRO-1 slices: equal, aligned, padded length ranks x slice >= P with less than one slice of padding per rank
  *   beyond alignment, owned spans tile [0, P) exactly, and the per-tensor parts of all ranks tile every tensor.
  */
@@ -19,7 +19,6 @@ static const Shape SHAPES[] = {
     {"one layer", 1, 8, 1, 100, 8},
 };
 static const int RANKS[] = {1, 2, 3, 5, 8, 64};
-static const size_t BUCKET_LIMITS[] = {DP_BUCKET_BYTES, 1, (size_t)1 << 40};
 
 static GPTConfig shape_config(const Shape *s) {
     GPTConfig c;
@@ -41,60 +40,46 @@ static int tensor_of(const ParamLayout *p, size_t e) {
     return -1;
 }
 
-static void check_buckets(const Shape *s, size_t limit) {
+// The L + 1 groups tile the parameters; spans ascend, each inside its tensor; block groups hold that block's 12
+// slices, the last group wte, wpe and lnf; and the parts a ZeRO-1 rank owns, over all groups, tile its slice.
+static void check_groups(const Shape *s, int ranks) {
     GPTConfig c = shape_config(s);
     ParamLayout p;
     param_layout(&c, &p);
-    BucketPlan plan = bucket_plan_make(&c, &p, limit);
+    int L = c.num_layers;
+    ZeroShards z = zero_shards_make(p.total, ranks);
     unsigned char *seen = (unsigned char *)calloc_check(p.total, 1, "coverage");
-    int overlaps = 0, bad_ranges = 0, oversize = 0, bad_order = 0, bad_map = 0, lnf_misplaced = 0;
-    int expect_top = c.num_layers;
-    size_t layer_bytes = layer_param_count(&p, c.num_layers) * sizeof(float);
-    for (int b = 0; b < plan.num_buckets; b++) {
-        const GradBucket *k = &plan.buckets[b];
-        size_t count = 0;
-        for (int i = 0; i < k->num_ranges; i++) {
-            Span r = k->ranges[i];
-            int t = tensor_of(&p, r.begin);
-            if (r.count == 0 || t < 0 || r.begin + r.count > p.offset[t] + p.size[t] ||
-                (i > 0 && r.begin < k->ranges[i - 1].begin + k->ranges[i - 1].count)) {
-                bad_ranges++;
-            }
-            if ((t == P_LNFW || t == P_LNFB) && b != 0) { lnf_misplaced++; }
+    int overlaps = 0, bad_spans = 0, bad_shape = 0;
+    size_t owned_total = 0;
+    for (int k = 0; k <= L; k++) {
+        ParamGroup g = param_group(&p, L, k);
+        bad_shape += g.count != (k < L ? NUM_PARAM_TENSORS - 4 : 4);
+        for (int i = 0; i < g.count; i++) {
+            Span r = g.span[i];
+            int t = g.tensor[i];
+            bad_spans += r.count == 0 || tensor_of(&p, r.begin) != t || r.begin + r.count > p.offset[t] + p.size[t] ||
+                         (i > 0 && r.begin < g.span[i - 1].begin + g.span[i - 1].count) ||
+                         param_is_per_layer(t) != (k < L);
             for (size_t e = r.begin; e < r.begin + r.count && e < p.total; e++) { overlaps += seen[e]++ > 0; }
-            count += r.count;
         }
-        bad_ranges += count != k->count;
-        int last = b == plan.num_buckets - 1;
-        if (last) {
-            bad_order += k->num_layers != 0 || k->num_ranges != 2 || k->ranges[0].begin != p.offset[P_WTE] ||
-                         k->ranges[1].begin != p.offset[P_WPE];
-        } else {
-            bad_order += k->num_layers < 1 || k->first_layer + k->num_layers != expect_top;
-            expect_top = k->first_layer;
-            bad_map += plan.bucket_of_layer[k->first_layer] != b;
-            size_t extra = b == 0 ? (p.size[P_LNFW] + p.size[P_LNFB]) * sizeof(float) : 0;
-            oversize += k->num_layers > 1 && extra + (size_t)k->num_layers * layer_bytes > limit;
+        for (int r = 0; r < ranks; r++) {
+            Span o = zero_owned(&z, r);
+            ParamGroup own = param_group_owned(&g, o);
+            for (int i = 0; i < own.count; i++) {
+                bad_spans += own.span[i].begin < o.begin || own.span[i].begin + own.span[i].count > o.begin + o.count;
+                owned_total += own.span[i].count;
+            }
         }
     }
-    bad_order += expect_top != 0;
-    int mapped = 0;
-    for (int l = 0; l < c.num_layers; l++) { mapped += plan.bucket_of_layer[l] >= 0; }
-    bad_map += mapped != plan.num_buckets - 1;
     size_t uncovered = 0;
     for (size_t e = 0; e < p.total; e++) { uncovered += seen[e] == 0; }
     char name[160];
-    snprintf(name, sizeof(name), "buckets %s limit %zu: %d buckets tile the parameters", s->name, limit,
-             plan.num_buckets);
-    check(uncovered == 0 && overlaps == 0 && bad_ranges == 0, name, "%zu uncovered, %d overlapping, %d bad ranges",
-          uncovered, overlaps, bad_ranges);
-    snprintf(name, sizeof(name), "buckets %s limit %zu: block order, size limit, lnf first, embeddings last", s->name,
-             limit);
-    check(bad_order == 0 && oversize == 0 && bad_map == 0 && lnf_misplaced == 0, name,
-          "%d order errors, %d oversize, %d map errors, %d lnf misplaced", bad_order, oversize, bad_map,
-          lnf_misplaced);
+    snprintf(name, sizeof(name), "groups %s x %d ranks: %d groups tile the parameters, owned parts tile them too",
+             s->name, ranks, L + 1);
+    check(uncovered == 0 && overlaps == 0 && bad_spans == 0 && bad_shape == 0 && owned_total == p.total, name,
+          "%zu uncovered, %d overlapping, %d bad spans, %d bad groups, owned parts cover %zu of %zu", uncovered,
+          overlaps, bad_spans, bad_shape, owned_total, p.total);
     free(seen);
-    bucket_plan_free(&plan);
 }
 
 static void check_zero(const Shape *s, int ranks) {
@@ -144,18 +129,10 @@ static void check_intersect(void) {
 int main(void) {
     check_intersect();
     for (size_t i = 0; i < sizeof(SHAPES) / sizeof(SHAPES[0]); i++) {
-        for (size_t k = 0; k < sizeof(BUCKET_LIMITS) / sizeof(BUCKET_LIMITS[0]); k++) {
-            check_buckets(&SHAPES[i], BUCKET_LIMITS[k]);
+        for (size_t r = 0; r < sizeof(RANKS) / sizeof(RANKS[0]); r++) {
+            check_groups(&SHAPES[i], RANKS[r]);
+            check_zero(&SHAPES[i], RANKS[r]);
         }
-        for (size_t r = 0; r < sizeof(RANKS) / sizeof(RANKS[0]); r++) { check_zero(&SHAPES[i], RANKS[r]); }
     }
-    // d12 at the default limit: one block per bucket (28 MB each), so backward can start reducing after block 11.
-    GPTConfig c = shape_config(&SHAPES[0]);
-    ParamLayout p;
-    param_layout(&c, &p);
-    BucketPlan plan = bucket_plan_make(&c, &p, DP_BUCKET_BYTES);
-    check(plan.num_buckets == 13 && plan.buckets[0].first_layer == 11, "d12 at 32 MiB: 12 block buckets + embeddings",
-          "%d buckets, first starts at block %d", plan.num_buckets, plan.buckets[0].first_layer);
-    bucket_plan_free(&plan);
     return test_exit();
 }

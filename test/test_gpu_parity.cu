@@ -127,7 +127,8 @@ int main(int argc, char **argv) {
     printf("reference: %d layers, width %d, %d heads, B %d, T %d, accum %d, %d steps | GPU %s\n", config.num_layers,
            config.channels, config.num_heads, B, T, A, h->steps, argv[2]);
 
-    ModelOps ops = make_gpu_model(&config, &opts, B, T);
+    Mesh mesh = mesh_make(1, 0, 1, 1);
+    ModelOps ops = make_gpu_model(&config, &opts, &mesh, B, T);
     printf("device: %s\n", ops.device_name);
     float *buf = (float *)malloc_check(P * sizeof(float), "GPU params");
     float *buf2 = (float *)malloc_check(P * sizeof(float), "GPU grads");
@@ -157,7 +158,7 @@ int main(int argc, char **argv) {
         ops.zero_grad(ops.ctx);
         double loss = 0;
         for (int m = 0; m < A; m++) {
-            loss += ops.forward_backward(ops.ctx, in + m * n, tg + m * n, B, T, loss_scale);
+            loss += ops.forward_backward(ops.ctx, in + m * n, tg + m * n, B, T, loss_scale, m == A - 1);
         }
         loss /= A;
         if (s == 0) {
@@ -165,7 +166,9 @@ int main(int argc, char **argv) {
             g_worst_grads = check_tensors("grad", buf, ref->grads0, &layout, tol->grads);
             // the same micro-batches again: bitwise the same gradients
             ops.zero_grad(ops.ctx);
-            for (int m = 0; m < A; m++) { ops.forward_backward(ops.ctx, in + m * n, tg + m * n, B, T, loss_scale); }
+            for (int m = 0; m < A; m++) {
+                ops.forward_backward(ops.ctx, in + m * n, tg + m * n, B, T, loss_scale, m == A - 1);
+            }
             ops.get_grads(ops.ctx, buf2);
             check(memcmp(buf, buf2, P * sizeof(float)) == 0, "deterministic gradients",
                   "two backward passes over the same tokens differ");

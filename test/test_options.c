@@ -137,6 +137,10 @@ static void test_validate(void) {
                  "5", NULL);
     expect_error("empty_train_data", "--train-data is empty", "--train-data=", NULL);
 
+    Options z = parse("--zero", "1", "--sample-every", "0", "--batch-size", "4", "--seq-len", "64", "--total-batch-tokens", "1024", NULL);
+    options_validate(&z, 2); // exits with the reason if refused
+    check(z.zero == 1, "zero_accepted", "--zero %d", z.zero);
+
     Options o = parse("--batch-size", "4", "--seq-len", "64", "--total-batch-tokens", "1024", NULL);
     check(options_grad_accum(&o, 1) == 4 && options_grad_accum(&o, 2) == 2, "grad_accum", "accum %d (dp 1), %d (dp 2)",
           options_grad_accum(&o, 1), options_grad_accum(&o, 2));

@@ -7,6 +7,9 @@
  * - a folder that holds a run is refused without --resume 1, and nothing in it changes; --resume 1 without
  *   a checkpoint, a checkpoint of other settings, and --init-from a model of another shape are refused with
  *   one line; resuming a finished run does nothing; --init-from loads the file's weights.
+ * - one rank of a two-rank job (a fake launcher whose sum over ranks doubles, as if the peer had the same
+ *   values): rank 1 creates and prints nothing; both read their own stride of the batch, so the mean of their
+ *   first losses is the one-process loss of the same global batch; --zero 1 is accepted.
  * Each run is a child process (train_main exits on errors), stdout kept in the scratch folder.
  */
 #include "../llmc/init.h"
@@ -48,7 +51,8 @@ static void toy_zero_grad(void *ctx) {
     memset(t->grads, 0, t->n * sizeof(float));
 }
 
-static float toy_forward_backward(void *ctx, const int *in, const int *tg, int B, int T, float scale) {
+static float toy_forward_backward(void *ctx, const int *in, const int *tg, int B, int T, float scale, int last) {
+    (void)last;
     return toy_loss((Toy *)ctx, in, tg, B, T, scale, 1);
 }
 
@@ -95,7 +99,8 @@ static void toy_set_opt_state(void *ctx, const float *m, const float *v) {
     memcpy(t->v, v, t->n * sizeof(float));
 }
 
-static ModelOps toy_factory(const GPTConfig *c, const Options *o, int B, int T) {
+static ModelOps toy_factory(const GPTConfig *c, const Options *o, const Mesh *mesh, int B, int T) {
+    (void)mesh;
     (void)B;
     (void)T;
     Toy *t = (Toy *)calloc_check(1, sizeof(Toy), "toy");
@@ -129,6 +134,7 @@ static ModelOps toy_factory(const GPTConfig *c, const Options *o, int B, int T) 
 
 typedef struct {
     int argc;
+    LaunchFn launch;
     char *argv[MAX_RUN_ARGS];
     char storage[MAX_RUN_ARGS][CKPT_PATH_LEN];
     char stdout_path[CKPT_PATH_LEN];
@@ -159,6 +165,7 @@ static Run make_run(const char *name, const char *const *extra) {
     snprintf(buf, sizeof(buf), "--out-dir=%s/%s", g_dir, name);
     run_add(&r, buf);
     for (; extra && *extra; extra++) { run_add(&r, *extra); }
+    r.launch = single_process_launch;
     snprintf(r.stdout_path, sizeof(r.stdout_path), "%s/%s.stdout", g_dir, name);
     return r;
 }
@@ -166,7 +173,7 @@ static Run make_run(const char *name, const char *const *extra) {
 static void run_child(void *arg) {
     Run *r = (Run *)arg;
     if (!freopen(r->stdout_path, "a", stdout)) { exit(2); }
-    exit(train_main(r->argc, r->argv, toy_factory));
+    exit(train_main(r->argc, r->argv, r->launch, toy_factory));
 }
 
 static Child run_train(Run *r) {
@@ -349,6 +356,81 @@ static void test_init_from(void) {
     check(c.status == 0 && same_file(model, out), "init_from_loads_weights", "status %d: %s", c.status, c.err);
 }
 
+// ----------------------------------------------------------------------------------------------------------
+// one rank of a two-rank job
+
+#define FAKE_WORLD 2
+
+static void print_sum(double *x, int n) {
+    (void)n;
+    fprintf(stderr, "local sum %.17g\n", x[0]);
+}
+
+// Prints this rank's value (the first call is the first step's loss sum), then stands in for the peer.
+static void fake_sum_over_data_ranks(double *x, int n) {
+    print_sum(x, n);
+    for (int i = 0; i < n; i++) { x[i] *= FAKE_WORLD; }
+}
+
+static Launcher fake_launch(int rank) {
+    Launcher l;
+    memset(&l, 0, sizeof(l));
+    l.world = FAKE_WORLD;
+    l.rank = rank;
+    l.sum_over_data_ranks = fake_sum_over_data_ranks;
+    return l;
+}
+static Launcher fake_rank0(void) { return fake_launch(0); }
+static Launcher fake_rank1(void) { return fake_launch(1); }
+static Launcher fake_alone(void) { // one rank that prints its sums like the others
+    Launcher l = fake_launch(0);
+    l.world = 1;
+    l.sum_over_data_ranks = print_sum;
+    return l;
+}
+
+static double first_local_sum(const Child *c) {
+    const char *p = strstr(c->err, "local sum ");
+    return p ? atof(p + strlen("local sum ")) : NAN;
+}
+
+static void test_data_parallel_ranks(void) {
+    const char *two_steps[] = {"--steps", "2", "--warmup-steps", "0", "--sample-every", "0", "--zero", "1", NULL};
+    Run r0 = make_run("dp_rank0", two_steps);
+    r0.launch = fake_rank0;
+    Child c0 = run_train(&r0);
+    Run r1 = make_run("dp_rank1", two_steps);
+    r1.launch = fake_rank1;
+    Child c1 = run_train(&r1);
+    Run one = make_run("dp_single", two_steps);
+    one.launch = fake_alone;
+    Child c = run_train(&one);
+    check(c0.status == 0 && c1.status == 0 && c.status == 0, "dp_runs_complete", "status %d / %d / %d: %s%s%s",
+          c0.status, c1.status, c.status, c0.err, c1.err, c.err);
+
+    char dir[CKPT_PATH_LEN];
+    scratch_path(dir, "dp_rank1");
+    size_t n;
+    char *out1 = read_file(r1.stdout_path, &n);
+    check(!file_exists(dir) && (!out1 || n == 0), "dp_rank1_silent", "rank 1 created '%s' or printed: %s", dir,
+          out1 ? out1 : "");
+    free(out1);
+    char *out0 = read_file(r0.stdout_path, &n);
+    check(out0 && strstr(out0, "mesh: world 2 = dp 2 x gtp 1 x tp 1 | ZeRO-1 on") &&
+              strstr(out0, "x 1 micro-steps x 2 data-parallel ranks = 32 tokens per step") &&
+              strstr(out0, "step 2/2 | loss"),
+          "dp_rank0_logs", "stdout: %s", out0 ? out0 : "(none)");
+    free(out0);
+
+    // Step 1 of the one-process run: two micro-steps over windows 0-1 and 2-3 of the epoch; ranks 0 and 1 each
+    // take one of those halves (one micro-step each), so the loss sums agree up to the order of two additions.
+    double single = first_local_sum(&c), ranks = first_local_sum(&c0) + first_local_sum(&c1);
+    double rank_gap = fabs(first_local_sum(&c0) - first_local_sum(&c1));
+    check(fabs(single - ranks) <= 1e-12 * fabs(single) && rank_gap > 1e-6 * fabs(single),
+          "dp_strides_make_the_global_batch", "one process: %.17g, sum of the ranks: %.17g (rank gap %.3g)", single,
+          ranks, rank_gap);
+}
+
 int main(void) {
     if (!mkdtemp(g_dir)) {
         perror("mkdtemp");
@@ -358,6 +440,7 @@ int main(void) {
     test_run_and_resume();
     test_refusals();
     test_init_from();
+    test_data_parallel_ranks();
     if (g_test_failures == 0) {
         char cmd[CKPT_PATH_LEN + 16];
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_dir);

@@ -1,0 +1,399 @@
+/*
+ * comm.cuh: NCCL for the process mesh, and the watchdog that turns a dead peer into an error instead of a hang.
+ *
+ * gpu_launch() finds this process's place in the job (llmc/bootstrap.h) and gives the trainer its Launcher.
+ * comm_connect(), once every rank has checked its options: this rank's GPU (local rank modulo the visible GPUs),
+ * rank 0's ncclUniqueId to every rank over the bootstrap, the world communicator (ncclCommInitRankConfig), and
+ * the TP, GTP and DP groups by ncclCommSplit with llmc/mesh.h's colors and keys. One world is one process: then
+ * nothing here runs and no NCCL call is made.
+ *
+ * No wait is unbounded. Communicators are non-blocking (ncclConfig_t.blocking = 0), and every NCCL call is
+ * followed by comm_settle(), a bounded poll of ncclCommGetAsyncError. Collectives run on the DP stream; the host
+ * waits for a value (a loss, the norm) only through comm_wait_event(), which fails after TRAIN_GPT_NCCL_TIMEOUT
+ * seconds (default NCCL_DEFAULT_TIMEOUT_S) naming what it waited for and the first collective it saw incomplete.
+ * The watchdog, a host thread, every WATCHDOG_POLL_MS: ncclCommGetAsyncError on every communicator, and on the
+ * TCP bootstrap path the connection to rank 0, which the kernel closes when a process dies (kill -9 included).
+ * Rank 0 sees a rank's connection close, tells the other ranks which one it was, and each fails with one line.
+ * (Under mpirun, the launcher ends the job when a rank dies; the timeout covers the rest, e.g. a GPU that hangs.)
+ * Every fatal error (fail() through g_fail_hook, or the watchdog) aborts all communicators (ncclCommAbort) first,
+ * so no local collective keeps spinning; an alarm of ABORT_GRACE_S seconds ends the process if an abort hangs.
+ */
+#ifndef LLMC_COMM_CUH
+#define LLMC_COMM_CUH
+
+#include <nccl.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include "bootstrap.h"
+#include "cuda_common.cuh"
+#include "mesh.h"
+#include "model_ops.h"
+
+#define NCCL_TIMEOUT_ENV "TRAIN_GPT_NCCL_TIMEOUT"
+#define NCCL_DEFAULT_TIMEOUT_S 30.0  // a step's collectives finish in well under a second; a dead peer, never
+#define LONG_WAIT_TIMEOUT_S 3600.0   // a barrier behind slow work of one rank (rank 0 writing a checkpoint)
+#define WATCHDOG_POLL_MS 100
+#define ABORT_GRACE_S 10             // seconds an abort may take before SIGALRM ends the process
+#define SETTLE_POLL_US 1000          // between polls of a non-blocking NCCL call
+#define EVENT_POLL_US 20             // between polls of an event the host waits for (a step is milliseconds)
+#define COMM_SCALARS_MAX 8           // doubles one sum_over_data_ranks call may carry
+#define TRACKED_MAX 256              // collectives in flight that a timeout can name
+#define TRACKED_WHAT_LEN 128
+
+typedef enum { COMM_WORLD, COMM_TP, COMM_GTP, COMM_DP, NUM_COMMS } CommId;
+static const char *const COMM_NAMES[NUM_COMMS] = {"world", "tp", "gtp", "dp"};
+
+typedef struct {
+    cudaEvent_t done;
+    char what[TRACKED_WHAT_LEN];
+} Tracked;
+
+typedef struct {
+    Bootstrap boot;
+    Mesh mesh;
+    int connected;
+    double timeout_s;               // comm_wait_event's default
+    ncclComm_t comms[NUM_COMMS];
+    int num_live;                   // comms[0..num_live) exist (the watchdog and aborts read it, under lock)
+    pthread_mutex_t lock;
+    int aborting;                   // set once: the first fatal error aborts the communicators
+    pthread_t watchdog;
+    int watchdog_running, stop, closing; // closing: a normal end, peers may now close their connections
+    cudaStream_t dp_stream;
+    cudaEvent_t sums_done, barrier_done, stream_done;
+    double *d_sums, *h_sums;        // sum_over_data_ranks staging (device, pinned host)
+    int *d_barrier;
+    Tracked tracked[TRACKED_MAX];
+    int num_tracked;
+} Comm;
+
+static Comm g_comm = {};
+
+#define ncclCheck(call) nccl_check_((call), #call, __FILE__, __LINE__)
+static inline void nccl_check_(ncclResult_t r, const char *what, const char *file, int line) {
+    if (r != ncclSuccess && r != ncclInProgress) {
+        fail("NCCL error '%s' at %s:%d (%s): %s", ncclGetErrorString(r), file, line, what, ncclGetLastError(NULL));
+    }
+}
+
+static inline double comm_clock_s(void) { return bootstrap_clock_s(); }
+
+// Waits until the non-blocking communicator has finished the call just made (ncclInProgress -> ncclSuccess).
+static void comm_settle(ncclComm_t comm, const char *what, double timeout_s) {
+    double deadline = comm_clock_s() + timeout_s;
+    for (;;) {
+        ncclResult_t st;
+        ncclCheck(ncclCommGetAsyncError(comm, &st));
+        if (st == ncclSuccess) { return; }
+        if (st != ncclInProgress) {
+            fail("NCCL error '%s' during %s: a peer rank failed or the network broke (see the other ranks' lines)",
+                 ncclGetErrorString(st), what);
+        }
+        if (comm_clock_s() > deadline) {
+            fail("NCCL did not finish %s within %g s: a peer rank is missing or stuck; check that every rank was "
+                 "launched (raise %s if it is only slow)", what, timeout_s, NCCL_TIMEOUT_ENV);
+        }
+        usleep(SETTLE_POLL_US);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// aborting
+
+// Aborts every communicator, once, whoever calls first (fail() on the main thread, or the watchdog).
+static void comm_abort_all(void) {
+    pthread_mutex_lock(&g_comm.lock);
+    int first = !g_comm.aborting;
+    g_comm.aborting = 1;
+    int n = g_comm.num_live;
+    g_comm.num_live = 0;
+    pthread_mutex_unlock(&g_comm.lock);
+    if (!first) { return; }
+    alarm(ABORT_GRACE_S);
+    for (int i = 0; i < n; i++) { ncclCommAbort(g_comm.comms[i]); }
+}
+
+// The watchdog's fail(): the same line, then abort and _exit (exit() would run teardown under the main thread).
+LLMC_NORETURN LLMC_PRINTF(1, 2) static void watchdog_fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    print_error_line(fmt, ap);
+    va_end(ap);
+    comm_abort_all();
+    _exit(EXIT_FAILURE);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// the watchdog
+
+static void watchdog_check_comms(void) {
+    pthread_mutex_lock(&g_comm.lock);
+    ncclResult_t bad = ncclSuccess;
+    int which = 0;
+    for (int i = 0; i < g_comm.num_live && bad == ncclSuccess; i++) {
+        ncclResult_t st = ncclSuccess;
+        ncclCommGetAsyncError(g_comm.comms[i], &st);
+        if (st != ncclSuccess && st != ncclInProgress) {
+            bad = st;
+            which = i;
+        }
+    }
+    pthread_mutex_unlock(&g_comm.lock);
+    if (bad != ncclSuccess) {
+        watchdog_fail("the %s communicator reports NCCL error '%s': a peer rank died or the network failed; "
+                      "stopping (see the other ranks' lines)", COMM_NAMES[which], ncclGetErrorString(bad));
+    }
+}
+
+// Rank 0: a rank's bootstrap connection closed. Tells every other rank which one, then fails.
+LLMC_NORETURN static void watchdog_peer_lost(int peer) {
+    const Bootstrap *b = &g_comm.boot;
+    uint32_t notice = htonl((uint32_t)peer);
+    for (int r = 1; r < b->world; r++) {
+        if (r != peer) { send_exact(b->fds[r], &notice, sizeof(notice)); } // best effort: we fail either way
+    }
+    watchdog_fail("rank %d exited or was killed (its connection to rank 0 closed); stopping the job", peer);
+}
+
+// TCP path only: the connections to the other ranks (rank 0) or to rank 0, for WATCHDOG_POLL_MS.
+static void watchdog_poll_peers(struct pollfd *pfds) {
+    const Bootstrap *b = &g_comm.boot;
+    int n = b->rank == 0 ? b->world - 1 : 1;
+    for (int i = 0; i < n; i++) {
+        pfds[i].fd = b->fds[b->rank == 0 ? i + 1 : 0];
+        pfds[i].events = POLLIN;
+        pfds[i].revents = 0;
+    }
+    if (poll(pfds, (nfds_t)n, WATCHDOG_POLL_MS) <= 0 || __atomic_load_n(&g_comm.closing, __ATOMIC_ACQUIRE)) {
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        if (!pfds[i].revents) { continue; }
+        uint32_t notice = 0;
+        ssize_t got = recv(pfds[i].fd, &notice, sizeof(notice), MSG_WAITALL);
+        if (b->rank == 0) { watchdog_peer_lost(i + 1); } // ranks send rank 0 nothing after start-up
+        if (got == (ssize_t)sizeof(notice)) {
+            watchdog_fail("rank %u exited or was killed (rank 0 saw its connection close); stopping the job",
+                          ntohl(notice));
+        }
+        watchdog_fail("lost the connection to rank 0: it exited or was killed; stopping the job");
+    }
+}
+
+static void *watchdog_main(void *arg) {
+    struct pollfd *pfds = (struct pollfd *)arg; // one per peer connection
+    while (!__atomic_load_n(&g_comm.stop, __ATOMIC_ACQUIRE)) {
+        watchdog_check_comms();
+        if (g_comm.boot.method == BOOT_TCP && !__atomic_load_n(&g_comm.closing, __ATOMIC_ACQUIRE)) {
+            watchdog_poll_peers(pfds);
+        } else {
+            usleep(WATCHDOG_POLL_MS * 1000);
+        }
+    }
+    free(pfds);
+    return NULL;
+}
+
+static void watchdog_start(void) {
+    void *pfds = calloc_check((size_t)g_comm.boot.world, sizeof(struct pollfd), "watchdog poll set");
+    if (pthread_create(&g_comm.watchdog, NULL, watchdog_main, pfds) != 0) {
+        fail("cannot start the communication watchdog thread: %s", strerror(errno));
+    }
+    g_comm.watchdog_running = 1;
+}
+
+static void watchdog_stop(void) {
+    if (!g_comm.watchdog_running) { return; }
+    __atomic_store_n(&g_comm.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(g_comm.watchdog, NULL);
+    g_comm.watchdog_running = 0;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// host waits
+
+// Remembers a collective whose completion `done` records, so a timeout can name it.
+static void comm_track(cudaEvent_t done, const char *what) {
+    if (g_comm.num_tracked == TRACKED_MAX) { return; } // untracked: a timeout still fires, it just names less
+    Tracked *t = &g_comm.tracked[g_comm.num_tracked++];
+    t->done = done;
+    snprintf(t->what, sizeof(t->what), "%s", what);
+}
+
+static void comm_drop_completed(void) {
+    int kept = 0;
+    for (int i = 0; i < g_comm.num_tracked; i++) {
+        if (cudaEventQuery(g_comm.tracked[i].done) != cudaSuccess) { g_comm.tracked[kept++] = g_comm.tracked[i]; }
+    }
+    g_comm.num_tracked = kept;
+}
+
+static const char *comm_first_pending(void) {
+    for (int i = 0; i < g_comm.num_tracked; i++) {
+        if (cudaEventQuery(g_comm.tracked[i].done) != cudaSuccess) { return g_comm.tracked[i].what; }
+    }
+    return "no tracked collective (the GPU itself is slow or stuck)";
+}
+
+// The host waits for ev (recorded on some stream), at most timeout_s seconds once connected.
+static void comm_wait_event_for(cudaEvent_t ev, const char *what, double timeout_s) {
+    if (!g_comm.connected) {
+        cudaCheck(cudaEventSynchronize(ev));
+        return;
+    }
+    double deadline = comm_clock_s() + timeout_s;
+    for (;;) {
+        cudaError_t e = cudaEventQuery(ev);
+        if (e == cudaSuccess) { break; }
+        if (e != cudaErrorNotReady) { cudaCheck(e); }
+        if (comm_clock_s() > deadline) {
+            fail("waited %g s for %s; still incomplete: %s. A peer rank died, hung or fell behind (see the other "
+                 "ranks' lines); raise %s if a step legitimately takes longer", timeout_s, what,
+                 comm_first_pending(), NCCL_TIMEOUT_ENV);
+        }
+        usleep(EVENT_POLL_US);
+    }
+    comm_drop_completed();
+}
+
+static void comm_wait_event(cudaEvent_t ev, const char *what) { comm_wait_event_for(ev, what, g_comm.timeout_s); }
+
+// The host waits for everything queued on the stream so far.
+static void comm_wait_stream(cudaStream_t stream, const char *what) {
+    if (!g_comm.connected) {
+        cudaCheck(cudaStreamSynchronize(stream));
+        return;
+    }
+    cudaCheck(cudaEventRecord(g_comm.stream_done, stream));
+    comm_wait_event(g_comm.stream_done, what);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// the Launcher (llmc/model_ops.h)
+
+static double comm_timeout_from_env(void) {
+    const char *s = getenv(NCCL_TIMEOUT_ENV);
+    if (!s) { return NCCL_DEFAULT_TIMEOUT_S; }
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (end == s || *end != '\0' || !(v > 0)) {
+        fail("%s='%s' must be a positive number of seconds", NCCL_TIMEOUT_ENV, s);
+    }
+    return v;
+}
+
+static ncclComm_t comm_get(CommId id) { return g_comm.comms[id]; }
+
+// comms[id] is ready: from now on the watchdog polls it and an abort includes it.
+static void comm_publish(CommId id) {
+    pthread_mutex_lock(&g_comm.lock);
+    g_comm.num_live = (int)id + 1;
+    pthread_mutex_unlock(&g_comm.lock);
+}
+
+static void comm_connect(const Mesh *m) {
+    Comm *c = &g_comm;
+    c->mesh = *m;
+    int devices = 0;
+    cudaCheck(cudaGetDeviceCount(&devices));
+    if (devices < 1) { fail("no CUDA device is visible to this rank; check CUDA_VISIBLE_DEVICES"); }
+    g_cuda_device = c->boot.local_rank % devices;
+    cuda_context_init();
+    double init_timeout = bootstrap_timeout_from_env();
+
+    ncclUniqueId id;
+    memset(&id, 0, sizeof(id));
+    if (m->rank == 0) { ncclCheck(ncclGetUniqueId(&id)); }
+    bootstrap_broadcast(&c->boot, &id, sizeof(id));
+    g_fail_hook = comm_abort_all;
+    watchdog_start(); // from here a peer that dies, even during the set-up below, ends this rank too
+
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclCheck(ncclCommInitRankConfig(&c->comms[COMM_WORLD], m->world, id, m->rank, &cfg));
+    comm_settle(c->comms[COMM_WORLD], "creating the world communicator", init_timeout);
+    comm_publish(COMM_WORLD);
+    const CommId ids[NUM_GROUPS] = {COMM_TP, COMM_GTP, COMM_DP};
+    const MeshGroup groups[NUM_GROUPS] = {GROUP_TP, GROUP_GTP, GROUP_DP};
+    for (int g = 0; g < NUM_GROUPS; g++) {
+        ncclComm_t *dst = &c->comms[ids[g]];
+        ncclCheck(ncclCommSplit(c->comms[COMM_WORLD], mesh_group_color(m, groups[g]), mesh_group_key(m, groups[g]),
+                                dst, &cfg));
+        char what[64];
+        snprintf(what, sizeof(what), "splitting the %s communicator", GROUP_NAMES[groups[g]]);
+        comm_settle(*dst, what, init_timeout);
+        comm_publish(ids[g]);
+    }
+
+    cudaCheck(cudaStreamCreateWithFlags(&c->dp_stream, cudaStreamNonBlocking));
+    cudaCheck(cudaEventCreateWithFlags(&c->sums_done, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&c->barrier_done, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&c->stream_done, cudaEventDisableTiming));
+    c->d_sums = (double *)cuda_alloc(COMM_SCALARS_MAX * sizeof(double), "collective scalars");
+    c->d_barrier = (int *)cuda_alloc(sizeof(int), "barrier token");
+    cudaCheck(cudaMallocHost(&c->h_sums, COMM_SCALARS_MAX * sizeof(double)));
+    c->connected = 1;
+}
+
+static void comm_sum_over_data_ranks(double *x, int n) {
+    Comm *c = &g_comm;
+    if (n > COMM_SCALARS_MAX) { fail("sum_over_data_ranks of %d values; at most %d", n, COMM_SCALARS_MAX); }
+    memcpy(c->h_sums, x, (size_t)n * sizeof(double));
+    cudaCheck(cudaMemcpyAsync(c->d_sums, c->h_sums, (size_t)n * sizeof(double), cudaMemcpyHostToDevice, c->dp_stream));
+    ncclCheck(ncclAllReduce(c->d_sums, c->d_sums, (size_t)n, ncclFloat64, ncclSum, comm_get(COMM_DP), c->dp_stream));
+    comm_settle(comm_get(COMM_DP), "the all-reduce of the loss", c->timeout_s);
+    cudaCheck(cudaMemcpyAsync(c->h_sums, c->d_sums, (size_t)n * sizeof(double), cudaMemcpyDeviceToHost, c->dp_stream));
+    cudaCheck(cudaEventRecord(c->sums_done, c->dp_stream));
+    comm_track(c->sums_done, "the all-reduce of the loss over the data-parallel ranks");
+    comm_wait_event(c->sums_done, "the loss of the other data-parallel ranks");
+    memcpy(x, c->h_sums, (size_t)n * sizeof(double));
+}
+
+static void comm_barrier(const char *what, int long_wait) {
+    Comm *c = &g_comm;
+    ncclCheck(ncclAllReduce(c->d_barrier, c->d_barrier, 1, ncclInt32, ncclSum, comm_get(COMM_WORLD), c->dp_stream));
+    comm_settle(comm_get(COMM_WORLD), what, c->timeout_s);
+    cudaCheck(cudaEventRecord(c->barrier_done, c->dp_stream));
+    comm_track(c->barrier_done, what);
+    comm_wait_event_for(c->barrier_done, what, long_wait ? LONG_WAIT_TIMEOUT_S : c->timeout_s);
+}
+
+static void comm_finish(void) {
+    Comm *c = &g_comm;
+    if (c->connected) {
+        // Peers that pass the last barrier close their connections; that is no longer a failure.
+        __atomic_store_n(&c->closing, 1, __ATOMIC_RELEASE);
+        comm_barrier("the end of the run", 0);
+        watchdog_stop();
+        pthread_mutex_lock(&c->lock);
+        int n = c->num_live;
+        c->num_live = 0;
+        pthread_mutex_unlock(&c->lock);
+        for (int i = n - 1; i >= 0; i--) { ncclCommDestroy(c->comms[i]); }
+        g_fail_hook = NULL;
+        c->connected = 0;
+    }
+    bootstrap_finalize(&c->boot);
+}
+
+static Launcher gpu_launch(void) {
+    Comm *c = &g_comm;
+    pthread_mutex_init(&c->lock, NULL);
+    c->boot = bootstrap_init();
+    c->timeout_s = comm_timeout_from_env();
+    Launcher l;
+    memset(&l, 0, sizeof(l));
+    l.world = c->boot.world;
+    l.rank = c->boot.rank;
+    l.local_rank = c->boot.local_rank;
+    l.finish = comm_finish; // MPI_Finalize even for one rank
+    if (l.world > 1) {
+        l.connect = comm_connect;
+        l.sum_over_data_ranks = comm_sum_over_data_ranks;
+        l.barrier = comm_barrier;
+    }
+    return l;
+}
+
+#endif // LLMC_COMM_CUH
