@@ -79,23 +79,41 @@ static inline void nccl_check_(ncclResult_t r, const char *what, const char *fil
 
 static inline double comm_clock_s(void) { return bootstrap_clock_s(); }
 
+// One poll of a non-blocking call on comm: returns its state, or fails on an NCCL error or past the deadline.
+static ncclResult_t comm_poll(ncclComm_t comm, const char *what, double deadline, double timeout_s) {
+    ncclResult_t st;
+    ncclCheck(ncclCommGetAsyncError(comm, &st));
+    if (st != ncclSuccess && st != ncclInProgress) {
+        fail("NCCL error '%s' during %s: a peer rank failed or the network broke (see the other ranks' lines)",
+             ncclGetErrorString(st), what);
+    }
+    if (st == ncclInProgress && comm_clock_s() > deadline) {
+        fail("NCCL did not finish %s within %g s: a peer rank is missing or stuck; check that every rank was "
+             "launched (raise %s if it is only slow)", what, timeout_s, NCCL_TIMEOUT_ENV);
+    }
+    return st;
+}
+
 // Waits until the non-blocking communicator has finished the call just made (ncclInProgress -> ncclSuccess).
 static void comm_settle(ncclComm_t comm, const char *what, double timeout_s) {
     double deadline = comm_clock_s() + timeout_s;
-    for (;;) {
-        ncclResult_t st;
-        ncclCheck(ncclCommGetAsyncError(comm, &st));
-        if (st == ncclSuccess) { return; }
-        if (st != ncclInProgress) {
-            fail("NCCL error '%s' during %s: a peer rank failed or the network broke (see the other ranks' lines)",
-                 ncclGetErrorString(st), what);
-        }
+    while (comm_poll(comm, what, deadline, timeout_s) == ncclInProgress) { usleep(SETTLE_POLL_US); }
+}
+
+// A non-blocking ncclCommSplit may return before NCCL's own thread has made the new communicator, with the handle
+// still NULL (seen with NCCL 2.28 on 2 x H200: polling the NULL handle failed on every rank), so wait for the
+// handle while watching the parent, then for the child itself.
+static void comm_settle_split(ncclComm_t parent, ncclComm_t *child, const char *what, double timeout_s) {
+    double deadline = comm_clock_s() + timeout_s;
+    while (*(volatile ncclComm_t *)child == NULL) {
+        comm_poll(parent, what, deadline, timeout_s);
         if (comm_clock_s() > deadline) {
-            fail("NCCL did not finish %s within %g s: a peer rank is missing or stuck; check that every rank was "
-                 "launched (raise %s if it is only slow)", what, timeout_s, NCCL_TIMEOUT_ENV);
+            fail("NCCL handed back no communicator for %s within %g s: a peer rank is missing or stuck (raise %s if "
+                 "it is only slow)", what, timeout_s, NCCL_TIMEOUT_ENV);
         }
         usleep(SETTLE_POLL_US);
     }
+    comm_settle(*child, what, timeout_s);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -322,7 +340,7 @@ static void comm_connect(const Mesh *m) {
                                 dst, &cfg));
         char what[64];
         snprintf(what, sizeof(what), "splitting the %s communicator", GROUP_NAMES[groups[g]]);
-        comm_settle(*dst, what, init_timeout);
+        comm_settle_split(c->comms[COMM_WORLD], dst, what, init_timeout);
         comm_publish(ids[g]);
     }
 
