@@ -60,9 +60,9 @@ tokenize: data/tokenize.c data/bpe.h llmc/tokenizer.h $(HEADERS)
 # CPU tests: every test/test_X.c builds into test/bin/test_X; test/run_tests.sh runs those and test/test_*.sh.
 TEST_SRCS = $(wildcard test/test_*.c)
 TEST_BINS = $(patsubst test/%.c,test/bin/%,$(TEST_SRCS))
-test/bin/%: test/%.c $(HEADERS) test/test_util.h $(wildcard data/*.h)
+test/bin/%: test/%.c $(HEADERS) test/test_util.h
 	@mkdir -p test/bin
-	$(CC) $(CFLAGS) $< -o $@ $(PCRE2_LIBS) $(LDLIBS_CPU)
+	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS_CPU)
 
 # The MPI path of the bootstrap (test/test_bootstrap.sh runs it under mpirun), where mpicc is found.
 ifneq ($(MPI_LIBS),)
