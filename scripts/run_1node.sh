@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 NGPU=${NGPU:-8}
 [ -x ./train_gpt ] || make train_gpt
 ls data/brown/brown_train_*.bin >/dev/null 2>&1 || make data
-export NCCL_NVLS_ENABLE=0 # NVLink SHARP multicast off: not available on every node (see KINDS.md)
+export NCCL_NVLS_ENABLE=0 # NVLink multicast (NVLS) off: it can take down a shared host
 
 mpirun --allow-run-as-root -np "$NGPU" --bind-to none -x NCCL_NVLS_ENABLE \
     ./train_gpt \

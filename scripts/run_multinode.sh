@@ -10,7 +10,7 @@ HOSTFILE=${HOSTFILE:?set HOSTFILE to an Open MPI hostfile (one "host slots=N" li
 GPUS_PER_NODE=${GPUS_PER_NODE:-8}
 NODES=$(grep -cv '^\s*\(#\|$\)' "$HOSTFILE")
 NP=$((NODES * GPUS_PER_NODE))
-export NCCL_NVLS_ENABLE=0 # NVLink SHARP multicast off (see KINDS.md)
+export NCCL_NVLS_ENABLE=0 # NVLink multicast (NVLS) off: it can take down a shared host
 
 mpirun --allow-run-as-root -np "$NP" --hostfile "$HOSTFILE" --map-by ppr:"$GPUS_PER_NODE":node --bind-to none \
     -x NCCL_NVLS_ENABLE -x PATH -x LD_LIBRARY_PATH \
