@@ -1,0 +1,341 @@
+/*
+ * test_tp_layout.c: a tensor-parallel rank's local parameter buffer (llmc/tp_layout.h) and the vocab-parallel
+ * cross-entropy (llmc/vocab_parallel.h).
+ * - for tp in {1, 2, 3, 4, 6}: the local layouts of the tp ranks tile every full tensor exactly once
+ *   (replicated tensors: once per rank), each local layer slice inside its own global layer;
+ * - scatter then gather gives back the full buffer bitwise, and the row copies agree with the element map;
+ * - local initialization equals the slice of the single-GPU initialization bitwise;
+ * - a rank's local QKV weight and bias are a fused QKV of its NH/tp heads (rows rebuilt per head from C, NH);
+ * - the vocab-parallel cross-entropy over tp in {1, 2, 4, 8} ranks equals cpu_model.h's unsplit one (double),
+ *   with padded columns excluded (they hold huge logits here) and ranks that hold padding only.
+ */
+#define CPU_REAL double
+#include "../llmc/cpu_model.h"
+#include "../llmc/tp_layout.h"
+#include "../llmc/vocab_parallel.h"
+#include "test_util.h"
+
+#define TEST_SEED 4321
+#define TEST_STREAM 98u // test data, apart from the parameter and data streams
+#define NUM_LAYOUT_TPS 5
+static const int LAYOUT_TPS[NUM_LAYOUT_TPS] = {1, 2, 3, 4, 6};
+
+// L 2, C 48, 12 heads of 4, Vp 384 (V 300), T 16: every TP-split dimension divides by each of LAYOUT_TPS.
+static GPTConfig layout_config(void) {
+    GPTConfig c;
+    c.max_seq_len = 16;
+    c.vocab_size = 300;
+    c.padded_vocab_size = padded_vocab(c.vocab_size);
+    c.num_layers = 2;
+    c.num_heads = 12;
+    c.channels = 48;
+    return c;
+}
+
+static float *random_params(const ParamLayout *g) {
+    float *x = (float *)malloc_check(g->total * sizeof(float), "full params");
+    for (size_t i = 0; i < g->total; i++) { x[i] = (float)rng_uniform(TEST_SEED, TEST_STREAM, i); }
+    return x;
+}
+
+// tp local buffers of rank r's local size each.
+static float **alloc_locals(const GPTConfig *c, int tp) {
+    float **local = (float **)malloc_check((size_t)tp * sizeof(float *), "local buffers");
+    for (int r = 0; r < tp; r++) {
+        Mesh m = mesh_make(tp, r, tp, 1);
+        ParamLayout p;
+        param_layout_local(c, &m, &p);
+        local[r] = (float *)malloc_check(p.total * sizeof(float), "local params");
+    }
+    return local;
+}
+
+static void free_locals(float **local, int tp) {
+    for (int r = 0; r < tp; r++) { free(local[r]); }
+    free(local);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The local layout and its element map.
+
+// Errors in rank layouts of one tp: offsets packed in order, sizes = layers x local shape, and over all ranks
+// each full element hit once (replicated: tp times), by a local element of the same layer.
+static int layout_errors(const GPTConfig *c, int tp) {
+    ParamLayout g;
+    param_layout(c, &g);
+    int bad = 0;
+    unsigned char *seen = (unsigned char *)calloc_check(g.total, 1, "tiling counts");
+    for (int r = 0; r < tp; r++) {
+        Mesh m = mesh_make(tp, r, tp, 1);
+        ParamLayout p;
+        param_layout_local(c, &m, &p);
+        size_t off = 0;
+        for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+            size_t rows, cols, full_rows, full_cols;
+            param_tp_shape(c, t, tp, &rows, &cols);
+            param_layer_shape(c, t, &full_rows, &full_cols);
+            bad += p.offset[t] != off || p.size[t] != param_num_layers(c, t) * rows * cols;
+            off += p.size[t];
+            for (size_t i = 0; i < p.size[t]; i++) {
+                size_t e = tp_local_to_global(c, &m, t, i);
+                if (e >= g.size[t] || e / (full_rows * full_cols) != i / (rows * cols)) {
+                    bad++;
+                    continue;
+                }
+                seen[g.offset[t] + e]++;
+            }
+        }
+        bad += p.total != off;
+    }
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+        unsigned char want = param_tp_split(t) == TP_REPLICATED ? (unsigned char)tp : 1;
+        for (size_t e = 0; e < g.size[t]; e++) { bad += seen[g.offset[t] + e] != want; }
+    }
+    free(seen);
+    return bad;
+}
+
+static void test_layout_tiles(void) {
+    GPTConfig c = layout_config();
+    int bad = 0;
+    for (int i = 0; i < NUM_LAYOUT_TPS; i++) {
+        int b = layout_errors(&c, LAYOUT_TPS[i]);
+        if (b) { printf("  tp %d: %d errors\n", LAYOUT_TPS[i], b); }
+        bad += b;
+    }
+    ParamLayout g, one;
+    Mesh m1 = mesh_make(1, 0, 1, 1);
+    param_layout(&c, &g);
+    param_layout_local(&c, &m1, &one);
+    bad += memcmp(&g, &one, sizeof(g)) != 0;
+    check(bad == 0, "tp local layouts tile every tensor exactly once (tp 1: the full layout)", "%d errors", bad);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Scatter, gather, local initialization.
+
+static void test_gather_scatter(void) {
+    GPTConfig c = layout_config();
+    ParamLayout g;
+    param_layout(&c, &g);
+    float *full = random_params(&g);
+    float *back = (float *)malloc_check(g.total * sizeof(float), "gathered params");
+    int bad = 0;
+    for (int i = 0; i < NUM_LAYOUT_TPS; i++) {
+        int tp = LAYOUT_TPS[i];
+        float **local = alloc_locals(&c, tp);
+        param_scatter_tp(&c, tp, full, local);
+        for (int r = 0; r < tp; r++) { // the row copies agree with the element map
+            Mesh m = mesh_make(tp, r, tp, 1);
+            ParamLayout p;
+            param_layout_local(&c, &m, &p);
+            for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+                for (size_t e = 0; e < p.size[t]; e++) {
+                    bad += local[r][p.offset[t] + e] != full[g.offset[t] + tp_local_to_global(&c, &m, t, e)];
+                }
+            }
+        }
+        memset(back, 0xff, g.total * sizeof(float)); // NaN: an element gather misses shows
+        param_gather_tp(&c, tp, (const float *const *)local, back);
+        int same = memcmp(back, full, g.total * sizeof(float)) == 0;
+        if (!same) { printf("  tp %d: gather(scatter(x)) != x\n", tp); }
+        bad += !same;
+        free_locals(local, tp);
+    }
+    check(bad == 0, "gather(scatter(x)) == x bitwise; row copies match the element map", "%d errors", bad);
+    free(full);
+    free(back);
+}
+
+static void test_local_init(void) {
+    GPTConfig c = layout_config();
+    ParamLayout g;
+    param_layout(&c, &g);
+    float *full = (float *)malloc_check(g.total * sizeof(float), "full init");
+    float *back = (float *)malloc_check(g.total * sizeof(float), "gathered init");
+    param_init_host(&c, &g, TEST_SEED, full);
+    int bad = 0;
+    for (int i = 0; i < NUM_LAYOUT_TPS; i++) {
+        int tp = LAYOUT_TPS[i];
+        float **init = alloc_locals(&c, tp), **slice = alloc_locals(&c, tp);
+        param_scatter_tp(&c, tp, full, slice);
+        for (int r = 0; r < tp; r++) {
+            Mesh m = mesh_make(tp, r, tp, 1);
+            ParamLayout p;
+            param_layout_local(&c, &m, &p);
+            param_init_local(&c, &m, TEST_SEED, init[r]);
+            bad += memcmp(init[r], slice[r], p.total * sizeof(float)) != 0;
+        }
+        param_gather_tp(&c, tp, (const float *const *)init, back);
+        bad += memcmp(back, full, g.total * sizeof(float)) != 0;
+        free_locals(init, tp);
+        free_locals(slice, tp);
+    }
+    check(bad == 0, "local init == slice of the single-GPU init (bitwise), for every rank and tp", "%d errors", bad);
+    free(full);
+    free(back);
+}
+
+// Rank r's local qkvw (L, 3C/tp, C) and qkvb (L, 3C/tp) must be [q; k; v] of heads r*NH/tp .. (r+1)*NH/tp - 1:
+// local row part * C/tp + h * hs + j holds global row part * C + (r * NH/tp + h) * hs + j of the same layer.
+static int qkv_errors(const GPTConfig *c, int tp, const float *full, float *const *local) {
+    ParamLayout g;
+    param_layout(c, &g);
+    size_t C = (size_t)c->channels, hs = C / (size_t)c->num_heads, heads = (size_t)c->num_heads / (size_t)tp;
+    size_t local_rows = QKV_PARTS * C / (size_t)tp;
+    int bad = 0;
+    for (int r = 0; r < tp; r++) {
+        Mesh m = mesh_make(tp, r, tp, 1);
+        ParamLayout p;
+        param_layout_local(c, &m, &p);
+        for (size_t l = 0; l < (size_t)c->num_layers; l++) {
+            for (size_t part = 0; part < QKV_PARTS; part++) {
+                for (size_t h = 0; h < heads; h++) {
+                    for (size_t j = 0; j < hs; j++) {
+                        size_t lrow = l * local_rows + part * heads * hs + h * hs + j;
+                        size_t grow = l * QKV_PARTS * C + part * C + ((size_t)r * heads + h) * hs + j;
+                        const float *lw = local[r] + p.offset[P_QKVW] + lrow * C;
+                        bad += memcmp(lw, full + g.offset[P_QKVW] + grow * C, C * sizeof(float)) != 0;
+                        bad += local[r][p.offset[P_QKVB] + lrow] != full[g.offset[P_QKVB] + grow];
+                    }
+                }
+            }
+        }
+    }
+    return bad;
+}
+
+static void test_qkv_is_fused(void) {
+    GPTConfig c = layout_config();
+    ParamLayout g;
+    param_layout(&c, &g);
+    float *full = random_params(&g);
+    int bad = 0;
+    for (int i = 0; i < NUM_LAYOUT_TPS; i++) {
+        float **local = alloc_locals(&c, LAYOUT_TPS[i]);
+        param_scatter_tp(&c, LAYOUT_TPS[i], full, local);
+        bad += qkv_errors(&c, LAYOUT_TPS[i], full, local);
+        free_locals(local, LAYOUT_TPS[i]);
+    }
+    check(bad == 0, "local qkv weight and bias are a fused qkv of the rank's NH/tp heads", "%d errors", bad);
+    free(full);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Vocab-parallel cross-entropy against the unsplit one.
+
+#define CE_TOKENS 64
+#define CE_LOGIT_SCALE 8.0   // logits uniform in (-8, 8): the per-rank maxima differ a lot
+#define CE_PAD_LOGIT 1.0e4f  // padded columns: would dominate the softmax if they were not excluded
+#define CE_LOSS_TOL 1e-12    // loss: double throughout
+#define CE_GRAD_TOL 1e-6     // gradient: written as float (relative rounding 6e-8)
+#define NUM_CE_TPS 4
+static const int CE_TPS[NUM_CE_TPS] = {1, 2, 4, 8};
+
+static double max_rel_err_double(const double *a, const double *b, size_t n) {
+    double maxdiff = 0.0, maxref = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs(a[i] - b[i]);
+        if (!(d <= maxdiff)) { maxdiff = d; }
+        if (fabs(b[i]) > maxref) { maxref = fabs(b[i]); }
+    }
+    return maxref > 0 ? maxdiff / maxref : maxdiff;
+}
+
+// Token n's target lies in rank (n % tp)'s real columns when that rank has any, so every rank sees targets.
+static void ce_targets(int *targets, int tp, int V, int Vp) {
+    GPTConfig c = {.vocab_size = V, .padded_vocab_size = Vp};
+    for (int n = 0; n < CE_TOKENS; n++) {
+        Mesh m = mesh_make(tp, n % tp, tp, 1);
+        Span cols = tp_vocab_rows(&m, &c);
+        size_t real = vocab_real_columns(cols, V);
+        uint32_t pick = rng_below(TEST_SEED, TEST_STREAM, (uint64_t)n, (uint32_t)(real ? real : (size_t)V));
+        targets[n] = real ? (int)(cols.begin + pick) : (int)pick;
+    }
+}
+
+// Loss and gradient relative errors of tp ranks against cpu_model.h, for vocabulary V padded to Vp.
+static void ce_errors(int tp, int V, int Vp, double *loss_err, double *grad_err) {
+    GPTConfig c = {.vocab_size = V, .padded_vocab_size = Vp};
+    size_t N = CE_TOKENS, cols_per_rank = (size_t)Vp / (size_t)tp;
+    const double dloss = 1.0 / (double)N;
+    float *logits = (float *)malloc_check(N * (size_t)Vp * sizeof(float), "logits");
+    double *ref_logits = (double *)malloc_check(N * (size_t)Vp * sizeof(double), "reference logits");
+    for (size_t i = 0; i < N * (size_t)Vp; i++) {
+        int padded = (int)(i % (size_t)Vp) >= V;
+        double u = 2.0 * rng_uniform(TEST_SEED, TEST_STREAM + 1, i) - 1.0;
+        logits[i] = padded ? CE_PAD_LOGIT : (float)(CE_LOGIT_SCALE * u);
+        ref_logits[i] = logits[i];
+    }
+    int targets[CE_TOKENS];
+    ce_targets(targets, tp, V, Vp);
+
+    double *ref_loss = (double *)malloc_check(N * sizeof(double), "reference losses");
+    double *ref_grad = (double *)malloc_check(N * (size_t)Vp * sizeof(double), "reference dlogits");
+    softmax_crossentropy_forward(ref_loss, ref_grad, ref_logits, targets, (int)N, V, Vp);
+    softmax_crossentropy_backward(ref_grad, ref_grad, targets, dloss, (int)N, V, Vp);
+
+    // Each rank: its columns of the logits, its partials; then the combine; then each rank's gradient.
+    float *local_max = (float *)malloc_check((size_t)tp * N * sizeof(float), "local max");
+    double *local_sum = (double *)malloc_check((size_t)tp * N * sizeof(double), "local sum");
+    float *target_logit = (float *)malloc_check((size_t)tp * N * sizeof(float), "target logit");
+    float *local = (float *)malloc_check(N * cols_per_rank * sizeof(float), "local logits");
+    float *dlocal = (float *)malloc_check(N * cols_per_rank * sizeof(float), "local dlogits");
+    double *loss = (double *)malloc_check(N * sizeof(double), "losses");
+    double *lse = (double *)malloc_check(N * sizeof(double), "lse");
+    double *grad = (double *)malloc_check(N * (size_t)Vp * sizeof(double), "dlogits");
+    for (int pass = 0; pass < 2; pass++) { // 0: partials, 1: gradients (after the combine)
+        for (int r = 0; r < tp; r++) {
+            Mesh m = mesh_make(tp, r, tp, 1);
+            Span cols = tp_vocab_rows(&m, &c);
+            for (size_t n = 0; n < N; n++) {
+                memcpy(local + n * cols.count, logits + n * (size_t)Vp + cols.begin, cols.count * sizeof(float));
+            }
+            if (pass == 0) {
+                vocab_ce_local_stats(local, targets, N, cols, V, local_max + (size_t)r * N, local_sum + (size_t)r * N,
+                                     target_logit + (size_t)r * N);
+                continue;
+            }
+            vocab_ce_backward(dlocal, local, lse, targets, N, cols, V, (float)dloss);
+            for (size_t n = 0; n < N; n++) {
+                for (size_t j = 0; j < cols.count; j++) {
+                    grad[n * (size_t)Vp + cols.begin + j] = dlocal[n * cols.count + j];
+                }
+            }
+        }
+        if (pass == 0) { vocab_ce_combine(tp, N, local_max, local_sum, target_logit, loss, lse); }
+    }
+    *loss_err = max_rel_err_double(loss, ref_loss, N);
+    *grad_err = max_rel_err_double(grad, ref_grad, N * (size_t)Vp);
+    free(logits); free(ref_logits); free(ref_loss); free(ref_grad); free(local_max); free(local_sum);
+    free(target_logit); free(local); free(dlocal); free(loss); free(lse); free(grad);
+}
+
+static void test_vocab_parallel_ce(void) {
+    // V 1000 / Vp 1024: every rank holds real columns; V 130 / Vp 256: at tp 8 ranks 5..7 hold padding only.
+    int vocabs[][2] = {{1000, 1024}, {130, 256}};
+    for (size_t v = 0; v < sizeof(vocabs) / sizeof(vocabs[0]); v++) {
+        double worst_loss = 0.0, worst_grad = 0.0;
+        for (int i = 0; i < NUM_CE_TPS; i++) {
+            double le, ge;
+            ce_errors(CE_TPS[i], vocabs[v][0], vocabs[v][1], &le, &ge);
+            if (!(le <= worst_loss)) { worst_loss = le; }
+            if (!(ge <= worst_grad)) { worst_grad = ge; }
+        }
+        char name[128];
+        snprintf(name, sizeof(name), "vocab-parallel CE == unsplit CE, tp 1/2/4/8, V %d Vp %d", vocabs[v][0],
+                 vocabs[v][1]);
+        check(worst_loss <= CE_LOSS_TOL && worst_grad <= CE_GRAD_TOL, name,
+              "loss rel err %.3g (tol %.0e), grad rel err %.3g (tol %.0e)", worst_loss, CE_LOSS_TOL, worst_grad,
+              CE_GRAD_TOL);
+    }
+}
+
+int main(void) {
+    test_layout_tiles();
+    test_gather_scatter();
+    test_local_init();
+    test_qkv_is_fused();
+    test_vocab_parallel_ce();
+    return test_exit();
+}
