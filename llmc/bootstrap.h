@@ -115,15 +115,18 @@ static inline int env_int(const char *name) {
     return (int)v;
 }
 
-static inline double bootstrap_timeout_from_env(void) {
-    const char *s = getenv(BOOTSTRAP_TIMEOUT_ENV);
-    if (!s) { return BOOTSTRAP_DEFAULT_TIMEOUT_S; }
+// A positive number of seconds from environment variable `name`, or `def` where it is unset.
+static inline double env_seconds(const char *name, double def) {
+    const char *s = getenv(name);
+    if (!s) { return def; }
     char *end = NULL;
     double v = strtod(s, &end);
-    if (end == s || *end != '\0' || !(v > 0)) {
-        fail("%s='%s' must be a positive number of seconds", BOOTSTRAP_TIMEOUT_ENV, s);
-    }
+    if (end == s || *end != '\0' || !(v > 0)) { fail("%s='%s' must be a positive number of seconds", name, s); }
     return v;
+}
+
+static inline double bootstrap_timeout_from_env(void) {
+    return env_seconds(BOOTSTRAP_TIMEOUT_ENV, BOOTSTRAP_DEFAULT_TIMEOUT_S);
 }
 
 static inline const LaunchVars *launch_vars_from_env(void) {

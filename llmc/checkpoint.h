@@ -155,18 +155,23 @@ static inline void model_file_read(const char *path, const GPTConfig *c, float *
     fclose(f);
 }
 
-// Writes params as a version-3 (fp32) llm.c model file, atomically.
-static inline void model_file_write(const char *path, const GPTConfig *c, const float *params) {
-    int hd[MODEL_HEADER_INTS];
-    memset(hd, 0, sizeof(hd));
+// llm.c's model-file header of config c: magic, version, maxT, V, L, NH, C, Vp (0 for the unpadded version 1).
+static inline void model_header_fill(int hd[MODEL_HEADER_INTS], const GPTConfig *c, int version) {
+    memset(hd, 0, MODEL_HEADER_INTS * sizeof(int));
     hd[0] = MODEL_FILE_MAGIC;
-    hd[1] = MODEL_VERSION_FP32;
+    hd[1] = version;
     hd[2] = c->max_seq_len;
     hd[3] = c->vocab_size;
     hd[4] = c->num_layers;
     hd[5] = c->num_heads;
     hd[6] = c->channels;
-    hd[7] = c->padded_vocab_size;
+    hd[7] = version == MODEL_VERSION_FP32_UNPADDED ? 0 : c->padded_vocab_size;
+}
+
+// Writes params as a version-3 (fp32) llm.c model file, atomically.
+static inline void model_file_write(const char *path, const GPTConfig *c, const float *params) {
+    int hd[MODEL_HEADER_INTS];
+    model_header_fill(hd, c, MODEL_VERSION_FP32);
     ParamLayout p;
     param_layout(c, &p);
     AtomicFile af;

@@ -290,16 +290,7 @@ static void comm_wait_stream(cudaStream_t stream, const char *what) {
 // ---------------------------------------------------------------------------------------------------------
 // the Launcher (llmc/model_ops.h)
 
-static double comm_timeout_from_env(void) {
-    const char *s = getenv(NCCL_TIMEOUT_ENV);
-    if (!s) { return NCCL_DEFAULT_TIMEOUT_S; }
-    char *end = NULL;
-    double v = strtod(s, &end);
-    if (end == s || *end != '\0' || !(v > 0)) {
-        fail("%s='%s' must be a positive number of seconds", NCCL_TIMEOUT_ENV, s);
-    }
-    return v;
-}
+static double comm_timeout_from_env(void) { return env_seconds(NCCL_TIMEOUT_ENV, NCCL_DEFAULT_TIMEOUT_S); }
 
 static ncclComm_t comm_get(CommId id) { return g_comm.comms[id]; }
 

@@ -176,21 +176,6 @@ static inline long json_int(JsonReader *r) {
     return v;
 }
 
-static inline char *read_whole_file(const char *path, size_t *n, const char *hint) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { fail("cannot open '%s': %s; %s", path, strerror(errno), hint); }
-    if (fseek(f, 0, SEEK_END) != 0) { fail("cannot read '%s': %s", path, strerror(errno)); }
-    long size = ftell(f);
-    if (size < 0) { fail("cannot read '%s': %s", path, strerror(errno)); }
-    rewind(f);
-    char *s = (char *)malloc_check((size_t)size + 1, path);
-    fread_check(s, 1, (size_t)size, f, path);
-    fclose(f);
-    s[size] = '\0';
-    *n = (size_t)size;
-    return s;
-}
-
 #define TOKENIZER_MISSING_HINT "run `make data` or pass --vocab-dir with a folder holding GPT-2's encoder.json"
 
 // Loads <vocab_dir>/encoder.json. Every id from 0 to (entries - 1) must appear exactly once.

@@ -57,27 +57,11 @@ static inline size_t tp_local_row_to_global(const GPTConfig *c, const Mesh *m, i
     return tp_global_element(m, c, t, (int)(j / rows), j % rows, 0);
 }
 
-// This rank's local buffer cut from a full parameter buffer (param_layout() order): --init-from on every rank.
-static inline void param_slice_tp(const GPTConfig *c, const Mesh *m, const float *full, float *local) {
-    ParamLayout g, p;
-    param_layout(c, &g);
-    param_layout_local(c, m, &p);
-    for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
-        size_t rows, cols;
-        param_tp_shape(c, t, m->tp, &rows, &cols);
-        long long n = (long long)(param_num_layers(c, t) * rows);
-#pragma omp parallel for
-        for (long long j = 0; j < n; j++) {
-            size_t from = g.offset[t] + tp_local_row_to_global(c, m, t, (size_t)j);
-            memcpy(local + p.offset[t] + (size_t)j * cols, full + from, cols * sizeof(float));
-        }
-    }
-}
-
-// Writes this rank's local buffer into its place in a full parameter buffer. Replicated tensors are written
-// only when with_replicated (a gather takes them from one rank: TP keeps them identical on every rank).
-static inline void param_place_tp(const GPTConfig *c, const Mesh *m, const float *local, float *full,
-                                  int with_replicated) {
+// Copies between this rank's local buffer and a full parameter buffer (param_layout() order), one local row (a
+// contiguous run of global elements) at a time: full -> local when to_local, else local -> full. Replicated tensors
+// are copied only when with_replicated (a gather takes them from one rank: TP keeps them identical on every rank).
+static inline void param_copy_tp(const GPTConfig *c, const Mesh *m, float *local, float *full, int to_local,
+                                 int with_replicated) {
     ParamLayout g, p;
     param_layout(c, &g);
     param_layout_local(c, m, &p);
@@ -88,10 +72,22 @@ static inline void param_place_tp(const GPTConfig *c, const Mesh *m, const float
         long long n = (long long)(param_num_layers(c, t) * rows);
 #pragma omp parallel for
         for (long long j = 0; j < n; j++) {
-            size_t to = g.offset[t] + tp_local_row_to_global(c, m, t, (size_t)j);
-            memcpy(full + to, local + p.offset[t] + (size_t)j * cols, cols * sizeof(float));
+            float *f = full + g.offset[t] + tp_local_row_to_global(c, m, t, (size_t)j);
+            float *l = local + p.offset[t] + (size_t)j * cols;
+            memcpy(to_local ? l : f, to_local ? f : l, cols * sizeof(float));
         }
     }
+}
+
+// This rank's local buffer cut from a full parameter buffer: --init-from on every rank.
+static inline void param_slice_tp(const GPTConfig *c, const Mesh *m, const float *full, float *local) {
+    param_copy_tp(c, m, local, (float *)full, 1, 1);
+}
+
+// Writes this rank's local buffer into its place in a full parameter buffer.
+static inline void param_place_tp(const GPTConfig *c, const Mesh *m, const float *local, float *full,
+                                  int with_replicated) {
+    param_copy_tp(c, m, (float *)local, full, 0, with_replicated);
 }
 
 // The full parameter buffer from the local buffers of TP ranks 0..tp-1 (local[r] is rank r's): what rank 0

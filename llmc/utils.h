@@ -80,6 +80,22 @@ static inline void fwrite_check(const void *src, size_t size, size_t n, FILE *f,
     if (fwrite(src, size, n, f) != n) { fail("writing '%s' failed: %s (disk full?)", path, strerror(errno)); }
 }
 
+// The whole file, NUL-terminated (*n bytes before the NUL); fails naming the file, with `hint` on what to do.
+static inline char *read_whole_file(const char *path, size_t *n, const char *hint) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { fail("cannot open '%s': %s; %s", path, strerror(errno), hint); }
+    if (fseek(f, 0, SEEK_END) != 0) { fail("cannot read '%s': %s", path, strerror(errno)); }
+    long size = ftell(f);
+    if (size < 0) { fail("cannot read '%s': %s", path, strerror(errno)); }
+    rewind(f);
+    char *s = (char *)malloc_check((size_t)size + 1, path);
+    fread_check(s, 1, (size_t)size, f, path);
+    fclose(f);
+    s[size] = '\0';
+    *n = (size_t)size;
+    return s;
+}
+
 static inline int file_exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0;

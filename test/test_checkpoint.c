@@ -58,15 +58,9 @@ static void clear_dir(void) {
 // Writes an llm.c model file by hand: header, then n values as fp32 or (version 5) bf16.
 static void write_raw_model(const char *path, int version, const GPTConfig *file_c, const float *vals, size_t n,
                             int magic) {
-    int hd[MODEL_HEADER_INTS] = {0};
+    int hd[MODEL_HEADER_INTS];
+    model_header_fill(hd, file_c, version);
     hd[0] = magic;
-    hd[1] = version;
-    hd[2] = file_c->max_seq_len;
-    hd[3] = file_c->vocab_size;
-    hd[4] = file_c->num_layers;
-    hd[5] = file_c->num_heads;
-    hd[6] = file_c->channels;
-    hd[7] = version == MODEL_VERSION_FP32_UNPADDED ? 0 : file_c->padded_vocab_size;
     FILE *f = fopen_check(path, "wb");
     fwrite_check(hd, sizeof(int), MODEL_HEADER_INTS, f, path);
     for (size_t i = 0; i < n; i++) {

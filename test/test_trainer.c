@@ -188,18 +188,10 @@ static Child run_train(Run *r) {
 
 static void scratch_path(char *out, const char *name) { snprintf(out, CKPT_PATH_LEN, "%s/%s", g_dir, name); }
 
+// The whole file, or NULL (and *n = 0) where it does not exist.
 static char *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { *n = 0; return NULL; }
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    rewind(f);
-    char *buf = (char *)malloc_check((size_t)size + 1, path);
-    fread_check(buf, 1, (size_t)size, f, path);
-    fclose(f);
-    buf[size] = '\0';
-    *n = (size_t)size;
-    return buf;
+    *n = 0;
+    return file_exists(path) ? read_whole_file(path, n, "the test expected the trainer to write it") : NULL;
 }
 
 static int same_file(const char *a, const char *b) {
