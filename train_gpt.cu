@@ -28,6 +28,7 @@
 #include "llmc/init.h"
 #include "llmc/model_ops.h"
 #include "llmc/options.h"
+#include "llmc/tp_layout.h"
 #include "llmc/trainer.h"
 
 #include "llmc/adamw.cuh"
@@ -39,6 +40,7 @@
 #include "llmc/layernorm.cuh"
 #include "llmc/matmul.cuh"
 #include "llmc/params.cuh"
+#include "llmc/tensor_parallel.cuh"
 
 // ----------------------------------------------------------------------------------------------------------------
 // precision
@@ -67,32 +69,37 @@ static double gpu_peak_flops(const char *name, Precision p) {
 // ----------------------------------------------------------------------------------------------------------------
 // the model
 
-// Activations for up to maxB x maxT tokens (N = maxB * maxT); per layer where backward needs them.
+// Activations for up to maxB x maxT tokens (N = maxB * maxT); per layer where backward needs them. Under tensor
+// parallelism a rank holds its TP-local features (3C/TP of qkv, NH/TP heads, 4C/TP of the MLP, Vp/TP logits:
+// "/TP" below), and under sequence parallelism the residual stream and LayerNorm statistics of its Ns = N/TP tokens
+// only (Ns = N otherwise); LayerNorm outputs are (N, C) all the same, as the column-parallel GEMM gathers them there.
 template <typename floatX> struct Activations {
-    floatX *res;                   // (L+1, N, C) residual stream: [0] the embeddings, [l+1] the output of block l
-    floatX *res2;                  // (L, N, C) residual stream after attention
+    floatX *res;                   // (L+1, Ns, C) residual stream: [0] the embeddings, [l+1] the output of block l
+    floatX *res2;                  // (L, Ns, C) residual stream after attention
     floatX *ln1, *ln2;             // (L, N, C)
-    float *ln1_stats, *ln2_stats;  // (L, 2, N): mean then rstd
-    floatX *qkv;                   // (L, N, 3C)
-    floatX *atty;                  // (L, N, C) attention output, heads side by side
-    float *lse;                    // (L, B, NH, T) log-sum-exp of each attention row
-    floatX *fch;                   // (L, N, 4C) fc output before GELU
-    floatX *h4;                    // gelu(fch): (keep_gelu, N, 4C) for the first layers, which keep it for
-                                   // backward, then (N, 4C) shared by the others, which recompute it there;
+    float *ln1_stats, *ln2_stats;  // (L, 2, Ns): mean then rstd
+    floatX *qkv;                   // (L, N, 3C/TP)
+    floatX *atty;                  // (L, N, C/TP) attention output, heads side by side
+    float *lse;                    // (L, B, NH/TP, T) log-sum-exp of each attention row
+    floatX *fch;                   // (L, N, 4C/TP) fc output before GELU
+    floatX *h4;                    // gelu(fch): (keep_gelu, N, 4C/TP) for the first layers, which keep it for
+                                   // backward, then (N, 4C/TP) shared by the others, which recompute it there;
                                    // in backward it becomes d fch
     floatX *lnf;                   // (N, C)
-    float *lnf_stats;              // (2, N)
-    floatX *logits;                // (N, Vp); backward overwrites it with its gradient
+    float *lnf_stats;              // (2, Ns)
+    floatX *logits;                // (N, Vp/TP); backward overwrites it with its gradient
     float *losses;                 // (N)
+    float *vocab_stats;            // TP > 1: (TP, N, VOCAB_STATS) the classifier's row statistics of every rank
     // scratch shared by all layers
     floatX *proj;                  // (N, C) a projection's output before its residual add; in backward the
                                    // gradient of a LayerNorm output or of the attention output
-    floatX *dres;                  // (N, C) gradient of the residual stream
-    floatX *dqkv;                  // (N, 3C)
+    floatX *dres;                  // (N, C) gradient of the residual stream (this rank's Ns tokens of it under SP,
+                                   // gathered to all N where a row-parallel backward or the embedding needs them)
+    floatX *dqkv;                  // (N, 3C/TP)
     void *attn_workspace;
     float *reduce_scratch;         // partial sums of the column reductions (bias and LayerNorm gradients)
     float *norm_scratch;           // partial sums of the gradient norm, all groups (GPT::norm_groups)
-    double *sum_squares;           // ZeRO-1 only: the squared norm of this rank's slice, then of all
+    double *sum_squares;           // ZeRO-1 or TP > 1: the squared norm of this rank's part, then of all
     float *scalars;                // [0] mean loss, [1] gradient norm, [2] clip factor
 };
 
@@ -106,7 +113,10 @@ typedef struct {
 
 template <typename floatX> struct GPT {
     GPTConfig config;
-    ParamLayout layout;
+    ParamLayout layout;            // this rank's TP-local tensors (llmc/tp_layout.h); the whole model on one rank
+    Mesh mesh;
+    TensorParallel tp;             // the TP group's collectives (tp.size 1: none)
+    EmbeddingShard emb;            // the vocabulary rows of wte this rank holds
     Precision precision;
     int maxB, maxT;
     int keep_gelu;                 // --keep-gelu-layers (at most L): see Activations::h4
@@ -115,7 +125,8 @@ template <typename floatX> struct GPT {
                                    // grads holds stale values until then; grads_materialize makes it true
     floatX *weights;               // what the kernels read: params itself (fp32) or its bf16 copy
     DataParallel dp;               // the parameter groups, and with DP > 1 the ranks' collectives
-    int reduce_grads;              // this backward is the last micro-step's of DP > 1: sum each group over the ranks
+    int reduce_grads;              // this backward is the last micro-step's: sum each group over the DP ranks (DP > 1)
+                                   // and, under SP, the replicated parameters' gradients over the TP ranks
     Activations<floatX> acts;
     int *d_tokens;                 // inputs (N) then targets (N)
     int *d_buckets;
@@ -133,6 +144,7 @@ template <typename floatX> struct GPT {
     cudaEvent_t *updated;          // L + 1: group k's parameters are updated (group L, the rest, is updated first)
     int update_pending;            // AdamW was queued and the compute stream has not waited for all of it
     int eval_B, eval_T;            // shape of the logits the last eval_loss left
+    floatX *row_gather;            // TP > 1: one row of logits, all-gathered (op_logits_at)
     char device_name[256];
 };
 
@@ -141,21 +153,25 @@ template <typename floatX, typename U> static U *param_slice(const GPT<floatX> *
     return base + g->layout.offset[t] + (size_t)l * (g->layout.size[t] / g->config.num_layers);
 }
 
-// With summed_bias the bias gradient is left to the caller (db NULL): the attention and MLP projections write the
-// residual stream, whose gradient the LayerNorm backward above them sums in passing.
+// Layer l's linear layer of in x out features, this rank's part of it under TP. The attention and MLP projections
+// (row-parallel) write the residual stream, whose gradient the LayerNorm backward above them sums in passing: their
+// bias gradient is left to that (db NULL).
 template <typename floatX>
-static Linear<floatX> layer_linear(const GPT<floatX> *g, int tw, int tb, int l, int in, int out,
-                                   bool summed_bias = false) {
-    Linear<floatX> lin = {in, out, param_slice(g, (const floatX *)g->weights, tw, l),
+static Linear<floatX> layer_linear(GPT<floatX> *g, int tw, int tb, int l, int in, int out, LinearSplit split) {
+    int tp = g->tp.size;
+    Linear<floatX> lin = {split == LINEAR_ROW ? in / tp : in, split == LINEAR_COLUMN ? out / tp : out,
+                          param_slice(g, (const floatX *)g->weights, tw, l),
                           param_slice(g, (const floatX *)g->weights, tb, l), param_slice(g, g->grads, tw, l),
-                          summed_bias ? NULL : param_slice(g, g->grads, tb, l)};
+                          split == LINEAR_ROW ? NULL : param_slice(g, g->grads, tb, l), split, &g->tp};
     return lin;
 }
 
-// The LM head: logits = lnf wte^T over the padded vocabulary, no bias (wte is tied to the token embedding).
-template <typename floatX> static Linear<floatX> lm_head(const GPT<floatX> *g) {
-    Linear<floatX> lin = {g->config.channels, g->config.padded_vocab_size, g->weights + g->layout.offset[P_WTE],
-                          NULL, g->grads + g->layout.offset[P_WTE], NULL};
+// The LM head: logits = lnf wte^T over the padded vocabulary (this rank's rows of it), no bias (wte is tied to the
+// token embedding).
+template <typename floatX> static Linear<floatX> lm_head(GPT<floatX> *g) {
+    Linear<floatX> lin = {g->config.channels, g->config.padded_vocab_size / g->tp.size,
+                          g->weights + g->layout.offset[P_WTE], NULL, g->grads + g->layout.offset[P_WTE], NULL,
+                          LINEAR_COLUMN, &g->tp};
     return lin;
 }
 
@@ -167,22 +183,23 @@ template <typename floatX> struct LayerActs {
 
 template <typename floatX> static LayerActs<floatX> layer_acts(const GPT<floatX> *g, int l) {
     const Activations<floatX> &a = g->acts;
-    size_t N = (size_t)g->maxB * g->maxT, C = g->config.channels, NH = g->config.num_heads;
+    size_t N = (size_t)g->maxB * g->maxT, Ns = tp_local_tokens(&g->tp, (int)N), C = g->config.channels;
+    size_t tp = g->tp.size, Cl = C / tp, NHl = g->config.num_heads / tp;
     LayerActs<floatX> x;
-    x.res_in = a.res + l * N * C;
-    x.res_out = a.res + (l + 1) * N * C;
-    x.res2 = a.res2 + l * N * C;
+    x.res_in = a.res + l * Ns * C;
+    x.res_out = a.res + (l + 1) * Ns * C;
+    x.res2 = a.res2 + l * Ns * C;
     x.ln1 = a.ln1 + l * N * C;
     x.ln2 = a.ln2 + l * N * C;
-    x.qkv = a.qkv + l * N * 3 * C;
-    x.atty = a.atty + l * N * C;
-    x.fch = a.fch + l * N * 4 * C;
-    x.h4 = a.h4 + (l < g->keep_gelu ? l : g->keep_gelu) * N * 4 * C;
-    x.ln1_mean = a.ln1_stats + l * 2 * N;
-    x.ln1_rstd = x.ln1_mean + N;
-    x.ln2_mean = a.ln2_stats + l * 2 * N;
-    x.ln2_rstd = x.ln2_mean + N;
-    x.lse = a.lse + l * N * NH;
+    x.qkv = a.qkv + l * N * 3 * Cl;
+    x.atty = a.atty + l * N * Cl;
+    x.fch = a.fch + l * N * 4 * Cl;
+    x.h4 = a.h4 + (l < g->keep_gelu ? l : g->keep_gelu) * N * 4 * Cl;
+    x.ln1_mean = a.ln1_stats + l * 2 * Ns;
+    x.ln1_rstd = x.ln1_mean + Ns;
+    x.ln2_mean = a.ln2_stats + l * 2 * Ns;
+    x.ln2_rstd = x.ln2_mean + Ns;
+    x.lse = a.lse + l * N * NHl;
     return x;
 }
 
@@ -192,35 +209,40 @@ template <typename T> static T *dev_alloc(size_t count, const char *what) {
 
 template <typename floatX> static void activations_alloc(GPT<floatX> *g) {
     const GPTConfig *c = &g->config;
-    size_t N = (size_t)g->maxB * g->maxT, C = c->channels, L = c->num_layers, NH = c->num_heads;
-    size_t Vp = c->padded_vocab_size;
+    size_t N = (size_t)g->maxB * g->maxT, C = c->channels, L = c->num_layers, tp = g->tp.size;
+    size_t Ns = tp_local_tokens(&g->tp, (int)N), Cl = C / tp, NHl = c->num_heads / tp;
+    size_t Vl = c->padded_vocab_size / tp;
     Activations<floatX> &a = g->acts;
-    a.res = dev_alloc<floatX>((L + 1) * N * C, "the residual stream");
-    a.res2 = dev_alloc<floatX>(L * N * C, "the residual stream");
+    a.res = dev_alloc<floatX>((L + 1) * Ns * C, "the residual stream");
+    a.res2 = dev_alloc<floatX>(L * Ns * C, "the residual stream");
     a.ln1 = dev_alloc<floatX>(L * N * C, "LayerNorm outputs");
     a.ln2 = dev_alloc<floatX>(L * N * C, "LayerNorm outputs");
-    a.ln1_stats = dev_alloc<float>(L * 2 * N, "LayerNorm statistics");
-    a.ln2_stats = dev_alloc<float>(L * 2 * N, "LayerNorm statistics");
-    a.qkv = dev_alloc<floatX>(L * N * 3 * C, "QKV activations");
-    a.atty = dev_alloc<floatX>(L * N * C, "attention outputs");
-    a.lse = dev_alloc<float>(L * N * NH, "attention log-sum-exps");
-    a.fch = dev_alloc<floatX>(L * N * 4 * C, "MLP activations");
+    a.ln1_stats = dev_alloc<float>(L * 2 * Ns, "LayerNorm statistics");
+    a.ln2_stats = dev_alloc<float>(L * 2 * Ns, "LayerNorm statistics");
+    a.qkv = dev_alloc<floatX>(L * N * 3 * Cl, "QKV activations");
+    a.atty = dev_alloc<floatX>(L * N * Cl, "attention outputs");
+    a.lse = dev_alloc<float>(L * N * NHl, "attention log-sum-exps");
+    a.fch = dev_alloc<floatX>(L * N * 4 * Cl, "MLP activations");
     a.lnf = dev_alloc<floatX>(N * C, "final LayerNorm output");
-    a.lnf_stats = dev_alloc<float>(2 * N, "LayerNorm statistics");
-    a.logits = dev_alloc<floatX>(N * Vp, "logits");
+    a.lnf_stats = dev_alloc<float>(2 * Ns, "LayerNorm statistics");
+    a.logits = dev_alloc<floatX>(N * Vl, "logits");
     a.losses = dev_alloc<float>(N, "per-token losses");
+    if (tp > 1) {
+        a.vocab_stats = dev_alloc<float>(tp * N * VOCAB_STATS, "classifier row statistics");
+        g->row_gather = dev_alloc<floatX>(c->padded_vocab_size, "a gathered row of logits");
+    }
     a.proj = dev_alloc<floatX>(N * C, "projection scratch");
-    a.h4 = dev_alloc<floatX>((g->keep_gelu + (g->keep_gelu < (int)L)) * N * 4 * C, "GELU outputs");
+    a.h4 = dev_alloc<floatX>((g->keep_gelu + (g->keep_gelu < (int)L)) * N * 4 * Cl, "GELU outputs");
     a.dres = dev_alloc<floatX>(N * C, "residual gradient");
-    a.dqkv = dev_alloc<floatX>(N * 3 * C, "QKV gradient");
-    a.attn_workspace = cuda_alloc(attention_backward_workspace_bytes(g->maxB, g->maxT, c->num_heads,
+    a.dqkv = dev_alloc<floatX>(N * 3 * Cl, "QKV gradient");
+    a.attn_workspace = cuda_alloc(attention_backward_workspace_bytes(g->maxB, g->maxT, (int)NHl,
                                                                      c->channels / c->num_heads),
                                   "attention backward workspace");
     size_t reduce = linear_backward_scratch_floats(4 * c->channels);
-    size_t ln = layernorm_backward_scratch_floats<floatX>((int)N, c->channels);
+    size_t ln = layernorm_backward_scratch_floats<floatX>((int)Ns, c->channels);
     a.reduce_scratch = dev_alloc<float>(reduce > ln ? reduce : ln, "reduction scratch");
     a.norm_scratch = dev_alloc<float>(g->norm_first[L + 1], "gradient norm scratch");
-    if (g->dp.zero) { a.sum_squares = dev_alloc<double>(1, "squared gradient norm"); }
+    if (g->dp.zero || tp > 1) { a.sum_squares = dev_alloc<double>(1, "squared gradient norm"); }
     a.scalars = dev_alloc<float>(3, "loss and norm");
 }
 
@@ -232,7 +254,8 @@ template <typename floatX> static void gpt_check_shape(const GPTConfig *c) {
 }
 
 // The gradient-norm groups (dp_plan.h's parameter groups: layer l's 12 tensors; then wte, wpe, lnf), each the part
-// this rank owns, and where each one's partial sums go.
+// this rank owns, and where each one's partial sums go. TP ranks hold the same replicated tensors: only TP rank 0
+// counts them (the sum over the TP group then counts every parameter once).
 template <typename floatX> static void norm_groups_make(GPT<floatX> *g) {
     int L = g->config.num_layers;
     g->norm_groups = (NormGroup *)calloc_check(L + 1, sizeof(NormGroup), "gradient norm groups");
@@ -240,6 +263,7 @@ template <typename floatX> static void norm_groups_make(GPT<floatX> *g) {
     for (int k = 0; k <= L; k++) {
         ParamGroup own = dp_owned_group(&g->dp, k);
         for (int i = 0; i < own.count; i++) {
+            if (g->tp.rank != 0 && param_tp_split(own.tensor[i]) == TP_REPLICATED) { continue; }
             norm_group_add(&g->norm_groups[k], g->grads + own.span[i].begin, own.span[i].count);
         }
     }
@@ -248,7 +272,7 @@ template <typename floatX> static void norm_groups_make(GPT<floatX> *g) {
 
 template <typename floatX>
 static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, uint64_t seed, int B, int T,
-                               int keep_gelu, const Mesh *mesh, int zero) {
+                               int keep_gelu, const Mesh *mesh, int zero, int sequence_parallel) {
     gpt_check_shape<floatX>(config);
     if (T > config->max_seq_len) { fail("sequence length %d exceeds the model's %d", T, config->max_seq_len); }
     GPT<floatX> *g = (GPT<floatX> *)calloc_check(1, sizeof(GPT<floatX>), "GPU model");
@@ -257,7 +281,11 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, uin
     g->maxB = B;
     g->maxT = T;
     g->keep_gelu = keep_gelu < config->num_layers ? keep_gelu : config->num_layers;
-    param_layout(config, &g->layout);
+    g->mesh = *mesh;
+    tp_init(&g->tp, mesh, sequence_parallel);
+    Span vocab = tp_vocab_rows(mesh, config);
+    g->emb = {(int)vocab.begin, (int)vocab.count, mesh->tp_rank == 0};
+    param_layout_local(config, mesh, &g->layout);
     dp_init(&g->dp, mesh, config, &g->layout, zero);
     // E = P but under ZeRO-1, where the flat buffers are padded to equal slices; M: the moments this rank keeps.
     size_t P = g->layout.total, E = dp_buffer_elems(&g->dp), M = dp_moment_elems(&g->dp);
@@ -280,7 +308,7 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, uin
         cudaCheck(cudaMemsetAsync(g->params + P, 0, (E - P) * sizeof(float), s));
         cudaCheck(cudaMemsetAsync(g->grads + P, 0, (E - P) * sizeof(float), s));
     }
-    param_init_device(g->params, config, &g->layout, seed, s);
+    param_init_device(g->params, config, mesh, &g->layout, seed, s);
     if constexpr (!std::is_same<floatX, float>::value) { convert_from_float(g->weights, g->params, E, s); }
 
     norm_groups_make(g);
@@ -338,39 +366,67 @@ template <typename floatX> static void gpt_load_tokens(GPT<floatX> *g, const int
                               cudaMemcpyHostToDevice, g_cuda.stream));
 }
 
-// Logits of B x T tokens (already on the GPU) into acts.logits.
+// The input embedding of N tokens into the residual stream (acts.res[0]). Under TP each rank embeds the tokens of
+// its vocabulary rows (llmc/encoder.cuh), and the group sums them: all-reduced, or under SP reduce-scattered from
+// the projection scratch onto each rank's tokens.
+template <typename floatX> static void gpt_embed(GPT<floatX> *g, int B, int T) {
+    const Activations<floatX> &a = g->acts;
+    int C = g->config.channels, N = B * T;
+    const floatX *w = g->weights;
+    TensorParallel *tp = &g->tp;
+    cudaStream_t s = g_cuda.stream;
+    floatX *dst = tp->sp ? a.proj : a.res;
+    encoder_forward(dst, g->d_tokens, w + g->layout.offset[P_WTE], w + g->layout.offset[P_WPE], B, T, C, g->emb, s);
+    if (!tp_active(tp)) { return; }
+    const char *what = "the tensor-parallel sum of the embeddings";
+    tp_fork(tp, s);
+    if (tp->sp) {
+        tp_reduce_scatter(tp, a.proj, a.res, (size_t)tp_local_tokens(tp, N) * C, what);
+    } else {
+        tp_all_reduce(tp, a.res, (size_t)N * C, what);
+    }
+    tp_join(tp, s, what);
+}
+
+// Logits of B x T tokens (already on the GPU) into acts.logits. The LayerNorms and residual adds run on this rank's
+// ns tokens (from token t0: all N but under SP), whose rows of the (N, C) LayerNorm outputs and projections they use.
 template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T) {
     const GPTConfig *c = &g->config;
-    int C = c->channels, L = c->num_layers, NH = c->num_heads, N = B * T;
+    int C = c->channels, L = c->num_layers, NH = c->num_heads / g->tp.size, N = B * T;
+    int ns = tp_local_tokens(&g->tp, N);
+    size_t t0 = (size_t)tp_first_token(&g->tp, N) * C;
     const Activations<floatX> &a = g->acts;
     cudaStream_t s = g_cuda.stream;
     const floatX *w = g->weights;
     const size_t *off = g->layout.offset;
 
     updated_wait(g, L);
-    encoder_forward(a.res, g->d_tokens, w + off[P_WTE], w + off[P_WPE], B, T, C, s);
+    gpt_embed(g, B, T);
     LayerActs<floatX> x0 = layer_acts(g, 0);
     updated_wait(g, 0);
-    layernorm_forward(x0.ln1, x0.ln1_mean, x0.ln1_rstd, (floatX *)NULL, x0.res_in, (const floatX *)NULL,
-                      param_slice(g, w, P_LN1W, 0), param_slice(g, w, P_LN1B, 0), N, C, s);
+    layernorm_forward(x0.ln1 + t0, x0.ln1_mean, x0.ln1_rstd, (floatX *)NULL, x0.res_in, (const floatX *)NULL,
+                      param_slice(g, w, P_LN1W, 0), param_slice(g, w, P_LN1B, 0), ns, C, s);
     for (int l = 0; l < L; l++) {
         LayerActs<floatX> x = layer_acts(g, l);
-        linear_forward(layer_linear(g, P_QKVW, P_QKVB, l, C, 3 * C), x.qkv, x.ln1, N, (floatX *)NULL, s);
-        attention_forward(x.atty, x.lse, x.qkv, B, T, NH, C / NH, s);
-        linear_forward(layer_linear(g, P_ATTPROJW, P_ATTPROJB, l, C, C), a.proj, x.atty, N, (floatX *)NULL, s);
-        layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, x.res_in, a.proj, param_slice(g, w, P_LN2W, l),
-                          param_slice(g, w, P_LN2B, l), N, C, s);
-        linear_forward(layer_linear(g, P_FCW, P_FCB, l, C, 4 * C), x.h4, x.ln2, N, x.fch, s);
-        linear_forward(layer_linear(g, P_FCPROJW, P_FCPROJB, l, 4 * C, C), a.proj, x.h4, N, (floatX *)NULL, s);
+        linear_forward(layer_linear(g, P_QKVW, P_QKVB, l, C, 3 * C, LINEAR_COLUMN), x.qkv, x.ln1, N, (floatX *)NULL,
+                       s);
+        attention_forward(x.atty, x.lse, x.qkv, B, T, NH, C / c->num_heads, s);
+        linear_forward(layer_linear(g, P_ATTPROJW, P_ATTPROJB, l, C, C, LINEAR_ROW), a.proj, x.atty, N,
+                       (floatX *)NULL, s);
+        layernorm_forward(x.ln2 + t0, x.ln2_mean, x.ln2_rstd, x.res2, x.res_in, a.proj + t0,
+                          param_slice(g, w, P_LN2W, l), param_slice(g, w, P_LN2B, l), ns, C, s);
+        linear_forward(layer_linear(g, P_FCW, P_FCB, l, C, 4 * C, LINEAR_COLUMN), x.h4, x.ln2, N, x.fch, s);
+        linear_forward(layer_linear(g, P_FCPROJW, P_FCPROJB, l, 4 * C, C, LINEAR_ROW), a.proj, x.h4, N,
+                       (floatX *)NULL, s);
         // The residual add of this block, fused with the LayerNorm that reads it next.
         bool last = l == L - 1;
         LayerActs<floatX> next = layer_acts(g, last ? l : l + 1);
         floatX *ln_out = last ? a.lnf : next.ln1;
-        float *mean = last ? a.lnf_stats : next.ln1_mean, *rstd = last ? a.lnf_stats + N : next.ln1_rstd;
+        float *mean = last ? a.lnf_stats : next.ln1_mean, *rstd = last ? a.lnf_stats + ns : next.ln1_rstd;
         const floatX *lnw = last ? w + off[P_LNFW] : param_slice(g, w, P_LN1W, l + 1);
         const floatX *lnb = last ? w + off[P_LNFB] : param_slice(g, w, P_LN1B, l + 1);
         if (!last) { updated_wait(g, l + 1); }
-        layernorm_forward(ln_out, mean, rstd, x.res_out, x.res2, a.proj, lnw, lnb, N, C, s);
+        layernorm_forward(ln_out + t0, mean, rstd, x.res_out, x.res2, a.proj + t0, lnw, lnb, ns, C, s);
     }
     linear_forward(lm_head(g), a.logits, a.lnf, N, (floatX *)NULL, s);
     g->update_pending = 0; // every group was waited for
@@ -381,7 +437,7 @@ template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T)
 template <typename floatX> static void gpt_loss(GPT<floatX> *g, int N, float dloss, int write_grad) {
     const Activations<floatX> &a = g->acts;
     fused_classifier(a.logits, a.losses, a.scalars, g->d_tokens + N, dloss, N, g->config.vocab_size,
-                     g->config.padded_vocab_size, write_grad, g_cuda.stream);
+                     g->config.padded_vocab_size, write_grad, &g->tp, a.vocab_stats, g_cuda.stream);
     cudaCheck(cudaMemcpyAsync(g->host.scalars, a.scalars, sizeof(float), cudaMemcpyDeviceToHost, g_cuda.stream));
     cudaCheck(cudaEventRecord(g->scalars_ready, g_cuda.stream));
 }
@@ -395,21 +451,48 @@ template <typename floatX> static void gpt_loss(GPT<floatX> *g, int N, float dlo
  * (wte, wpe, lnf) after the encoder backward. Work that needs a group's final gradients waits for it on the side
  * stream, behind an event, and so runs beside the compute stream's next layer: the group's sums of squares for the
  * gradient norm (memory-bound, ~2 ms a step at 1558M if it ran alone). On the last micro-step with DP > 1 the
- * group is first summed over the ranks on the DP stream, and the partials wait for that instead. grads_final_join
- * makes the compute stream wait for all of it (so for the reductions too), before anything reads the norm or
- * writes the gradients again.
+ * group is first summed over the ranks on the DP stream, and the partials wait for that instead. Under sequence
+ * parallelism each TP rank's replicated LayerNorm and projection-bias gradients cover its own tokens: on the last
+ * micro-step they are first summed over the TP group (on the TP stream; wpe's gradient is taken from all tokens,
+ * gathered, so it is whole already). grads_final_join makes the compute stream wait for all of it (so for the
+ * reductions too), before anything reads the norm or writes the gradients again.
  */
+static bool sp_partial_gradient(int t) { return param_tp_split(t) == TP_REPLICATED && t != P_WPE; }
+
+template <typename floatX> static cudaEvent_t sp_sum_replicated(GPT<floatX> *g, int group, cudaEvent_t ready) {
+    TensorParallel *tp = &g->tp;
+    const ParamGroup *pg = &g->dp.groups[group];
+    const char *what = "the tensor-parallel sum of the replicated gradients (sequence parallelism)";
+    cudaCheck(cudaStreamWaitEvent(tp->stream, ready, 0));
+    ncclCheck(ncclGroupStart());
+    for (int i = 0; i < pg->count; i++) {
+        if (!sp_partial_gradient(pg->tensor[i])) { continue; }
+        ncclCheck(ncclAllReduce(g->grads + pg->span[i].begin, g->grads + pg->span[i].begin, pg->span[i].count,
+                                ncclFloat32, ncclSum, comm_get(COMM_TP), tp->stream));
+    }
+    ncclCheck(ncclGroupEnd());
+    comm_settle(comm_get(COMM_TP), what, g_comm.timeout_s);
+    cudaCheck(cudaEventRecord(tp->tp_mark, tp->stream));
+    comm_track(tp->tp_mark, what);
+    return tp->tp_mark;
+}
+
 template <typename floatX> static void grads_final(GPT<floatX> *g, int group) {
     cudaCheck(cudaEventRecord(g->grads_final_event, g_cuda.stream));
     cudaEvent_t ready = g->grads_final_event;
-    if (g->reduce_grads) { ready = dp_reduce_group(&g->dp, group, g->grads, ready); } // the norm of the summed group
+    if (g->reduce_grads && g->tp.sp) { ready = sp_sum_replicated(g, group, ready); }
+    if (g->reduce_grads && g->dp.ranks > 1) { ready = dp_reduce_group(&g->dp, group, g->grads, ready); }
     cudaCheck(cudaStreamWaitEvent(g_cuda.side, ready, 0));
     grad_norm_partials(g->acts.norm_scratch + g->norm_first[group], &g->norm_groups[group], g_cuda.side);
 }
 
 template <typename floatX> static void grads_final_join(GPT<floatX> *g) {
     cudaCheck(cudaEventRecord(g->side_done, g_cuda.side));
-    cudaCheck(cudaStreamWaitEvent(g_cuda.stream, g->side_done, 0));
+    if (g->reduce_grads) { // behind the reductions: count the wait as exposed communication
+        comm_compute_wait(g_cuda.stream, g->side_done);
+    } else {
+        cudaCheck(cudaStreamWaitEvent(g_cuda.stream, g->side_done, 0));
+    }
     g->norm_ready = 1;
 }
 
@@ -422,7 +505,9 @@ template <typename floatX> static void grads_final_join(GPT<floatX> *g) {
 // one; those of the last are what the update reads, and the others cost only memory traffic beside the GEMMs.
 template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T) {
     const GPTConfig *c = &g->config;
-    int C = c->channels, L = c->num_layers, NH = c->num_heads, N = B * T, acc = !g->grads_zero;
+    int C = c->channels, L = c->num_layers, NH = c->num_heads / g->tp.size, N = B * T, acc = !g->grads_zero;
+    int ns = tp_local_tokens(&g->tp, N), Cl = C / g->tp.size, HS = C / c->num_heads;
+    size_t t0 = (size_t)tp_first_token(&g->tp, N) * C;
     const Activations<floatX> &a = g->acts;
     cudaStream_t s = g_cuda.stream;
     const floatX *w = g->weights;
@@ -433,30 +518,36 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
     linear_backward(lm_head(g), a.proj, a.logits, a.lnf, (const floatX *)NULL, scratch, N, acc, s);
     cudaCheck(cudaMemsetAsync(a.dres, 0, (size_t)N * C * sizeof(floatX), s));
     // Each LayerNorm backward also sums the residual gradient it leaves: the bias gradient of the projection below.
-    layernorm_backward(a.dres, dw + off[P_LNFW], dw + off[P_LNFB], param_slice(g, dw, P_FCPROJB, L - 1), scratch,
-                       a.proj, layer_acts(g, L - 1).res_out, w + off[P_LNFW], a.lnf_stats, a.lnf_stats + N, N, C, acc,
-                       s);
+    layernorm_backward(a.dres + t0, dw + off[P_LNFW], dw + off[P_LNFB], param_slice(g, dw, P_FCPROJB, L - 1), scratch,
+                       a.proj + t0, layer_acts(g, L - 1).res_out, w + off[P_LNFW], a.lnf_stats, a.lnf_stats + ns, ns,
+                       C, acc, s);
     for (int l = L - 1; l >= 0; l--) {
         LayerActs<floatX> x = layer_acts(g, l);
         // MLP: h4 = gelu(fch) (again, in a layer that did not keep it), then it becomes d fch.
-        if (l >= g->keep_gelu) { gelu_forward(x.h4, x.fch, (size_t)N * 4 * C, s); }
-        linear_backward(layer_linear(g, P_FCPROJW, P_FCPROJB, l, 4 * C, C, true), x.h4, a.dres, x.h4, x.fch, scratch,
-                        N, acc, s);
-        linear_backward(layer_linear(g, P_FCW, P_FCB, l, C, 4 * C), a.proj, x.h4, x.ln2, (const floatX *)NULL,
+        if (l >= g->keep_gelu) { gelu_forward(x.h4, x.fch, (size_t)N * 4 * Cl, s); }
+        linear_backward(layer_linear(g, P_FCPROJW, P_FCPROJB, l, 4 * C, C, LINEAR_ROW), x.h4, a.dres, x.h4, x.fch,
                         scratch, N, acc, s);
-        layernorm_backward(a.dres, param_slice(g, dw, P_LN2W, l), param_slice(g, dw, P_LN2B, l),
-                           param_slice(g, dw, P_ATTPROJB, l), scratch, a.proj, x.res2, param_slice(g, w, P_LN2W, l),
-                           x.ln2_mean, x.ln2_rstd, N, C, acc, s);
-        // attention
-        linear_backward(layer_linear(g, P_ATTPROJW, P_ATTPROJB, l, C, C, true), a.proj, a.dres, x.atty,
+        linear_backward(layer_linear(g, P_FCW, P_FCB, l, C, 4 * C, LINEAR_COLUMN), a.proj, x.h4, x.ln2,
                         (const floatX *)NULL, scratch, N, acc, s);
-        attention_backward(a.dqkv, a.proj, x.atty, x.qkv, x.lse, a.attn_workspace, B, T, NH, C / NH, s);
-        linear_backward(layer_linear(g, P_QKVW, P_QKVB, l, C, 3 * C), a.proj, a.dqkv, x.ln1, (const floatX *)NULL,
-                        scratch, N, acc, s);
-        layernorm_backward(a.dres, param_slice(g, dw, P_LN1W, l), param_slice(g, dw, P_LN1B, l),
-                           l > 0 ? param_slice(g, dw, P_FCPROJB, l - 1) : (float *)NULL, scratch, a.proj, x.res_in,
-                           param_slice(g, w, P_LN1W, l), x.ln1_mean, x.ln1_rstd, N, C, acc, s);
+        layernorm_backward(a.dres + t0, param_slice(g, dw, P_LN2W, l), param_slice(g, dw, P_LN2B, l),
+                           param_slice(g, dw, P_ATTPROJB, l), scratch, a.proj + t0, x.res2,
+                           param_slice(g, w, P_LN2W, l), x.ln2_mean, x.ln2_rstd, ns, C, acc, s);
+        // attention
+        linear_backward(layer_linear(g, P_ATTPROJW, P_ATTPROJB, l, C, C, LINEAR_ROW), a.proj, a.dres, x.atty,
+                        (const floatX *)NULL, scratch, N, acc, s);
+        attention_backward(a.dqkv, a.proj, x.atty, x.qkv, x.lse, a.attn_workspace, B, T, NH, HS, s);
+        linear_backward(layer_linear(g, P_QKVW, P_QKVB, l, C, 3 * C, LINEAR_COLUMN), a.proj, a.dqkv, x.ln1,
+                        (const floatX *)NULL, scratch, N, acc, s);
+        layernorm_backward(a.dres + t0, param_slice(g, dw, P_LN1W, l), param_slice(g, dw, P_LN1B, l),
+                           l > 0 ? param_slice(g, dw, P_FCPROJB, l - 1) : (float *)NULL, scratch, a.proj + t0,
+                           x.res_in, param_slice(g, w, P_LN1W, l), x.ln1_mean, x.ln1_rstd, ns, C, acc, s);
         grads_final(g, l);
+    }
+    if (g->tp.sp) { // the embedding gradients read every token's residual gradient
+        const char *what = "the tensor-parallel all-gather of the embeddings' gradient";
+        tp_fork(&g->tp, s);
+        tp_all_gather(&g->tp, a.dres, (size_t)ns * C, what);
+        tp_join(&g->tp, s, what);
     }
     encoder_backward(dw + off[P_WTE], dw + off[P_WPE], a.dres, &g->buckets, g->d_buckets, B, T, c->max_seq_len, C,
                      acc, s);
@@ -476,17 +567,18 @@ template <typename floatX> static void grads_materialize(GPT<floatX> *g) {
 // update
 
 // The norm and clip factor (acts.scalars + 1) from the partial sums of every group. Under ZeRO-1 those cover this
-// rank's slice only: their sum is summed over the ranks before the square root.
+// rank's slice only, under TP its TP-local tensors: their sum is summed over those ranks before the square root.
 template <typename floatX> static void grad_norm(GPT<floatX> *g, float grad_clip) {
     cudaStream_t s = g_cuda.stream;
     const Activations<floatX> &a = g->acts;
     int parts = g->norm_first[g->config.num_layers + 1];
-    if (!g->dp.zero) {
+    if (!g->dp.zero && !tp_active(&g->tp)) {
         grad_norm_finish(a.scalars + 1, a.norm_scratch, parts, grad_clip, s);
         return;
     }
     grad_sum_partials(a.sum_squares, a.norm_scratch, parts, s);
-    dp_sum_on_device(&g->dp, a.sum_squares, 1, s);
+    if (g->dp.zero) { dp_sum_on_device(&g->dp, a.sum_squares, 1, s); }
+    if (tp_active(&g->tp)) { tp_sum_on_device(&g->tp, a.sum_squares, 1, s); }
     grad_norm_from_sum(a.scalars + 1, a.sum_squares, grad_clip, s);
 }
 
@@ -557,14 +649,14 @@ template <typename floatX>
 static float op_forward_backward(void *ctx, const int *inputs, const int *targets, int B, int T, float loss_scale,
                                  int last) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
-    g->reduce_grads = last && g->dp.ranks > 1;
+    g->reduce_grads = last && (g->dp.ranks > 1 || g->tp.sp);
     check_batch(g, B, T);
     int N = B * T;
     gpt_load_tokens(g, inputs, targets, N);
     gpt_forward(g, B, T);
     // Built while the GPU runs the forward; copied ahead of the loss, like the tokens, so the staging buffer is
     // free again once the loss has been read.
-    token_buckets_build(&g->buckets, g->host.buckets, g->host.bucket_count, inputs, N, g->config.vocab_size);
+    token_buckets_build(&g->buckets, g->host.buckets, g->host.bucket_count, inputs, N, g->config.vocab_size, g->emb);
     cudaCheck(cudaMemcpyAsync(g->d_buckets, g->host.buckets, g->buckets.ints * sizeof(int), cudaMemcpyHostToDevice,
                               g_cuda.stream));
     gpt_loss(g, N, loss_scale, 1);
@@ -605,6 +697,8 @@ template <typename floatX> static void copy_to_host_float(float *out, const floa
     }
 }
 
+// Under TP a rank's logits are the columns of its vocabulary rows: the row is all-gathered over the TP group (rank
+// r's part is columns [r Vp/TP, (r+1) Vp/TP), so the gathered row is in vocabulary order) in the row_gather buffer.
 template <typename floatX> static void op_logits_at(void *ctx, const int *tokens, int T, int pos, float *out) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     check_batch(g, 1, T);
@@ -612,13 +706,24 @@ template <typename floatX> static void op_logits_at(void *ctx, const int *tokens
     gpt_load_tokens(g, tokens, (const int *)NULL, T);
     gpt_forward(g, 1, T);
     g->eval_B = 0;
-    size_t Vp = g->config.padded_vocab_size;
-    copy_to_host_float(out, g->acts.logits + (size_t)pos * Vp, Vp);
+    size_t Vp = g->config.padded_vocab_size, Vl = Vp / g->tp.size;
+    const floatX *row = g->acts.logits + (size_t)pos * Vl;
+    if (tp_active(&g->tp)) {
+        cudaCheck(cudaMemcpyAsync(g->row_gather + g->tp.rank * Vl, row, Vl * sizeof(floatX), cudaMemcpyDeviceToDevice,
+                                  g_cuda.stream));
+        const char *what = "the tensor-parallel all-gather of a row of logits";
+        tp_fork(&g->tp, g_cuda.stream);
+        tp_all_gather(&g->tp, g->row_gather, Vl, what);
+        tp_join(&g->tp, g_cuda.stream, what);
+        row = g->row_gather;
+    }
+    copy_to_host_float(out, row, Vp);
 }
 
 template <typename floatX> static void op_copy_logits(void *ctx, float *out) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     if (g->eval_B == 0) { fail("copy_logits needs an eval_loss just before it"); }
+    if (tp_active(&g->tp)) { fail("copy_logits (a test hook) is for one GPU; under --tp each rank holds a slice"); }
     copy_to_host_float(out, g->acts.logits, (size_t)g->eval_B * g->eval_T * g->config.padded_vocab_size);
 }
 
@@ -631,6 +736,59 @@ static void copy_host_to_device(float *dst, const float *src, size_t n) {
     comm_wait_stream(g_cuda.stream, "a copy to the GPU");
 }
 
+/*
+ * The host side of the model is whole (param_layout() order: model files, state files); a TP rank's device buffers
+ * hold its TP-local tensors (layout, llmc/tp_layout.h). tp_gather_to_host: the whole tensors from every TP rank's
+ * local buffer (all-gathered TP_GATHER_CHUNK floats at a time through a temporary buffer, then placed on the host);
+ * every rank of the group gets them. tp_local_from_host: this rank's local tensors cut from whole ones (a new host
+ * array, or `full` itself on one TP rank).
+ */
+#define TP_GATHER_CHUNK ((size_t)1 << 25) // 128 MB of fp32 per rank and chunk
+
+template <typename floatX> static void tp_gather_to_host(GPT<floatX> *g, const float *local, float *full) {
+    size_t P = g->layout.total;
+    if (!tp_active(&g->tp)) {
+        copy_device_to_host(full, local, P);
+        return;
+    }
+    int tp = g->tp.size;
+    size_t chunk = P < TP_GATHER_CHUNK ? P : TP_GATHER_CHUNK;
+    float *host = (float *)malloc_check((size_t)tp * P * sizeof(float), "the gathered tensor-parallel parameters");
+    float *stage = NULL;
+    cudaCheck(cudaMalloc(&stage, (size_t)tp * chunk * sizeof(float)));
+    const char *what = "the tensor-parallel all-gather of the parameters or optimizer state";
+    for (size_t o = 0; o < P; o += chunk) {
+        size_t n = P - o < chunk ? P - o : chunk;
+        cudaCheck(cudaMemcpyAsync(stage + g->tp.rank * n, local + o, n * sizeof(float), cudaMemcpyDeviceToDevice,
+                                  g_cuda.stream));
+        tp_fork(&g->tp, g_cuda.stream);
+        tp_all_gather(&g->tp, stage, n, what);
+        tp_join(&g->tp, g_cuda.stream, what);
+        for (int r = 0; r < tp; r++) {
+            cudaCheck(cudaMemcpyAsync(host + r * P + o, stage + r * n, n * sizeof(float), cudaMemcpyDeviceToHost,
+                                      g_cuda.stream));
+        }
+        comm_wait_stream(g_cuda.stream, what);
+    }
+    cudaCheck(cudaFree(stage));
+    const float **locals = (const float **)malloc_check(tp * sizeof(float *), "tensor-parallel buffers");
+    for (int r = 0; r < tp; r++) { locals[r] = host + r * P; }
+    param_gather_tp(&g->config, tp, locals, full);
+    free(locals);
+    free(host);
+}
+
+template <typename floatX> static const float *tp_local_from_host(GPT<floatX> *g, const float *full) {
+    if (!tp_active(&g->tp)) { return full; }
+    float *local = (float *)malloc_check(g->layout.total * sizeof(float), "tensor-parallel parameters");
+    param_slice_tp(&g->config, &g->mesh, full, local);
+    return local;
+}
+
+template <typename floatX> static void tp_local_free(GPT<floatX> *g, const float *local, const float *full) {
+    if (local != full) { free((void *)local); }
+}
+
 template <typename floatX> static void op_get_params(void *ctx, float *out) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     updated_join(g);
@@ -639,12 +797,14 @@ template <typename floatX> static void op_get_params(void *ctx, float *out) {
     if (g->dp.zero && !std::is_same<floatX, float>::value) {
         dp_all_gather(&g->dp, g->params, g_cuda.stream, "the all-gather of the master weights");
     }
-    copy_device_to_host(out, g->params, g->layout.total);
+    tp_gather_to_host(g, g->params, out);
 }
 template <typename floatX> static void op_set_params(void *ctx, const float *in) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     updated_join(g);
-    copy_host_to_device(g->params, in, g->layout.total);
+    const float *local = tp_local_from_host(g, in);
+    copy_host_to_device(g->params, local, g->layout.total);
+    tp_local_free(g, local, in);
     if constexpr (!std::is_same<floatX, float>::value) {
         convert_from_float(g->weights, g->params, g->layout.total, g_cuda.stream);
         comm_wait_stream(g_cuda.stream, "the conversion of the weights");
@@ -655,31 +815,41 @@ template <typename floatX> static void op_get_grads(void *ctx, float *out) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     updated_join(g);
     grads_materialize(g);
-    copy_device_to_host(out, g->grads, g->layout.total);
+    tp_gather_to_host(g, g->grads, out);
 }
 // Under ZeRO-1 each moment is gathered from the slices into the gradient buffer, which is free between an update
 // and the next zero_grad, so a checkpoint needs no extra GPU memory; the state file is the single-GPU one.
 template <typename floatX> static void op_get_opt_state(void *ctx, float *m, float *v) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     updated_join(g);
-    size_t P = g->layout.total;
     if (!g->dp.zero) {
-        copy_device_to_host(m, g->m, P);
-        copy_device_to_host(v, g->v, P);
+        tp_gather_to_host(g, g->m, m);
+        tp_gather_to_host(g, g->v, v);
         return;
     }
     dp_gather_slices(&g->dp, g->m, g->grads, g_cuda.stream, "the all-gather of AdamW's first moments");
-    copy_device_to_host(m, g->grads, P);
+    tp_gather_to_host(g, g->grads, m);
     dp_gather_slices(&g->dp, g->v, g->grads, g_cuda.stream, "the all-gather of AdamW's second moments");
-    copy_device_to_host(v, g->grads, P);
+    tp_gather_to_host(g, g->grads, v);
 }
-// Each rank keeps its own slice of the whole model's moments (all of them without ZeRO-1).
+// Each rank keeps its own slice of the whole model's moments (its TP-local tensors, all of them without ZeRO-1).
 template <typename floatX> static void op_set_opt_state(void *ctx, const float *m, const float *v) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     updated_join(g);
     Span owned = dp_owned(&g->dp);
-    copy_host_to_device(g->m, m + owned.begin, owned.count);
-    copy_host_to_device(g->v, v + owned.begin, owned.count);
+    const float *lm = tp_local_from_host(g, m);
+    copy_host_to_device(g->m, lm + owned.begin, owned.count);
+    tp_local_free(g, lm, m);
+    const float *lv = tp_local_from_host(g, v);
+    copy_host_to_device(g->v, lv + owned.begin, owned.count);
+    tp_local_free(g, lv, v);
+}
+
+// The time the compute stream waited for collectives since the last call (the log line's exposed communication);
+// < 0 for one process, which has none.
+template <typename floatX> static double op_exposed_comm_ms(void *ctx) {
+    (void)ctx;
+    return g_comm.connected ? comm_exposed_ms_take() : -1.0;
 }
 
 template <typename floatX> static ModelOps gpt_ops(GPT<floatX> *g) {
@@ -699,6 +869,7 @@ template <typename floatX> static ModelOps gpt_ops(GPT<floatX> *g) {
     ops.get_grads = op_get_grads<floatX>;
     ops.get_opt_state = op_get_opt_state<floatX>;
     ops.set_opt_state = op_set_opt_state<floatX>;
+    ops.exposed_comm_ms = op_exposed_comm_ms<floatX>;
     return ops;
 }
 
@@ -733,9 +904,9 @@ static ModelOps make_gpu_model(const GPTConfig *config, const Options *opts, con
     cuda_context_init(); // on the GPU comm_connect chose (the first one for a single process)
     Precision p = precision_from_options(opts);
     uint64_t seed = (uint64_t)opts->seed;
-    int keep = opts->keep_gelu_layers, zero = opts->zero;
-    ModelOps ops = p == PRECISION_FP32 ? gpt_ops(gpt_create<float>(config, p, seed, B, T, keep, mesh, zero))
-                                       : gpt_ops(gpt_create<bf16>(config, p, seed, B, T, keep, mesh, zero));
+    int keep = opts->keep_gelu_layers, zero = opts->zero, sp = opts->sequence_parallel;
+    ModelOps ops = p == PRECISION_FP32 ? gpt_ops(gpt_create<float>(config, p, seed, B, T, keep, mesh, zero, sp))
+                                       : gpt_ops(gpt_create<bf16>(config, p, seed, B, T, keep, mesh, zero, sp));
     choose_gemm_algos(&ops, config, opts->out_dir, mesh->rank == 0, B, T);
     // A profiler started with --profile-from-start off (dev/kernel_times.sh) sees training, not the tuning pass.
     (void)cudaProfilerStart();

@@ -84,7 +84,8 @@ static ModelOps make_cpu_model(const GPTConfig *config, const Options *opts, con
     cpu_model_init_params(m, (uint64_t)opts->seed);
     ModelOps ops = {m,         "cpu",          0.0,           cpu_zero_grad,  cpu_forward_backward,
                     cpu_update, cpu_eval_loss, cpu_logits_at, cpu_copy_logits, cpu_get_params,
-                    cpu_set_params, cpu_get_grads, cpu_get_opt_state, cpu_set_opt_state};
+                    cpu_set_params, cpu_get_grads, cpu_get_opt_state, cpu_set_opt_state,
+                    NULL}; // no communication
     return ops;
 }
 

@@ -9,7 +9,9 @@
  *
  * One block per row, the row staged in shared memory (Vp * sizeof(T): 100 KB in bf16), so the logits are read from
  * memory once and written once. Pass 1 keeps a running (max, sum of exp) per thread over its 16-byte packs, combined
- * across the block; pass 2 reads the row back from shared memory and writes the gradient.
+ * across the block; pass 2 reads the row back from shared memory and writes the gradient. Under tensor parallelism
+ * the row is split over the ranks and the two passes become two kernels around an exchange of row statistics
+ * (below).
  */
 #ifndef LLMC_CLASSIFIER_CUH
 #define LLMC_CLASSIFIER_CUH
@@ -17,6 +19,7 @@
 #include <type_traits>
 
 #include "cuda_common.cuh"
+#include "tensor_parallel.cuh"
 
 #define CLASSIFIER_THREADS 1024
 #define MEAN_LOSS_THREADS 1024
@@ -26,6 +29,44 @@
 // Two exps per logit are a good part of this kernel's instructions.
 template <typename T> __device__ __forceinline__ float exp_for(float x) {
     return std::is_same<T, float>::value ? expf(x) : __expf(x);
+}
+
+// This block's (max, sum of exp(z - max)) over the row's first `real` columns (the real tokens), each thread taking
+// every blockDim.x-th of the packs; keep(p, z) sees each pack as it is read.
+template <typename T, typename Keep>
+__device__ void block_softmax_stats(const T *row, int packs, int real, float *red, float *bm, float *bs, Keep keep) {
+    constexpr int PN = Packed<T>::N;
+    float m = -INFINITY, s = 0.0f;
+    for (int p = threadIdx.x; p < packs; p += blockDim.x) {
+        Packed<T> z = load_packed_cs(row + p * PN);
+        keep(p, z);
+        float pm = m;
+        for (int j = 0; j < PN; j++) {
+            if (p * PN + j < real) { pm = fmaxf(pm, z[j]); }
+        }
+        if (pm == -INFINITY) { continue; } // a pack of padding only
+        float ps = 0.0f;
+        for (int j = 0; j < PN; j++) {
+            if (p * PN + j < real) { ps += exp_for<T>(z[j] - pm); }
+        }
+        s = s * expf(m - pm) + ps; // on the first pack m = -inf: exp(-inf) = 0 and s is 0
+        m = pm;
+    }
+    *bm = block_max(m, red);
+    *bs = block_sum(m == -INFINITY ? 0.0f : s * expf(m - *bm), red);
+}
+
+// The gradient dloss * (softmax - onehot(target)) of one pack of the row, over its first `real` columns (0 beyond).
+template <typename T>
+__device__ __forceinline__ Packed<T> softmax_xent_grad(const Packed<T> &z, int first, int real, int target, float lse,
+                                                       float dloss) {
+    Packed<T> g;
+    for (int j = 0; j < Packed<T>::N; j++) {
+        int v = first + j;
+        float prob = v < real ? exp_for<T>(z[j] - lse) : 0.0f;
+        g.set(j, dloss * (prob - (v == target ? 1.0f : 0.0f)));
+    }
+    return g;
 }
 
 // Assumes Vp % Packed<T>::N == 0. With write_grad 0 only the losses are written (evaluation).
@@ -38,36 +79,63 @@ __global__ void __launch_bounds__(CLASSIFIER_THREADS)
     Packed<T> *staged = reinterpret_cast<Packed<T> *>(smem_row);
     T *row = logits + (size_t)blockIdx.x * Vp;
     int packs = Vp / PN;
-    float m = -INFINITY, s = 0.0f;
-    for (int p = threadIdx.x; p < packs; p += blockDim.x) {
-        Packed<T> z = load_packed_cs(row + p * PN);
-        staged[p] = z;
-        float pm = m;
-        for (int j = 0; j < PN; j++) {
-            if (p * PN + j < V) { pm = fmaxf(pm, z[j]); }
-        }
-        if (pm == -INFINITY) { continue; } // a pack of padding only
-        float ps = 0.0f;
-        for (int j = 0; j < PN; j++) {
-            if (p * PN + j < V) { ps += exp_for<T>(z[j] - pm); }
-        }
-        s = s * expf(m - pm) + ps; // on the first pack m = -inf: exp(-inf) = 0 and s is 0
-        m = pm;
-    }
-    float bm = block_max(m, red);
-    float bs = block_sum(m == -INFINITY ? 0.0f : s * expf(m - bm), red);
+    float bm, bs;
+    block_softmax_stats(row, packs, V, red, &bm, &bs, [&](int p, const Packed<T> &z) { staged[p] = z; });
     float lse = bm + logf(bs);
     int target = targets[blockIdx.x];
     if (threadIdx.x == 0) { losses[blockIdx.x] = lse - staged[target / PN][target % PN]; }
     if (!write_grad) { return; }
     for (int p = threadIdx.x; p < packs; p += blockDim.x) {
-        Packed<T> z = staged[p], g;
-        for (int j = 0; j < PN; j++) {
-            int v = p * PN + j;
-            float prob = v < V ? exp_for<T>(z[j] - lse) : 0.0f;
-            g.set(j, dloss * (prob - (v == target ? 1.0f : 0.0f)));
-        }
-        store_packed(row + p * PN, g);
+        store_packed(row + p * PN, softmax_xent_grad(staged[p], p * PN, V, target, lse, dloss));
+    }
+}
+
+/*
+ * Vocabulary-parallel (tensor parallelism): a rank holds columns [col0, col0 + Vl) of every row (its rows of the
+ * padded vocabulary; those >= V are padding), never the whole row. Pass 1 writes per row (max, sum of exp(z - max),
+ * the target's logit or 0 where the target is another rank's) to stats[tp_rank][row]; an all-gather over the TP
+ * group gives every rank all of them (3 floats per row and rank, not the logits); pass 2 combines them in rank order
+ * (so every rank gets the same bits): lse = M + log sum_r s_r exp(m_r - M), M = max_r m_r, loss = lse - sum_r z_r,
+ * and writes the gradient of its columns in place.
+ */
+#define VOCAB_STATS 3 // max, sum of exp, target logit
+
+template <typename T>
+__global__ void __launch_bounds__(CLASSIFIER_THREADS)
+    classifier_stats_kernel(float *stats, const T *logits, const int *targets, int col0, int Vl, int V) {
+    __shared__ float red[WARP_SIZE];
+    const T *row = logits + (size_t)blockIdx.x * Vl;
+    int real = min(max(V - col0, 0), Vl), target = targets[blockIdx.x] - col0;
+    float bm, bs;
+    block_softmax_stats(row, Vl / Packed<T>::N, real, red, &bm, &bs, [](int, const Packed<T> &) {});
+    if (threadIdx.x == 0) {
+        float *st = stats + (size_t)blockIdx.x * VOCAB_STATS;
+        st[0] = bm;
+        st[1] = bs;
+        st[2] = target >= 0 && target < Vl ? to_float(row[target]) : 0.0f;
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(CLASSIFIER_THREADS)
+    classifier_finish_kernel(T *logits, float *losses, const float *stats, const int *targets, float dloss, int col0,
+                             int Vl, int V, int N, int tp, int write_grad) {
+    constexpr int PN = Packed<T>::N;
+    int n = blockIdx.x;
+    float M = -INFINITY, S = 0.0f, zt = 0.0f;
+    for (int r = 0; r < tp; r++) { M = fmaxf(M, stats[((size_t)r * N + n) * VOCAB_STATS]); }
+    for (int r = 0; r < tp; r++) {
+        const float *st = stats + ((size_t)r * N + n) * VOCAB_STATS;
+        S += st[0] == -INFINITY ? 0.0f : st[1] * expf(st[0] - M);
+        zt += st[2];
+    }
+    float lse = M + logf(S);
+    if (threadIdx.x == 0) { losses[n] = lse - zt; }
+    if (!write_grad) { return; }
+    T *row = logits + (size_t)n * Vl;
+    int real = min(max(V - col0, 0), Vl), target = targets[n] - col0;
+    for (int p = threadIdx.x; p < Vl / PN; p += blockDim.x) {
+        store_packed(row + p * PN, softmax_xent_grad(load_packed_cs(row + p * PN), p * PN, real, target, lse, dloss));
     }
 }
 
@@ -80,20 +148,39 @@ __global__ void __launch_bounds__(MEAN_LOSS_THREADS) mean_loss_kernel(float *out
     if (threadIdx.x == 0) { out[0] = s / n; }
 }
 
-// losses[n] and, with write_grad, the gradient of dloss * sum of losses in place of the logits; mean to *mean_out.
+// losses[N] and, with write_grad, the gradient of dloss * sum of losses in place of the logits (N, Vp / TP); mean to
+// *mean_out. Under TP (tp active) this rank's logits are the columns of its vocabulary rows, and stats holds
+// (TP, N, VOCAB_STATS) floats.
 template <typename T>
 static void fused_classifier(T *logits, float *losses, float *mean_out, const int *targets, float dloss, int N, int V,
-                             int Vp, int write_grad, cudaStream_t stream) {
+                             int Vp, int write_grad, TensorParallel *tp, float *stats, cudaStream_t stream) {
     if (Vp % Packed<T>::N != 0) { fail("padded vocabulary %d is not a multiple of %d", Vp, Packed<T>::N); }
-    int smem = Vp * (int)sizeof(T);
-    if (smem > (int)g_cuda.props.sharedMemPerBlockOptin) {
-        fail("a row of %d %s logits (%d bytes) does not fit the GPU's %zu bytes of shared memory per block", Vp,
-             TypeInfo<T>::name, smem, g_cuda.props.sharedMemPerBlockOptin);
+    if (tp_active(tp)) {
+        int Vl = Vp / tp->size, col0 = tp->rank * Vl;
+        if (Vl % Packed<T>::N != 0) {
+            fail("a tensor-parallel rank's %d vocabulary rows are not a multiple of %d", Vl, Packed<T>::N);
+        }
+        classifier_stats_kernel<<<N, CLASSIFIER_THREADS, 0, stream>>>(
+            stats + (size_t)tp->rank * N * VOCAB_STATS, logits, targets, col0, Vl, V);
+        cudaCheckLaunch();
+        const char *what = "the all-gather of the classifier's row statistics over the tensor-parallel ranks";
+        tp_fork(tp, stream);
+        tp_all_gather(tp, stats, (size_t)N * VOCAB_STATS, what);
+        tp_join(tp, stream, what);
+        classifier_finish_kernel<<<N, CLASSIFIER_THREADS, 0, stream>>>(logits, losses, stats, targets, dloss, col0, Vl,
+                                                                        V, N, tp->size, write_grad);
+        cudaCheckLaunch();
+    } else {
+        int smem = Vp * (int)sizeof(T);
+        if (smem > (int)g_cuda.props.sharedMemPerBlockOptin) {
+            fail("a row of %d %s logits (%d bytes) does not fit the GPU's %zu bytes of shared memory per block", Vp,
+                 TypeInfo<T>::name, smem, g_cuda.props.sharedMemPerBlockOptin);
+        }
+        cudaCheck(cudaFuncSetAttribute(fused_classifier_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        fused_classifier_kernel<<<N, CLASSIFIER_THREADS, smem, stream>>>(logits, losses, targets, dloss, V, Vp,
+                                                                          write_grad);
+        cudaCheckLaunch();
     }
-    cudaCheck(cudaFuncSetAttribute(fused_classifier_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    fused_classifier_kernel<<<N, CLASSIFIER_THREADS, smem, stream>>>(logits, losses, targets, dloss, V, Vp,
-                                                                      write_grad);
-    cudaCheckLaunch();
     mean_loss_kernel<<<1, MEAN_LOSS_THREADS, 0, stream>>>(mean_out, losses, N);
     cudaCheckLaunch();
 }

@@ -42,6 +42,22 @@
 #define TRACKED_WHAT_LEN 128
 
 typedef enum { COMM_WORLD, COMM_TP, COMM_GTP, COMM_DP, NUM_COMMS } CommId;
+
+template <typename T> struct NcclType;
+template <> struct NcclType<float> {
+    static constexpr ncclDataType_t id = ncclFloat32;
+};
+template <> struct NcclType<bf16> {
+    static constexpr ncclDataType_t id = ncclBfloat16;
+};
+template <> struct NcclType<double> {
+    static constexpr ncclDataType_t id = ncclFloat64;
+};
+
+// A pair of timing events the compute stream records around one wait for communication (comm_compute_wait).
+typedef struct {
+    cudaEvent_t begin, end;
+} WaitTimer;
 static const char *const COMM_NAMES[NUM_COMMS] = {"world", "tp", "gtp", "dp"};
 
 typedef struct {
@@ -66,6 +82,8 @@ typedef struct {
     int *d_barrier;
     Tracked tracked[TRACKED_MAX];
     int num_tracked;
+    WaitTimer *waits;               // comm_compute_wait's timers since the last comm_exposed_ms_take
+    int num_waits, max_waits;
 } Comm;
 
 static Comm g_comm = {};
@@ -285,6 +303,45 @@ static void comm_wait_stream(cudaStream_t stream, const char *what) {
     }
     cudaCheck(cudaEventRecord(g_comm.stream_done, stream));
     comm_wait_event(g_comm.stream_done, what);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// exposed communication: how long the compute stream stood still waiting for collectives
+
+// The compute stream waits for `done` (recorded behind a collective on another stream). The timer's begin marks
+// when the compute stream reached the wait, its end when it went on, so their difference is the time the collective
+// was exposed: zero when it finished behind earlier compute.
+static void comm_compute_wait(cudaStream_t compute, cudaEvent_t done) {
+    Comm *c = &g_comm;
+    if (c->num_waits == c->max_waits) {
+        int grown = c->max_waits ? 2 * c->max_waits : 256;
+        c->waits = (WaitTimer *)realloc(c->waits, (size_t)grown * sizeof(WaitTimer));
+        if (!c->waits) { fail("out of host memory for %d communication wait timers", grown); }
+        for (int i = c->max_waits; i < grown; i++) {
+            cudaCheck(cudaEventCreate(&c->waits[i].begin));
+            cudaCheck(cudaEventCreate(&c->waits[i].end));
+        }
+        c->max_waits = grown;
+    }
+    WaitTimer *w = &c->waits[c->num_waits++];
+    cudaCheck(cudaEventRecord(w->begin, compute));
+    cudaCheck(cudaStreamWaitEvent(compute, done, 0));
+    cudaCheck(cudaEventRecord(w->end, compute));
+}
+
+// The exposed time of every wait since the last call, in ms; the timers are then reused. Call it once the compute
+// stream is past the last of them (the step's host waits are), or it waits for that.
+static double comm_exposed_ms_take(void) {
+    Comm *c = &g_comm;
+    double ms = 0.0;
+    for (int i = 0; i < c->num_waits; i++) {
+        float t = 0.0f;
+        cudaCheck(cudaEventSynchronize(c->waits[i].end));
+        cudaCheck(cudaEventElapsedTime(&t, c->waits[i].begin, c->waits[i].end));
+        ms += t;
+    }
+    c->num_waits = 0;
+    return ms;
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -22,14 +22,6 @@
 #include "comm.cuh"
 #include "dp_plan.h"
 
-template <typename T> struct NcclType;
-template <> struct NcclType<float> {
-    static constexpr ncclDataType_t id = ncclFloat32;
-};
-template <> struct NcclType<bf16> {
-    static constexpr ncclDataType_t id = ncclBfloat16;
-};
-
 typedef struct {
     int ranks, rank; // the DP group
     int zero;        // ZeRO-1 on (only with more than one rank: on one rank it would change nothing)

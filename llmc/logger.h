@@ -23,6 +23,7 @@ typedef struct {
     float loss, lr, norm;
     double ms, tokens_per_s;
     double mfu_percent; // < 0: no MFU (no peak FLOP/s for this device)
+    double comm_ms;     // exposed communication (rank 0's compute stream waiting for collectives); < 0: none
 } StepStats;
 
 static inline void logger_open(Logger *lg, const char *out_dir) {
@@ -52,8 +53,10 @@ static inline void logger_train(Logger *lg, const StepStats *s, int print_line) 
     if (!print_line) { return; }
     char mfu[32] = "";
     if (s->mfu_percent >= 0) { snprintf(mfu, sizeof(mfu), " | MFU %.1f%%", s->mfu_percent); }
-    logger_line(lg, "step %d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s%s\n", s->step, s->steps,
-                s->loss, s->lr, s->norm, s->ms, s->tokens_per_s, mfu);
+    char comm[32] = "";
+    if (s->comm_ms >= 0) { snprintf(comm, sizeof(comm), " | comm %.2f ms", s->comm_ms); }
+    logger_line(lg, "step %d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s%s%s\n", s->step, s->steps,
+                s->loss, s->lr, s->norm, s->ms, s->tokens_per_s, mfu, comm);
 }
 
 static inline void logger_val(Logger *lg, int step, int steps, float loss) {

@@ -25,14 +25,25 @@
 #define LLMC_MATMUL_CUH
 
 #include "cuda_common.cuh"
+#include "tensor_parallel.cuh"
+
+// How a Linear is split over the TP group (llmc/tensor_parallel.cuh): column-parallel ranks hold rows of W (output
+// features), row-parallel ranks columns (input features; the replicated bias is added by TP rank 0 only).
+typedef enum { LINEAR_WHOLE, LINEAR_COLUMN, LINEAR_ROW } LinearSplit;
 
 template <typename T> struct Linear {
-    int in, out;
+    int in, out;  // this rank's features (its slice under TP)
     const T *w;   // (out, in)
     const T *b;   // (out), NULL for no bias
     float *dw;    // (out, in) fp32 gradient
     float *db;    // (out) fp32 gradient; NULL for no bias, or where the caller sums it (see bgrad above)
+    LinearSplit split;
+    TensorParallel *tp; // NULL (or a group of one): no collectives
 };
+
+template <typename T> static bool linear_is(const Linear<T> &lin, LinearSplit split) {
+    return lin.split == split && tp_active(lin.tp);
+}
 
 // ----------------------------------------------------------------------------------------------------------------
 // GELU kernels: the recompute of gelu(a) in backward, and the unfused epilogues where cuBLASLt offers no fused one
@@ -376,40 +387,94 @@ static int gemm_lt(void *d, cudaDataType_t dt, const void *a, int transa, int ld
 // ----------------------------------------------------------------------------------------------------------------
 // the linear layer
 
-/*
- * out (N, lin.out) = inp (N, lin.in) W^T + b. With gelu_aux: gelu_aux = that, and out = gelu(that).
- */
+// Rows [r0, r1) of out = inp W^T + bias (bias may be NULL), through gelu_aux as linear_forward says.
 template <typename T>
-static void linear_forward(const Linear<T> &lin, T *out, const T *inp, int N, T *gelu_aux, cudaStream_t stream) {
+static void linear_rows_forward(const Linear<T> &lin, const T *bias, T *out, const T *inp, int r0, int r1,
+                                T *gelu_aux, cudaStream_t stream) {
     cudaDataType_t t = TypeInfo<T>::cuda;
-    GemmEpilogue ep = {lin.b ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, lin.b, NULL};
+    int n = r1 - r0;
+    if (n <= 0) { return; }
+    out += (size_t)r0 * lin.out;
+    inp += (size_t)r0 * lin.in;
+    GemmEpilogue ep = {bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL};
     if (gelu_aux) {
-        GemmEpilogue gelu = {lin.b ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, lin.b, gelu_aux};
-        if (gemm_lt(out, t, lin.w, 1, lin.in, inp, 0, lin.in, t, lin.out, N, lin.in, 0.0f, gelu, stream)) { return; }
-        gemm_lt(gelu_aux, t, lin.w, 1, lin.in, inp, 0, lin.in, t, lin.out, N, lin.in, 0.0f, ep, stream);
-        gelu_forward(out, gelu_aux, (size_t)N * lin.out, stream);
+        gelu_aux += (size_t)r0 * lin.out;
+        GemmEpilogue gelu = {bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, bias, gelu_aux};
+        if (gemm_lt(out, t, lin.w, 1, lin.in, inp, 0, lin.in, t, lin.out, n, lin.in, 0.0f, gelu, stream)) { return; }
+        gemm_lt(gelu_aux, t, lin.w, 1, lin.in, inp, 0, lin.in, t, lin.out, n, lin.in, 0.0f, ep, stream);
+        gelu_forward(out, gelu_aux, (size_t)n * lin.out, stream);
         return;
     }
-    if (!gemm_lt(out, t, lin.w, 1, lin.in, inp, 0, lin.in, t, lin.out, N, lin.in, 0.0f, ep, stream)) {
-        fail("cuBLASLt has no bias epilogue for a %dx%dx%d %s GEMM; check the CUDA/cuBLAS install", lin.out, N, lin.in,
+    if (!gemm_lt(out, t, lin.w, 1, lin.in, inp, 0, lin.in, t, lin.out, n, lin.in, 0.0f, ep, stream)) {
+        fail("cuBLASLt has no bias epilogue for a %dx%dx%d %s GEMM; check the CUDA/cuBLAS install", lin.out, n, lin.in,
              TypeInfo<T>::name);
     }
 }
 
+// Chunks of each owner's rows in a row-parallel forward: TP_FORWARD_CHUNKS, or fewer where that does not divide.
+static inline int tp_forward_chunks(int rows) {
+    int c = TP_FORWARD_CHUNKS;
+    while (rows % c != 0) { c--; }
+    return c;
+}
+
 /*
- * Given dout (N, lin.out): lin.dw += dout^T inp; lin.db += column sums of dout (both written rather than added to
- * when not accumulate); and, when dinp is not NULL, dinp = dout W, multiplied by gelu'(gelu_aux) when gelu_aux is
- * given (inp was gelu(gelu_aux)). The weight gradient runs first, so dinp may alias inp.
- * scratch: linear_backward_scratch_floats(lin.out).
+ * out (N, lin.out) = inp (N, lin.in) W^T + b. With gelu_aux: gelu_aux = that, and out = gelu(that).
+ * Column-parallel under SP: inp holds this rank's tokens only and is all-gathered in place, beside the GEMM of
+ * those tokens. Row-parallel: out is summed over the TP group chunk by chunk, each chunk's sum beside the next
+ * chunk's GEMM (under SP onto the chunk's owner: then only this rank's tokens of out are valid).
  */
 template <typename T>
-static void linear_backward(const Linear<T> &lin, T *dinp, const T *dout, const T *inp, const T *gelu_aux,
-                            float *scratch, int N, int accumulate, cudaStream_t stream) {
-    cudaDataType_t t = TypeInfo<T>::cuda;
-    gemm_lt(lin.dw, CUDA_R_32F, inp, 0, lin.in, dout, 1, lin.out, t, lin.in, lin.out, N, accumulate ? 1.0f : 0.0f,
-            GEMM_PLAIN, stream);
+static void linear_forward(const Linear<T> &lin, T *out, const T *inp, int N, T *gelu_aux, cudaStream_t stream) {
+    TensorParallel *tp = lin.tp;
+    if (linear_is(lin, LINEAR_ROW)) {
+        const char *what = "the tensor-parallel sum of a row-parallel layer's output";
+        const T *bias = tp->rank == 0 ? lin.b : NULL;
+        int owners = tp->sp ? tp->size : 1, rows = N / owners, chunks = tp_forward_chunks(rows);
+        int step = rows / chunks;
+        for (int o = 0; o < owners; o++) {
+            for (int c = 0; c < chunks; c++) {
+                int r0 = o * rows + c * step;
+                linear_rows_forward(lin, bias, out, inp, r0, r0 + step, gelu_aux, stream);
+                tp_fork(tp, stream);
+                T *chunk = out + (size_t)r0 * lin.out;
+                if (tp->sp) {
+                    tp_reduce(tp, chunk, (size_t)step * lin.out, o, what);
+                } else {
+                    tp_all_reduce(tp, chunk, (size_t)step * lin.out, what);
+                }
+            }
+        }
+        tp_join(tp, stream, what);
+        return;
+    }
+    if (linear_is(lin, LINEAR_COLUMN) && tp->sp) {
+        const char *what = "the tensor-parallel all-gather of a column-parallel layer's input";
+        int mine = N / tp->size, first = tp->rank * mine;
+        tp_fork(tp, stream);
+        tp_all_gather(tp, (T *)inp, (size_t)mine * lin.in, what);
+        linear_rows_forward(lin, lin.b, out, inp, first, first + mine, gelu_aux, stream);
+        tp_join(tp, stream, what);
+        linear_rows_forward(lin, lin.b, out, inp, 0, first, gelu_aux, stream);
+        linear_rows_forward(lin, lin.b, out, inp, first + mine, N, gelu_aux, stream);
+        return;
+    }
+    linear_rows_forward(lin, lin.b, out, inp, 0, N, gelu_aux, stream);
+}
+
+// lin.dw += dout^T inp (written when not accumulate), lin.db likewise with the column sums of dout.
+template <typename T>
+static void linear_wgrad(const Linear<T> &lin, const T *dout, const T *inp, float *scratch, int N, int accumulate,
+                         cudaStream_t stream) {
+    gemm_lt(lin.dw, CUDA_R_32F, inp, 0, lin.in, dout, 1, lin.out, TypeInfo<T>::cuda, lin.in, lin.out, N,
+            accumulate ? 1.0f : 0.0f, GEMM_PLAIN, stream);
     if (lin.db) { column_sum(lin.db, scratch, dout, N, lin.out, accumulate, stream); }
-    if (!dinp) { return; }
+}
+
+// dinp = dout W, times gelu'(gelu_aux) when that is given.
+template <typename T>
+static void linear_dgrad(const Linear<T> &lin, T *dinp, const T *dout, const T *gelu_aux, int N, cudaStream_t stream) {
+    cudaDataType_t t = TypeInfo<T>::cuda;
     if (gelu_aux) {
         GemmEpilogue dgelu = {CUBLASLT_EPILOGUE_DGELU, NULL, (void *)gelu_aux};
         if (gemm_lt(dinp, t, lin.w, 0, lin.in, dout, 0, lin.out, t, lin.in, N, lin.out, 0.0f, dgelu, stream)) {
@@ -423,6 +488,44 @@ static void linear_backward(const Linear<T> &lin, T *dinp, const T *dout, const 
         gelu_backward_kernel<<<grid_for(n / Packed<T>::N, threads), threads, 0, stream>>>(dinp, gelu_aux, n);
         cudaCheckLaunch();
     }
+}
+
+/*
+ * Given dout (N, lin.out): lin.dw += dout^T inp; lin.db += column sums of dout (both written rather than added to
+ * when not accumulate); and, when dinp is not NULL, dinp = dout W, multiplied by gelu'(gelu_aux) when gelu_aux is
+ * given (inp was gelu(gelu_aux)). The weight gradient runs first, so dinp may alias inp; but column-parallel,
+ * where dinp is summed over the TP group beside the weight gradient (under SP reduce-scattered: only this rank's
+ * tokens of dinp are valid), and dinp must not alias inp. Row-parallel under SP: dout holds this rank's tokens
+ * only and is all-gathered in place first.
+ * scratch: linear_backward_scratch_floats(lin.out).
+ */
+template <typename T>
+static void linear_backward(const Linear<T> &lin, T *dinp, const T *dout, const T *inp, const T *gelu_aux,
+                            float *scratch, int N, int accumulate, cudaStream_t stream) {
+    TensorParallel *tp = lin.tp;
+    if (linear_is(lin, LINEAR_COLUMN) && dinp) {
+        if (dinp == inp) { fail("column-parallel linear_backward: dinp must not alias inp"); }
+        linear_dgrad(lin, dinp, dout, gelu_aux, N, stream);
+        const char *what = "the tensor-parallel sum of a column-parallel layer's input gradient";
+        tp_fork(tp, stream);
+        if (tp->sp) {
+            size_t mine = (size_t)(N / tp->size) * lin.in;
+            tp_reduce_scatter(tp, dinp, dinp + tp->rank * mine, mine, what);
+        } else {
+            tp_all_reduce(tp, dinp, (size_t)N * lin.in, what);
+        }
+        linear_wgrad(lin, dout, inp, scratch, N, accumulate, stream);
+        tp_join(tp, stream, what);
+        return;
+    }
+    if (linear_is(lin, LINEAR_ROW) && tp->sp) {
+        const char *what = "the tensor-parallel all-gather of a row-parallel layer's output gradient";
+        tp_fork(tp, stream);
+        tp_all_gather(tp, (T *)dout, (size_t)(N / tp->size) * lin.out, what);
+        tp_join(tp, stream, what);
+    }
+    linear_wgrad(lin, dout, inp, scratch, N, accumulate, stream);
+    if (dinp) { linear_dgrad(lin, dinp, dout, gelu_aux, N, stream); }
 }
 
 #endif // LLMC_MATMUL_CUH

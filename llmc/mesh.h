@@ -191,12 +191,17 @@ static inline size_t tp_global_element(const Mesh *m, const GPTConfig *c, int t,
 // ---------------------------------------------------------------------------------------------------------
 // Validation: every split above is exact, and the global batch divides over the data ranks.
 
-static inline void mesh_validate(const Mesh *m, const GPTConfig *c, const Options *o) {
+// The first check, before anything divides by the data-parallel degree.
+static inline void mesh_check_world(const Mesh *m) {
     int wp = m->tp * m->gtp;
     if (m->world % wp != 0) {
         fail("world size %d is not divisible by tp x gtp = %d: launch a multiple of %d ranks or change --tp/--gtp",
              m->world, wp, wp);
     }
+}
+
+static inline void mesh_validate(const Mesh *m, const GPTConfig *c, const Options *o) {
+    mesh_check_world(m);
     // Every dimension that TP splits: heads (QKV, attention), channels (attn proj columns), the MLP width
     // (fc rows, fc2 columns), the padded vocabulary (wte / LM head rows).
     struct { const char *what; int n; } tp_dims[] = {{"attention heads", c->num_heads},

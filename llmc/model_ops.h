@@ -50,6 +50,9 @@ typedef struct {
     void (*get_grads)(void *ctx, float *out);
     void (*get_opt_state)(void *ctx, float *m, float *v);
     void (*set_opt_state)(void *ctx, const float *m, const float *v);
+    // Milliseconds the compute stream stood still waiting for collectives since the last call (exposed
+    // communication, for the log line); < 0 where there is no communication. NULL in the CPU build.
+    double (*exposed_comm_ms)(void *ctx);
 } ModelOps;
 
 /*

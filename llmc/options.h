@@ -251,10 +251,13 @@ static inline int options_grad_accum(const Options *o, int dp) {
 
 // Cross-option checks, before any work: fail() with one line on the first problem.
 static inline void options_validate(const Options *o, int dp) {
-    if (o->tp != 1 || o->gtp != 1 || o->sequence_parallel != 0) {
-        fail("--tp %d --gtp %d --sequence-parallel %d: tensor parallelism and GTP weight sharding are not yet "
-             "supported in this build (data parallelism and --zero 1 are); use --tp 1 --gtp 1 --sequence-parallel 0",
-             o->tp, o->gtp, o->sequence_parallel);
+    if (o->gtp != 1) {
+        fail("--gtp %d: GTP weight sharding is not yet supported in this build (data and tensor parallelism are); "
+             "use --gtp 1", o->gtp);
+    }
+    if (o->sequence_parallel && o->tp == 1) {
+        fail("--sequence-parallel 1 splits the tokens over the tensor-parallel ranks and needs --tp > 1; set --tp or "
+             "--sequence-parallel 0");
     }
     if (o->train_data[0] == '\0') { fail("--train-data is empty; give a glob of training shards"); }
     if (o->out_dir[0] == '\0') { fail("--out-dir is empty; give a folder for the log and checkpoints"); }

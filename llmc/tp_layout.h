@@ -41,20 +41,44 @@ static inline void param_layout_local(const GPTConfig *c, const Mesh *m, ParamLa
     local->total = off;
 }
 
+// Local element i of tensor t -> its element in the full tensor, in a form a GPU kernel can evaluate (the
+// initialization draws each local element at its global index). With (l, r, k) the local (layer, row, column):
+//   global = (l * grows + (r / rblock) * rstride + roff + r % rblock) * gcols + coff + k
+// rblock / rstride describe QKV's three parts (rows of this rank's heads in each); a plain row split has one block.
+typedef struct {
+    size_t rows, cols;   // one layer's local slice
+    size_t grows, gcols; // one layer of the full tensor
+    size_t rblock, rstride, roff, coff;
+} TpMap;
+
+static inline TpMap tp_map(const GPTConfig *c, const Mesh *m, int t) {
+    TpMap mp;
+    param_tp_shape(c, t, m->tp, &mp.rows, &mp.cols);
+    param_layer_shape(c, t, &mp.grows, &mp.gcols);
+    int qkv = param_tp_split(t) == TP_QKV_ROWS;
+    mp.rblock = qkv ? (size_t)c->channels / (size_t)m->tp : mp.rows;
+    mp.rstride = qkv ? (size_t)c->channels : 0;
+    mp.roff = tp_global_row(m, c, t, 0);
+    mp.coff = tp_global_col(m, c, t, 0);
+    return mp;
+}
+
+HOST_DEVICE static inline size_t tp_map_element(const TpMap *mp, size_t i) {
+    size_t per_layer = mp->rows * mp->cols, rest = i % per_layer, r = rest / mp->cols, k = rest % mp->cols;
+    size_t grow = (r / mp->rblock) * mp->rstride + mp->roff + r % mp->rblock;
+    return ((i / per_layer) * mp->grows + grow) * mp->gcols + mp->coff + k;
+}
+
 // Index in the full tensor t of local element i of tensor t (i counts from the tensor's local offset).
 static inline size_t tp_local_to_global(const GPTConfig *c, const Mesh *m, int t, size_t i) {
-    size_t rows, cols;
-    param_tp_shape(c, t, m->tp, &rows, &cols);
-    size_t per_layer = rows * cols;
-    size_t rest = i % per_layer;
-    return tp_global_element(m, c, t, (int)(i / per_layer), rest / cols, rest % cols);
+    TpMap mp = tp_map(c, m, t);
+    return tp_map_element(&mp, i);
 }
 
 // Index in the full tensor t of the first element of local row j (rows of all layers counted together).
 static inline size_t tp_local_row_to_global(const GPTConfig *c, const Mesh *m, int t, size_t j) {
-    size_t rows, cols;
-    param_tp_shape(c, t, m->tp, &rows, &cols);
-    return tp_global_element(m, c, t, (int)(j / rows), j % rows, 0);
+    TpMap mp = tp_map(c, m, t);
+    return tp_map_element(&mp, j * mp.cols);
 }
 
 // Copies between this rank's local buffer and a full parameter buffer (param_layout() order), one local row (a

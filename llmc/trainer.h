@@ -220,8 +220,10 @@ static inline StepStats trainer_step(Trainer *tr, int step) {
     s.ms = seconds * 1e3;
     s.tokens_per_s = (double)tr->tokens_per_step / seconds;
     s.mfu_percent = -1.0;
+    s.comm_ms = tr->ops.exposed_comm_ms ? tr->ops.exposed_comm_ms(tr->ops.ctx) : -1.0;
     if (tr->ops.peak_flops > 0) {
-        double flops = flops_per_token(&tr->config, tr->layout.total, o->seq_len) * s.tokens_per_s / tr->dp;
+        // per GPU: the step's FLOPs are spread over every rank (data- and tensor-parallel)
+        double flops = flops_per_token(&tr->config, tr->layout.total, o->seq_len) * s.tokens_per_s / tr->mesh.world;
         s.mfu_percent = 100.0 * flops / tr->ops.peak_flops;
     }
     return s;
@@ -371,6 +373,7 @@ static inline int train_main(int argc, char **argv, LaunchFn launch, ModelFactor
     tr.launcher = launch();
     tr.is_root = tr.launcher.rank == 0;
     tr.mesh = mesh_make(tr.launcher.world, tr.launcher.rank, o->tp, o->gtp);
+    mesh_check_world(&tr.mesh);
     tr.dp = tr.mesh.data_size;
     options_validate(o, tr.dp);
     tr.config = options_model_config(o);

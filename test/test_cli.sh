@@ -63,7 +63,8 @@ expect_error cli_bad_choice "--lr-schedule: 'cos' is not one of" "${TINY[@]}" --
 expect_error cli_not_a_number "--lr: 'fast' is not a valid number" "${TINY[@]}" --lr fast
 expect_error cli_batch_divisibility "--total-batch-tokens 500 is not a multiple" "${TINY[@]}" --total-batch-tokens 500
 expect_error cli_warmup "--warmup-steps 30 is more than --steps 10" "${TINY[@]}" --steps 10 --warmup-steps 30
-expect_error cli_tp_unsupported "not yet supported in this build" "${TINY[@]}" --tp 2
+# --tp 2 is a layout of 2 ranks: one process cannot hold it
+expect_error cli_tp_needs_ranks "world size 1 is not divisible by tp x gtp = 2" "${TINY[@]}" --tp 2
 # a multi-process launch of the one-process CPU build (torchrun's variables)
 (export WORLD_SIZE=2 RANK=0 LOCAL_RANK=0
  expect_error cli_cpu_refuses_world_2 "this build runs as one process, but WORLD_SIZE=2" "${TINY[@]}")

@@ -131,8 +131,9 @@ static void test_validate(void) {
                  "30", NULL);
     expect_error("sample_longer_than_context", "--sample-tokens 64 must be less than --seq-len 64", "--seq-len", "64",
                  "--total-batch-tokens", "0", NULL);
-    expect_error("tp_not_supported", "not yet supported in this build", "--tp", "2", NULL);
-    expect_error("gtp_not_supported", "not yet supported in this build", "--gtp", "2", NULL);
+    expect_error("sp_needs_tp", "--sequence-parallel 1 splits the tokens over the tensor-parallel ranks and needs --tp > 1",
+                 "--sequence-parallel", "1", NULL);
+    expect_error("gtp_not_supported", "--gtp 2: GTP weight sharding is not yet supported", "--gtp", "2", NULL);
     expect_error("heads_divide_width", "--heads 5 must be >= 1 and divide --width 64", "--width", "64", "--heads",
                  "5", NULL);
     expect_error("empty_train_data", "--train-data is empty", "--train-data=", NULL);
