@@ -23,6 +23,7 @@
 
 #include <nccl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 
 #include "bootstrap.h"
@@ -35,7 +36,8 @@
 #define LONG_WAIT_TIMEOUT_S 3600.0   // a barrier behind slow work of one rank (rank 0 writing a checkpoint)
 #define WATCHDOG_POLL_MS 100
 #define ABORT_GRACE_S 10             // seconds an abort may take before SIGALRM ends the process
-#define SETTLE_POLL_US 1000          // between polls of a non-blocking NCCL call
+#define SETTLE_SPIN_S 1e-3           // a non-blocking NCCL call's launch is polled without sleeping this long
+#define SETTLE_POLL_US 100           // then with this sleep between polls
 #define EVENT_POLL_US 20             // between polls of an event the host waits for (a step is milliseconds)
 #define COMM_SCALARS_MAX 8           // doubles one sum_over_data_ranks call may carry
 #define TRACKED_MAX 256              // collectives in flight that a timeout can name
@@ -115,7 +117,16 @@ static ncclResult_t comm_poll(ncclComm_t comm, const char *what, double deadline
 // Waits until the non-blocking communicator has finished the call just made (ncclInProgress -> ncclSuccess).
 static void comm_settle(ncclComm_t comm, const char *what, double timeout_s) {
     double deadline = comm_clock_s() + timeout_s;
-    while (comm_poll(comm, what, deadline, timeout_s) == ncclInProgress) { usleep(SETTLE_POLL_US); }
+    double spin_until = comm_clock_s() + SETTLE_SPIN_S;
+    while (comm_poll(comm, what, deadline, timeout_s) == ncclInProgress) {
+        // NCCL launches a non-blocking call's kernels from its own thread, typically within microseconds; a sleep
+        // per call (hundreds of collectives a step under TP) would leave the GPU waiting for the host
+        if (comm_clock_s() < spin_until) {
+            sched_yield();
+        } else {
+            usleep(SETTLE_POLL_US);
+        }
+    }
 }
 
 // A non-blocking ncclCommSplit may return before NCCL's own thread has made the new communicator, with the handle
