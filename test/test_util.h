@@ -46,6 +46,78 @@ static double max_rel_err(const float *a, const float *b, size_t n) {
     return maxref > 0 ? maxdiff / maxref : maxdiff;
 }
 
+/*
+ * Weights after AdamW updates, compared between two runs that differ only in rounding (summation order, bf16
+ * roundings). AdamW's step is lr * mhat / (sqrt(vhat) + eps), whose size does not depend on the gradient's scale:
+ * where the gradient is zero up to rounding noise (the key biases' gradient is exactly zero in exact arithmetic,
+ * since softmax ignores a constant added to a row of scores), the step is that noise amplified to up to lr, and its
+ * sign is the noise's. Two runs can then differ there by up to the sign-flip bound, the sum over the steps of
+ * twice the largest step AdamW can take:
+ *   mhat_t = sum_k w_k g_k, vhat_t = sum_k u_k g_k^2 (k = 1..t), w_k = (1-b1) b1^(t-k) / (1-b1^t),
+ *   u_k = (1-b2) b2^(t-k) / (1-b2^t); by Cauchy-Schwarz |mhat_t| <= sqrt(sum_k w_k^2 / u_k) sqrt(vhat_t),
+ * so |step_t| <= lr_t * adam_step_bound(b1, b2, t), for any gradients (clipped or not). It is 1 at t = 1 and
+ * grows towards sqrt((1-b1)^2 / ((1-b2)(1 - b1^2/b2))) where b1^2 < b2 (1.17 at 0.9/0.95, 7.3 at 0.9/0.999), so the
+ * usual "2 lr per step" would understate it. Weight decay (lr wd p) only shrinks a difference between two runs.
+ */
+static double adam_step_bound(double beta1, double beta2, int t) {
+    double m_norm = 1.0 - pow(beta1, t), v_norm = 1.0 - pow(beta2, t), sum = 0.0;
+    for (int k = 1; k <= t; k++) {
+        double w = (1.0 - beta1) * pow(beta1, t - k) / m_norm, u = (1.0 - beta2) * pow(beta2, t - k) / v_norm;
+        if (w == 0.0) { continue; }
+        if (u == 0.0) { return INFINITY; } // beta2 = 0: vhat forgets a gradient that mhat still holds
+        sum += w * w / u;
+    }
+    return sqrt(sum);
+}
+
+// The sign-flip bound after `steps` steps whose learning rates are lr[0..steps-1] (see adam_step_bound).
+static double adam_flip_bound(const float *lr, int steps, double beta1, double beta2) {
+    double bound = 0.0;
+    for (int t = 1; t <= steps; t++) { bound += 2.0 * (double)lr[t - 1] * adam_step_bound(beta1, beta2, t); }
+    return bound;
+}
+
+/*
+ * One tensor of updated weights `a` against the reference `b` (n elements). Elements flagged in `exempt` (NULL:
+ * none) are those whose gradient is known to be zero up to rounding: held only to the sign-flip bound. Every other
+ * element must be within tol * max|b|, except at most ceil(fraction * n) of them (gradients near zero at some
+ * step, which no one recorded), and those too within flip_bound + tol * max|b|. A broken update or reduction moves
+ * most elements, which this still catches. NaN anywhere fails.
+ */
+typedef struct {
+    size_t n, held_beyond, exempt_beyond, beyond_bound, allowed; // beyond tol: held and exempt elements
+    double strict;    // max |a-b| / max|b| over the held elements within tol: the part held strictly
+    double held;      // max |a-b| / max|b| over all held elements
+    double max_diff;  // max |a-b| over all elements
+    int ok;
+} UpdateVerdict;
+
+static UpdateVerdict judge_updated(const float *a, const float *b, size_t n, const unsigned char *exempt, double tol,
+                                   double fraction, double flip_bound) {
+    UpdateVerdict v = {0};
+    v.n = n;
+    v.allowed = (size_t)ceil(fraction * (double)n);
+    double maxref = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (fabs((double)b[i]) > maxref) { maxref = fabs((double)b[i]); }
+    }
+    double scale = maxref > 0 ? maxref : 1.0, limit = tol * maxref;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= v.max_diff)) { v.max_diff = d; } // NaN propagates
+        int is_exempt = exempt && exempt[i];
+        if (!is_exempt && !(d / scale <= v.held)) { v.held = d / scale; }
+        if (d <= limit) {
+            if (!is_exempt && d / scale > v.strict) { v.strict = d / scale; }
+            continue;
+        }
+        if (!(d <= flip_bound + limit)) { v.beyond_bound++; }
+        if (is_exempt) { v.exempt_beyond++; } else { v.held_beyond++; }
+    }
+    v.ok = v.beyond_bound == 0 && v.held_beyond <= v.allowed;
+    return v;
+}
+
 static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);

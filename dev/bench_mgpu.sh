@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# Multi-GPU throughput benchmark, on a machine with 2 GPUs, in one call: ours beside the PyTorch baseline
+# (shared/bench/torch_gpt.py, carried as .carry/torch_gpt.py: compiled, bf16, flash attention). T=1024, bf16.
+#   GPT-2 124M:  ours on 1 GPU (batch 32) | ours DP=2 (batch 32 per GPU) | torch DDP on 2 GPUs (batch 32 per GPU)
+#   GPT-2 1558M: ours TP=2 (batch 8) | ours TP=2 + sequence parallel (batch 8) | torch FSDP on 2 GPUs (batch 8 per GPU)
+# ms/step is the median of the steps after WARMUP_STEPS (the baseline takes the same median itself); tokens/s
+# counts all GPUs; MFU is per GPU against PEAK_TFLOPS; peak memory is rank 0's; exposed communication is the
+# median of our step line's "| comm X ms" field (world > 1), "-" where the trainer does not print it. Then the
+# issue's ratios: ours DP=2 / torch DDP tokens/s (bar 1.10x), ours DP=2 / ours 1 GPU (bar 1.9x), and TP=2's
+# exposed communication as a share of its step (bar < 10%).
+# Note: FSDP at batch 8 per GPU runs 16 sequences a step where TP=2 runs 8; compare them by tokens/s.
+#   dev/bench_mgpu.sh [TORCH_SCRIPT] [SHARD]
+# Step counts are small so that the whole call (build included) fits in about 8 minutes of device time:
+# 25 steps at 124M, 15 at 1558M (BENCH_STEPS sets both). Every run has a time limit, and all of them together end
+# by BENCH_DEADLINE_S after the start: a run that fails, hangs or gets no time shows FAILED or SKIPPED in the table,
+# and the script goes on. Logs under $OUT/bench_mgpu (default /tmp/bench_mgpu).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 # NVLink multicast stays off on the lent machines
+TORCH=${1:-.carry/torch_gpt.py}
+SHARD=${2:-$(ls data/brown/brown_train_*.bin 2>/dev/null | head -1)}
+STEPS_SMALL=${BENCH_STEPS:-25}
+STEPS_LARGE=${BENCH_STEPS:-15}
+WARMUP_STEPS=5           # steps left out of the median (start-up, allocator, clocks); torch_gpt.py leaves out 5 too
+PEAK_TFLOPS=989          # dense bf16 peak of H100/H200 SXM (the MFU denominator)
+SEQ=1024
+NP=2
+BENCH_DEADLINE_S=${BENCH_DEADLINE_S:-540} # every run ends by then, leaving time for the table within 10 minutes
+OURS_LIMIT_S=150         # one run of ours: start-up (init, GEMM tuning) plus a few seconds of steps
+TORCH_LIMIT_S=240        # one torch run: torch.compile of the blocks takes most of it
+MIN_RUN_S=30             # a run given less time than this is not started
+LOGS=${OUT:-/tmp}/bench_mgpu
+mkdir -p "$LOGS"
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$LOGS/gpu.txt"
+# Named targets only: the device image has no PCRE2 for ./tokenize, so never `make all`.
+if ! make -j16 train_gpt > "$LOGS/build.log" 2>&1; then
+    tail -20 "$LOGS/build.log"
+    echo "error: building train_gpt failed (log above, $LOGS/build.log); fix the build and run again"
+    exit 1
+fi
+[ -n "$SHARD" ] && [ -f "$SHARD" ] ||
+    { echo "error: no training shard '$SHARD': carry data/brown or pass a shard as the second argument"; exit 1; }
+[ -f "$TORCH" ] || echo "warning: no PyTorch baseline '$TORCH': its rows will show FAILED (carry .carry/torch_gpt.py)"
+command -v mpirun > /dev/null || echo "warning: mpirun not found: our 2-GPU rows will show FAILED (install Open MPI)"
+if command -v torchrun > /dev/null; then TORCHRUN=(torchrun); else TORCHRUN=(python3 -m torch.distributed.run); fi
+
+# limit_for MAX: seconds the next run may take (MAX, or what is left before the deadline); 0 if too little is left.
+limit_for() {
+    local left=$((BENCH_DEADLINE_S - SECONDS))
+    [ "$left" -gt "$1" ] && left=$1
+    [ "$left" -ge "$MIN_RUN_S" ] && echo "$left" || echo 0
+}
+
+results=()
+# run_one NAME WHO KIND L C GLOBAL_SEQS GPUS STEPS LIMIT COMMAND...: runs COMMAND into $LOGS/NAME.log under a time
+# limit; records a result row (KIND: ours|torch; GLOBAL_SEQS: sequences per step over all GPUs).
+run_one() {
+    local name=$1 who=$2 kind=$3 L=$4 C=$5 seqs=$6 gpus=$7 steps=$8 max=$9 limit status
+    shift 9
+    local log="$LOGS/$name.log"
+    limit=$(limit_for "$max")
+    if [ "$limit" -eq 0 ]; then
+        echo "skipped $name: less than ${MIN_RUN_S}s left of BENCH_DEADLINE_S=${BENCH_DEADLINE_S}s"
+        status=SKIPPED
+    else
+        echo "== $name ($who, up to ${limit}s): $*"
+        timeout --kill-after=10 "$limit" "$@" > "$log" 2>&1
+        local rc=$?
+        status=ok
+        if [ "$rc" -ne 0 ]; then
+            status=FAILED
+            [ "$rc" -eq 124 ] && echo "$name: no result within ${limit}s"
+            echo "$name failed (exit $rc):"; tail -5 "$log"
+        fi
+    fi
+    results+=("$name|$who|$kind|$L|$C|$seqs|$gpus|$steps|$status|$log")
+}
+
+# ours NAME WHO RANKS L MODEL B STEPS [options]: our trainer, one process or RANKS under mpirun.
+ours() {
+    local name=$1 who=$2 ranks=$3 L=$4 model=$5 B=$6 steps=$7 C dp=$3
+    shift 7
+    case $model in d12) C=768 ;; d48) C=1600 ;; esac
+    case " $* " in *" --tp "*) dp=1 ;; esac # the TP runs here use both GPUs for one model
+    local launch=()
+    [ "$ranks" -gt 1 ] && launch=(mpirun --allow-run-as-root -np "$ranks" --bind-to none -x NCCL_NVLS_ENABLE)
+    rm -rf "$LOGS/run_$name"
+    run_one "$name" "$who" ours "$L" "$C" $((B * dp)) "$ranks" "$steps" "$OURS_LIMIT_S" "${launch[@]}" ./train_gpt \
+        --model "$model" --batch-size "$B" --seq-len "$SEQ" --total-batch-tokens $((B * SEQ * dp)) --steps "$steps" \
+        --val-every 0 --sample-every 0 --precision bf16 --train-data "$SHARD" --out-dir "$LOGS/run_$name" --save 0 \
+        --warmup-steps 5 "$@"
+}
+
+# torch NAME WHO MODE L C B STEPS: the baseline on NP GPUs (B sequences per GPU).
+torch_run() {
+    local name=$1 who=$2 mode=$3 L=$4 C=$5 B=$6 steps=$7
+    run_one "$name" "$who" torch "$L" "$C" $((B * NP)) "$NP" "$steps" "$TORCH_LIMIT_S" "${TORCHRUN[@]}" --standalone \
+        --nproc_per_node="$NP" "$TORCH" --mode "$mode" --data "$SHARD" --layers "$L" --channels "$C" --batch "$B" \
+        --seq "$SEQ" --steps "$steps"
+}
+
+# As dev/bench.sh: 124M keeps every layer's GELU output (fits beside torch's memory), 1558M the first 12 of 48.
+ours 124M_1gpu "ours 1 GPU" 1 12 d12 32 "$STEPS_SMALL" --keep-gelu-layers 12
+ours 124M_dp2 "ours DP=2" "$NP" 12 d12 32 "$STEPS_SMALL" --keep-gelu-layers 12
+torch_run 124M_ddp "torch DDP" ddp 12 768 32 "$STEPS_SMALL"
+ours 1558M_tp2 "ours TP=2" "$NP" 48 d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --tp "$NP"
+ours 1558M_tp2_sp "ours TP=2+SP" "$NP" 48 d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --tp "$NP" --sequence-parallel 1
+torch_run 1558M_fsdp "torch FSDP" fsdp 48 1600 8 "$STEPS_LARGE"
+
+echo
+python3 - "$PEAK_TFLOPS" "$SEQ" "$WARMUP_STEPS" "${results[@]}" <<'PY'
+import re, statistics, sys
+peak, T, warm = float(sys.argv[1]) * 1e12, int(sys.argv[2]), int(sys.argv[3])
+V = 50304  # padded vocabulary
+def flops_per_token(L, C):  # as dev/bench.sh: 6 x parameters + attention
+    params = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
+    return 6 * params + 12 * L * C * T
+STEP = re.compile(r"^step\s+(\d+)/\d+ \| loss .*?\| ([\d.]+) ms \| [\d.]+ tok/s(.*)$", re.M)
+rows = {}
+print(f"{'layout':14} {'who':14} {'ms/step':>9} {'tok/s':>10} {'MFU%/GPU':>9} {'peak GB':>8} {'comm ms':>8}")
+for r in sys.argv[4:]:
+    name, who, kind, L, C, seqs, gpus, steps, status, log = r.split("|")
+    L, C, seqs, gpus = int(L), int(C), int(seqs), int(gpus)
+    text = open(log, errors="replace").read() if status != "SKIPPED" else ""
+    ms = tok = mem = comm = None
+    if status == "ok" and kind == "ours":
+        found = [(int(s), float(t), rest) for s, t, rest in STEP.findall(text)]
+        timed = [f for f in found if f[0] > warm]
+        if timed:
+            ms = statistics.median(t for _, t, _ in timed)
+            tok = seqs * T / ms * 1e3
+            c = [float(m.group(1)) for _, _, rest in timed for m in [re.search(r"\| comm ([\d.]+) ms", rest)] if m]
+            comm = statistics.median(c) if c else None
+        m = re.search(r"peak GPU memory: ([\d.]+) GB", text)
+        mem = float(m.group(1)) if m else None
+    elif status == "ok":
+        m = re.search(r"ms/step=([\d.]+) tok/s=(\d+).*peak_mem_GB=([\d.]+)", text)
+        if m: ms, tok, mem = float(m.group(1)), float(m.group(2)), float(m.group(3))
+    if ms is None and status == "ok":
+        status = "FAILED"  # ran, but printed no timed step
+    rows[name] = (ms, tok, comm)
+    if ms is None:
+        print(f"{name:14} {who:14} {status:>9}")
+        continue
+    mfu = tok / gpus * flops_per_token(L, C) / peak * 100
+    fmt = lambda v, f: format(v, f) if v is not None else "-"
+    print(f"{name:14} {who:14} {ms:9.2f} {tok:10.0f} {mfu:9.1f} {fmt(mem, '8.1f'):>8} {fmt(comm, '8.2f'):>8}")
+
+def ratio(label, a, b, bar):  # bar None: for information, the issue sets none
+    x, y = rows.get(a, (None,) * 3)[1], rows.get(b, (None,) * 3)[1]
+    want = f"bar {bar}x" if bar else "no bar"
+    if x is None or y is None:
+        print(f"{label:34} -        ({want}; a run is missing)")
+        return
+    v = x / y
+    verdict = "" if bar is None else (": meets" if v >= bar else ": MISSES")
+    print(f"{label:34} {v:6.3f}x  ({want}{verdict})")
+print()
+ratio("ours DP=2 / torch DDP tokens/s", "124M_dp2", "124M_ddp", 1.10)
+ratio("ours DP=2 / ours 1 GPU tokens/s", "124M_dp2", "124M_1gpu", 1.9)
+for name in ("1558M_tp2", "1558M_tp2_sp"):
+    ms, _, comm = rows.get(name, (None,) * 3)
+    if ms is None or comm is None:
+        print(f"{name + ' exposed comm / step':34} -        (bar < 10%; {'no run' if ms is None else 'no comm field'})")
+    else:
+        share = comm / ms * 100
+        print(f"{name + ' exposed comm / step':34} {share:6.1f}%  (bar < 10%: {'meets' if share < 10 else 'MISSES'})")
+ratio("ours TP=2 / torch FSDP tokens/s", "1558M_tp2", "1558M_fsdp", None)
+PY
