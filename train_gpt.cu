@@ -142,7 +142,8 @@ template <typename floatX, typename U> static U *param_slice(const GPT<floatX> *
 }
 
 // With summed_bias the bias gradient is left to the caller (db NULL): the attention and MLP projections write the
-// residual stream, whose gradient the LayerNorm backward above them sums in passing.
+// residual stream, whose gradient the LayerNorm backward above them sums in passing; the attention backward sums
+// the QKV output gradient it writes.
 template <typename floatX>
 static Linear<floatX> layer_linear(const GPT<floatX> *g, int tw, int tb, int l, int in, int out,
                                    bool summed_bias = false) {
@@ -213,8 +214,8 @@ template <typename floatX> static void activations_alloc(GPT<floatX> *g) {
     a.h4 = dev_alloc<floatX>((g->keep_gelu + (g->keep_gelu < (int)L)) * N * 4 * C, "GELU outputs");
     a.dres = dev_alloc<floatX>(N * C, "residual gradient");
     a.dqkv = dev_alloc<floatX>(N * 3 * C, "QKV gradient");
-    a.attn_workspace = cuda_alloc(attention_backward_workspace_bytes(g->maxB, g->maxT, c->num_heads,
-                                                                     c->channels / c->num_heads),
+    a.attn_workspace = cuda_alloc(attention_backward_workspace_bytes<floatX>(g->maxB, g->maxT, c->num_heads,
+                                                                             c->channels / c->num_heads),
                                   "attention backward workspace");
     size_t reduce = linear_backward_scratch_floats(4 * c->channels);
     size_t ln = layernorm_backward_scratch_floats<floatX>((int)N, c->channels);
@@ -450,9 +451,11 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
         // attention
         linear_backward(layer_linear(g, P_ATTPROJW, P_ATTPROJB, l, C, C, true), a.proj, a.dres, x.atty,
                         (const floatX *)NULL, scratch, N, acc, s);
-        attention_backward(a.dqkv, a.proj, x.atty, x.qkv, x.lse, a.attn_workspace, B, T, NH, C / NH, s);
-        linear_backward(layer_linear(g, P_QKVW, P_QKVB, l, C, 3 * C), a.proj, a.dqkv, x.ln1, (const floatX *)NULL,
-                        scratch, N, acc, s);
+        // The attention backward also sums dqkv into the QKV bias gradient, while it holds the rows.
+        attention_backward(a.dqkv, param_slice(g, dw, P_QKVB, l), a.proj, x.atty, x.qkv, x.lse, a.attn_workspace, B,
+                           T, NH, C / NH, acc, s);
+        linear_backward(layer_linear(g, P_QKVW, P_QKVB, l, C, 3 * C, true), a.proj, a.dqkv, x.ln1,
+                        (const floatX *)NULL, scratch, N, acc, s);
         layernorm_backward(a.dres, param_slice(g, dw, P_LN1W, l), param_slice(g, dw, P_LN1B, l),
                            l > 0 ? param_slice(g, dw, P_FCPROJB, l - 1) : (float *)NULL, scratch, a.proj, x.res_in,
                            param_slice(g, w, P_LN1W, l), x.ln1_mean, x.ln1_rstd, N, C, acc, s);
