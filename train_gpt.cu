@@ -91,6 +91,7 @@ template <typename floatX> struct Activations {
     floatX *dqkv;                  // (N, 3C)
     void *attn_workspace;
     float *reduce_scratch;         // partial sums of the column reductions (bias and LayerNorm gradients)
+    float *sums_scratch;           // the same for the fc bias sums on g_cuda.sums (fc_bias_backward)
     float *norm_scratch;           // partial sums of the gradient norm, all groups (GPT::norm_groups)
     double *sum_squares;           // ZeRO-1 only: the squared norm of this rank's slice, then of all
     float *scalars;                // [0] mean loss, [1] gradient norm, [2] clip factor
@@ -127,6 +128,7 @@ template <typename floatX> struct GPT {
     int *norm_first;               // L + 2: group k's partial sums start at norm_scratch + norm_first[k]
     int norm_ready;                // the last backward left every group's partial sums in norm_scratch
     cudaEvent_t grads_final_event, side_done;
+    cudaEvent_t dfch_ready, fc_bias_done, sums_final; // fc_bias_backward and grads_final
     // parameters updated (see gpt_update): AdamW runs group by group on the side stream, the next forward waits for
     // each group just before it reads it
     cudaEvent_t norm_done;         // the clip factor AdamW reads is ready
@@ -143,7 +145,7 @@ template <typename floatX, typename U> static U *param_slice(const GPT<floatX> *
 
 // With summed_bias the bias gradient is left to the caller (db NULL): the attention and MLP projections write the
 // residual stream, whose gradient the LayerNorm backward above them sums in passing; the attention backward sums
-// the QKV output gradient it writes.
+// the QKV output gradient it writes; fc's is summed beside the fc GEMMs (fc_bias_backward).
 template <typename floatX>
 static Linear<floatX> layer_linear(const GPT<floatX> *g, int tw, int tb, int l, int in, int out,
                                    bool summed_bias = false) {
@@ -220,6 +222,7 @@ template <typename floatX> static void activations_alloc(GPT<floatX> *g) {
     size_t reduce = linear_backward_scratch_floats(4 * c->channels);
     size_t ln = layernorm_backward_scratch_floats<floatX>((int)N, c->channels);
     a.reduce_scratch = dev_alloc<float>(reduce > ln ? reduce : ln, "reduction scratch");
+    a.sums_scratch = dev_alloc<float>(reduce, "fc bias reduction scratch");
     a.norm_scratch = dev_alloc<float>(g->norm_first[L + 1], "gradient norm scratch");
     if (g->dp.zero) { a.sum_squares = dev_alloc<double>(1, "squared gradient norm"); }
     a.scalars = dev_alloc<float>(3, "loss and norm");
@@ -295,6 +298,9 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, uin
     cudaCheck(cudaEventCreateWithFlags(&g->scalars_ready, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&g->grads_final_event, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&g->side_done, cudaEventDisableTiming));
+    for (cudaEvent_t *e : {&g->dfch_ready, &g->fc_bias_done, &g->sums_final}) {
+        cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+    }
     cudaCheck(cudaEventCreateWithFlags(&g->norm_done, cudaEventDisableTiming));
     g->updated = (cudaEvent_t *)malloc_check((config->num_layers + 1) * sizeof(cudaEvent_t), "update events");
     for (int k = 0; k <= config->num_layers; k++) {
@@ -402,7 +408,10 @@ template <typename floatX> static void gpt_loss(GPT<floatX> *g, int N, float dlo
  */
 template <typename floatX> static void grads_final(GPT<floatX> *g, int group) {
     cudaCheck(cudaEventRecord(g->grads_final_event, g_cuda.stream));
-    cudaEvent_t ready = g->grads_final_event;
+    // The group's fc bias gradient comes from the sums stream (fc_bias_backward): final where both streams are.
+    cudaCheck(cudaStreamWaitEvent(g_cuda.sums, g->grads_final_event, 0));
+    cudaCheck(cudaEventRecord(g->sums_final, g_cuda.sums));
+    cudaEvent_t ready = g->sums_final;
     if (g->reduce_grads) { ready = dp_reduce_group(&g->dp, group, g->grads, ready); } // the norm of the summed group
     cudaCheck(cudaStreamWaitEvent(g_cuda.side, ready, 0));
     grad_norm_partials(g->acts.norm_scratch + g->norm_first[group], &g->norm_groups[group], g_cuda.side);
@@ -416,6 +425,21 @@ template <typename floatX> static void grads_final_join(GPT<floatX> *g) {
 
 // ----------------------------------------------------------------------------------------------------------------
 // backward
+
+/*
+ * The fc bias gradient db (+)= the column sums of d fch, on the low-priority sums stream beside the fc GEMMs that read
+ * d fch too. Only cuBLAS reads d fch on the compute stream, so no kernel can sum it in passing (cuBLASLt's DGELU_BGRAD
+ * epilogue runs at a third of the GEMM's speed), and in line the pass cost ~35 us a layer at 1558M (1.7 ms a step).
+ * Where d fch lives in the GELU buffer that the layers which recompute GELU share, the compute stream waits for
+ * fc_bias_done before writing it again; grads_final makes the group's gradients final behind this sum too.
+ */
+template <typename floatX>
+static void fc_bias_backward(GPT<floatX> *g, float *db, const floatX *dfch, int N, int accumulate) {
+    cudaCheck(cudaEventRecord(g->dfch_ready, g_cuda.stream));
+    cudaCheck(cudaStreamWaitEvent(g_cuda.sums, g->dfch_ready, 0));
+    column_sum(db, g->acts.sums_scratch, dfch, N, 4 * g->config.channels, accumulate, g_cuda.sums);
+    cudaCheck(cudaEventRecord(g->fc_bias_done, g_cuda.sums));
+}
 
 // Gradients of the last forward's loss (whose gradient gpt_loss left in the logits) are added to g->grads, or
 // written there when they are zero (g->grads_zero: the first micro-step of an optimizer step), which saves a pass
@@ -439,11 +463,16 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
                        s);
     for (int l = L - 1; l >= 0; l--) {
         LayerActs<floatX> x = layer_acts(g, l);
-        // MLP: h4 = gelu(fch) (again, in a layer that did not keep it), then it becomes d fch.
-        if (l >= g->keep_gelu) { gelu_forward(x.h4, x.fch, (size_t)N * 4 * C, s); }
+        // MLP: h4 = gelu(fch) (again, in a layer that did not keep it: into the shared buffer, once the layer above
+        // has summed its d fch there), then it becomes d fch.
+        if (l >= g->keep_gelu) {
+            cudaCheck(cudaStreamWaitEvent(s, g->fc_bias_done, 0));
+            gelu_forward(x.h4, x.fch, (size_t)N * 4 * C, s);
+        }
         linear_backward(layer_linear(g, P_FCPROJW, P_FCPROJB, l, 4 * C, C, true), x.h4, a.dres, x.h4, x.fch, scratch,
                         N, acc, s);
-        linear_backward(layer_linear(g, P_FCW, P_FCB, l, C, 4 * C), a.proj, x.h4, x.ln2, (const floatX *)NULL,
+        fc_bias_backward(g, param_slice(g, dw, P_FCB, l), x.h4, N, acc);
+        linear_backward(layer_linear(g, P_FCW, P_FCB, l, C, 4 * C, true), a.proj, x.h4, x.ln2, (const floatX *)NULL,
                         scratch, N, acc, s);
         layernorm_backward(a.dres, param_slice(g, dw, P_LN2W, l), param_slice(g, dw, P_LN2B, l),
                            param_slice(g, dw, P_ATTPROJB, l), scratch, a.proj, x.res2, param_slice(g, w, P_LN2W, l),

@@ -113,9 +113,12 @@ static inline int column_sum_chunks(int rows, int strips) {
     return want < 1 ? 1 : (want > most ? most : want);
 }
 
-// Floats of scratch linear_backward needs for a layer of `out` features (an upper bound over row counts).
+// Floats of scratch linear_backward (column_sum) needs for a layer of `out` features, an upper bound over row counts
+// and types: chunks x out, where chunks <= SMs x COLSUM_BLOCKS_PER_SM / strips and a strip spans at most
+// COLSUM_PACKS_PER_BLOCK packs of 8, or one chunk when there are more strips than that.
 static inline size_t linear_backward_scratch_floats(int out) {
-    return (size_t)g_cuda.props.multiProcessorCount * COLSUM_BLOCKS_PER_SM * out;
+    size_t fill = (size_t)g_cuda.props.multiProcessorCount * COLSUM_BLOCKS_PER_SM * COLSUM_PACKS_PER_BLOCK * 8;
+    return fill > (size_t)out ? fill : (size_t)out;
 }
 
 // dst[c] += sum_r x[r, c] (dst[c] = ... when not accumulate).
