@@ -98,6 +98,7 @@ template <typename floatX> struct Activations {
     floatX *dqkv;                  // (N, 3C/TP)
     void *attn_workspace;
     float *reduce_scratch;         // partial sums of the column reductions (bias and LayerNorm gradients)
+    float *sums_scratch;           // the same for the fc bias sums on g_cuda.sums (fc_bias_backward)
     float *norm_scratch;           // partial sums of the gradient norm, all groups (GPT::norm_groups)
     double *sum_squares;           // ZeRO-1 or TP > 1: the squared norm of this rank's part, then of all
     float *scalars;                // [0] mean loss, [1] gradient norm, [2] clip factor
@@ -138,6 +139,7 @@ template <typename floatX> struct GPT {
     int *norm_first;               // L + 2: group k's partial sums start at norm_scratch + norm_first[k]
     int norm_ready;                // the last backward left every group's partial sums in norm_scratch
     cudaEvent_t grads_final_event, side_done;
+    cudaEvent_t dfch_ready, fc_bias_done, sums_final; // fc_bias_backward and grads_final
     // parameters updated (see gpt_update): AdamW runs group by group on the side stream, the next forward waits for
     // each group just before it reads it
     cudaEvent_t norm_done;         // the clip factor AdamW reads is ready
@@ -153,16 +155,17 @@ template <typename floatX, typename U> static U *param_slice(const GPT<floatX> *
     return base + g->layout.offset[t] + (size_t)l * (g->layout.size[t] / g->config.num_layers);
 }
 
-// Layer l's linear layer of in x out features, this rank's part of it under TP. The attention and MLP projections
-// (row-parallel) write the residual stream, whose gradient the LayerNorm backward above them sums in passing: their
-// bias gradient is left to that (db NULL).
+// Layer l's linear layer of in x out features, this rank's part of it under TP. Its bias gradient is summed where
+// the data passes anyway: the attention and MLP projections write the residual stream, whose gradient the LayerNorm
+// backward above them sums; the attention backward sums the QKV output gradient it writes; fc's is summed beside
+// the fc GEMMs (fc_bias_backward).
 template <typename floatX>
 static Linear<floatX> layer_linear(GPT<floatX> *g, int tw, int tb, int l, int in, int out, LinearSplit split) {
     int tp = g->tp.size;
     Linear<floatX> lin = {split == LINEAR_ROW ? in / tp : in, split == LINEAR_COLUMN ? out / tp : out,
                           param_slice(g, (const floatX *)g->weights, tw, l),
-                          param_slice(g, (const floatX *)g->weights, tb, l), param_slice(g, g->grads, tw, l),
-                          split == LINEAR_ROW ? NULL : param_slice(g, g->grads, tb, l), split, &g->tp};
+                          param_slice(g, (const floatX *)g->weights, tb, l), param_slice(g, g->grads, tw, l), split,
+                          &g->tp};
     return lin;
 }
 
@@ -170,7 +173,7 @@ static Linear<floatX> layer_linear(GPT<floatX> *g, int tw, int tb, int l, int in
 // token embedding).
 template <typename floatX> static Linear<floatX> lm_head(GPT<floatX> *g) {
     Linear<floatX> lin = {g->config.channels, g->config.padded_vocab_size / g->tp.size,
-                          g->weights + g->layout.offset[P_WTE], NULL, g->grads + g->layout.offset[P_WTE], NULL,
+                          g->weights + g->layout.offset[P_WTE], NULL, g->grads + g->layout.offset[P_WTE],
                           LINEAR_COLUMN, &g->tp};
     return lin;
 }
@@ -235,12 +238,13 @@ template <typename floatX> static void activations_alloc(GPT<floatX> *g) {
     a.h4 = dev_alloc<floatX>((g->keep_gelu + (g->keep_gelu < (int)L)) * N * 4 * Cl, "GELU outputs");
     a.dres = dev_alloc<floatX>(N * C, "residual gradient");
     a.dqkv = dev_alloc<floatX>(N * 3 * Cl, "QKV gradient");
-    a.attn_workspace = cuda_alloc(attention_backward_workspace_bytes(g->maxB, g->maxT, (int)NHl,
-                                                                     c->channels / c->num_heads),
+    a.attn_workspace = cuda_alloc(attention_backward_workspace_bytes<floatX>(g->maxB, g->maxT, (int)NHl,
+                                                                             c->channels / c->num_heads),
                                   "attention backward workspace");
-    size_t reduce = linear_backward_scratch_floats(4 * c->channels);
+    size_t reduce = column_sum_scratch_floats(4 * c->channels);
     size_t ln = layernorm_backward_scratch_floats<floatX>((int)Ns, c->channels);
     a.reduce_scratch = dev_alloc<float>(reduce > ln ? reduce : ln, "reduction scratch");
+    a.sums_scratch = dev_alloc<float>(reduce, "fc bias reduction scratch");
     a.norm_scratch = dev_alloc<float>(g->norm_first[L + 1], "gradient norm scratch");
     if (g->dp.zero || tp > 1) { a.sum_squares = dev_alloc<double>(1, "squared gradient norm"); }
     a.scalars = dev_alloc<float>(3, "loss and norm");
@@ -322,6 +326,9 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, uin
     cudaCheck(cudaEventCreateWithFlags(&g->scalars_ready, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&g->grads_final_event, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&g->side_done, cudaEventDisableTiming));
+    for (cudaEvent_t *e : {&g->dfch_ready, &g->fc_bias_done, &g->sums_final}) {
+        cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+    }
     cudaCheck(cudaEventCreateWithFlags(&g->norm_done, cudaEventDisableTiming));
     g->updated = (cudaEvent_t *)malloc_check((config->num_layers + 1) * sizeof(cudaEvent_t), "update events");
     for (int k = 0; k <= config->num_layers; k++) {
@@ -479,7 +486,10 @@ template <typename floatX> static cudaEvent_t sp_sum_replicated(GPT<floatX> *g, 
 
 template <typename floatX> static void grads_final(GPT<floatX> *g, int group) {
     cudaCheck(cudaEventRecord(g->grads_final_event, g_cuda.stream));
-    cudaEvent_t ready = g->grads_final_event;
+    // The group's fc bias gradient comes from the sums stream (fc_bias_backward): final where both streams are.
+    cudaCheck(cudaStreamWaitEvent(g_cuda.sums, g->grads_final_event, 0));
+    cudaCheck(cudaEventRecord(g->sums_final, g_cuda.sums));
+    cudaEvent_t ready = g->sums_final;
     if (g->reduce_grads && g->tp.sp) { ready = sp_sum_replicated(g, group, ready); }
     if (g->reduce_grads && g->dp.ranks > 1) { ready = dp_reduce_group(&g->dp, group, g->grads, ready); }
     cudaCheck(cudaStreamWaitEvent(g_cuda.side, ready, 0));
@@ -499,6 +509,21 @@ template <typename floatX> static void grads_final_join(GPT<floatX> *g) {
 // ----------------------------------------------------------------------------------------------------------------
 // backward
 
+/*
+ * The fc bias gradient db (+)= the column sums of d fch, on the low-priority sums stream beside the fc GEMMs that read
+ * d fch too. Only cuBLAS reads d fch on the compute stream, so no kernel can sum it in passing (cuBLASLt's DGELU_BGRAD
+ * epilogue runs at a third of the GEMM's speed), and in line the pass cost ~35 us a layer at 1558M (1.7 ms a step).
+ * Where d fch lives in the GELU buffer that the layers which recompute GELU share, the compute stream waits for
+ * fc_bias_done before writing it again; grads_final makes the group's gradients final behind this sum too.
+ */
+template <typename floatX>
+static void fc_bias_backward(GPT<floatX> *g, float *db, const floatX *dfch, int N, int cols, int accumulate) {
+    cudaCheck(cudaEventRecord(g->dfch_ready, g_cuda.stream));
+    cudaCheck(cudaStreamWaitEvent(g_cuda.sums, g->dfch_ready, 0));
+    column_sum(db, g->acts.sums_scratch, dfch, N, cols, accumulate, g_cuda.sums);
+    cudaCheck(cudaEventRecord(g->fc_bias_done, g_cuda.sums));
+}
+
 // Gradients of the last forward's loss (whose gradient gpt_loss left in the logits) are added to g->grads, or
 // written there when they are zero (g->grads_zero: the first micro-step of an optimizer step), which saves a pass
 // that zeroes them. Every micro-step takes the norm's partial sums (grads_final), as the GPU cannot tell the last
@@ -515,7 +540,7 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
     const size_t *off = g->layout.offset;
     float *scratch = a.reduce_scratch;
 
-    linear_backward(lm_head(g), a.proj, a.logits, a.lnf, (const floatX *)NULL, scratch, N, acc, s);
+    linear_backward(lm_head(g), a.proj, a.logits, a.lnf, (const floatX *)NULL, N, acc, s);
     cudaCheck(cudaMemsetAsync(a.dres, 0, (size_t)N * C * sizeof(floatX), s));
     // Each LayerNorm backward also sums the residual gradient it leaves: the bias gradient of the projection below.
     layernorm_backward(a.dres + t0, dw + off[P_LNFW], dw + off[P_LNFB], param_slice(g, dw, P_FCPROJB, L - 1), scratch,
@@ -523,21 +548,28 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
                        C, acc, s);
     for (int l = L - 1; l >= 0; l--) {
         LayerActs<floatX> x = layer_acts(g, l);
-        // MLP: h4 = gelu(fch) (again, in a layer that did not keep it), then it becomes d fch.
-        if (l >= g->keep_gelu) { gelu_forward(x.h4, x.fch, (size_t)N * 4 * Cl, s); }
-        linear_backward(layer_linear(g, P_FCPROJW, P_FCPROJB, l, 4 * C, C, LINEAR_ROW), x.h4, a.dres, x.h4, x.fch,
-                        scratch, N, acc, s);
+        // MLP: h4 = gelu(fch) (again, in a layer that did not keep it: into the shared buffer, once the layer above
+        // has summed its d fch there), then it becomes d fch.
+        if (l >= g->keep_gelu) {
+            cudaCheck(cudaStreamWaitEvent(s, g->fc_bias_done, 0));
+            gelu_forward(x.h4, x.fch, (size_t)N * 4 * Cl, s);
+        }
+        linear_backward(layer_linear(g, P_FCPROJW, P_FCPROJB, l, 4 * C, C, LINEAR_ROW), x.h4, a.dres, x.h4, x.fch, N,
+                        acc, s);
+        fc_bias_backward(g, param_slice(g, dw, P_FCB, l), x.h4, N, 4 * Cl, acc);
         linear_backward(layer_linear(g, P_FCW, P_FCB, l, C, 4 * C, LINEAR_COLUMN), a.proj, x.h4, x.ln2,
-                        (const floatX *)NULL, scratch, N, acc, s);
+                        (const floatX *)NULL, N, acc, s);
         layernorm_backward(a.dres + t0, param_slice(g, dw, P_LN2W, l), param_slice(g, dw, P_LN2B, l),
                            param_slice(g, dw, P_ATTPROJB, l), scratch, a.proj + t0, x.res2,
                            param_slice(g, w, P_LN2W, l), x.ln2_mean, x.ln2_rstd, ns, C, acc, s);
         // attention
         linear_backward(layer_linear(g, P_ATTPROJW, P_ATTPROJB, l, C, C, LINEAR_ROW), a.proj, a.dres, x.atty,
-                        (const floatX *)NULL, scratch, N, acc, s);
-        attention_backward(a.dqkv, a.proj, x.atty, x.qkv, x.lse, a.attn_workspace, B, T, NH, HS, s);
+                        (const floatX *)NULL, N, acc, s);
+        // The attention backward also sums dqkv into the QKV bias gradient, while it holds the rows.
+        attention_backward(a.dqkv, param_slice(g, dw, P_QKVB, l), a.proj, x.atty, x.qkv, x.lse, a.attn_workspace, B,
+                           T, NH, HS, acc, s);
         linear_backward(layer_linear(g, P_QKVW, P_QKVB, l, C, 3 * C, LINEAR_COLUMN), a.proj, a.dqkv, x.ln1,
-                        (const floatX *)NULL, scratch, N, acc, s);
+                        (const floatX *)NULL, N, acc, s);
         layernorm_backward(a.dres + t0, param_slice(g, dw, P_LN1W, l), param_slice(g, dw, P_LN1B, l),
                            l > 0 ? param_slice(g, dw, P_FCPROJB, l - 1) : (float *)NULL, scratch, a.proj + t0,
                            x.res_in, param_slice(g, w, P_LN1W, l), x.ln1_mean, x.ln1_rstd, ns, C, acc, s);

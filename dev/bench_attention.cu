@@ -84,8 +84,8 @@ template <int HS, int W, int BQ> static void dkdv_variant(Bufs &b) {
     const int grid = b.B * b.NH * ((b.T + BKV - 1) / BKV);
     const float scale = 1.0f / sqrtf((float)HS);
     float ms = median_ms([&] {
-        kernel<<<grid, W * WARP_SIZE, smem>>>(b.dqkv, b.dout, b.qkv, b.lse, b.dsum, b.T, b.NH, scale * ATTN_LOG2E,
-                                              scale);
+        kernel<<<grid, W * WARP_SIZE, smem>>>(b.dqkv, nullptr, b.dout, b.qkv, b.lse, b.dsum, b.T, b.NH,
+                                              scale * ATTN_LOG2E, scale);
     });
     cudaCheckLaunch();
     printf("dkdv warps=%d bq=%-3d               %8.3f ms %6.1f TFLOP/s  err dk %.1e dv %.1e\n", W, BQ, ms,
@@ -99,8 +99,8 @@ template <int HS, int W, int BKV> static void dq_variant(Bufs &b) {
     const int grid = b.B * b.NH * ((b.T + BQ - 1) / BQ);
     const float scale = 1.0f / sqrtf((float)HS);
     float ms = median_ms([&] {
-        kernel<<<grid, W * WARP_SIZE, smem>>>(b.dqkv, b.dout, b.qkv, b.lse, b.dsum, b.T, b.NH, scale * ATTN_LOG2E,
-                                              scale);
+        kernel<<<grid, W * WARP_SIZE, smem>>>(b.dqkv, nullptr, b.dout, b.qkv, b.lse, b.dsum, b.T, b.NH,
+                                              scale * ATTN_LOG2E, scale);
     });
     cudaCheckLaunch();
     printf("dq   warps=%d bkv=%-3d              %8.3f ms %6.1f TFLOP/s  err dq %.1e\n", W, BKV, ms,
@@ -111,7 +111,7 @@ template <int HS> static void sweep(Bufs &b) {
     const size_t n_out = (size_t)b.B * b.T * b.NH * HS;
     auto full_fwd = [&] { attention_forward<bf16>(b.out, b.lse, b.qkv, b.B, b.T, b.NH, HS, 0); };
     auto full_bwd = [&] {
-        attention_backward<bf16>(b.dqkv, b.dout, b.out, b.qkv, b.lse, b.dsum, b.B, b.T, b.NH, HS, 0);
+        attention_backward<bf16>(b.dqkv, nullptr, b.dout, b.out, b.qkv, b.lse, b.dsum, b.B, b.T, b.NH, HS, 0, 0);
     };
     float fwd = median_ms(full_fwd), bwd = median_ms(full_bwd);
     b.ref_out = fetch(b.out, n_out);

@@ -8,6 +8,10 @@
  * dS = P * (dP - D); dV = P^T dO; dK = scale dS^T Q; dQ = scale dS K.
  * Deterministic (no float atomics): one kernel owns dK, dV of a key block and loops over the query blocks after
  * it, another owns dQ of a query block and loops over the key blocks before it; S and dP are computed in both.
+ * Optionally the backward also takes the QKV bias gradient, the column sums of dqkv over the B T rows, while the
+ * rows are in registers: each block writes the sums of its rows (as stored) to one row of partials, and
+ * add_partial_sums adds the rows in order. This saves a separate column_sum pass over dqkv (3C columns x N rows,
+ * ~30 us a layer at 1558M).
  *
  * fp32: CUDA cores, one warp per row, lanes over the keys (or queries) of a shared-memory tile, accurate expf.
  * bf16: tensor cores (mma.sync m16n8k16, fp32 accumulation), operands by ldmatrix from XOR-swizzled shared
@@ -108,6 +112,24 @@ template <int HS> __device__ __forceinline__ float attn_dot_f32(const float *a, 
     return acc;
 }
 
+// dst[d] = sum over the block's rows (one per warp, lane owning columns lane + 32 i) of vals, rows in warp order;
+// a row past the sequence (valid false) adds nothing. red: a shared tile of ATTN_ROWS_PER_BLOCK x HS floats that
+// the caller may reuse (the barrier first lets every warp finish reading it).
+template <int HS>
+__device__ __forceinline__ void attn_colsum_f32(float *dst, float (*red)[HS], const float (&vals)[HS / WARP_SIZE],
+                                                bool valid) {
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < HS / WARP_SIZE; i++) { red[warp][lane + i * WARP_SIZE] = valid ? vals[i] : 0.0f; }
+    __syncthreads();
+    for (int d = threadIdx.x; d < HS; d += blockDim.x) {
+        float s = 0.0f;
+        for (int r = 0; r < ATTN_ROWS_PER_BLOCK; r++) { s += red[r][d]; }
+        dst[d] = s;
+    }
+}
+
 template <int HS>
 __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
     attention_forward_f32_kernel(float *out, float *lse, const float *qkv, int Tlen, int NH, float scale) {
@@ -154,11 +176,12 @@ __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
     }
 }
 
-// dQ_i = scale sum_j dS_ij K_j over the keys j <= i; one warp per query row.
+// dQ_i = scale sum_j dS_ij K_j over the keys j <= i; one warp per query row. partial (unless NULL): row
+// b * nblocks + r0 / ATTN_ROWS_PER_BLOCK of the bias partials (3 NH HS floats each), its Q columns of head h.
 template <int HS>
 __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
-    attention_backward_dq_f32_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
-                                     const float *dsum, int Tlen, int NH, float scale) {
+    attention_backward_dq_f32_kernel(float *dqkv, float *partial, const float *dout, const float *qkv,
+                                     const float *lse, const float *dsum, int Tlen, int NH, float scale) {
     constexpr int DPL = HS / WARP_SIZE;
     __shared__ float sQ[ATTN_ROWS_PER_BLOCK][HS], sdO[ATTN_ROWS_PER_BLOCK][HS];
     __shared__ float sK[ATTN_F32_TILE][HS + 1], sV[ATTN_F32_TILE][HS + 1];
@@ -194,23 +217,31 @@ __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
             for (int i = 0; i < DPL; i++) { dq[i] = fmaf(dsj, sK[j][lane + i * WARP_SIZE], dq[i]); }
         }
     }
+#pragma unroll
+    for (int i = 0; i < DPL; i++) { dq[i] *= scale; }
     if (row < Tlen) {
         float *dqrow = dqkv + ((size_t)b * Tlen + row) * 3 * NH * HS + (size_t)h * HS;
 #pragma unroll
-        for (int i = 0; i < DPL; i++) { dqrow[lane + i * WARP_SIZE] = scale * dq[i]; }
+        for (int i = 0; i < DPL; i++) { dqrow[lane + i * WARP_SIZE] = dq[i]; }
+    }
+    if (partial) {
+        float *prow = partial + ((size_t)b * nblocks + r0 / ATTN_ROWS_PER_BLOCK) * stride;
+        attn_colsum_f32<HS>(prow + (size_t)h * HS, sQ, dq, row < Tlen);
     }
 }
 
 // dV_j = sum_i P_ij dO_i and dK_j = scale sum_i dS_ij Q_i over the queries i >= j; one warp per key row.
+// partial: as in the dQ kernel, its K and V columns.
 template <int HS>
 __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
-    attention_backward_dkdv_f32_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
-                                       const float *dsum, int Tlen, int NH, float scale) {
+    attention_backward_dkdv_f32_kernel(float *dqkv, float *partial, const float *dout, const float *qkv,
+                                       const float *lse, const float *dsum, int Tlen, int NH, float scale) {
     constexpr int DPL = HS / WARP_SIZE;
     __shared__ float sK[ATTN_ROWS_PER_BLOCK][HS], sV[ATTN_ROWS_PER_BLOCK][HS];
     __shared__ float sQ[ATTN_F32_TILE][HS + 1], sdO[ATTN_F32_TILE][HS + 1];
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-    const AttnBlock blk = attn_block((Tlen + ATTN_ROWS_PER_BLOCK - 1) / ATTN_ROWS_PER_BLOCK);
+    const int nblocks = (Tlen + ATTN_ROWS_PER_BLOCK - 1) / ATTN_ROWS_PER_BLOCK;
+    const AttnBlock blk = attn_block(nblocks);
     const int k0 = blk.rank * ATTN_ROWS_PER_BLOCK; // early keys see the most queries
     const int key = k0 + warp, b = blk.bh / NH, h = blk.bh % NH;
     const size_t stride = (size_t)3 * NH * HS;
@@ -241,14 +272,21 @@ __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
             }
         }
     }
+#pragma unroll
+    for (int i = 0; i < DPL; i++) { dk[i] *= scale; }
     if (key < Tlen) {
         float *dkrow = dqkv + ((size_t)b * Tlen + key) * 3 * NH * HS + (size_t)(NH + h) * HS;
         float *dvrow = dkrow + (size_t)NH * HS;
 #pragma unroll
         for (int i = 0; i < DPL; i++) {
-            dkrow[lane + i * WARP_SIZE] = scale * dk[i];
+            dkrow[lane + i * WARP_SIZE] = dk[i];
             dvrow[lane + i * WARP_SIZE] = dv[i];
         }
+    }
+    if (partial) {
+        float *prow = partial + ((size_t)b * nblocks + k0 / ATTN_ROWS_PER_BLOCK) * stride;
+        attn_colsum_f32<HS>(prow + (size_t)(NH + h) * HS, sK, dk, key < Tlen);
+        attn_colsum_f32<HS>(prow + (size_t)(2 * NH + h) * HS, sV, dv, key < Tlen);
     }
 }
 
@@ -405,6 +443,38 @@ __device__ __forceinline__ void store_acc_rows(bf16 *dst, size_t pitch, const fl
     }
 }
 
+// dst[0 .. 8 NT) = the column sums of what store_acc_rows(.., c, r0, Tlen, mul) stores (the bf16 values; rows past
+// Tlen add nothing) over the 16-row slabs of the block's WARPS warps, added in warp order. red: WARPS x 8 NT floats
+// of shared memory no longer read by anyone; the trailing barrier lets the caller reuse it at once.
+template <int NT, int WARPS>
+__device__ __forceinline__ void colsum_acc_rows(float *dst, float *red, const float (&c)[NT][4], int r0, int Tlen,
+                                                float mul) {
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, g = lane >> 2, cq = lane & 3;
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            float s = 0.0f;
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                if (r0 + g + 8 * hf < Tlen) { s += __bfloat162float(__float2bfloat16_rn(c[n][2 * hf + e] * mul)); }
+            }
+            // column n * 8 + 2 cq + e of the slab lives in lanes cq, cq + 4, ..., cq + 28 (g = 0 .. 7)
+            s += __shfl_xor_sync(0xffffffffu, s, 4);
+            s += __shfl_xor_sync(0xffffffffu, s, 8);
+            s += __shfl_xor_sync(0xffffffffu, s, 16);
+            if (g == 0) { red[warp * 8 * NT + n * 8 + 2 * cq + e] = s; }
+        }
+    }
+    __syncthreads();
+    for (int col = threadIdx.x; col < 8 * NT; col += WARPS * WARP_SIZE) {
+        float s = 0.0f;
+        for (int w = 0; w < WARPS; w++) { s += red[w * 8 * NT + col]; }
+        dst[col] = s;
+    }
+    __syncthreads();
+}
+
 // ----------------------------------------------------------------------------------------------------------------
 // bf16 forward. A block owns BQ = 16 WARPS MT query rows; warp w the MT slabs of 16 from row 16 MT w. Key/value
 // tiles of BKV rows go through two shared-memory stages: tile j+1 loads while tile j is used.
@@ -529,7 +599,8 @@ __global__ void __launch_bounds__(WARPS *WARP_SIZE)
 // bf16 backward, dK and dV. A block owns BKV = 16 WARPS keys, warp w the 16 from 16 w, its K and V slabs held as A
 // fragments. It walks the query tiles (BQ rows, two stages) from its diagonal on and computes the transposed
 // products S^T = K Q^T and dP^T = V dO^T, whose accumulators are already the A operands of dV += P^T dO and
-// dK += dS^T Q: nothing crosses warps.
+// dK += dS^T Q: nothing crosses warps. partial (unless NULL): row b * nblocks + (block along T) of the bias partials
+// (3 NH HS floats each), its K and V columns of head h; the dQ kernel writes the Q columns of the same rows.
 
 template <int HS, int WARPS, int BQ> constexpr int attn_dkdv_smem_bytes() {
     return (2 * 16 * WARPS + 4 * BQ) * HS * 2 + 4 * BQ * (int)sizeof(float); // K, V, 2 x (Q, dO), 2 x (lse, D)
@@ -537,8 +608,9 @@ template <int HS, int WARPS, int BQ> constexpr int attn_dkdv_smem_bytes() {
 
 template <int HS, int WARPS, int BQ>
 __global__ void __launch_bounds__(WARPS *WARP_SIZE)
-    attention_backward_dkdv_bf16_kernel(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
-                                        const float *dsum, int Tlen, int NH, float scale_log2, float scale) {
+    attention_backward_dkdv_bf16_kernel(bf16 *dqkv, float *partial, const bf16 *dout, const bf16 *qkv,
+                                        const float *lse, const float *dsum, int Tlen, int NH, float scale_log2,
+                                        float scale) {
     constexpr int NTHREADS = WARPS * WARP_SIZE, BKV = 16 * WARPS, KC = HS / 16, DT = HS / 8, ST = BQ / 8;
     extern __shared__ __align__(128) unsigned char smem[];
     const uint32_t sK = smem_u32(smem), sV = sK + BKV * HS * 2, sQdO = sV + BKV * HS * 2;
@@ -547,7 +619,8 @@ __global__ void __launch_bounds__(WARPS *WARP_SIZE)
     float *sL = reinterpret_cast<float *>(smem + (2 * BKV + 4 * BQ) * HS * 2); // [2][BQ]: lse * log2(e)
     float *sD = sL + 2 * BQ;                                                   // [2][BQ]: D
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, g = lane >> 2, cq = lane & 3;
-    const AttnBlock blk = attn_block((Tlen + BKV - 1) / BKV);
+    const int nblocks = (Tlen + BKV - 1) / BKV;
+    const AttnBlock blk = attn_block(nblocks);
     const int k0 = blk.rank * BKV; // early keys see the most queries
     const int b = blk.bh / NH, h = blk.bh % NH;
     const size_t stride = (size_t)3 * NH * HS, ostride = (size_t)NH * HS;
@@ -617,6 +690,11 @@ __global__ void __launch_bounds__(WARPS *WARP_SIZE)
     bf16 *dk_dst = dqkv + (size_t)b * Tlen * stride + (size_t)(NH + h) * HS;
     store_acc_rows(dk_dst, stride, dk[0], key_base, Tlen, scale);
     store_acc_rows(dk_dst + (size_t)NH * HS, stride, dv[0], key_base, Tlen, 1.0f);
+    if (partial) { // the shared tiles are free: the loop ended with a barrier and no copy in flight
+        float *prow = partial + ((size_t)b * nblocks + blk.rank) * stride, *red = reinterpret_cast<float *>(smem);
+        colsum_acc_rows<DT, WARPS>(prow + (size_t)(NH + h) * HS, red, dk[0], key_base, Tlen, scale);
+        colsum_acc_rows<DT, WARPS>(prow + (size_t)(2 * NH + h) * HS, red, dv[0], key_base, Tlen, 1.0f);
+    }
 }
 
 // ----------------------------------------------------------------------------------------------------------------
@@ -630,8 +708,9 @@ template <int HS, int WARPS, int BKV> constexpr int attn_dq_smem_bytes() {
 
 template <int HS, int WARPS, int BKV>
 __global__ void __launch_bounds__(WARPS *WARP_SIZE)
-    attention_backward_dq_bf16_kernel(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
-                                      const float *dsum, int Tlen, int NH, float scale_log2, float scale) {
+    attention_backward_dq_bf16_kernel(bf16 *dqkv, float *partial, const bf16 *dout, const bf16 *qkv,
+                                      const float *lse, const float *dsum, int Tlen, int NH, float scale_log2,
+                                      float scale) {
     constexpr int NTHREADS = WARPS * WARP_SIZE, BQ = 16 * WARPS, KC = HS / 16, DT = HS / 8, ST = BKV / 8;
     extern __shared__ __align__(128) unsigned char smem[];
     const uint32_t sQ = smem_u32(smem), sdO = sQ + BQ * HS * 2, sKV = sdO + BQ * HS * 2;
@@ -701,6 +780,11 @@ __global__ void __launch_bounds__(WARPS *WARP_SIZE)
         __syncthreads();
     }
     store_acc_rows(dqkv + (size_t)b * Tlen * stride + (size_t)h * HS, stride, dq[0], row_base, Tlen, scale);
+    if (partial) { // the shared tiles are free: the loop ended with a barrier and no copy in flight
+        float *prow = partial + ((size_t)b * nblocks + q0 / BQ) * stride;
+        colsum_acc_rows<DT, WARPS>(prow + (size_t)h * HS, reinterpret_cast<float *>(smem), dq[0], row_base, Tlen,
+                                   scale);
+    }
 }
 
 // ----------------------------------------------------------------------------------------------------------------
@@ -739,26 +823,29 @@ static void attention_forward_bf16(bf16 *out, float *lse, const bf16 *qkv, int B
 }
 
 template <int HS>
-static void attention_backward_bf16(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
+static void attention_backward_bf16(bf16 *dqkv, float *partial, const bf16 *dout, const bf16 *qkv, const float *lse,
                                     const float *dsum, int B, int Tlen, int NH, cudaStream_t stream) {
     using C = AttnBf16Tiles<HS>;
+    static_assert(C::DKDV_WARPS == C::DQ_WARPS, "both kernels' blocks cover the same rows of the bias partials");
     const float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * ATTN_LOG2E;
     {
         constexpr int BKV = 16 * C::DKDV_WARPS, smem = attn_dkdv_smem_bytes<HS, C::DKDV_WARPS, C::DKDV_BQ>();
+        static_assert(C::DKDV_WARPS * HS * sizeof(float) <= smem, "the bias sums reuse the shared tiles");
         auto kernel = attention_backward_dkdv_bf16_kernel<HS, C::DKDV_WARPS, C::DKDV_BQ>;
         attn_set_smem(kernel, smem);
         const int grid = B * NH * ((Tlen + BKV - 1) / BKV);
-        kernel<<<grid, C::DKDV_WARPS * WARP_SIZE, smem, stream>>>(dqkv, dout, qkv, lse, dsum, Tlen, NH,
+        kernel<<<grid, C::DKDV_WARPS * WARP_SIZE, smem, stream>>>(dqkv, partial, dout, qkv, lse, dsum, Tlen, NH,
                                                                    scale_log2, scale);
         cudaCheckLaunch();
     }
     {
         constexpr int BQ = 16 * C::DQ_WARPS, smem = attn_dq_smem_bytes<HS, C::DQ_WARPS, C::DQ_BKV>();
+        static_assert(C::DQ_WARPS * HS * sizeof(float) <= smem, "the bias sums reuse the shared tiles");
         auto kernel = attention_backward_dq_bf16_kernel<HS, C::DQ_WARPS, C::DQ_BKV>;
         attn_set_smem(kernel, smem);
         const int grid = B * NH * ((Tlen + BQ - 1) / BQ);
-        kernel<<<grid, C::DQ_WARPS * WARP_SIZE, smem, stream>>>(dqkv, dout, qkv, lse, dsum, Tlen, NH, scale_log2,
-                                                                 scale);
+        kernel<<<grid, C::DQ_WARPS * WARP_SIZE, smem, stream>>>(dqkv, partial, dout, qkv, lse, dsum, Tlen, NH,
+                                                                 scale_log2, scale);
         cudaCheckLaunch();
     }
 }
@@ -773,25 +860,32 @@ static void attention_forward_f32(float *out, float *lse, const float *qkv, int 
 }
 
 template <int HS>
-static void attention_backward_f32(float *dqkv, const float *dout, const float *qkv, const float *lse,
+static void attention_backward_f32(float *dqkv, float *partial, const float *dout, const float *qkv, const float *lse,
                                    const float *dsum, int B, int Tlen, int NH, cudaStream_t stream) {
     const float scale = 1.0f / sqrtf((float)HS);
     const int grid = B * NH * ((Tlen + ATTN_ROWS_PER_BLOCK - 1) / ATTN_ROWS_PER_BLOCK);
-    attention_backward_dkdv_f32_kernel<HS>
-        <<<grid, ATTN_ROWS_PER_BLOCK * WARP_SIZE, 0, stream>>>(dqkv, dout, qkv, lse, dsum, Tlen, NH, scale);
+    attention_backward_dkdv_f32_kernel<HS><<<grid, ATTN_ROWS_PER_BLOCK * WARP_SIZE, 0, stream>>>(
+        dqkv, partial, dout, qkv, lse, dsum, Tlen, NH, scale);
     cudaCheckLaunch();
-    attention_backward_dq_f32_kernel<HS>
-        <<<grid, ATTN_ROWS_PER_BLOCK * WARP_SIZE, 0, stream>>>(dqkv, dout, qkv, lse, dsum, Tlen, NH, scale);
+    attention_backward_dq_f32_kernel<HS><<<grid, ATTN_ROWS_PER_BLOCK * WARP_SIZE, 0, stream>>>(
+        dqkv, partial, dout, qkv, lse, dsum, Tlen, NH, scale);
     cudaCheckLaunch();
 }
 
 // ----------------------------------------------------------------------------------------------------------------
 // the interface
 
-// The backward's workspace holds D, one float per (b, h, t).
-static size_t attention_backward_workspace_bytes(int B, int Tlen, int NH, int HS) {
-    (void)HS;
-    return (size_t)B * NH * Tlen * sizeof(float);
+// Rows of the sequence per row of bias partials: one backward block's rows (the same in both kernels).
+template <typename T> static int attention_bias_part_rows(int HS) {
+    if constexpr (std::is_same<T, float>::value) { return ATTN_ROWS_PER_BLOCK; }
+    else { return 16 * (HS == 64 ? AttnBf16Tiles<64>::DQ_WARPS : AttnBf16Tiles<128>::DQ_WARPS); }
+}
+
+// The backward's workspace holds D, one float per (b, h, t), then the bias partials: B ceil(T / rows) rows of
+// 3 NH HS floats (2.4 MB at 1558M, B = 8, in bf16).
+template <typename T> static size_t attention_backward_workspace_bytes(int B, int Tlen, int NH, int HS) {
+    size_t parts = (size_t)B * ceil_div_int(Tlen, attention_bias_part_rows<T>(HS));
+    return ((size_t)B * NH * Tlen + parts * 3 * NH * HS) * sizeof(float);
 }
 
 // qkv: (B, T, 3, NH, HS) as the QKV GEMM writes it. out: (B, T, NH, HS). lse: (B, NH, T).
@@ -808,22 +902,30 @@ static void attention_forward(T *out, float *lse, const T *qkv, int B, int Tlen,
     }
 }
 
-// dqkv (B, T, 3, NH, HS) is written, not accumulated. workspace: attention_backward_workspace_bytes() bytes.
+// dqkv (B, T, 3, NH, HS) is written, not accumulated. dbias (3 NH HS; NULL: not wanted) += the column sums of
+// dqkv over the B T rows (= when not accumulate): the QKV bias gradient. workspace:
+// attention_backward_workspace_bytes<T>() bytes.
 template <typename T>
-static void attention_backward(T *dqkv, const T *dout, const T *out, const T *qkv, const float *lse,
-                               void *workspace, int B, int Tlen, int NH, int HS, cudaStream_t stream) {
+static void attention_backward(T *dqkv, float *dbias, const T *dout, const T *out, const T *qkv, const float *lse,
+                               void *workspace, int B, int Tlen, int NH, int HS, int accumulate, cudaStream_t stream) {
     attention_check_args(HS, (uintptr_t)dqkv | (uintptr_t)dout | (uintptr_t)out | (uintptr_t)qkv);
     float *dsum = (float *)workspace;
     const int nrows = B * Tlen * NH;
+    float *partial = dbias ? dsum + nrows : NULL;
     attention_dsum_kernel<<<grid_for((size_t)nrows * HS / Packed<T>::N, ATTN_DSUM_THREADS), ATTN_DSUM_THREADS, 0,
                             stream>>>(dsum, dout, out, Tlen, NH, HS, nrows);
     cudaCheckLaunch();
     if constexpr (std::is_same<T, float>::value) {
-        if (HS == 64) { attention_backward_f32<64>(dqkv, dout, qkv, lse, dsum, B, Tlen, NH, stream); }
-        else { attention_backward_f32<128>(dqkv, dout, qkv, lse, dsum, B, Tlen, NH, stream); }
+        if (HS == 64) { attention_backward_f32<64>(dqkv, partial, dout, qkv, lse, dsum, B, Tlen, NH, stream); }
+        else { attention_backward_f32<128>(dqkv, partial, dout, qkv, lse, dsum, B, Tlen, NH, stream); }
     } else {
-        if (HS == 64) { attention_backward_bf16<64>(dqkv, dout, qkv, lse, dsum, B, Tlen, NH, stream); }
-        else { attention_backward_bf16<128>(dqkv, dout, qkv, lse, dsum, B, Tlen, NH, stream); }
+        if (HS == 64) { attention_backward_bf16<64>(dqkv, partial, dout, qkv, lse, dsum, B, Tlen, NH, stream); }
+        else { attention_backward_bf16<128>(dqkv, partial, dout, qkv, lse, dsum, B, Tlen, NH, stream); }
+    }
+    if (dbias) {
+        const int parts = B * ceil_div_int(Tlen, attention_bias_part_rows<T>(HS)), cols = 3 * NH * HS;
+        PartialSumDsts dsts = {{dbias}};
+        add_partial_sums(dsts, 1, partial, parts, cols, cols, accumulate, stream);
     }
 }
 

@@ -173,6 +173,9 @@ typedef struct {
     cudaStream_t side;   // low priority: memory-bound work that may run beside the compute stream's GEMMs, fed
                          // by events (train_gpt.cu: the gradient norm per layer, AdamW per layer); its blocks fill
                          // the SMs the compute stream leaves idle rather than delaying its kernels
+    cudaStream_t sums;   // low priority, like side, for work the compute stream waits for within backward (the fc
+                         // bias sums): it never waits for another rank, as side does, so neither does the compute
+                         // stream when it waits for it
 } CudaContext;
 
 static CudaContext g_cuda;
@@ -207,6 +210,7 @@ static inline void cuda_context_init(void) {
     cudaCheck(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     cudaCheck(cudaStreamCreateWithPriority(&g_cuda.stream, cudaStreamNonBlocking, greatest));
     cudaCheck(cudaStreamCreateWithPriority(&g_cuda.side, cudaStreamNonBlocking, least));
+    cudaCheck(cudaStreamCreateWithPriority(&g_cuda.sums, cudaStreamNonBlocking, least));
     g_cuda_ready = 1;
 }
 

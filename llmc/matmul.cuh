@@ -5,9 +5,9 @@
  * dy = dL/dy (N, out):
  *   wgrad  dW += dy^T x     (fp32, accumulated over micro-steps: beta = 1 into the fp32 gradient; beta = 0 on the
  *          first micro-step of an optimizer step, which writes the gradient instead of zeroing it first)
- *   bgrad  db += sum_rows dy (a deterministic column sum: a pass per row chunk, then the chunks in order. Not
- *          cuBLASLt's BGRADB epilogue: it slows the wgrad GEMM by 25-35%, more than a pass over dy costs. Where a
- *          kernel already reads dy, the caller sums it there and passes no db)
+ *   bgrad  db += sum_rows dy: not here, and not cuBLASLt's BGRADB epilogue, which slows the wgrad GEMM by 25-35%;
+ *          the caller sums dy where some kernel reads it anyway, or beside the GEMMs with column_sum (a
+ *          deterministic pass per row chunk, then the chunks in order)
  *   dgrad  dx  = dy W       (times gelu'(a) when x was gelu(a): the fused DGELU epilogue of fc2's dgrad)
  * The forward of fc fuses the bias and the GELU and keeps the pre-GELU activation a ("aux") for that backward.
  * GELU is the tanh approximation: gelu(a) = a/2 (1 + tanh(sqrt(2/pi) (a + 0.044715 a^3))).
@@ -36,7 +36,6 @@ template <typename T> struct Linear {
     const T *w;   // (out, in)
     const T *b;   // (out), NULL for no bias
     float *dw;    // (out, in) fp32 gradient
-    float *db;    // (out) fp32 gradient; NULL for no bias, or where the caller sums it (see bgrad above)
     LinearSplit split;
     TensorParallel *tp; // NULL (or a group of one): no collectives
 };
@@ -124,9 +123,12 @@ static inline int column_sum_chunks(int rows, int strips) {
     return want < 1 ? 1 : (want > most ? most : want);
 }
 
-// Floats of scratch linear_backward needs for a layer of `out` features (an upper bound over row counts).
-static inline size_t linear_backward_scratch_floats(int out) {
-    return (size_t)g_cuda.props.multiProcessorCount * COLSUM_BLOCKS_PER_SM * out;
+// Floats of scratch column_sum needs for `out` columns, an upper bound over row counts
+// and types: chunks x out, where chunks <= SMs x COLSUM_BLOCKS_PER_SM / strips and a strip spans at most
+// COLSUM_PACKS_PER_BLOCK packs of 8, or one chunk when there are more strips than that.
+static inline size_t column_sum_scratch_floats(int out) {
+    size_t fill = (size_t)g_cuda.props.multiProcessorCount * COLSUM_BLOCKS_PER_SM * COLSUM_PACKS_PER_BLOCK * 8;
+    return fill > (size_t)out ? fill : (size_t)out;
 }
 
 // dst[c] += sum_r x[r, c] (dst[c] = ... when not accumulate).
@@ -462,13 +464,11 @@ static void linear_forward(const Linear<T> &lin, T *out, const T *inp, int N, T 
     linear_rows_forward(lin, lin.b, out, inp, 0, N, gelu_aux, stream);
 }
 
-// lin.dw += dout^T inp (written when not accumulate), lin.db likewise with the column sums of dout.
+// lin.dw += dout^T inp (written when not accumulate).
 template <typename T>
-static void linear_wgrad(const Linear<T> &lin, const T *dout, const T *inp, float *scratch, int N, int accumulate,
-                         cudaStream_t stream) {
+static void linear_wgrad(const Linear<T> &lin, const T *dout, const T *inp, int N, int accumulate, cudaStream_t stream) {
     gemm_lt(lin.dw, CUDA_R_32F, inp, 0, lin.in, dout, 1, lin.out, TypeInfo<T>::cuda, lin.in, lin.out, N,
             accumulate ? 1.0f : 0.0f, GEMM_PLAIN, stream);
-    if (lin.db) { column_sum(lin.db, scratch, dout, N, lin.out, accumulate, stream); }
 }
 
 // dinp = dout W, times gelu'(gelu_aux) when that is given.
@@ -491,17 +491,16 @@ static void linear_dgrad(const Linear<T> &lin, T *dinp, const T *dout, const T *
 }
 
 /*
- * Given dout (N, lin.out): lin.dw += dout^T inp; lin.db += column sums of dout (both written rather than added to
- * when not accumulate); and, when dinp is not NULL, dinp = dout W, multiplied by gelu'(gelu_aux) when gelu_aux is
+ * Given dout (N, lin.out): lin.dw += dout^T inp (written rather than added to when not accumulate); and, when dinp
+ * is not NULL, dinp = dout W, multiplied by gelu'(gelu_aux) when gelu_aux is
  * given (inp was gelu(gelu_aux)). The weight gradient runs first, so dinp may alias inp; but column-parallel,
  * where dinp is summed over the TP group beside the weight gradient (under SP reduce-scattered: only this rank's
  * tokens of dinp are valid), and dinp must not alias inp. Row-parallel under SP: dout holds this rank's tokens
  * only and is all-gathered in place first.
- * scratch: linear_backward_scratch_floats(lin.out).
  */
 template <typename T>
 static void linear_backward(const Linear<T> &lin, T *dinp, const T *dout, const T *inp, const T *gelu_aux,
-                            float *scratch, int N, int accumulate, cudaStream_t stream) {
+                            int N, int accumulate, cudaStream_t stream) {
     TensorParallel *tp = lin.tp;
     if (linear_is(lin, LINEAR_COLUMN) && dinp) {
         if (dinp == inp) { fail("column-parallel linear_backward: dinp must not alias inp"); }
@@ -514,7 +513,7 @@ static void linear_backward(const Linear<T> &lin, T *dinp, const T *dout, const 
         } else {
             tp_all_reduce(tp, dinp, (size_t)N * lin.in, what);
         }
-        linear_wgrad(lin, dout, inp, scratch, N, accumulate, stream);
+        linear_wgrad(lin, dout, inp, N, accumulate, stream);
         tp_join(tp, stream, what);
         return;
     }
@@ -524,7 +523,7 @@ static void linear_backward(const Linear<T> &lin, T *dinp, const T *dout, const 
         tp_all_gather(tp, (T *)dout, (size_t)(N / tp->size) * lin.out, what);
         tp_join(tp, stream, what);
     }
-    linear_wgrad(lin, dout, inp, scratch, N, accumulate, stream);
+    linear_wgrad(lin, dout, inp, N, accumulate, stream);
     if (dinp) { linear_dgrad(lin, dinp, dout, gelu_aux, N, stream); }
 }
 

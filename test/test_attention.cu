@@ -3,8 +3,10 @@
  *
  * For each shape and precision: random qkv and dout (fixed seed, never zeros); outputs poisoned with NaN before
  * every call and checked fully written; out, lse, dq, dk, dv compared by max|a - b| / max|ref| per tensor; the
- * backward run twice must be bitwise identical (no float atomics). Then the median time of the forward and the
- * backward at the two GPT-2 benchmark shapes. Prints PASS/FAIL lines; exits non-zero on any failure.
+ * backward's fused bias gradient against the column sums of the dqkv it stored (fp64 on the host), and with
+ * accumulate against twice itself; the backward run twice must be bitwise identical (no float atomics). Then the
+ * median time of the forward and the backward at the GPT-2 benchmark shapes. Prints PASS/FAIL lines; exits
+ * non-zero on any failure.
  */
 #include <algorithm>
 #include <vector>
@@ -19,6 +21,9 @@
 // these roundings average out to a few 1e-3 of the largest element, so 1e-2 leaves margin without hiding a bug
 // (a wrong mask or a missed tile shows up as O(1)).
 #define TOL_BF16 1e-2
+// The bias gradient sums the stored dqkv in fp32: against an fp64 sum of the same values only the fp32 rounding of
+// the sum differs, in either precision.
+#define TOL_BIAS 1e-4
 
 // ----------------------------------------------------------------------------------------------------------------
 // the reference: one thread per row, fp64, straight from the definitions
@@ -164,7 +169,7 @@ template <typename T> static void test_shape(int B, int Tlen, int NH, int HS) {
         r_dout[i] = to_host_float(h_dout[i]);
     }
     T *qkv, *dout, *out, *dqkv;
-    float *lse;
+    float *lse, *dbias;
     void *ws;
     double *rqkv, *rdout, *rout, *rlse, *rdsum, *rdq, *rdk, *rdv;
     cudaCheck(cudaMalloc(&qkv, n_qkv * sizeof(T)));
@@ -172,7 +177,8 @@ template <typename T> static void test_shape(int B, int Tlen, int NH, int HS) {
     cudaCheck(cudaMalloc(&dout, n_out * sizeof(T)));
     cudaCheck(cudaMalloc(&out, n_out * sizeof(T)));
     cudaCheck(cudaMalloc(&lse, n_lse * sizeof(float)));
-    cudaCheck(cudaMalloc(&ws, attention_backward_workspace_bytes(B, Tlen, NH, HS)));
+    cudaCheck(cudaMalloc(&dbias, 3 * NH * HS * sizeof(float)));
+    cudaCheck(cudaMalloc(&ws, attention_backward_workspace_bytes<T>(B, Tlen, NH, HS)));
     cudaCheck(cudaMalloc(&rqkv, n_qkv * sizeof(double)));
     cudaCheck(cudaMalloc(&rdout, n_out * sizeof(double)));
     for (double **p : {&rout, &rdq, &rdk, &rdv}) { cudaCheck(cudaMalloc(p, n_out * sizeof(double))); }
@@ -199,28 +205,45 @@ template <typename T> static void test_shape(int B, int Tlen, int NH, int HS) {
     check_close(prec, "out", B, Tlen, NH, HS, g_out, download_double(rout, n_out), tol);
     check_close(prec, "lse", B, Tlen, NH, HS, g_lse, download_double(rlse, n_lse), tol);
 
-    std::vector<float> g_dqkv[2];
+    const size_t n_bias = (size_t)3 * NH * HS;
+    std::vector<float> g_dqkv[2], g_bias[2];
     for (int rep = 0; rep < 2; rep++) {
         cudaCheck(cudaMemset(dqkv, 0xff, n_qkv * sizeof(T)));
-        attention_backward<T>(dqkv, dout, out, qkv, lse, ws, B, Tlen, NH, HS, 0);
+        cudaCheck(cudaMemset(dbias, 0xff, n_bias * sizeof(float)));
+        attention_backward<T>(dqkv, dbias, dout, out, qkv, lse, ws, B, Tlen, NH, HS, 0, 0);
         cudaCheck(cudaDeviceSynchronize());
         g_dqkv[rep] = download(dqkv, n_qkv);
+        g_bias[rep] = download(dbias, n_bias);
     }
+    attention_backward<T>(dqkv, dbias, dout, out, qkv, lse, ws, B, Tlen, NH, HS, 1, 0); // adds the same sums again
+    cudaCheck(cudaDeviceSynchronize());
+    std::vector<float> g_bias_acc = download(dbias, n_bias);
     const char *names[3] = {"dq", "dk", "dv"};
     double *refs[3] = {rdq, rdk, rdv};
     for (int w = 0; w < 3; w++) {
         check_close(prec, names[w], B, Tlen, NH, HS, slice_qkv(g_dqkv[0], w, rows, NH * HS),
                     download_double(refs[w], n_out), tol);
     }
+    std::vector<double> sums(n_bias, 0.0);
+    for (size_t r = 0; r < rows; r++) {
+        for (size_t c = 0; c < n_bias; c++) { sums[c] += g_dqkv[0][r * n_bias + c]; }
+    }
+    check_close(prec, "dbias", B, Tlen, NH, HS, g_bias[0], std::vector<float>(sums.begin(), sums.end()), TOL_BIAS);
     char name[160];
-    size_t unwritten = count_nonfinite(g_out) + count_nonfinite(g_lse) + count_nonfinite(g_dqkv[0]);
+    size_t doubled = 0;
+    for (size_t c = 0; c < n_bias; c++) { doubled += g_bias_acc[c] == 2.0f * g_bias[0][c]; }
+    snprintf(name, sizeof(name), "attention_%s_dbias_accumulate_B%d_T%d_NH%d_HS%d", prec, B, Tlen, NH, HS);
+    check(doubled == n_bias, name, "%zu of %zu bias sums are not twice the written ones", n_bias - doubled, n_bias);
+    size_t unwritten = count_nonfinite(g_out) + count_nonfinite(g_lse) + count_nonfinite(g_dqkv[0]) +
+                       count_nonfinite(g_bias[0]);
     snprintf(name, sizeof(name), "attention_%s_written_B%d_T%d_NH%d_HS%d", prec, B, Tlen, NH, HS);
     check(unwritten == 0, name, "%zu output elements not written (still NaN) or not finite", unwritten);
     snprintf(name, sizeof(name), "attention_%s_bwd_deterministic_B%d_T%d_NH%d_HS%d", prec, B, Tlen, NH, HS);
-    check(memcmp(g_dqkv[0].data(), g_dqkv[1].data(), n_qkv * sizeof(float)) == 0, name,
-          "two backward passes on the same inputs differ");
+    check(memcmp(g_dqkv[0].data(), g_dqkv[1].data(), n_qkv * sizeof(float)) == 0 &&
+              memcmp(g_bias[0].data(), g_bias[1].data(), n_bias * sizeof(float)) == 0,
+          name, "two backward passes on the same inputs differ");
 
-    for (void *p : {(void *)qkv, (void *)dqkv, (void *)dout, (void *)out, (void *)lse, ws, (void *)rqkv,
+    for (void *p : {(void *)qkv, (void *)dqkv, (void *)dout, (void *)out, (void *)lse, (void *)dbias, ws, (void *)rqkv,
                     (void *)rdout, (void *)rout, (void *)rlse, (void *)rdsum, (void *)rdq, (void *)rdk, (void *)rdv}) {
         cudaCheck(cudaFree(p));
     }
@@ -256,22 +279,26 @@ template <typename T> static void bench_shape(int B, int Tlen, int NH, int HS) {
     std::vector<T> h(n_qkv);
     for (size_t i = 0; i < n_qkv; i++) { h[i] = from_host_float<T>(rand_uniform(-2.0f, 2.0f)); }
     T *qkv, *dout, *out, *dqkv;
-    float *lse;
+    float *lse, *dbias;
     void *ws;
     cudaCheck(cudaMalloc(&qkv, n_qkv * sizeof(T)));
     cudaCheck(cudaMalloc(&dqkv, n_qkv * sizeof(T)));
     cudaCheck(cudaMalloc(&dout, n_out * sizeof(T)));
     cudaCheck(cudaMalloc(&out, n_out * sizeof(T)));
     cudaCheck(cudaMalloc(&lse, (size_t)B * NH * Tlen * sizeof(float)));
-    cudaCheck(cudaMalloc(&ws, attention_backward_workspace_bytes(B, Tlen, NH, HS)));
+    cudaCheck(cudaMalloc(&dbias, (size_t)3 * NH * HS * sizeof(float)));
+    cudaCheck(cudaMalloc(&ws, attention_backward_workspace_bytes<T>(B, Tlen, NH, HS)));
     cudaCheck(cudaMemcpy(qkv, h.data(), n_qkv * sizeof(T), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(dout, h.data(), n_out * sizeof(T), cudaMemcpyHostToDevice)); // any non-zero values do
     float fwd = median_ms([&] { attention_forward<T>(out, lse, qkv, B, Tlen, NH, HS, 0); });
-    float bwd = median_ms([&] { attention_backward<T>(dqkv, dout, out, qkv, lse, ws, B, Tlen, NH, HS, 0); });
+    // as training calls it: with the fused bias gradient
+    float bwd = median_ms([&] { attention_backward<T>(dqkv, dbias, dout, out, qkv, lse, ws, B, Tlen, NH, HS, 1, 0); });
     double flops = 4.0 * B * NH * (double)Tlen * Tlen * HS / 2; // causal forward; backward counts 2.5x
     printf("bench %-5s B=%-3d T=%-5d NH=%-3d HS=%-4d fwd %8.3f ms %7.1f TFLOP/s   bwd %8.3f ms %7.1f TFLOP/s\n",
            TypeInfo<T>::name, B, Tlen, NH, HS, fwd, flops / fwd * 1e-9, bwd, 2.5 * flops / bwd * 1e-9);
-    for (void *p : {(void *)qkv, (void *)dqkv, (void *)dout, (void *)out, (void *)lse, ws}) { cudaCheck(cudaFree(p)); }
+    for (void *p : {(void *)qkv, (void *)dqkv, (void *)dout, (void *)out, (void *)lse, (void *)dbias, ws}) {
+        cudaCheck(cudaFree(p));
+    }
 }
 
 // ----------------------------------------------------------------------------------------------------------------
