@@ -118,6 +118,8 @@ template <typename floatX> struct GPT {
     Mesh mesh;
     TensorParallel tp;             // the TP group's collectives (tp.size 1: none)
     EmbeddingShard emb;            // the vocabulary rows of wte this rank holds
+    int heads, attn, mlp;          // this rank's attention heads, their channels (heads x head size) and MLP
+                                   // features (4C / TP); the whole model's without TP
     Precision precision;
     int maxB, maxT;
     int keep_gelu;                 // --keep-gelu-layers (at most L): see Activations::h4
@@ -155,15 +157,13 @@ template <typename floatX, typename U> static U *param_slice(const GPT<floatX> *
     return base + g->layout.offset[t] + (size_t)l * (g->layout.size[t] / g->config.num_layers);
 }
 
-// Layer l's linear layer of in x out features, this rank's part of it under TP. Its bias gradient is summed where
+// Layer l's linear layer, this rank's in x out features of it (its part under TP). Its bias gradient is summed where
 // the data passes anyway: the attention and MLP projections write the residual stream, whose gradient the LayerNorm
 // backward above them sums; the attention backward sums the QKV output gradient it writes; fc's is summed beside
 // the fc GEMMs (fc_bias_backward).
 template <typename floatX>
 static Linear<floatX> layer_linear(GPT<floatX> *g, int tw, int tb, int l, int in, int out, LinearSplit split) {
-    int tp = g->tp.size;
-    Linear<floatX> lin = {split == LINEAR_ROW ? in / tp : in, split == LINEAR_COLUMN ? out / tp : out,
-                          param_slice(g, (const floatX *)g->weights, tw, l),
+    Linear<floatX> lin = {in, out, param_slice(g, (const floatX *)g->weights, tw, l),
                           param_slice(g, (const floatX *)g->weights, tb, l), param_slice(g, g->grads, tw, l), split,
                           &g->tp};
     return lin;
@@ -187,22 +187,22 @@ template <typename floatX> struct LayerActs {
 template <typename floatX> static LayerActs<floatX> layer_acts(const GPT<floatX> *g, int l) {
     const Activations<floatX> &a = g->acts;
     size_t N = (size_t)g->maxB * g->maxT, Ns = tp_local_tokens(&g->tp, (int)N), C = g->config.channels;
-    size_t tp = g->tp.size, Cl = C / tp, NHl = g->config.num_heads / tp;
+    size_t A = g->attn, M = g->mlp;
     LayerActs<floatX> x;
     x.res_in = a.res + l * Ns * C;
     x.res_out = a.res + (l + 1) * Ns * C;
     x.res2 = a.res2 + l * Ns * C;
     x.ln1 = a.ln1 + l * N * C;
     x.ln2 = a.ln2 + l * N * C;
-    x.qkv = a.qkv + l * N * 3 * Cl;
-    x.atty = a.atty + l * N * Cl;
-    x.fch = a.fch + l * N * 4 * Cl;
-    x.h4 = a.h4 + (l < g->keep_gelu ? l : g->keep_gelu) * N * 4 * Cl;
+    x.qkv = a.qkv + l * N * 3 * A;
+    x.atty = a.atty + l * N * A;
+    x.fch = a.fch + l * N * M;
+    x.h4 = a.h4 + (l < g->keep_gelu ? l : g->keep_gelu) * N * M;
     x.ln1_mean = a.ln1_stats + l * 2 * Ns;
     x.ln1_rstd = x.ln1_mean + Ns;
     x.ln2_mean = a.ln2_stats + l * 2 * Ns;
     x.ln2_rstd = x.ln2_mean + Ns;
-    x.lse = a.lse + l * N * NHl;
+    x.lse = a.lse + l * N * g->heads;
     return x;
 }
 
@@ -213,7 +213,7 @@ template <typename T> static T *dev_alloc(size_t count, const char *what) {
 template <typename floatX> static void activations_alloc(GPT<floatX> *g) {
     const GPTConfig *c = &g->config;
     size_t N = (size_t)g->maxB * g->maxT, C = c->channels, L = c->num_layers, tp = g->tp.size;
-    size_t Ns = tp_local_tokens(&g->tp, (int)N), Cl = C / tp, NHl = c->num_heads / tp;
+    size_t Ns = tp_local_tokens(&g->tp, (int)N), A = g->attn, M = g->mlp, NHl = g->heads;
     size_t Vl = c->padded_vocab_size / tp;
     Activations<floatX> &a = g->acts;
     a.res = dev_alloc<floatX>((L + 1) * Ns * C, "the residual stream");
@@ -222,10 +222,10 @@ template <typename floatX> static void activations_alloc(GPT<floatX> *g) {
     a.ln2 = dev_alloc<floatX>(L * N * C, "LayerNorm outputs");
     a.ln1_stats = dev_alloc<float>(L * 2 * Ns, "LayerNorm statistics");
     a.ln2_stats = dev_alloc<float>(L * 2 * Ns, "LayerNorm statistics");
-    a.qkv = dev_alloc<floatX>(L * N * 3 * Cl, "QKV activations");
-    a.atty = dev_alloc<floatX>(L * N * Cl, "attention outputs");
+    a.qkv = dev_alloc<floatX>(L * N * 3 * A, "QKV activations");
+    a.atty = dev_alloc<floatX>(L * N * A, "attention outputs");
     a.lse = dev_alloc<float>(L * N * NHl, "attention log-sum-exps");
-    a.fch = dev_alloc<floatX>(L * N * 4 * Cl, "MLP activations");
+    a.fch = dev_alloc<floatX>(L * N * M, "MLP activations");
     a.lnf = dev_alloc<floatX>(N * C, "final LayerNorm output");
     a.lnf_stats = dev_alloc<float>(2 * Ns, "LayerNorm statistics");
     a.logits = dev_alloc<floatX>(N * Vl, "logits");
@@ -235,9 +235,9 @@ template <typename floatX> static void activations_alloc(GPT<floatX> *g) {
         g->row_gather = dev_alloc<floatX>(c->padded_vocab_size, "a gathered row of logits");
     }
     a.proj = dev_alloc<floatX>(N * C, "projection scratch");
-    a.h4 = dev_alloc<floatX>((g->keep_gelu + (g->keep_gelu < (int)L)) * N * 4 * Cl, "GELU outputs");
+    a.h4 = dev_alloc<floatX>((g->keep_gelu + (g->keep_gelu < (int)L)) * N * M, "GELU outputs");
     a.dres = dev_alloc<floatX>(N * C, "residual gradient");
-    a.dqkv = dev_alloc<floatX>(N * 3 * Cl, "QKV gradient");
+    a.dqkv = dev_alloc<floatX>(N * 3 * A, "QKV gradient");
     a.attn_workspace = cuda_alloc(attention_backward_workspace_bytes<floatX>(g->maxB, g->maxT, (int)NHl,
                                                                              c->channels / c->num_heads),
                                   "attention backward workspace");
@@ -289,6 +289,9 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, uin
     tp_init(&g->tp, mesh, sequence_parallel);
     Span vocab = tp_vocab_rows(mesh, config);
     g->emb = {(int)vocab.begin, (int)vocab.count, mesh->tp_rank == 0};
+    g->heads = (int)tp_heads(mesh, config).count;
+    g->attn = (int)tp_attention_channels(mesh, config).count;
+    g->mlp = 4 * config->channels / mesh->tp;
     param_layout_local(config, mesh, &g->layout);
     dp_init(&g->dp, mesh, config, &g->layout, zero);
     // E = P but under ZeRO-1, where the flat buffers are padded to equal slices; M: the moments this rank keeps.
@@ -399,7 +402,7 @@ template <typename floatX> static void gpt_embed(GPT<floatX> *g, int B, int T) {
 // ns tokens (from token t0: all N but under SP), whose rows of the (N, C) LayerNorm outputs and projections they use.
 template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T) {
     const GPTConfig *c = &g->config;
-    int C = c->channels, L = c->num_layers, NH = c->num_heads / g->tp.size, N = B * T;
+    int C = c->channels, L = c->num_layers, A = g->attn, M = g->mlp, N = B * T;
     int ns = tp_local_tokens(&g->tp, N);
     size_t t0 = (size_t)tp_first_token(&g->tp, N) * C;
     const Activations<floatX> &a = g->acts;
@@ -415,15 +418,15 @@ template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T)
                       param_slice(g, w, P_LN1W, 0), param_slice(g, w, P_LN1B, 0), ns, C, s);
     for (int l = 0; l < L; l++) {
         LayerActs<floatX> x = layer_acts(g, l);
-        linear_forward(layer_linear(g, P_QKVW, P_QKVB, l, C, 3 * C, LINEAR_COLUMN), x.qkv, x.ln1, N, (floatX *)NULL,
+        linear_forward(layer_linear(g, P_QKVW, P_QKVB, l, C, 3 * A, LINEAR_COLUMN), x.qkv, x.ln1, N, (floatX *)NULL,
                        s);
-        attention_forward(x.atty, x.lse, x.qkv, B, T, NH, C / c->num_heads, s);
-        linear_forward(layer_linear(g, P_ATTPROJW, P_ATTPROJB, l, C, C, LINEAR_ROW), a.proj, x.atty, N,
+        attention_forward(x.atty, x.lse, x.qkv, B, T, g->heads, C / c->num_heads, s);
+        linear_forward(layer_linear(g, P_ATTPROJW, P_ATTPROJB, l, A, C, LINEAR_ROW), a.proj, x.atty, N,
                        (floatX *)NULL, s);
         layernorm_forward(x.ln2 + t0, x.ln2_mean, x.ln2_rstd, x.res2, x.res_in, a.proj + t0,
                           param_slice(g, w, P_LN2W, l), param_slice(g, w, P_LN2B, l), ns, C, s);
-        linear_forward(layer_linear(g, P_FCW, P_FCB, l, C, 4 * C, LINEAR_COLUMN), x.h4, x.ln2, N, x.fch, s);
-        linear_forward(layer_linear(g, P_FCPROJW, P_FCPROJB, l, 4 * C, C, LINEAR_ROW), a.proj, x.h4, N,
+        linear_forward(layer_linear(g, P_FCW, P_FCB, l, C, M, LINEAR_COLUMN), x.h4, x.ln2, N, x.fch, s);
+        linear_forward(layer_linear(g, P_FCPROJW, P_FCPROJB, l, M, C, LINEAR_ROW), a.proj, x.h4, N,
                        (floatX *)NULL, s);
         // The residual add of this block, fused with the LayerNorm that reads it next.
         bool last = l == L - 1;
@@ -530,8 +533,8 @@ static void fc_bias_backward(GPT<floatX> *g, float *db, const floatX *dfch, int 
 // one; those of the last are what the update reads, and the others cost only memory traffic beside the GEMMs.
 template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T) {
     const GPTConfig *c = &g->config;
-    int C = c->channels, L = c->num_layers, NH = c->num_heads / g->tp.size, N = B * T, acc = !g->grads_zero;
-    int ns = tp_local_tokens(&g->tp, N), Cl = C / g->tp.size, HS = C / c->num_heads;
+    int C = c->channels, L = c->num_layers, A = g->attn, M = g->mlp, N = B * T, acc = !g->grads_zero;
+    int ns = tp_local_tokens(&g->tp, N), HS = C / c->num_heads;
     size_t t0 = (size_t)tp_first_token(&g->tp, N) * C;
     const Activations<floatX> &a = g->acts;
     cudaStream_t s = g_cuda.stream;
@@ -552,23 +555,23 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
         // has summed its d fch there), then it becomes d fch.
         if (l >= g->keep_gelu) {
             cudaCheck(cudaStreamWaitEvent(s, g->fc_bias_done, 0));
-            gelu_forward(x.h4, x.fch, (size_t)N * 4 * Cl, s);
+            gelu_forward(x.h4, x.fch, (size_t)N * M, s);
         }
-        linear_backward(layer_linear(g, P_FCPROJW, P_FCPROJB, l, 4 * C, C, LINEAR_ROW), x.h4, a.dres, x.h4, x.fch, N,
+        linear_backward(layer_linear(g, P_FCPROJW, P_FCPROJB, l, M, C, LINEAR_ROW), x.h4, a.dres, x.h4, x.fch, N,
                         acc, s);
-        fc_bias_backward(g, param_slice(g, dw, P_FCB, l), x.h4, N, 4 * Cl, acc);
-        linear_backward(layer_linear(g, P_FCW, P_FCB, l, C, 4 * C, LINEAR_COLUMN), a.proj, x.h4, x.ln2,
+        fc_bias_backward(g, param_slice(g, dw, P_FCB, l), x.h4, N, M, acc);
+        linear_backward(layer_linear(g, P_FCW, P_FCB, l, C, M, LINEAR_COLUMN), a.proj, x.h4, x.ln2,
                         (const floatX *)NULL, N, acc, s);
         layernorm_backward(a.dres + t0, param_slice(g, dw, P_LN2W, l), param_slice(g, dw, P_LN2B, l),
                            param_slice(g, dw, P_ATTPROJB, l), scratch, a.proj + t0, x.res2,
                            param_slice(g, w, P_LN2W, l), x.ln2_mean, x.ln2_rstd, ns, C, acc, s);
         // attention
-        linear_backward(layer_linear(g, P_ATTPROJW, P_ATTPROJB, l, C, C, LINEAR_ROW), a.proj, a.dres, x.atty,
+        linear_backward(layer_linear(g, P_ATTPROJW, P_ATTPROJB, l, A, C, LINEAR_ROW), a.proj, a.dres, x.atty,
                         (const floatX *)NULL, N, acc, s);
         // The attention backward also sums dqkv into the QKV bias gradient, while it holds the rows.
         attention_backward(a.dqkv, param_slice(g, dw, P_QKVB, l), a.proj, x.atty, x.qkv, x.lse, a.attn_workspace, B,
-                           T, NH, HS, acc, s);
-        linear_backward(layer_linear(g, P_QKVW, P_QKVB, l, C, 3 * C, LINEAR_COLUMN), a.proj, a.dqkv, x.ln1,
+                           T, g->heads, HS, acc, s);
+        linear_backward(layer_linear(g, P_QKVW, P_QKVB, l, C, 3 * A, LINEAR_COLUMN), a.proj, a.dqkv, x.ln1,
                         (const floatX *)NULL, N, acc, s);
         layernorm_backward(a.dres + t0, param_slice(g, dw, P_LN1W, l), param_slice(g, dw, P_LN1B, l),
                            l > 0 ? param_slice(g, dw, P_FCPROJB, l - 1) : (float *)NULL, scratch, a.proj + t0,

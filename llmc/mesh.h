@@ -14,11 +14,12 @@
  *   column-parallel (fc; wte / LM head over the padded vocabulary): rank tp holds rows
  *     [tp * out/TP, (tp+1) * out/TP) of W and the same entries of b.
  *   QKV: the fused (3C, C) weight is [Q; K; V], C rows each, head h owning rows [h*hs, (h+1)*hs) of each part.
- *     Rank tp holds heads [tp * NH/TP, (tp+1) * NH/TP); its (3C/TP, C) weight is [Q_l; K_l; V_l]:
- *       local row part * C/TP + j  <->  global row part * C + tp * C/TP + j   (part 0,1,2 = q,k,v; j < C/TP)
- *     so the local tensor is itself a fused QKV of NH/TP heads and the attention kernel runs unchanged.
- *   row-parallel (attn proj, fc2): rank tp holds columns [tp * in/TP, (tp+1) * in/TP); the bias is
- *     replicated (added once, after the all-reduce).
+ *     Rank tp holds heads [h0, h0 + nh) (balanced_split: NH/TP each, the first NH % TP ranks one more, since
+ *     GPT-2 1558M's 25 heads do not divide by 2); its (3 nh hs, C) weight is [Q_l; K_l; V_l]:
+ *       local row part * nh hs + j  <->  global row part * C + h0 hs + j   (part 0,1,2 = q,k,v; j < nh hs)
+ *     so the local tensor is itself a fused QKV of nh heads and the attention kernel runs unchanged.
+ *   row-parallel (fc2): rank tp holds columns [tp * in/TP, (tp+1) * in/TP); attn proj: the columns of its heads,
+ *     [h0 hs, (h0 + nh) hs). The bias is replicated (added once, after the all-reduce).
  *   replicated: wpe, the LayerNorms, the row-parallel biases.
  * GTP then splits every TP-local tensor (rows x cols) along its first dimension: rank gtp keeps rows
  *   [gtp * rows/GTP, (gtp+1) * rows/GTP), one contiguous block of rows/GTP * cols elements.
@@ -102,9 +103,28 @@ static inline Span even_split(size_t n, int parts, int index) {
     return s;
 }
 
+// Part index of n items split over parts as evenly as they go: the first n % parts parts get one more.
+static inline Span balanced_split(size_t n, int parts, int index) {
+    size_t base = n / (size_t)parts, extra = n % (size_t)parts, i = (size_t)index;
+    Span s;
+    s.count = base + (i < extra);
+    s.begin = i * base + (i < extra ? i : extra);
+    return s;
+}
+
 static inline Span tp_column_parallel_rows(const Mesh *m, size_t out) { return even_split(out, m->tp, m->tp_rank); }
 static inline Span tp_row_parallel_cols(const Mesh *m, size_t in) { return even_split(in, m->tp, m->tp_rank); }
-static inline Span tp_heads(const Mesh *m, const GPTConfig *c) { return even_split((size_t)c->num_heads, m->tp, m->tp_rank); }
+static inline Span tp_heads(const Mesh *m, const GPTConfig *c) {
+    return balanced_split((size_t)c->num_heads, m->tp, m->tp_rank);
+}
+
+// Channels of this rank's heads: its part of q, k, v and of the attention output (attn proj's input columns).
+static inline Span tp_attention_channels(const Mesh *m, const GPTConfig *c) {
+    Span h = tp_heads(m, c);
+    size_t hs = (size_t)(c->channels / c->num_heads);
+    Span s = {h.begin * hs, h.count * hs};
+    return s;
+}
 
 // Rows of the padded vocabulary (of wte and of the logits) this rank holds; rows >= vocab_size are padding.
 static inline Span tp_vocab_rows(const Mesh *m, const GPTConfig *c) {
@@ -115,9 +135,14 @@ static inline Span tp_vocab_rows(const Mesh *m, const GPTConfig *c) {
 
 // Global rows of part (0 = q, 1 = k, 2 = v) of the fused QKV weight this rank holds: its heads' rows.
 static inline Span tp_qkv_rows(const Mesh *m, const GPTConfig *c, int part) {
-    Span s = even_split((size_t)c->channels, m->tp, m->tp_rank);
+    Span s = tp_attention_channels(m, c);
     s.begin += (size_t)part * (size_t)c->channels;
     return s;
+}
+
+// The input columns of a row-parallel tensor this rank holds (attn proj: its heads' channels; fc2: an even split).
+static inline Span tp_cols(const Mesh *m, const GPTConfig *c, int t, size_t cols) {
+    return t == P_ATTPROJW ? tp_attention_channels(m, c) : tp_row_parallel_cols(m, cols);
 }
 
 // The GTP shard of a TP-local tensor with `rows` rows: the rows this rank keeps.
@@ -152,11 +177,14 @@ static inline void param_layer_shape(const GPTConfig *c, int t, size_t *rows, si
 }
 
 // Shape of this rank's TP-local slice of one layer of tensor t.
-static inline void param_tp_shape(const GPTConfig *c, int t, int tp, size_t *rows, size_t *cols) {
+static inline void param_tp_shape(const GPTConfig *c, const Mesh *m, int t, size_t *rows, size_t *cols) {
     param_layer_shape(c, t, rows, cols);
-    TPSplit s = param_tp_split(t);
-    if (s == TP_ROWS || s == TP_QKV_ROWS) { *rows /= (size_t)tp; }
-    if (s == TP_COLS) { *cols /= (size_t)tp; }
+    switch (param_tp_split(t)) {
+    case TP_ROWS: *rows /= (size_t)m->tp; break;
+    case TP_QKV_ROWS: *rows = QKV_PARTS * tp_attention_channels(m, c).count; break;
+    case TP_COLS: *cols = tp_cols(m, c, t, *cols).count; break;
+    default: break;
+    }
 }
 
 // Global (per-layer) row of TP-local row r of tensor t.
@@ -166,7 +194,7 @@ static inline size_t tp_global_row(const Mesh *m, const GPTConfig *c, int t, siz
     switch (param_tp_split(t)) {
     case TP_ROWS: return tp_column_parallel_rows(m, rows).begin + r;
     case TP_QKV_ROWS: {
-        size_t per_part = (size_t)c->channels / (size_t)m->tp;
+        size_t per_part = tp_attention_channels(m, c).count;
         return tp_qkv_rows(m, c, (int)(r / per_part)).begin + r % per_part;
     }
     default: return r;
@@ -177,7 +205,7 @@ static inline size_t tp_global_row(const Mesh *m, const GPTConfig *c, int t, siz
 static inline size_t tp_global_col(const Mesh *m, const GPTConfig *c, int t, size_t k) {
     size_t rows, cols;
     param_layer_shape(c, t, &rows, &cols);
-    return param_tp_split(t) == TP_COLS ? tp_row_parallel_cols(m, cols).begin + k : k;
+    return param_tp_split(t) == TP_COLS ? tp_cols(m, c, t, cols).begin + k : k;
 }
 
 // Index in the full (all-layer, unsplit) tensor t of TP-local element (r, k) of layer l: the element index
@@ -202,11 +230,14 @@ static inline void mesh_check_world(const Mesh *m) {
 
 static inline void mesh_validate(const Mesh *m, const GPTConfig *c, const Options *o) {
     mesh_check_world(m);
-    // Every dimension that TP splits: heads (QKV, attention), channels (attn proj columns), the MLP width
-    // (fc rows, fc2 columns), the padded vocabulary (wte / LM head rows).
-    struct { const char *what; int n; } tp_dims[] = {{"attention heads", c->num_heads},
-                                                    {"channels", c->channels},
-                                                    {"MLP width (4 x channels)", 4 * c->channels},
+    // Heads (QKV, attention, attn proj columns) split as evenly as they go; every rank needs one.
+    if (c->num_heads < m->tp) {
+        fail("attention heads = %d cannot be split over --tp %d ranks (each needs at least one head): lower --tp or "
+             "change the model size", c->num_heads, m->tp);
+    }
+    // Every other dimension that TP splits must divide: the MLP width (fc rows, fc2 columns), the padded
+    // vocabulary (wte / LM head rows).
+    struct { const char *what; int n; } tp_dims[] = {{"MLP width (4 x channels)", 4 * c->channels},
                                                     {"padded vocabulary", c->padded_vocab_size}};
     for (size_t i = 0; i < sizeof(tp_dims) / sizeof(tp_dims[0]); i++) {
         if (tp_dims[i].n % m->tp != 0) {
@@ -221,7 +252,7 @@ static inline void mesh_validate(const Mesh *m, const GPTConfig *c, const Option
     options_grad_accum(o, m->data_size);
     for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
         size_t rows, cols;
-        param_tp_shape(c, t, m->tp, &rows, &cols);
+        param_tp_shape(c, m, t, &rows, &cols);
         if (rows % (size_t)m->gtp != 0) {
             fail("%s: its TP-local first dimension %zu is not divisible by --gtp %d: choose a --gtp that divides "
                  "it or change the model size / --seq-len", PARAM_NAMES[t], rows, m->gtp);

@@ -33,7 +33,7 @@ static inline void param_layout_local(const GPTConfig *c, const Mesh *m, ParamLa
     size_t off = 0;
     for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
         size_t rows, cols;
-        param_tp_shape(c, t, m->tp, &rows, &cols);
+        param_tp_shape(c, m, t, &rows, &cols);
         local->size[t] = param_num_layers(c, t) * rows * cols;
         local->offset[t] = off;
         off += local->size[t];
@@ -53,10 +53,10 @@ typedef struct {
 
 static inline TpMap tp_map(const GPTConfig *c, const Mesh *m, int t) {
     TpMap mp;
-    param_tp_shape(c, t, m->tp, &mp.rows, &mp.cols);
+    param_tp_shape(c, m, t, &mp.rows, &mp.cols);
     param_layer_shape(c, t, &mp.grows, &mp.gcols);
     int qkv = param_tp_split(t) == TP_QKV_ROWS;
-    mp.rblock = qkv ? (size_t)c->channels / (size_t)m->tp : mp.rows;
+    mp.rblock = qkv ? mp.rows / QKV_PARTS : mp.rows;
     mp.rstride = qkv ? (size_t)c->channels : 0;
     mp.roff = tp_global_row(m, c, t, 0);
     mp.coff = tp_global_col(m, c, t, 0);
@@ -92,7 +92,7 @@ static inline void param_copy_tp(const GPTConfig *c, const Mesh *m, float *local
     for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
         if (param_tp_split(t) == TP_REPLICATED && !with_replicated) { continue; }
         size_t rows, cols;
-        param_tp_shape(c, t, m->tp, &rows, &cols);
+        param_tp_shape(c, m, t, &rows, &cols);
         long long n = (long long)(param_num_layers(c, t) * rows);
 #pragma omp parallel for
         for (long long j = 0; j < n; j++) {

@@ -144,7 +144,12 @@ static void test_validation(void) {
                     "ranks or change --tp/--gtp\n");
     ValidateCase heads = small_case(8, 8, 1);
     heads.config.num_heads = 4;
-    expect_validate("validate: heads not divisible by tp", heads, "attention heads = 4 is not divisible by --tp 8");
+    expect_validate("validate: fewer heads than tp ranks", heads,
+                    "attention heads = 4 cannot be split over --tp 8 ranks (each needs at least one head)");
+    ValidateCase uneven = small_case(4, 4, 1); // 5 heads of 8 over 4 ranks: 2, 1, 1, 1 (like 25 heads over 2)
+    uneven.config.num_heads = 5;
+    uneven.config.channels = 40;
+    expect_validate("validate: heads that do not divide by tp pass (balanced split)", uneven, NULL);
     ValidateCase vocab = small_case(3, 3, 1);
     vocab.config.channels = 48;
     vocab.config.num_heads = 6;
@@ -172,7 +177,7 @@ static void test_validation(void) {
 // ---------------------------------------------------------------------------------------------------------
 // Sharding.
 
-// C = 48, 6 heads of 8, Vp = 96, T = 16: divisible by tp in {1, 2, 3, 6}; every TP-local first dimension
+// C = 48, 6 heads of 8, Vp = 96, T = 16: divisible by tp in {1, 2, 3, 4, 6} (heads by 4 unevenly); every TP-local first dimension
 // then by gtp in {1, 2, 4}.
 static GPTConfig tiny_config(void) {
     GPTConfig c;
@@ -194,11 +199,11 @@ static int check_tiling(const GPTConfig *c, int tp, int gtp) {
     for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
         unsigned char *seen = (unsigned char *)calloc_check(p.size[t], 1, "tiling counts");
         size_t rows, cols, full_rows, full_cols;
-        param_tp_shape(c, t, tp, &rows, &cols);
         param_layer_shape(c, t, &full_rows, &full_cols);
         int layers = (int)(p.size[t] / (full_rows * full_cols));
         for (int r = 0; r < tp * gtp; r++) {
             Mesh m = mesh_make(tp * gtp, r, tp, gtp);
+            param_tp_shape(c, &m, t, &rows, &cols);
             Span shard = gtp_shard_rows(&m, rows);
             for (int l = 0; l < layers; l++) {
                 for (size_t i = shard.begin; i < shard.begin + shard.count; i++) {
@@ -218,9 +223,9 @@ static int check_tiling(const GPTConfig *c, int tp, int gtp) {
 
 static void test_tiling(void) {
     GPTConfig c = tiny_config();
-    int tps[] = {1, 2, 3, 6}, gtps[] = {1, 2, 4};
+    int tps[] = {1, 2, 3, 4, 6}, gtps[] = {1, 2, 4}; // tp 4: 6 heads split 2, 2, 1, 1
     int bad = 0;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         for (int j = 0; j < 3; j++) {
             int b = check_tiling(&c, tps[i], gtps[j]);
             if (b) { printf("  tp %d gtp %d: %d elements covered the wrong number of times\n", tps[i], gtps[j], b); }
@@ -233,12 +238,12 @@ static void test_tiling(void) {
 // Each rank's local QKV rows are [q; k; v] of exactly its heads, in head order.
 static void test_qkv_heads(void) {
     GPTConfig c = tiny_config();
-    int hs = c.channels / c.num_heads, tp = 3, bad = 0;
-    for (int r = 0; r < tp; r++) {
+    int hs = c.channels / c.num_heads, bad = 0;
+    for (int tp = 3; tp <= 4; tp++) for (int r = 0; r < tp; r++) { // tp 4: heads 2, 2, 1, 1
         Mesh m = mesh_make(tp, r, tp, 1);
         Span heads = tp_heads(&m, &c);
         size_t rows, cols;
-        param_tp_shape(&c, P_QKVW, tp, &rows, &cols);
+        param_tp_shape(&c, &m, P_QKVW, &rows, &cols);
         size_t per_part = rows / QKV_PARTS;
         for (size_t i = 0; i < rows; i++) {
             size_t g = tp_global_row(&m, &c, P_QKVW, i);
@@ -252,6 +257,10 @@ static void test_qkv_heads(void) {
     Mesh m1 = mesh_make(3, 1, 3, 1);
     bad += tp_global_row(&m1, &c, P_QKVW, 0) != 16 || tp_global_row(&m1, &c, P_QKVW, 15) != 31;
     bad += tp_global_row(&m1, &c, P_QKVW, 16) != 64 || tp_global_row(&m1, &c, P_QKVW, 47) != 96 + 31;
+    // tp = 4: rank 2 holds head 4 only, channels 32..39 of q, k, v; its attn proj columns are those channels.
+    Mesh m2 = mesh_make(4, 2, 4, 1);
+    bad += tp_global_row(&m2, &c, P_QKVW, 0) != 32 || tp_global_row(&m2, &c, P_QKVW, 8) != 48 + 32;
+    bad += tp_global_col(&m2, &c, P_ATTPROJW, 7) != 39 || tp_global_col(&m2, &c, P_FCPROJW, 0) != 96;
     check(bad == 0, "qkv split: each tp rank holds q, k, v rows of its own heads", "%d errors", bad);
 }
 
@@ -263,7 +272,7 @@ static void test_spans(void) {
     int ok = vocab.begin == 32 && vocab.count == 32 && fc.begin == 64 && fc.count == 64 && proj.begin == 64 &&
              proj.count == 64 && shard.begin == 32 && shard.count == 32;
     size_t rows, cols;
-    param_tp_shape(&c, P_FCPROJW, 3, &rows, &cols);
+    param_tp_shape(&c, &m, P_FCPROJW, &rows, &cols);
     ok = ok && rows == 48 && cols == 64 && tp_global_col(&m, &c, P_FCPROJW, 5) == 69 && tp_global_col(&m, &c, P_FCW, 5) == 5;
     check(ok, "vocab, column-, row-parallel and gtp spans at known values", "vocab %zu+%zu fc %zu+%zu proj %zu+%zu gtp %zu+%zu",
           vocab.begin, vocab.count, fc.begin, fc.count, proj.begin, proj.count, shard.begin, shard.count);

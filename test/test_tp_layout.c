@@ -17,10 +17,11 @@
 
 #define TEST_SEED 4321
 #define TEST_STREAM 98u // test data, apart from the parameter and data streams
-#define NUM_LAYOUT_TPS 5
-static const int LAYOUT_TPS[NUM_LAYOUT_TPS] = {1, 2, 3, 4, 6};
+#define NUM_LAYOUT_TPS 6
+static const int LAYOUT_TPS[NUM_LAYOUT_TPS] = {1, 2, 3, 4, 6, 8}; // 8: 12 heads split 2,2,2,2,1,1,1,1
 
-// L 2, C 48, 12 heads of 4, Vp 384 (V 300), T 16: every TP-split dimension divides by each of LAYOUT_TPS.
+// L 2, C 48, 12 heads of 4, Vp 384 (V 300), T 16: every TP-split dimension but the heads divides by each of
+// LAYOUT_TPS (heads are split as evenly as they go).
 static GPTConfig layout_config(void) {
     GPTConfig c;
     c.max_seq_len = 16;
@@ -72,7 +73,7 @@ static int layout_errors(const GPTConfig *c, int tp) {
         size_t off = 0;
         for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
             size_t rows, cols, full_rows, full_cols;
-            param_tp_shape(c, t, tp, &rows, &cols);
+            param_tp_shape(c, &m, t, &rows, &cols);
             param_layer_shape(c, t, &full_rows, &full_cols);
             bad += p.offset[t] != off || p.size[t] != param_num_layers(c, t) * rows * cols;
             off += p.size[t];
@@ -176,15 +177,18 @@ static void test_local_init(void) {
     free(back);
 }
 
-// Rank r's local qkvw (L, 3C/tp, C) and qkvb (L, 3C/tp) must be [q; k; v] of heads r*NH/tp .. (r+1)*NH/tp - 1:
-// local row part * C/tp + h * hs + j holds global row part * C + (r * NH/tp + h) * hs + j of the same layer.
+// Rank r's local qkvw (L, 3 nh hs, C) and qkvb (L, 3 nh hs) must be [q; k; v] of its nh heads h0 .. h0 + nh - 1
+// (NH / tp each, one more for the first NH % tp ranks): local row part * nh hs + h * hs + j holds global row
+// part * C + (h0 + h) * hs + j of the same layer.
 static int qkv_errors(const GPTConfig *c, int tp, const float *full, float *const *local) {
     ParamLayout g;
     param_layout(c, &g);
-    size_t C = (size_t)c->channels, hs = C / (size_t)c->num_heads, heads = (size_t)c->num_heads / (size_t)tp;
-    size_t local_rows = QKV_PARTS * C / (size_t)tp;
+    size_t C = (size_t)c->channels, hs = C / (size_t)c->num_heads;
+    size_t base = (size_t)c->num_heads / (size_t)tp, extra = (size_t)c->num_heads % (size_t)tp;
     int bad = 0;
     for (int r = 0; r < tp; r++) {
+        size_t heads = base + ((size_t)r < extra), first = (size_t)r * base + ((size_t)r < extra ? (size_t)r : extra);
+        size_t local_rows = QKV_PARTS * heads * hs;
         Mesh m = mesh_make(tp, r, tp, 1);
         ParamLayout p;
         param_layout_local(c, &m, &p);
@@ -193,7 +197,7 @@ static int qkv_errors(const GPTConfig *c, int tp, const float *full, float *cons
                 for (size_t h = 0; h < heads; h++) {
                     for (size_t j = 0; j < hs; j++) {
                         size_t lrow = l * local_rows + part * heads * hs + h * hs + j;
-                        size_t grow = l * QKV_PARTS * C + part * C + ((size_t)r * heads + h) * hs + j;
+                        size_t grow = l * QKV_PARTS * C + part * C + (first + h) * hs + j;
                         const float *lw = local[r] + p.offset[P_QKVW] + lrow * C;
                         bad += memcmp(lw, full + g.offset[P_QKVW] + grow * C, C * sizeof(float)) != 0;
                         bad += local[r][p.offset[P_QKVB] + lrow] != full[g.offset[P_QKVB] + grow];
