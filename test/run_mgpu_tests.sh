@@ -11,10 +11,13 @@
 #    nodes). Each layout starts from the one-GPU run's GEMM algorithm choices (see run_layout).
 #    Tolerances (relative; weights relative to the tensor's largest element):
 #    fp32: loss, norm and weights 1e-5 (the requirement). Only the summation order differs from one GPU.
-#      Stray fraction 1e-2: accumulating the same 1024 tokens in other micro-batch orders (the CPU build, B 4 vs
+#      Stray fraction 5e-2: accumulating the same 1024 tokens in other micro-batch orders (the CPU build, B 4 vs
 #      2 vs 1, which reorders the gradient sums as DP does) left 1e-6..2e-5 of a weight matrix's elements and up
 #      to 2e-3 of a bias's beyond 1e-5 (all within the bound); half the batch instead (what a rank sees whose
 #      gradients are not summed) put 99-100% of every tensor beyond it, the loss 4e-2 and the norm 0.29 off.
+#      Tensor parallelism splits the K sum of the row-parallel GEMMs across ranks as well, and over sockets NCCL
+#      sums in yet another order: measured on 2 x H200 (TP=2 over TCP), up to 1.8% of a bias vector beyond 1e-5
+#      (37 of fcb's 2048, worst 7.3e-5, loss 1.2e-7): so 5e-2, still 20x below the half-batch bug.
 #    bf16: the weights the GEMMs read are rounded to 8 bits, so a master weight that differs in its last fp32 bit
 #      may round the other way, and that perturbs the run as a whole (measured DP=2 vs one GPU, 2 x H200: loss
 #      1.2e-5, weights beyond 1e-2 in several tensors, worst 6.1e-2 apart from the key biases). TP adds its own
@@ -35,7 +38,7 @@ make -s train_gpt test/bin/compare_runs || { echo "FAIL build"; exit 1; }
 export NCCL_NVLS_ENABLE=0
 NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
 STEPS=20
-LOSS_TOL_FP32=1e-5; NORM_TOL_FP32=1e-5; WEIGHT_TOL_FP32=1e-5; STRAY_FP32=1e-2
+LOSS_TOL_FP32=1e-5; NORM_TOL_FP32=1e-5; WEIGHT_TOL_FP32=1e-5; STRAY_FP32=5e-2
 LOSS_TOL_BF16=1e-3; NORM_TOL_BF16=1e-2; WEIGHT_TOL_BF16=1e-2; STRAY_BF16=5e-2
 FAULT_LIMIT_S=60
 RUN_TIMEOUT_S=600
