@@ -96,6 +96,8 @@ template <typename floatX> struct Activations {
     floatX *dres;                  // (N, C) gradient of the residual stream (this rank's Ns tokens of it under SP,
                                    // gathered to all N where a row-parallel backward or the embedding needs them)
     floatX *dqkv;                  // (N, 3C/TP)
+    floatX *dfch;                  // (N, 4C/TP) gradient of the fc output: the logits' buffer, which backward no
+                                   // longer needs once the LM head's is done (its own buffer were Vp < 4C)
     void *attn_workspace;
     float *reduce_scratch;         // partial sums of the column reductions (bias and LayerNorm gradients)
     float *sums_scratch;           // the same for the fc bias sums on g_cuda.sums (fc_bias_backward)
@@ -238,6 +240,7 @@ template <typename floatX> static void activations_alloc(GPT<floatX> *g) {
     a.h4 = dev_alloc<floatX>((g->keep_gelu + (g->keep_gelu < (int)L)) * N * M, "GELU outputs");
     a.dres = dev_alloc<floatX>(N * C, "residual gradient");
     a.dqkv = dev_alloc<floatX>(N * 3 * A, "QKV gradient");
+    a.dfch = Vl >= M ? a.logits : dev_alloc<floatX>(N * M, "MLP gradient");
     a.attn_workspace = cuda_alloc(attention_backward_workspace_bytes<floatX>(g->maxB, g->maxT, (int)NHl,
                                                                              c->channels / c->num_heads),
                                   "attention backward workspace");
@@ -516,7 +519,7 @@ template <typename floatX> static void grads_final_join(GPT<floatX> *g) {
  * The fc bias gradient db (+)= the column sums of d fch, on the low-priority sums stream beside the fc GEMMs that read
  * d fch too. Only cuBLAS reads d fch on the compute stream, so no kernel can sum it in passing (cuBLASLt's DGELU_BGRAD
  * epilogue runs at a third of the GEMM's speed), and in line the pass cost ~35 us a layer at 1558M (1.7 ms a step).
- * Where d fch lives in the GELU buffer that the layers which recompute GELU share, the compute stream waits for
+ * d fch lives in one buffer (acts.dfch) that every layer's backward writes: the compute stream waits for
  * fc_bias_done before writing it again; grads_final makes the group's gradients final behind this sum too.
  */
 template <typename floatX>
@@ -551,28 +554,33 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
                        C, acc, s);
     for (int l = L - 1; l >= 0; l--) {
         LayerActs<floatX> x = layer_acts(g, l);
-        // MLP: h4 = gelu(fch) (again, in a layer that did not keep it: into the shared buffer, once the layer above
-        // has summed its d fch there), then it becomes d fch.
-        if (l >= g->keep_gelu) {
-            cudaCheck(cudaStreamWaitEvent(s, g->fc_bias_done, 0));
-            gelu_forward(x.h4, x.fch, (size_t)N * M, s);
-        }
-        linear_backward(layer_linear(g, P_FCPROJW, P_FCPROJB, l, M, C, LINEAR_ROW), x.h4, a.dres, x.h4, x.fch, N,
-                        acc, s);
-        fc_bias_backward(g, param_slice(g, dw, P_FCB, l), x.h4, N, M, acc);
-        linear_backward(layer_linear(g, P_FCW, P_FCB, l, C, M, LINEAR_COLUMN), a.proj, x.h4, x.ln2,
-                        (const floatX *)NULL, N, acc, s);
+        // Each block's two column-parallel input gradients are summed over the TP group (linear_backward_input)
+        // beside the weight gradients of both of its layers, which are put off until then.
+        // MLP: h4 = gelu(fch) again in a layer that did not keep it; d fch goes to its own buffer (a.dfch), once the
+        // layer above has summed its fc bias gradient there.
+        if (l >= g->keep_gelu) { gelu_forward(x.h4, x.fch, (size_t)N * M, s); }
+        Linear<floatX> fcproj = layer_linear(g, P_FCPROJW, P_FCPROJB, l, M, C, LINEAR_ROW);
+        Linear<floatX> fc = layer_linear(g, P_FCW, P_FCB, l, C, M, LINEAR_COLUMN);
+        cudaCheck(cudaStreamWaitEvent(s, g->fc_bias_done, 0));
+        linear_backward_input(fcproj, a.dfch, a.dres, x.h4, x.fch, N, s);
+        fc_bias_backward(g, param_slice(g, dw, P_FCB, l), a.dfch, N, M, acc);
+        linear_backward_input(fc, a.proj, a.dfch, x.ln2, (const floatX *)NULL, N, s);
+        linear_backward_weight(fcproj, a.dres, x.h4, N, acc, s);
+        linear_backward_weight(fc, a.dfch, x.ln2, N, acc, s);
+        linear_backward_join(fc, s);
         layernorm_backward(a.dres + t0, param_slice(g, dw, P_LN2W, l), param_slice(g, dw, P_LN2B, l),
                            param_slice(g, dw, P_ATTPROJB, l), scratch, a.proj + t0, x.res2,
                            param_slice(g, w, P_LN2W, l), x.ln2_mean, x.ln2_rstd, ns, C, acc, s);
-        // attention
-        linear_backward(layer_linear(g, P_ATTPROJW, P_ATTPROJB, l, A, C, LINEAR_ROW), a.proj, a.dres, x.atty,
-                        (const floatX *)NULL, N, acc, s);
-        // The attention backward also sums dqkv into the QKV bias gradient, while it holds the rows.
+        // attention; its backward also sums dqkv into the QKV bias gradient, while it holds the rows
+        Linear<floatX> attproj = layer_linear(g, P_ATTPROJW, P_ATTPROJB, l, A, C, LINEAR_ROW);
+        Linear<floatX> qkv = layer_linear(g, P_QKVW, P_QKVB, l, C, 3 * A, LINEAR_COLUMN);
+        linear_backward_input(attproj, a.proj, a.dres, x.atty, (const floatX *)NULL, N, s);
         attention_backward(a.dqkv, param_slice(g, dw, P_QKVB, l), a.proj, x.atty, x.qkv, x.lse, a.attn_workspace, B,
                            T, g->heads, HS, acc, s);
-        linear_backward(layer_linear(g, P_QKVW, P_QKVB, l, C, 3 * A, LINEAR_COLUMN), a.proj, a.dqkv, x.ln1,
-                        (const floatX *)NULL, N, acc, s);
+        linear_backward_input(qkv, a.proj, a.dqkv, x.ln1, (const floatX *)NULL, N, s);
+        linear_backward_weight(attproj, a.dres, x.atty, N, acc, s);
+        linear_backward_weight(qkv, a.dqkv, x.ln1, N, acc, s);
+        linear_backward_join(qkv, s);
         layernorm_backward(a.dres + t0, param_slice(g, dw, P_LN1W, l), param_slice(g, dw, P_LN1B, l),
                            l > 0 ? param_slice(g, dw, P_FCPROJB, l - 1) : (float *)NULL, scratch, a.proj + t0,
                            x.res_in, param_slice(g, w, P_LN1W, l), x.ln1_mean, x.ln1_rstd, ns, C, acc, s);

@@ -464,13 +464,6 @@ static void linear_forward(const Linear<T> &lin, T *out, const T *inp, int N, T 
     linear_rows_forward(lin, lin.b, out, inp, 0, N, gelu_aux, stream);
 }
 
-// lin.dw += dout^T inp (written when not accumulate).
-template <typename T>
-static void linear_wgrad(const Linear<T> &lin, const T *dout, const T *inp, int N, int accumulate, cudaStream_t stream) {
-    gemm_lt(lin.dw, CUDA_R_32F, inp, 0, lin.in, dout, 1, lin.out, TypeInfo<T>::cuda, lin.in, lin.out, N,
-            accumulate ? 1.0f : 0.0f, GEMM_PLAIN, stream);
-}
-
 // dinp = dout W, times gelu'(gelu_aux) when that is given.
 template <typename T>
 static void linear_dgrad(const Linear<T> &lin, T *dinp, const T *dout, const T *gelu_aux, int N, cudaStream_t stream) {
@@ -491,20 +484,28 @@ static void linear_dgrad(const Linear<T> &lin, T *dinp, const T *dout, const T *
 }
 
 /*
- * Given dout (N, lin.out): lin.dw += dout^T inp (written rather than added to when not accumulate); and, when dinp
- * is not NULL, dinp = dout W, multiplied by gelu'(gelu_aux) when gelu_aux is
- * given (inp was gelu(gelu_aux)). The weight gradient runs first, so dinp may alias inp; but column-parallel,
- * where dinp is summed over the TP group beside the weight gradient (under SP reduce-scattered: only this rank's
- * tokens of dinp are valid), and dinp must not alias inp. Row-parallel under SP: dout holds this rank's tokens
- * only and is all-gathered in place first.
+ * Backward, given dout (N, lin.out), in three parts, so that a caller can run weight gradients beside a collective:
+ *   linear_backward_input:  dinp = dout W (times gelu'(gelu_aux) when given: inp was gelu(gelu_aux)). Column-parallel
+ *     under TP, dinp is then summed over the TP group (reduce-scattered under SP: only this rank's tokens of dinp are
+ *     valid) on the TP stream, started and not waited for; row-parallel under SP, dout holds this rank's tokens only
+ *     and is all-gathered in place first (it must stay unchanged until linear_backward_weight).
+ *   linear_backward_weight: lin.dw += dout^T inp (written rather than added to when not accumulate).
+ *   linear_backward_join:   the compute stream waits for the sum the input part started (column-parallel, TP).
+ * dinp must not alias inp, which the weight gradient reads afterwards.
  */
 template <typename T>
-static void linear_backward(const Linear<T> &lin, T *dinp, const T *dout, const T *inp, const T *gelu_aux,
-                            int N, int accumulate, cudaStream_t stream) {
+static void linear_backward_input(const Linear<T> &lin, T *dinp, const T *dout, const T *inp, const T *gelu_aux, int N,
+                                  cudaStream_t stream) {
+    if (dinp == inp) { fail("linear_backward_input: dinp must not alias inp (the weight gradient reads it later)"); }
     TensorParallel *tp = lin.tp;
-    if (linear_is(lin, LINEAR_COLUMN) && dinp) {
-        if (dinp == inp) { fail("column-parallel linear_backward: dinp must not alias inp"); }
-        linear_dgrad(lin, dinp, dout, gelu_aux, N, stream);
+    if (linear_is(lin, LINEAR_ROW) && tp->sp) {
+        const char *what = "the tensor-parallel all-gather of a row-parallel layer's output gradient";
+        tp_fork(tp, stream);
+        tp_all_gather(tp, (T *)dout, (size_t)(N / tp->size) * lin.out, what);
+        tp_join(tp, stream, what);
+    }
+    linear_dgrad(lin, dinp, dout, gelu_aux, N, stream);
+    if (linear_is(lin, LINEAR_COLUMN)) {
         const char *what = "the tensor-parallel sum of a column-parallel layer's input gradient";
         tp_fork(tp, stream);
         if (tp->sp) {
@@ -513,18 +514,29 @@ static void linear_backward(const Linear<T> &lin, T *dinp, const T *dout, const 
         } else {
             tp_all_reduce(tp, dinp, (size_t)N * lin.in, what);
         }
-        linear_wgrad(lin, dout, inp, N, accumulate, stream);
-        tp_join(tp, stream, what);
-        return;
     }
-    if (linear_is(lin, LINEAR_ROW) && tp->sp) {
-        const char *what = "the tensor-parallel all-gather of a row-parallel layer's output gradient";
-        tp_fork(tp, stream);
-        tp_all_gather(tp, (T *)dout, (size_t)(N / tp->size) * lin.out, what);
-        tp_join(tp, stream, what);
+}
+
+template <typename T>
+static void linear_backward_weight(const Linear<T> &lin, const T *dout, const T *inp, int N, int accumulate,
+                                   cudaStream_t stream) {
+    gemm_lt(lin.dw, CUDA_R_32F, inp, 0, lin.in, dout, 1, lin.out, TypeInfo<T>::cuda, lin.in, lin.out, N,
+            accumulate ? 1.0f : 0.0f, GEMM_PLAIN, stream);
+}
+
+template <typename T> static void linear_backward_join(const Linear<T> &lin, cudaStream_t stream) {
+    if (linear_is(lin, LINEAR_COLUMN)) {
+        tp_join(lin.tp, stream, "the tensor-parallel sum of a column-parallel layer's input gradient");
     }
-    linear_wgrad(lin, dout, inp, N, accumulate, stream);
-    if (dinp) { linear_dgrad(lin, dinp, dout, gelu_aux, N, stream); }
+}
+
+// All three parts in order: the input gradient's TP sum runs beside the layer's own weight gradient.
+template <typename T>
+static void linear_backward(const Linear<T> &lin, T *dinp, const T *dout, const T *inp, const T *gelu_aux, int N,
+                            int accumulate, cudaStream_t stream) {
+    linear_backward_input(lin, dinp, dout, inp, gelu_aux, N, stream);
+    linear_backward_weight(lin, dout, inp, N, accumulate, stream);
+    linear_backward_join(lin, stream);
 }
 
 #endif // LLMC_MATMUL_CUH
