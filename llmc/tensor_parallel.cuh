@@ -26,7 +26,7 @@
 
 // Token chunks of a row-parallel forward (per owner under SP). More chunks hide more of the sum behind GEMMs, but
 // each chunk's GEMM is smaller (less efficient) and each collective has a fixed latency (~10-20 us).
-#define TP_FORWARD_CHUNKS 4
+#define TP_FORWARD_CHUNKS 8
 
 typedef struct {
     int size, rank; // the TP group
