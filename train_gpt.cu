@@ -1,5 +1,6 @@
 /*
- * train_gpt.cu: GPT-2 training on one GPU or many (data parallel, optionally ZeRO-1).
+ * train_gpt.cu: GPT-2 training on one GPU or many (data parallel, optionally ZeRO-1; tensor parallel, optionally
+ * sequence parallel).
  *
  * Reads top to bottom: the run-time precision, the model (parameters, activations), forward, backward, the
  * update, and the ModelOps table through which the training loop shared with the CPU build (llmc/trainer.h)
@@ -17,7 +18,10 @@
  * Several processes (mpirun, torchrun, srun; llmc/comm.cuh): each rank holds a replica and trains on its stride of
  * the global batch. On the last micro-step, the one place where backward hands a parameter group's final gradients
  * on (grads_final) also sums them over the ranks on the DP stream (llmc/data_parallel.cuh), and the group's norm
- * partials wait for that; under ZeRO-1 each rank then updates its slice and broadcasts it group by group. One
+ * partials wait for that; under ZeRO-1 each rank then updates its slice and broadcasts it group by group. Under
+ * tensor parallelism (--tp) a rank holds its TP-local tensors (llmc/tp_layout.h) and activations; the Linear layers,
+ * the embedding and the classifier do the TP collectives (llmc/tensor_parallel.cuh), so forward and backward read
+ * as on one GPU but for the token range t0 .. t0 + ns of the LayerNorm regions under sequence parallelism. One
  * process runs exactly the single-GPU program: no communicator, no extra event, no collective.
  */
 #include <cuda_profiler_api.h>

@@ -18,8 +18,9 @@
  * its first eight on some GPT-2 shapes (dev/NOTES.md, Performance log). So GEMMs first run during a tuning pass
  * time each candidate and keep the fastest; as algorithms sum in different orders, the choices are saved
  * (gemm_algos_save) and a resumed run loads them (gemm_algos_load), so it computes the same bits.
- * This is the seam for what comes later: tensor-parallel splits, the GTP shard gather before a weight is used and
- * the FP8 recipe all change what linear_forward / linear_backward do, not their callers.
+ * This is the seam for the parallel and low-precision variants: tensor-parallel splits do their collectives here
+ * (llmc/tensor_parallel.cuh); the GTP shard gather before a weight is used and the FP8 recipe will change what
+ * linear_forward / linear_backward_* do, not their callers.
  */
 #ifndef LLMC_MATMUL_CUH
 #define LLMC_MATMUL_CUH
