@@ -592,9 +592,7 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
     }
     if (g->tp.sp) { // the embedding gradients read every token's residual gradient
         const char *what = "the tensor-parallel all-gather of the embeddings' gradient";
-        tp_fork(&g->tp, s);
-        tp_all_gather(&g->tp, a.dres, (size_t)ns * C, what);
-        tp_join(&g->tp, s, what);
+        tp_all_gather_joined(&g->tp, a.dres, (size_t)ns * C, s, what);
     }
     encoder_backward(dw + off[P_WTE], dw + off[P_WPE], a.dres, &g->buckets, g->d_buckets, B, T, c->max_seq_len, C,
                      acc, s);
@@ -759,9 +757,7 @@ template <typename floatX> static void op_logits_at(void *ctx, const int *tokens
         cudaCheck(cudaMemcpyAsync(g->row_gather + g->tp.rank * Vl, row, Vl * sizeof(floatX), cudaMemcpyDeviceToDevice,
                                   g_cuda.stream));
         const char *what = "the tensor-parallel all-gather of a row of logits";
-        tp_fork(&g->tp, g_cuda.stream);
-        tp_all_gather(&g->tp, g->row_gather, Vl, what);
-        tp_join(&g->tp, g_cuda.stream, what);
+        tp_all_gather_joined(&g->tp, g->row_gather, Vl, g_cuda.stream, what);
         row = g->row_gather;
     }
     copy_to_host_float(out, row, Vp);
@@ -787,8 +783,8 @@ static void copy_host_to_device(float *dst, const float *src, size_t n) {
  * The host side of the model is whole (param_layout() order: model files, state files); a TP rank's device buffers
  * hold its TP-local tensors (layout, llmc/tp_layout.h). tp_gather_to_host: the whole tensors from every TP rank's
  * local buffer (all-gathered TP_GATHER_CHUNK floats at a time through a temporary buffer, then placed on the host);
- * every rank of the group gets them. tp_local_from_host: this rank's local tensors cut from whole ones (a new host
- * array, or `full` itself on one TP rank).
+ * every rank of the group gets them. tp_scatter_to_device: elements [begin, begin + count) of this rank's local
+ * tensors, cut from whole ones, to the device.
  */
 #define TP_GATHER_CHUNK ((size_t)1 << 25) // 128 MB of fp32 per rank and chunk
 
@@ -808,9 +804,7 @@ template <typename floatX> static void tp_gather_to_host(GPT<floatX> *g, const f
         size_t n = P - o < chunk ? P - o : chunk;
         cudaCheck(cudaMemcpyAsync(stage + g->tp.rank * n, local + o, n * sizeof(float), cudaMemcpyDeviceToDevice,
                                   g_cuda.stream));
-        tp_fork(&g->tp, g_cuda.stream);
-        tp_all_gather(&g->tp, stage, n, what);
-        tp_join(&g->tp, g_cuda.stream, what);
+        tp_all_gather_joined(&g->tp, stage, n, g_cuda.stream, what);
         for (int r = 0; r < tp; r++) {
             cudaCheck(cudaMemcpyAsync(host + r * P + o, stage + r * n, n * sizeof(float), cudaMemcpyDeviceToHost,
                                       g_cuda.stream));
@@ -825,15 +819,16 @@ template <typename floatX> static void tp_gather_to_host(GPT<floatX> *g, const f
     free(host);
 }
 
-template <typename floatX> static const float *tp_local_from_host(GPT<floatX> *g, const float *full) {
-    if (!tp_active(&g->tp)) { return full; }
+template <typename floatX>
+static void tp_scatter_to_device(GPT<floatX> *g, const float *full, float *dst, size_t begin, size_t count) {
+    if (!tp_active(&g->tp)) {
+        copy_host_to_device(dst, full + begin, count);
+        return;
+    }
     float *local = (float *)malloc_check(g->layout.total * sizeof(float), "tensor-parallel parameters");
     param_slice_tp(&g->config, &g->mesh, full, local);
-    return local;
-}
-
-template <typename floatX> static void tp_local_free(GPT<floatX> *g, const float *local, const float *full) {
-    if (local != full) { free((void *)local); }
+    copy_host_to_device(dst, local + begin, count);
+    free(local);
 }
 
 template <typename floatX> static void op_get_params(void *ctx, float *out) {
@@ -849,9 +844,7 @@ template <typename floatX> static void op_get_params(void *ctx, float *out) {
 template <typename floatX> static void op_set_params(void *ctx, const float *in) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     updated_join(g);
-    const float *local = tp_local_from_host(g, in);
-    copy_host_to_device(g->params, local, g->layout.total);
-    tp_local_free(g, local, in);
+    tp_scatter_to_device(g, in, g->params, 0, g->layout.total);
     if constexpr (!std::is_same<floatX, float>::value) {
         convert_from_float(g->weights, g->params, g->layout.total, g_cuda.stream);
         comm_wait_stream(g_cuda.stream, "the conversion of the weights");
@@ -884,12 +877,8 @@ template <typename floatX> static void op_set_opt_state(void *ctx, const float *
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     updated_join(g);
     Span owned = dp_owned(&g->dp);
-    const float *lm = tp_local_from_host(g, m);
-    copy_host_to_device(g->m, lm + owned.begin, owned.count);
-    tp_local_free(g, lm, m);
-    const float *lv = tp_local_from_host(g, v);
-    copy_host_to_device(g->v, lv + owned.begin, owned.count);
-    tp_local_free(g, lv, v);
+    tp_scatter_to_device(g, m, g->m, owned.begin, owned.count);
+    tp_scatter_to_device(g, v, g->v, owned.begin, owned.count);
 }
 
 // The time the compute stream waited for collectives since the last call (the log line's exposed communication);

@@ -164,9 +164,7 @@ static void fused_classifier(T *logits, float *losses, float *mean_out, const in
             stats + (size_t)tp->rank * N * VOCAB_STATS, logits, targets, col0, Vl, V);
         cudaCheckLaunch();
         const char *what = "the all-gather of the classifier's row statistics over the tensor-parallel ranks";
-        tp_fork(tp, stream);
-        tp_all_gather(tp, stats, (size_t)N * VOCAB_STATS, what);
-        tp_join(tp, stream, what);
+        tp_all_gather_joined(tp, stats, (size_t)N * VOCAB_STATS, stream, what);
         classifier_finish_kernel<<<N, CLASSIFIER_THREADS, 0, stream>>>(logits, losses, stats, targets, dloss, col0, Vl,
                                                                         V, N, tp->size, write_grad);
         cudaCheckLaunch();

@@ -501,9 +501,7 @@ static void linear_backward_input(const Linear<T> &lin, T *dinp, const T *dout, 
     TensorParallel *tp = lin.tp;
     if (linear_is(lin, LINEAR_ROW) && tp->sp) {
         const char *what = "the tensor-parallel all-gather of a row-parallel layer's output gradient";
-        tp_fork(tp, stream);
-        tp_all_gather(tp, (T *)dout, (size_t)(N / tp->size) * lin.out, what);
-        tp_join(tp, stream, what);
+        tp_all_gather_joined(tp, (T *)dout, (size_t)(N / tp->size) * lin.out, stream, what);
     }
     linear_dgrad(lin, dinp, dout, gelu_aux, N, stream);
     if (linear_is(lin, LINEAR_COLUMN)) {

@@ -91,6 +91,14 @@ template <typename T> static void tp_reduce_scatter(TensorParallel *tp, const T 
     comm_settle(comm_get(COMM_TP), what, g_comm.timeout_s);
 }
 
+// An all-gather the compute stream needs at once: forked from it and joined (its whole time counts as exposed).
+template <typename T>
+static void tp_all_gather_joined(TensorParallel *tp, T *buf, size_t n, cudaStream_t compute, const char *what) {
+    tp_fork(tp, compute);
+    tp_all_gather(tp, buf, n, what);
+    tp_join(tp, compute, what);
+}
+
 // In place on the device: x[0..n) summed over the TP group (the squared norm of this rank's parameter slices).
 static void tp_sum_on_device(TensorParallel *tp, double *x, int n, cudaStream_t compute) {
     const char *what = "the all-reduce of the squared gradient norm over the tensor-parallel ranks";
