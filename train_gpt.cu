@@ -383,69 +383,115 @@ template <typename floatX> static void gpt_load_tokens(GPT<floatX> *g, const int
                               cudaMemcpyHostToDevice, g_cuda.stream));
 }
 
-// The input embedding of N tokens into the residual stream (acts.res[0]). Under TP each rank embeds the tokens of
-// its vocabulary rows (llmc/encoder.cuh), and the group sums them: all-reduced, or under SP reduce-scattered from
-// the projection scratch onto each rank's tokens.
-template <typename floatX> static void gpt_embed(GPT<floatX> *g, int B, int T) {
+/*
+ * The forward runs in chunks of whole sequences (llmc/tensor_parallel.cuh): under TP without SP, TP_SEQUENCE_CHUNKS
+ * (at most B), so that a chunk's row-parallel sum hides behind the other chunks' work; otherwise one, the whole
+ * micro-batch. Chunk k covers sequences [b0, b0 + nb), rows [row, row + rows) of the (N, ...) activations; its
+ * LayerNorms and residual adds cover rows [ln_row, ln_row + ln_rows) of the LayerNorm outputs and projections, which
+ * are rows [res_row, ...) of the residual stream and statistics. Those are the chunk's rows, but under SP (one chunk)
+ * this rank's tokens: from t0 in the first, from 0 in the second (it holds only its own).
+ */
+typedef struct {
+    int b0, nb, row, rows, ln_row, ln_rows, res_row;
+} ForwardChunk;
+
+template <typename floatX> static int forward_chunks(const GPT<floatX> *g, int B) {
+    return tp_active(&g->tp) && !g->tp.sp ? (B < TP_SEQUENCE_CHUNKS ? B : TP_SEQUENCE_CHUNKS) : 1;
+}
+
+template <typename floatX> static ForwardChunk forward_chunk(const GPT<floatX> *g, int B, int T, int k) {
+    int K = forward_chunks(g, B), N = B * T;
+    ForwardChunk f;
+    f.b0 = k * B / K;
+    f.nb = (k + 1) * B / K - f.b0;
+    f.row = f.b0 * T;
+    f.rows = f.nb * T;
+    f.ln_row = K > 1 ? f.row : tp_first_token(&g->tp, N);
+    f.ln_rows = K > 1 ? f.rows : tp_local_tokens(&g->tp, N);
+    f.res_row = K > 1 ? f.row : 0;
+    return f;
+}
+
+// The input embedding of chunk k's tokens into the residual stream (acts.res[0]). Under TP each rank embeds the
+// tokens of its vocabulary rows (llmc/encoder.cuh), and the group sums them (marked as chunk k's sum): all-reduced,
+// or under SP reduce-scattered from the projection scratch onto each rank's tokens.
+template <typename floatX> static void gpt_embed(GPT<floatX> *g, int B, int T, int k) {
     const Activations<floatX> &a = g->acts;
-    int C = g->config.channels, N = B * T;
+    ForwardChunk f = forward_chunk(g, B, T, k);
+    int C = g->config.channels;
     const floatX *w = g->weights;
     TensorParallel *tp = &g->tp;
     cudaStream_t s = g_cuda.stream;
-    floatX *dst = tp->sp ? a.proj : a.res;
-    encoder_forward(dst, g->d_tokens, w + g->layout.offset[P_WTE], w + g->layout.offset[P_WPE], B, T, C, g->emb, s);
+    floatX *dst = (tp->sp ? a.proj : a.res) + (size_t)f.row * C;
+    encoder_forward(dst, g->d_tokens + f.row, w + g->layout.offset[P_WTE], w + g->layout.offset[P_WPE], f.nb, T, C,
+                    g->emb, s);
     if (!tp_active(tp)) { return; }
     const char *what = "the tensor-parallel sum of the embeddings";
     tp_fork(tp, s);
     if (tp->sp) {
-        tp_reduce_scatter(tp, a.proj, a.res, (size_t)tp_local_tokens(tp, N) * C, what);
+        tp_reduce_scatter(tp, a.proj, a.res, (size_t)f.ln_rows * C, what);
     } else {
-        tp_all_reduce(tp, a.res, (size_t)N * C, what);
+        tp_all_reduce(tp, dst, (size_t)f.rows * C, what);
     }
-    tp_join(tp, s, what);
+    tp_chunk_mark(tp, k, what);
 }
 
-// Logits of B x T tokens (already on the GPU) into acts.logits. The LayerNorms and residual adds run on this rank's
-// ns tokens (from token t0: all N but under SP), whose rows of the (N, C) LayerNorm outputs and projections they use.
+// Logits of B x T tokens (already on the GPU) into acts.logits. Each half-block (attention, MLP) runs chunk after
+// chunk, and begins, once the chunk's last sum is in, with the residual add of the half-block below it fused into
+// its LayerNorm.
 template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T) {
     const GPTConfig *c = &g->config;
-    int C = c->channels, L = c->num_layers, A = g->attn, M = g->mlp, N = B * T;
-    int ns = tp_local_tokens(&g->tp, N);
-    size_t t0 = (size_t)tp_first_token(&g->tp, N) * C;
+    int C = c->channels, L = c->num_layers, A = g->attn, M = g->mlp, K = forward_chunks(g, B);
+    int HS = C / c->num_heads, NHl = g->heads;
     const Activations<floatX> &a = g->acts;
+    TensorParallel *tp = &g->tp;
     cudaStream_t s = g_cuda.stream;
     const floatX *w = g->weights;
     const size_t *off = g->layout.offset;
 
     updated_wait(g, L);
-    gpt_embed(g, B, T);
-    LayerActs<floatX> x0 = layer_acts(g, 0);
-    updated_wait(g, 0);
-    layernorm_forward(x0.ln1 + t0, x0.ln1_mean, x0.ln1_rstd, (floatX *)NULL, x0.res_in, (const floatX *)NULL,
-                      param_slice(g, w, P_LN1W, 0), param_slice(g, w, P_LN1B, 0), ns, C, s);
+    for (int k = 0; k < K; k++) { gpt_embed(g, B, T, k); }
     for (int l = 0; l < L; l++) {
-        LayerActs<floatX> x = layer_acts(g, l);
-        linear_forward(layer_linear(g, P_QKVW, P_QKVB, l, C, 3 * A, LINEAR_COLUMN), x.qkv, x.ln1, N, (floatX *)NULL,
-                       s);
-        attention_forward(x.atty, x.lse, x.qkv, B, T, g->heads, C / c->num_heads, s);
-        linear_forward(layer_linear(g, P_ATTPROJW, P_ATTPROJB, l, A, C, LINEAR_ROW), a.proj, x.atty, N,
-                       (floatX *)NULL, s);
-        layernorm_forward(x.ln2 + t0, x.ln2_mean, x.ln2_rstd, x.res2, x.res_in, a.proj + t0,
-                          param_slice(g, w, P_LN2W, l), param_slice(g, w, P_LN2B, l), ns, C, s);
-        linear_forward(layer_linear(g, P_FCW, P_FCB, l, C, M, LINEAR_COLUMN), x.h4, x.ln2, N, x.fch, s);
-        linear_forward(layer_linear(g, P_FCPROJW, P_FCPROJB, l, M, C, LINEAR_ROW), a.proj, x.h4, N,
-                       (floatX *)NULL, s);
-        // The residual add of this block, fused with the LayerNorm that reads it next.
-        bool last = l == L - 1;
-        LayerActs<floatX> next = layer_acts(g, last ? l : l + 1);
-        floatX *ln_out = last ? a.lnf : next.ln1;
-        float *mean = last ? a.lnf_stats : next.ln1_mean, *rstd = last ? a.lnf_stats + ns : next.ln1_rstd;
-        const floatX *lnw = last ? w + off[P_LNFW] : param_slice(g, w, P_LN1W, l + 1);
-        const floatX *lnb = last ? w + off[P_LNFB] : param_slice(g, w, P_LN1B, l + 1);
-        if (!last) { updated_wait(g, l + 1); }
-        layernorm_forward(ln_out + t0, mean, rstd, x.res_out, x.res2, a.proj + t0, lnw, lnb, ns, C, s);
+        LayerActs<floatX> x = layer_acts(g, l), below = layer_acts(g, l > 0 ? l - 1 : 0);
+        Linear<floatX> qkv = layer_linear(g, P_QKVW, P_QKVB, l, C, 3 * A, LINEAR_COLUMN);
+        Linear<floatX> attproj = layer_linear(g, P_ATTPROJW, P_ATTPROJB, l, A, C, LINEAR_ROW);
+        Linear<floatX> fc = layer_linear(g, P_FCW, P_FCB, l, C, M, LINEAR_COLUMN);
+        Linear<floatX> fcproj = layer_linear(g, P_FCPROJW, P_FCPROJB, l, M, C, LINEAR_ROW);
+        updated_wait(g, l);
+        for (int k = 0; k < K; k++) {
+            ForwardChunk f = forward_chunk(g, B, T, k);
+            size_t r = f.row, lr = (size_t)f.ln_row * C, rr = (size_t)f.res_row * C;
+            tp_chunk_wait(tp, s, k);
+            // block l - 1's output = its attention output + its MLP's (in proj); none below the first block
+            layernorm_forward(x.ln1 + lr, x.ln1_mean + f.res_row, x.ln1_rstd + f.res_row,
+                              l > 0 ? x.res_in + rr : (floatX *)NULL, (l > 0 ? below.res2 : x.res_in) + rr,
+                              l > 0 ? a.proj + lr : (const floatX *)NULL, param_slice(g, w, P_LN1W, l),
+                              param_slice(g, w, P_LN1B, l), f.ln_rows, C, s);
+            linear_forward(qkv, x.qkv + r * 3 * A, x.ln1 + r * C, f.rows, (floatX *)NULL, k, s);
+            attention_forward(x.atty + r * A, x.lse + (size_t)f.b0 * NHl * T, x.qkv + r * 3 * A, f.nb, T, NHl, HS, s);
+            linear_forward(attproj, a.proj + r * C, x.atty + r * A, f.rows, (floatX *)NULL, k, s);
+        }
+        for (int k = 0; k < K; k++) {
+            ForwardChunk f = forward_chunk(g, B, T, k);
+            size_t r = f.row, lr = (size_t)f.ln_row * C, rr = (size_t)f.res_row * C;
+            tp_chunk_wait(tp, s, k);
+            layernorm_forward(x.ln2 + lr, x.ln2_mean + f.res_row, x.ln2_rstd + f.res_row, x.res2 + rr, x.res_in + rr,
+                              a.proj + lr, param_slice(g, w, P_LN2W, l), param_slice(g, w, P_LN2B, l), f.ln_rows, C,
+                              s);
+            linear_forward(fc, x.h4 + r * M, x.ln2 + r * C, f.rows, x.fch + r * M, k, s);
+            linear_forward(fcproj, a.proj + r * C, x.h4 + r * M, f.rows, (floatX *)NULL, k, s);
+        }
     }
-    linear_forward(lm_head(g), a.logits, a.lnf, N, (floatX *)NULL, s);
+    LayerActs<floatX> top = layer_acts(g, L - 1);
+    int ns = tp_local_tokens(tp, B * T);
+    for (int k = 0; k < K; k++) {
+        ForwardChunk f = forward_chunk(g, B, T, k);
+        size_t lr = (size_t)f.ln_row * C, rr = (size_t)f.res_row * C;
+        tp_chunk_wait(tp, s, k);
+        layernorm_forward(a.lnf + lr, a.lnf_stats + f.res_row, a.lnf_stats + ns + f.res_row, top.res_out + rr,
+                          top.res2 + rr, a.proj + lr, w + off[P_LNFW], w + off[P_LNFB], f.ln_rows, C, s);
+    }
+    linear_forward(lm_head(g), a.logits, a.lnf, B * T, (floatX *)NULL, 0, s);
     g->update_pending = 0; // every group was waited for
 }
 

@@ -414,41 +414,39 @@ static void linear_rows_forward(const Linear<T> &lin, const T *bias, T *out, con
     }
 }
 
-// Chunks of each owner's rows in a row-parallel forward: TP_FORWARD_CHUNKS, or fewer where that does not divide.
-static inline int tp_forward_chunks(int rows) {
-    int c = TP_FORWARD_CHUNKS;
-    while (rows % c != 0) { c--; }
-    return c;
-}
-
 /*
  * out (N, lin.out) = inp (N, lin.in) W^T + b. With gelu_aux: gelu_aux = that, and out = gelu(that).
  * Column-parallel under SP: inp holds this rank's tokens only and is all-gathered in place, beside the GEMM of
- * those tokens. Row-parallel: out is summed over the TP group chunk by chunk, each chunk's sum beside the next
- * chunk's GEMM (under SP onto the chunk's owner: then only this rank's tokens of out are valid).
+ * those tokens. Row-parallel: the sum of out over the TP group is started on the TP stream and marked as sequence
+ * chunk `chunk`'s (llmc/tensor_parallel.cuh); the caller waits for it (tp_chunk_wait) before it reads out. Under SP
+ * the sum goes onto each token's owner, piece by piece beside the next piece's GEMM; then only this rank's tokens of
+ * out are valid.
  */
 template <typename T>
-static void linear_forward(const Linear<T> &lin, T *out, const T *inp, int N, T *gelu_aux, cudaStream_t stream) {
+static void linear_forward(const Linear<T> &lin, T *out, const T *inp, int N, T *gelu_aux, int chunk,
+                           cudaStream_t stream) {
     TensorParallel *tp = lin.tp;
     if (linear_is(lin, LINEAR_ROW)) {
         const char *what = "the tensor-parallel sum of a row-parallel layer's output";
         const T *bias = tp->rank == 0 ? lin.b : NULL;
-        int owners = tp->sp ? tp->size : 1, rows = N / owners, chunks = tp_forward_chunks(rows);
-        int step = rows / chunks;
-        for (int o = 0; o < owners; o++) {
-            for (int c = 0; c < chunks; c++) {
-                int r0 = o * rows + c * step;
-                linear_rows_forward(lin, bias, out, inp, r0, r0 + step, gelu_aux, stream);
-                tp_fork(tp, stream);
-                T *chunk = out + (size_t)r0 * lin.out;
-                if (tp->sp) {
-                    tp_reduce(tp, chunk, (size_t)step * lin.out, o, what);
-                } else {
-                    tp_all_reduce(tp, chunk, (size_t)step * lin.out, what);
+        if (tp->sp) {
+            int rows = N / tp->size, pieces = TP_SP_CHUNKS;
+            while (rows % pieces != 0) { pieces--; }
+            int step = rows / pieces;
+            for (int o = 0; o < tp->size; o++) {
+                for (int c = 0; c < pieces; c++) {
+                    int r0 = o * rows + c * step;
+                    linear_rows_forward(lin, bias, out, inp, r0, r0 + step, gelu_aux, stream);
+                    tp_fork(tp, stream);
+                    tp_reduce(tp, out + (size_t)r0 * lin.out, (size_t)step * lin.out, o, what);
                 }
             }
+        } else {
+            linear_rows_forward(lin, bias, out, inp, 0, N, gelu_aux, stream);
+            tp_fork(tp, stream);
+            tp_all_reduce(tp, out, (size_t)N * lin.out, what);
         }
-        tp_join(tp, stream, what);
+        tp_chunk_mark(tp, chunk, what);
         return;
     }
     if (linear_is(lin, LINEAR_COLUMN) && tp->sp) {

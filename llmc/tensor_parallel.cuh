@@ -12,11 +12,16 @@
  *     row-parallel backward), reduce-scatter after a row-parallel forward and a column-parallel dgrad. Rank r owns
  *     tokens [r N/TP, (r+1) N/TP) of a micro-batch.
  * Collectives run on the TP stream (high priority), ordered after the compute stream's work by an event (tp_fork);
- * the compute stream waits for them through comm_compute_wait (tp_join), which times how long it stood still:
- * the exposed communication the log line reports. Overlap comes from the callers' order: a row-parallel forward
- * is split into chunks of tokens, each chunk's sum launched as soon as its GEMM is done, beside the next chunk's;
- * a column-parallel dgrad's sum runs beside the weight-gradient GEMM; an all-gather runs beside the GEMM of the
- * tokens this rank already holds.
+ * the compute stream waits for them through comm_compute_wait (tp_join, tp_chunk_wait), which times how long it
+ * stood still: the exposed communication the log line reports. Overlap comes from the callers' order:
+ *   forward without SP: gpt_forward cuts the micro-batch into TP_SEQUENCE_CHUNKS groups of whole sequences (attention
+ *     never crosses a sequence) and runs each half-block (attention, MLP) chunk after chunk; a chunk's row-parallel
+ *     sum is marked with its own event (tp_chunk_mark) and waited for only where the same chunk's next half-block
+ *     starts, so it runs beside the other chunks' GEMMs and attention.
+ *   forward under SP: the residual stream is cut by rank, not by sequence, so the row-parallel GEMM itself is cut
+ *     into TP_SP_CHUNKS pieces of each owner's tokens, each reduced onto its owner beside the next piece's GEMM.
+ *   backward: a column-parallel dgrad's sum runs beside the weight-gradient GEMMs; an all-gather runs beside the
+ *     GEMM of the tokens this rank already holds.
  * TP = 1: no stream, no event, no collective; every function here returns at once.
  */
 #ifndef LLMC_TENSOR_PARALLEL_CUH
@@ -24,16 +29,24 @@
 
 #include "comm.cuh"
 
-// Token chunks of a row-parallel forward (per owner under SP). More chunks hide more of the sum behind GEMMs, but
-// each chunk's GEMM is smaller (less efficient) and each collective has a fixed latency (~10-20 us). Measured at
-// GPT-2 1558M, TP=2 on 2 x H200: 4 chunks 119 ms a step (13 ms exposed), 8 chunks 128 ms (19 ms exposed).
-#define TP_FORWARD_CHUNKS 4
+/*
+ * Sequence chunks of the forward without SP. Each chunk's sum (a row-parallel output: C columns of its tokens) has
+ * the other chunks' half-blocks to hide behind, so two suffice when a half-block of one chunk takes longer than its
+ * sum: at GPT-2 1558M, TP=2 on 2 x H200, a sum of 4 sequences (13 MB bf16, ~90 us at the measured 150 GB/s) against
+ * 120-140 us of GEMMs and attention. More chunks would only shrink the GEMMs and add collective latency.
+ */
+#define TP_SEQUENCE_CHUNKS 2
+// Pieces of each owner's tokens in a row-parallel forward under SP. Measured at GPT-2 1558M, TP=2 on 2 x H200
+// (before sequence chunks, when the forward without SP cut its GEMMs the same way): 4 pieces 119 ms a step (13 ms
+// exposed), 8 pieces 128 ms (19 ms exposed).
+#define TP_SP_CHUNKS 4
 
 typedef struct {
     int size, rank; // the TP group
     int sp;         // sequence parallelism
     cudaStream_t stream;
     cudaEvent_t compute_mark, tp_mark;
+    cudaEvent_t chunk_done[TP_SEQUENCE_CHUNKS]; // the last sum started for each sequence chunk of the forward
 } TensorParallel;
 
 static void tp_init(TensorParallel *tp, const Mesh *m, int sp) {
@@ -47,6 +60,9 @@ static void tp_init(TensorParallel *tp, const Mesh *m, int sp) {
     cudaCheck(cudaStreamCreateWithPriority(&tp->stream, cudaStreamNonBlocking, greatest));
     cudaCheck(cudaEventCreateWithFlags(&tp->compute_mark, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&tp->tp_mark, cudaEventDisableTiming));
+    for (int k = 0; k < TP_SEQUENCE_CHUNKS; k++) {
+        cudaCheck(cudaEventCreateWithFlags(&tp->chunk_done[k], cudaEventDisableTiming));
+    }
 }
 
 static inline int tp_active(const TensorParallel *tp) { return tp && tp->size > 1; }
@@ -68,6 +84,16 @@ static void tp_join(TensorParallel *tp, cudaStream_t compute, const char *what) 
     cudaCheck(cudaEventRecord(tp->tp_mark, tp->stream));
     comm_track(tp->tp_mark, what);
     comm_compute_wait(compute, tp->tp_mark);
+}
+
+// Sequence chunk k's sum, just queued on the TP stream, is the one tp_chunk_wait(k) waits for. The caller waits for
+// chunk k's previous sum before it starts the next (the forward reads each sum before it writes the chunk again).
+static void tp_chunk_mark(TensorParallel *tp, int k, const char *what) {
+    cudaCheck(cudaEventRecord(tp->chunk_done[k], tp->stream));
+    comm_track(tp->chunk_done[k], what);
+}
+static void tp_chunk_wait(TensorParallel *tp, cudaStream_t compute, int k) {
+    if (tp_active(tp)) { comm_compute_wait(compute, tp->chunk_done[k]); }
 }
 
 // The collectives, on the TP stream, in place but for reduce-scatter. n counts elements of the whole buffer for
