@@ -87,8 +87,12 @@ template <typename floatX> struct Activations {
     float *lse;                    // (L, B, NH/TP, T) log-sum-exp of each attention row
     floatX *fch;                   // (L, N, 4C/TP) fc output before GELU
     floatX *h4;                    // gelu(fch): (keep_gelu, N, 4C/TP) for the first layers, which keep it for
-                                   // backward, then (N, 4C/TP) shared by the others, which recompute it there;
-                                   // in backward it becomes d fch
+                                   // backward, then (N, 4C/TP) for the others, which recompute it there a layer
+                                   // ahead (gelu_recompute): layers L-1, L-3, ... use this slot, L-2, L-4, ... h4_alt
+    floatX *h4_alt;                // (N, 4C/TP) the second buffer of the layers that recompute gelu(fch), so that
+                                   // one layer's is written while the layer above still reads its own: inside the
+                                   // logits' buffer after d fch where it fits (the logits are dead from the end of
+                                   // the LM head's backward to the next forward's LM head), else its own
     floatX *lnf;                   // (N, C)
     float *lnf_stats;              // (2, Ns)
     floatX *logits;                // (N, Vp/TP); backward overwrites it with its gradient
@@ -148,6 +152,7 @@ template <typename floatX> struct GPT {
     int norm_ready;                // the last backward left every group's partial sums in norm_scratch
     cudaEvent_t grads_final_event, side_done;
     cudaEvent_t dfch_ready, fc_bias_done, sums_final; // fc_bias_backward and grads_final
+    cudaEvent_t forward_done, gelu_recomputed;        // gelu_recompute
     // parameters updated (see gpt_update): AdamW runs group by group on the side stream, the next forward waits for
     // each group just before it reads it
     cudaEvent_t norm_done;         // the clip factor AdamW reads is ready
@@ -203,7 +208,8 @@ template <typename floatX> static LayerActs<floatX> layer_acts(const GPT<floatX>
     x.qkv = a.qkv + l * N * 3 * A;
     x.atty = a.atty + l * N * A;
     x.fch = a.fch + l * N * M;
-    x.h4 = a.h4 + (l < g->keep_gelu ? l : g->keep_gelu) * N * M;
+    int keep = g->keep_gelu, L = g->config.num_layers;
+    x.h4 = l < keep ? a.h4 + l * N * M : (L - 1 - l) % 2 == 0 ? a.h4 + keep * N * M : a.h4_alt;
     x.ln1_mean = a.ln1_stats + l * 2 * Ns;
     x.ln1_rstd = x.ln1_mean + Ns;
     x.ln2_mean = a.ln2_stats + l * 2 * Ns;
@@ -215,6 +221,10 @@ template <typename floatX> static LayerActs<floatX> layer_acts(const GPT<floatX>
 template <typename T> static T *dev_alloc(size_t count, const char *what) {
     return (T *)cuda_alloc(count * sizeof(T), what);
 }
+
+// Bytes between slices that share an allocation: cudaMalloc's alignment, the most cuBLASLt is told a pointer has
+// (pointer_alignment), so a GEMM on a slice runs the same algorithm as on a buffer of its own.
+#define SLICE_ALIGN 256
 
 template <typename floatX> static void activations_alloc(GPT<floatX> *g) {
     const GPTConfig *c = &g->config;
@@ -245,6 +255,11 @@ template <typename floatX> static void activations_alloc(GPT<floatX> *g) {
     a.dres = dev_alloc<floatX>(N * C, "residual gradient");
     a.dqkv = dev_alloc<floatX>(N * 3 * A, "QKV gradient");
     a.dfch = Vl >= M ? a.logits : dev_alloc<floatX>(N * M, "MLP gradient");
+    if (g->keep_gelu + 2 <= (int)L) { // two layers or more recompute gelu(fch): they alternate (layer_acts)
+        size_t bytes = N * M * sizeof(floatX), after_dfch = (bytes + SLICE_ALIGN - 1) / SLICE_ALIGN * SLICE_ALIGN;
+        bool fits = a.dfch == a.logits && after_dfch + bytes <= N * Vl * sizeof(floatX);
+        a.h4_alt = fits ? (floatX *)((char *)a.logits + after_dfch) : dev_alloc<floatX>(N * M, "GELU outputs");
+    }
     a.attn_workspace = cuda_alloc(attention_backward_workspace_bytes<floatX>(g->maxB, g->maxT, (int)NHl,
                                                                              c->channels / c->num_heads),
                                   "attention backward workspace");
@@ -336,7 +351,8 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, uin
     cudaCheck(cudaEventCreateWithFlags(&g->scalars_ready, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&g->grads_final_event, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&g->side_done, cudaEventDisableTiming));
-    for (cudaEvent_t *e : {&g->dfch_ready, &g->fc_bias_done, &g->sums_final}) {
+    for (cudaEvent_t *e :
+         {&g->dfch_ready, &g->fc_bias_done, &g->sums_final, &g->forward_done, &g->gelu_recomputed}) {
         cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
     }
     cudaCheck(cudaEventCreateWithFlags(&g->norm_done, cudaEventDisableTiming));
@@ -580,6 +596,36 @@ static void fc_bias_backward(GPT<floatX> *g, float *db, const floatX *dfch, int 
     cudaCheck(cudaEventRecord(g->fc_bias_done, g_cuda.sums));
 }
 
+/*
+ * gelu(fch) again for layer l, which did not keep it (l >= keep_gelu), on the sums stream a layer ahead: beside the
+ * compute stream's backward of layer l + 1 instead of in line before layer l's fc2 backward (a memory-bound pass,
+ * 70 us a layer at 1558M, where the compute-bound GEMMs leave gaps). gpt_backward queues it right behind layer
+ * l + 1's fc bias sum (fc_bias_backward), whose wait for dfch_ready orders it after its buffer's last reader
+ * (below). The bias sum goes first, so fc_bias_done never waits for a recompute, and the next bias sum is not held
+ * back by this one either (it starts after layer l's fc2 input gradient, which waits for gelu_recomputed); the
+ * recompute has the rest of layer l + 1's backward (~2.5 ms at 1558M) to finish in. Layer L - 1 has no layer
+ * ahead: gpt_backward queues it first, beside the LM head's backward. The layers that recompute alternate between
+ * two buffers (layer_acts: layer l + 1's is the other one). Writers and readers, and what orders them:
+ *   h4 of layer l: written here (sums); read by layer l's fc2 weight gradient (compute), which waits for
+ *     gelu_recomputed (one event for all layers: that wait is queued before layer l - 1's recompute records it
+ *     again). The buffer held layer l + 2's h4, last read by that layer's fc2 weight gradient (compute),
+ *     which precedes layer l + 1's fc2 input gradient, that is dfch_ready, which the sums stream waited for in
+ *     fc_bias_backward just before. Layer L - 1's (h4's last slot) was last read by the forward's fc2: the sums
+ *     stream waits for forward_done.
+ *   fch of layer l: written by the forward only (before forward_done and every dfch_ready); read here and by the
+ *     DGELU of layer l's fc2 input gradient.
+ *   the logits' buffer, where h4_alt may lie after d fch (disjoint): the classifier and the LM head's backward
+ *     (compute) use it before layer L - 1's dfch_ready, which precedes every recompute into h4_alt. The next
+ *     forward writes both buffers after grads_final_join, which is behind all the sums stream's work, and its
+ *     LM head the logits after the layers have read h4_alt.
+ * gelu_forward is elementwise: the same bits as in line.
+ */
+template <typename floatX> static void gelu_recompute(GPT<floatX> *g, int l, int N) {
+    LayerActs<floatX> x = layer_acts(g, l);
+    gelu_forward(x.h4, x.fch, (size_t)N * g->mlp, g_cuda.sums);
+    cudaCheck(cudaEventRecord(g->gelu_recomputed, g_cuda.sums));
+}
+
 // Gradients of the last forward's loss (whose gradient gpt_loss left in the logits) are added to g->grads, or
 // written there when they are zero (g->grads_zero: the first micro-step of an optimizer step), which saves a pass
 // that zeroes them. Every micro-step takes the norm's partial sums (grads_final), as the GPU cannot tell the last
@@ -596,6 +642,11 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
     const size_t *off = g->layout.offset;
     float *scratch = a.reduce_scratch;
 
+    if (L - 1 >= g->keep_gelu) { // its buffer is not the logits': no need to wait for the LM head's backward
+        cudaCheck(cudaEventRecord(g->forward_done, s));
+        cudaCheck(cudaStreamWaitEvent(g_cuda.sums, g->forward_done, 0));
+        gelu_recompute(g, L - 1, N);
+    }
     linear_backward(lm_head(g), a.proj, a.logits, a.lnf, (const floatX *)NULL, N, acc, s);
     cudaCheck(cudaMemsetAsync(a.dres, 0, (size_t)N * C * sizeof(floatX), s));
     // Each LayerNorm backward also sums the residual gradient it leaves: the bias gradient of the projection below.
@@ -606,14 +657,15 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
         LayerActs<floatX> x = layer_acts(g, l);
         // Each block's two column-parallel input gradients are summed over the TP group (linear_backward_input)
         // beside the weight gradients of both of its layers, which are put off until then.
-        // MLP: h4 = gelu(fch) again in a layer that did not keep it; d fch goes to its own buffer (a.dfch), once the
-        // layer above has summed its fc bias gradient there.
-        if (l >= g->keep_gelu) { gelu_forward(x.h4, x.fch, (size_t)N * M, s); }
+        // MLP: a layer that did not keep h4 = gelu(fch) waits for its recompute (gelu_recompute); d fch goes to its
+        // own buffer (a.dfch), once the layer above has summed its fc bias gradient there.
+        if (l >= g->keep_gelu) { cudaCheck(cudaStreamWaitEvent(s, g->gelu_recomputed, 0)); }
         Linear<floatX> fcproj = layer_linear(g, P_FCPROJW, P_FCPROJB, l, M, C, LINEAR_ROW);
         Linear<floatX> fc = layer_linear(g, P_FCW, P_FCB, l, C, M, LINEAR_COLUMN);
         cudaCheck(cudaStreamWaitEvent(s, g->fc_bias_done, 0));
         linear_backward_input(fcproj, a.dfch, a.dres, x.h4, x.fch, N, s);
         fc_bias_backward(g, param_slice(g, dw, P_FCB, l), a.dfch, N, M, acc);
+        if (l - 1 >= g->keep_gelu) { gelu_recompute(g, l - 1, N); }
         linear_backward_input(fc, a.proj, a.dfch, x.ln2, (const floatX *)NULL, N, s);
         linear_backward_weight(fcproj, a.dres, x.h4, N, acc, s);
         linear_backward_weight(fc, a.dfch, x.ln2, N, acc, s);

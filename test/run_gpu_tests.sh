@@ -9,9 +9,10 @@ LOG_DIR=${LOG_DIR:-$(mktemp -d)}
 mkdir -p "$LOG_DIR"
 make -s train_gpt_cpu train_gpt test/gpubin/test_gpu_parity test/gpubin/test_attention || { echo "FAIL build"; exit 1; }
 
-# name and CPU options of each reference model: 20 steps of B 4 x T 64, two micro-steps per step
+# name and CPU options of each reference model: 20 steps of B 4 x T 64, two micro-steps per step. 3 layers in one,
+# so that the parity test's GELU recompute runs both ways (test_gpu_parity.cu: keep_gelu_layers).
 REF_COMMON="--ref-steps 20 --seq-len 64 --batch-size 4 --total-batch-tokens 512 --sample-every 0"
-REFS=("d2_w128_hs64:--depth 2 --width 128 --heads 2" "d2_w256_hs128:--depth 2 --width 256 --heads 2")
+REFS=("d3_w128_hs64:--depth 3 --width 128 --heads 2" "d2_w256_hs128:--depth 2 --width 256 --heads 2")
 
 rows=(); failed=0
 record() { # name, log, exit status

@@ -103,7 +103,9 @@ int main(int argc, char **argv) {
     option_set(&opts, option_find("precision", strlen("precision")), argv[2]);
     opts.seed = h->seed;
     opts.out_dir[0] = '\0'; // no GEMM algorithm file: the test writes nothing
-    opts.keep_gelu_layers = 1; // the first layer keeps its GELU output, the others recompute it: both paths
+    // The first layer keeps its GELU output, the others recompute it in backward: the last one first, beside the LM
+    // head's backward, and (at 3 layers or more) the ones between a layer ahead, into the logits' buffer.
+    opts.keep_gelu_layers = 1;
     const Tolerances *tol = strcmp(argv[2], "fp32") == 0 ? &TOL_FP32 : &TOL_BF16;
     GPTConfig config = h->config;
     ParamLayout layout;
