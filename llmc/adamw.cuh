@@ -140,35 +140,47 @@ typedef struct {
     float lr, beta1, beta2, bias_corr1, bias_corr2, eps, weight_decay;
 } AdamWStep;
 
-// One thread per 4 consecutive parameters. copy (the compute-precision weights) is NULL when the GEMMs read the
-// master weights themselves (fp32 mode). Assumes n % 4 == 0.
+// Each thread updates 4 consecutive parameters at a time, striding by the grid. copy (the compute-precision weights)
+// is NULL when the GEMMs read the master weights themselves (fp32 mode). Assumes n % 4 == 0.
 template <typename T>
 __global__ void __launch_bounds__(ADAMW_THREADS) adamw_kernel(float *p, T *copy, const float *g, float *m, float *v,
                                                               size_t n, AdamWStep a, const float *norm_clip) {
-    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
-    if (i >= n) { return; }
-    float clip = norm_clip[1];
-    float4 p4 = *reinterpret_cast<float4 *>(p + i), g4 = *reinterpret_cast<const float4 *>(g + i);
-    float4 m4 = *reinterpret_cast<float4 *>(m + i), v4 = *reinterpret_cast<float4 *>(v + i);
-    float *pp = &p4.x, *gg = &g4.x, *mm = &m4.x, *vv = &v4.x;
-    for (int j = 0; j < 4; j++) {
-        float gi = gg[j] * clip;
-        mm[j] = a.beta1 * mm[j] + (1.0f - a.beta1) * gi;
-        vv[j] = a.beta2 * vv[j] + (1.0f - a.beta2) * gi * gi;
-        float mhat = mm[j] / a.bias_corr1, vhat = vv[j] / a.bias_corr2;
-        pp[j] -= a.lr * (mhat / (sqrtf(vhat) + a.eps) + a.weight_decay * pp[j]);
-        if (copy) { copy[i + j] = from_float<T>(pp[j]); }
+    const float clip = norm_clip[1];
+    const size_t stride = (size_t)gridDim.x * blockDim.x * 4;
+    for (size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 4; i < n; i += stride) {
+        float4 p4 = *reinterpret_cast<float4 *>(p + i), g4 = *reinterpret_cast<const float4 *>(g + i);
+        float4 m4 = *reinterpret_cast<float4 *>(m + i), v4 = *reinterpret_cast<float4 *>(v + i);
+        float *pp = &p4.x, *gg = &g4.x, *mm = &m4.x, *vv = &v4.x;
+        for (int j = 0; j < 4; j++) {
+            float gi = gg[j] * clip;
+            mm[j] = a.beta1 * mm[j] + (1.0f - a.beta1) * gi;
+            vv[j] = a.beta2 * vv[j] + (1.0f - a.beta2) * gi * gi;
+            float mhat = mm[j] / a.bias_corr1, vhat = vv[j] / a.bias_corr2;
+            pp[j] -= a.lr * (mhat / (sqrtf(vhat) + a.eps) + a.weight_decay * pp[j]);
+            if (copy) { copy[i + j] = from_float<T>(pp[j]); }
+        }
+        *reinterpret_cast<float4 *>(p + i) = p4;
+        *reinterpret_cast<float4 *>(m + i) = m4;
+        *reinterpret_cast<float4 *>(v + i) = v4;
     }
-    *reinterpret_cast<float4 *>(p + i) = p4;
-    *reinterpret_cast<float4 *>(m + i) = m4;
-    *reinterpret_cast<float4 *>(v + i) = v4;
 }
 
+// Blocks of adamw_kernel that fill `sms` SMs (0: one block per 4 x ADAMW_THREADS parameters, whatever the SMs).
+template <typename T> static int adamw_blocks_for(int sms) {
+    if (sms == 0) { return 0; }
+    int per_sm = 0;
+    cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, adamw_kernel<T>, ADAMW_THREADS, 0));
+    return sms * per_sm;
+}
+
+// max_blocks (adamw_blocks_for; 0: no limit) bounds the grid, so that the update keeps to its SMs.
 template <typename T>
 static void adamw_update(float *p, T *copy, const float *g, float *m, float *v, size_t n, AdamWStep a,
-                         const float *norm_clip, cudaStream_t stream) {
+                         const float *norm_clip, int max_blocks, cudaStream_t stream) {
     if (n % 4 != 0) { fail("parameter tensor of %zu floats is not a multiple of 4", n); }
-    adamw_kernel<<<grid_for(n / 4, ADAMW_THREADS), ADAMW_THREADS, 0, stream>>>(p, copy, g, m, v, n, a, norm_clip);
+    int blocks = grid_for(n / 4, ADAMW_THREADS);
+    if (max_blocks > 0 && blocks > max_blocks) { blocks = max_blocks; }
+    adamw_kernel<<<blocks, ADAMW_THREADS, 0, stream>>>(p, copy, g, m, v, n, a, norm_clip);
     cudaCheckLaunch();
 }
 
