@@ -761,7 +761,7 @@ template <typename floatX> static float gpt_update(GPT<floatX> *g, const UpdateA
     cudaCheck(cudaEventRecord(g->scalars_ready, s));
 
     AdamWStep step = {u->lr, u->beta1, u->beta2, (float)(1.0 - pow(u->beta1, u->t)),
-                      (float)(1.0 - pow(u->beta2, u->t)), u->eps, 0.0f};
+                      (float)(1.0 - pow(u->beta2, u->t)), u->eps};
     floatX *copy = std::is_same<floatX, float>::value ? NULL : g->weights;
     cudaStream_t side = g->update_sms ? g_cuda.update : g_cuda.side;
     int max_blocks = adamw_blocks_for<floatX>(g->update_sms);
@@ -770,12 +770,14 @@ template <typename floatX> static float gpt_update(GPT<floatX> *g, const UpdateA
     // AdamW of the part of group k this rank owns (all of it without ZeRO-1), then its event.
     auto update_group = [&](int k) {
         ParamGroup own = dp_owned_group(&g->dp, k);
+        AdamWGroup grp;
+        memset(&grp, 0, sizeof(grp));
         for (int i = 0; i < own.count; i++) {
-            size_t o = own.span[i].begin, mo = o - moments_begin;
-            step.weight_decay = param_is_decayed(own.tensor[i]) ? u->weight_decay : 0.0f;
-            adamw_update(g->params + o, copy ? copy + o : NULL, g->grads + o, g->m + mo, g->v + mo,
-                         own.span[i].count, step, a.scalars + 1, max_blocks, side);
+            size_t o = own.span[i].begin;
+            adamw_group_add(&grp, o, o - moments_begin, own.span[i].count,
+                            param_is_decayed(own.tensor[i]) ? u->weight_decay : 0.0f);
         }
+        adamw_update(g->params, copy, g->grads, g->m, g->v, &grp, step, a.scalars + 1, max_blocks, side);
         cudaCheck(cudaEventRecord(g->updated[k], side));
         if (g->dp.zero) { dp_gather_group(&g->dp, k, g->weights, g->updated[k]); }
     };

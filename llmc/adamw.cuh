@@ -137,35 +137,69 @@ static void grad_norm_from_sum(float *norm_clip, const double *sum_squares, floa
 }
 
 typedef struct {
-    float lr, beta1, beta2, bias_corr1, bias_corr2, eps, weight_decay;
+    float lr, beta1, beta2, bias_corr1, bias_corr2, eps; // weight decay is per tensor (AdamWGroup)
 } AdamWStep;
 
-// Each thread updates 4 consecutive parameters at a time, striding by the grid. copy (the compute-precision weights)
-// is NULL when the GEMMs read the master weights themselves (fp32 mode). Assumes n % 4 == 0.
+/*
+ * AdamW of one parameter group (a layer's tensors, or the rest) in one launch: a layer has a dozen tensors, half of
+ * them vectors of a few thousand floats, and a launch each cost more than their update. The group's spans are cut
+ * into chunks of ADAMW_CHUNK parameters (4 consecutive ones per thread); blocks take chunks in a grid stride, so a
+ * grid smaller than the chunks (--update-sms) works through all of them.
+ */
+#define ADAMW_CHUNK (ADAMW_THREADS * 4)
+
+typedef struct {
+    size_t begin[NORM_SLICES_MAX];   // the span's first parameter (in p, g and copy)
+    size_t moments[NORM_SLICES_MAX]; // and its first moment (in m and v: the owned slice under ZeRO-1)
+    size_t n[NORM_SLICES_MAX];
+    float weight_decay[NORM_SLICES_MAX];
+    int chunk_end[NORM_SLICES_MAX];  // span k's chunks are [chunk_end[k-1], chunk_end[k])
+    int count;
+} AdamWGroup;
+
+// Appends a span of n parameters (n % 4 == 0) whose moments start at `moments`.
+static void adamw_group_add(AdamWGroup *g, size_t begin, size_t moments, size_t n, float weight_decay) {
+    if (g->count == NORM_SLICES_MAX) { fail("an AdamW group holds at most %d spans", NORM_SLICES_MAX); }
+    if (n % 4 != 0) { fail("parameter tensor of %zu floats is not a multiple of 4", n); }
+    int k = g->count++;
+    g->begin[k] = begin;
+    g->moments[k] = moments;
+    g->n[k] = n;
+    g->weight_decay[k] = weight_decay;
+    g->chunk_end[k] = (k ? g->chunk_end[k - 1] : 0) + (int)((n + ADAMW_CHUNK - 1) / ADAMW_CHUNK);
+}
+
+static inline int adamw_group_chunks(const AdamWGroup *g) { return g->count ? g->chunk_end[g->count - 1] : 0; }
+
+// copy (the compute-precision weights) is NULL when the GEMMs read the master weights themselves (fp32 mode).
 template <typename T>
 __global__ void __launch_bounds__(ADAMW_THREADS) adamw_kernel(float *p, T *copy, const float *g, float *m, float *v,
-                                                              size_t n, AdamWStep a, const float *norm_clip) {
+                                                              AdamWGroup grp, AdamWStep a, const float *norm_clip) {
     const float clip = norm_clip[1];
-    const size_t stride = (size_t)gridDim.x * blockDim.x * 4;
-    for (size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 4; i < n; i += stride) {
+    int k = 0;
+    for (int c = blockIdx.x; c < grp.chunk_end[grp.count - 1]; c += gridDim.x) {
+        while (c >= grp.chunk_end[k]) { k++; }
+        size_t j = (size_t)(c - (k ? grp.chunk_end[k - 1] : 0)) * ADAMW_CHUNK + threadIdx.x * 4;
+        if (j >= grp.n[k]) { continue; }
+        size_t i = grp.begin[k] + j, mi = grp.moments[k] + j;
         float4 p4 = *reinterpret_cast<float4 *>(p + i), g4 = *reinterpret_cast<const float4 *>(g + i);
-        float4 m4 = *reinterpret_cast<float4 *>(m + i), v4 = *reinterpret_cast<float4 *>(v + i);
+        float4 m4 = *reinterpret_cast<float4 *>(m + mi), v4 = *reinterpret_cast<float4 *>(v + mi);
         float *pp = &p4.x, *gg = &g4.x, *mm = &m4.x, *vv = &v4.x;
-        for (int j = 0; j < 4; j++) {
-            float gi = gg[j] * clip;
-            mm[j] = a.beta1 * mm[j] + (1.0f - a.beta1) * gi;
-            vv[j] = a.beta2 * vv[j] + (1.0f - a.beta2) * gi * gi;
-            float mhat = mm[j] / a.bias_corr1, vhat = vv[j] / a.bias_corr2;
-            pp[j] -= a.lr * (mhat / (sqrtf(vhat) + a.eps) + a.weight_decay * pp[j]);
-            if (copy) { copy[i + j] = from_float<T>(pp[j]); }
+        for (int e = 0; e < 4; e++) {
+            float gi = gg[e] * clip;
+            mm[e] = a.beta1 * mm[e] + (1.0f - a.beta1) * gi;
+            vv[e] = a.beta2 * vv[e] + (1.0f - a.beta2) * gi * gi;
+            float mhat = mm[e] / a.bias_corr1, vhat = vv[e] / a.bias_corr2;
+            pp[e] -= a.lr * (mhat / (sqrtf(vhat) + a.eps) + grp.weight_decay[k] * pp[e]);
+            if (copy) { copy[i + e] = from_float<T>(pp[e]); }
         }
         *reinterpret_cast<float4 *>(p + i) = p4;
-        *reinterpret_cast<float4 *>(m + i) = m4;
-        *reinterpret_cast<float4 *>(v + i) = v4;
+        *reinterpret_cast<float4 *>(m + mi) = m4;
+        *reinterpret_cast<float4 *>(v + mi) = v4;
     }
 }
 
-// Blocks of adamw_kernel that fill `sms` SMs (0: one block per 4 x ADAMW_THREADS parameters, whatever the SMs).
+// Blocks of adamw_kernel that fill `sms` SMs (0: no limit, one block per chunk).
 template <typename T> static int adamw_blocks_for(int sms) {
     if (sms == 0) { return 0; }
     int per_sm = 0;
@@ -173,14 +207,15 @@ template <typename T> static int adamw_blocks_for(int sms) {
     return sms * per_sm;
 }
 
-// max_blocks (adamw_blocks_for; 0: no limit) bounds the grid, so that the update keeps to its SMs.
+// max_blocks (adamw_blocks_for) bounds the grid, so that the update keeps to its SMs. An empty group (a ZeRO-1 rank
+// that owns none of it) launches nothing.
 template <typename T>
-static void adamw_update(float *p, T *copy, const float *g, float *m, float *v, size_t n, AdamWStep a,
-                         const float *norm_clip, int max_blocks, cudaStream_t stream) {
-    if (n % 4 != 0) { fail("parameter tensor of %zu floats is not a multiple of 4", n); }
-    int blocks = grid_for(n / 4, ADAMW_THREADS);
+static void adamw_update(float *p, T *copy, const float *g, float *m, float *v, const AdamWGroup *grp,
+                         AdamWStep a, const float *norm_clip, int max_blocks, cudaStream_t stream) {
+    int blocks = adamw_group_chunks(grp);
+    if (blocks == 0) { return; }
     if (max_blocks > 0 && blocks > max_blocks) { blocks = max_blocks; }
-    adamw_kernel<<<blocks, ADAMW_THREADS, 0, stream>>>(p, copy, g, m, v, n, a, norm_clip);
+    adamw_kernel<<<blocks, ADAMW_THREADS, 0, stream>>>(p, copy, g, m, v, *grp, a, norm_clip);
     cudaCheckLaunch();
 }
 
