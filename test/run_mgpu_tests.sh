@@ -26,7 +26,9 @@
 #      bug), norm 1e-2 (5x that; gradients summed twice are 1.0 off, not summed 0.3), weights 1e-2 with a stray
 #      fraction 5e-2 (as the GPU-vs-CPU parity test; the half-batch bug puts 20-95% of every tensor but the
 #      LayerNorm weights beyond 1e-2).
-# 2. faults (2 ranks): kill -9 of one rank mid-run (rank 1, then rank 0): the other exits non-zero within
+# 2. resume (bf16, under mpirun): TP=2, TP=2+SP and DP=2+ZeRO-1 runs checkpointed at step 10 and resumed must end
+#    with the same step-20 model file, byte for byte, as the same run straight through.
+# 3. faults (2 ranks): kill -9 of one rank mid-run (rank 1, then rank 0): the other exits non-zero within
 #    FAULT_LIMIT_S with an error line naming the failure; a rank missing at start-up, a port in use, a wrong world
 #    size: one line, non-zero exit.
 # Logs stay in $LOG_DIR (default: a fresh temporary folder).
@@ -175,7 +177,45 @@ for prec in fp32 bf16; do
     done
 done
 
-# --- 2. faults ------------------------------------------------------------------------------------------------
+# --- 2. resume on parallel layouts -----------------------------------------------------------------------------
+# A run checkpointed at step RESUME_AT and resumed from there must end with the same bits as the same run straight
+# through: the layout's checkpoint gathers its shards (TP slices, ZeRO-1 moments) and the resume scatters them back.
+RESUME_AT=10
+RESUME_LAYOUTS=("tp2|2|--tp 2" "tp2_sp|2|--tp 2 --sequence-parallel 1" "dp2_zero1|2|--zero 1")
+resume_test() { # NAME NP OPTIONS...
+    local name="resume_$1" np=$2 d s final
+    shift 2
+    d="$LOG_DIR/$name"
+    mkdir -p "$d/straight" "$d/resumed"
+    local args=("${COMMON[@]}" --precision bf16 --checkpoint-every "$RESUME_AT" "$@")
+    final=$(printf 'model_%08d.bin' "$STEPS")
+    for s in straight resumed; do
+        if [ "$s" = resumed ]; then
+            cp "$d/straight/$(printf 'model_%08d.bin' "$RESUME_AT")" "$d/straight/$(printf 'state_%08d.bin' "$RESUME_AT")" \
+                "$d/straight/$GEMM_ALGOS" "$d/straight/log.txt" "$d/resumed/"
+            args+=(--resume 1)
+        fi
+        if ! timeout "$RUN_TIMEOUT_S" mpirun --allow-run-as-root -np "$np" --bind-to none -x NCCL_NVLS_ENABLE \
+            ./train_gpt "${args[@]}" --out-dir "$d/$s" > "$d/$s.out" 2>&1; then
+            fail_check "$name" "the $s run failed (see $d/$s.out)"; return
+        fi
+    done
+    if cmp -s "$d/straight/$final" "$d/resumed/$final"; then
+        pass "$name: resumed at step $RESUME_AT, step-$STEPS model bit-identical to the straight run"
+    else
+        fail_check "$name" "the step-$STEPS models of the straight and the resumed run differ ($d)"
+    fi
+}
+for entry in "${RESUME_LAYOUTS[@]}"; do
+    IFS='|' read -r name np opt_text <<<"$entry"
+    read -r -a opts <<<"$opt_text"
+    if [ "$np" -gt "$NGPU" ] || ! command -v mpirun > /dev/null; then
+        skip "resume_$name: needs $np GPUs and mpirun"; continue
+    fi
+    resume_test "$name" "$np" "${opts[@]}"
+done
+
+# --- 3. faults ------------------------------------------------------------------------------------------------
 FAULT_NP=2
 PORT_FAULT=$((PORT + 10))
 LONG=(--depth 2 --width 128 --heads 2 --seq-len 64 --batch-size 4 --total-batch-tokens 512 --steps 1000000
