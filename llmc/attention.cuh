@@ -304,11 +304,10 @@ template <int HS> __device__ __forceinline__ uint32_t swz(int row, int chunk) {
     return (uint32_t)(row * HS * 2 + ((chunk ^ (row & 7)) << 4));
 }
 
-// src_bytes = 0 zero-fills the 16 bytes (rows past the end of the sequence).
+// src_bytes = 0 zero-fills the 16 bytes (rows past the end of the sequence). Groups: cp_async_commit (cuda_common.cuh).
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void *src, int src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], uint32_t addr) {

@@ -76,6 +76,24 @@ template <typename T> __device__ __forceinline__ Packed<T> load_packed_cs(const 
 template <typename T> __device__ __forceinline__ void store_packed(T *p, const Packed<T> &x) {
     *reinterpret_cast<Packed<T> *>(p) = x;
 }
+// Asynchronous copy of 16 bytes from global to shared memory (cp.async: through L2 only, and no registers held
+// while in flight, so a thread can have several rows on the way). A thread's copies are grouped by cp_async_commit;
+// cp_async_wait<N> returns once at most N of its groups are still in flight, and the thread may then read what the
+// older ones copied. The "memory" clobbers keep the compiler from moving shared-memory accesses across copies and
+// waits.
+template <typename T> __device__ __forceinline__ void cp_async_packed(Packed<T> *dst, const T *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src)
+                 : "memory");
+}
+// The same for one float (cached in L1 too: 4-byte copies cannot bypass it).
+__device__ __forceinline__ void cp_async_float(float *dst, const float *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 
 // ----------------------------------------------------------------------------------------------------------------
 // reductions (fixed order within a warp and a block: deterministic)

@@ -14,7 +14,8 @@
  * depend on timing).
  *
  * Geometry: one thread block per row (grid-stride over rows); thread i holds packs i, i + blockDim.x, ... of the
- * row in registers (PACKS of them, 16 bytes each), so a row is read once. Rows of up to LN_MAX_PACKS packs.
+ * row (PACKS of them, 16 bytes each; in registers, and backward stages them in shared memory first), so a row is read
+ * once. Rows of up to LN_MAX_PACKS packs.
  */
 #ifndef LLMC_LAYERNORM_CUH
 #define LLMC_LAYERNORM_CUH
@@ -76,18 +77,56 @@ __global__ void __launch_bounds__(LN_THREADS_MAX)
     }
 }
 
-// The row's loads (dout, inp and the dinp it adds to) are all issued before the reduction waits on any, so a row
-// costs one memory round trip, not two; w is the same for every row and is read once. Registers are capped so that
-// LN_BWD_MIN_BLOCKS / PACKS blocks fit on an SM (for one pack per thread: 64, a few bytes spilled to L1), as warps
-// in flight are what hides the memory latency.
+// Backward is a pipeline over a block's rows (blockIdx.x, + gridDim.x, ...): each thread copies its packs of a row's
+// dout, inp and dinp, and the row's mean and rstd, into shared memory with cp.async, LN_BWD_STAGES - 1 rows ahead of
+// the row it works on. So the next rows' loads are in flight while the block reduces and updates this one, and a row
+// does not wait a memory round trip before its reduction (before, nothing was in flight during the reduction and the
+// update, and the 28 warps per SM at 1558M did not cover that). Copies in flight hold no registers (the statistics
+// too: a register loaded rows ahead would have to be moved along every row, which waits for the load). A thread reads
+// back only what it copied itself, so waiting for its own copies suffices; a slot is refilled only after the next
+// row's block_sum2 barriers, which order the refill after every read of it. The update reads the row again from
+// shared memory rather than keeping it in registers across the reduction. Registers are capped so that
+// LN_BWD_MIN_BLOCKS / PACKS blocks fit on an SM; w is read once.
 #define LN_BWD_MIN_BLOCKS 4
+#define LN_BWD_STAGES 3 // slots of rows in shared memory: the one worked on and LN_BWD_STAGES - 1 in flight
+#define LN_BWD_ARRAYS 3 // per slot: dout, inp, dinp
+
+// Shared memory of the backward kernel: LN_BWD_STAGES slots of LN_BWD_ARRAYS rows of C, then per slot the mean and
+// rstd each thread copied for itself.
+template <typename T> static size_t layernorm_backward_smem(int C, int threads) {
+    return (size_t)LN_BWD_STAGES * (LN_BWD_ARRAYS * C * sizeof(T) + 2 * threads * sizeof(float));
+}
+
+// Copies this thread's part of row `row` into slot k: dout, inp and dinp packs, its mean and rstd.
+template <typename T, int PACKS>
+__device__ __forceinline__ void layernorm_backward_fetch(Packed<T> *slots, float *stats, int k, const T *dout,
+                                                         const T *inp, const T *dinp, const float *mean,
+                                                         const float *rstd, int row, int C) {
+    constexpr int PN = Packed<T>::N;
+    int packs = C / PN;
+    Packed<T> *slot = slots + k * LN_BWD_ARRAYS * packs;
+    size_t base = (size_t)row * C;
+    for (int i = 0; i < PACKS; i++) {
+        int p = threadIdx.x + i * blockDim.x;
+        if (p >= packs) { continue; }
+        cp_async_packed(slot + p, dout + base + p * PN);
+        cp_async_packed(slot + packs + p, inp + base + p * PN);
+        cp_async_packed(slot + 2 * packs + p, dinp + base + p * PN);
+    }
+    cp_async_float(stats + (2 * k) * blockDim.x + threadIdx.x, mean + row);
+    cp_async_float(stats + (2 * k + 1) * blockDim.x + threadIdx.x, rstd + row);
+}
+
 template <typename T, int PACKS>
 __global__ void __launch_bounds__(LN_THREADS_MAX, LN_BWD_MIN_BLOCKS / PACKS)
     layernorm_backward_kernel(T *dinp, float *partial, const T *dout, const T *inp, const T *w, const float *mean,
                               const float *rstd, int rows, int C) {
-    constexpr int PN = Packed<T>::N;
+    constexpr int PN = Packed<T>::N, S = LN_BWD_STAGES;
+    extern __shared__ int4 ln_bwd_smem[]; // layernorm_backward_smem
     __shared__ float2 red[WARP_SIZE];
     int packs = C / PN;
+    Packed<T> *slots = reinterpret_cast<Packed<T> *>(ln_bwd_smem);
+    float *stats = reinterpret_cast<float *>(slots + S * LN_BWD_ARRAYS * packs);
     float wv[PACKS][PN], dw[PACKS][PN], db[PACKS][PN], ds[PACKS][PN];
     for (int k = 0; k < PACKS; k++) {
         int p = threadIdx.x + k * blockDim.x;
@@ -98,39 +137,49 @@ __global__ void __launch_bounds__(LN_THREADS_MAX, LN_BWD_MIN_BLOCKS / PACKS)
             dw[k][j] = db[k][j] = ds[k][j] = 0.0f;
         }
     }
-    for (int row = blockIdx.x; row < rows; row += gridDim.x) {
-        size_t base = (size_t)row * C;
-        float mu = mean[row], rs = rstd[row];
-        Packed<T> da[PACKS], xa[PACKS], acc[PACKS];
+    // The first S - 1 rows in flight: one group of copies per row (empty past the last row), so row i is group i.
+    for (int i = 0; i < S - 1; i++) {
+        int row = blockIdx.x + i * gridDim.x;
+        if (row < rows) { layernorm_backward_fetch<T, PACKS>(slots, stats, i, dout, inp, dinp, mean, rstd, row, C); }
+        cp_async_commit();
+    }
+    for (int i = 0, row = blockIdx.x; row < rows; i++, row += gridDim.x) {
+        int slot = i % S;
+        const Packed<T> *da = slots + slot * LN_BWD_ARRAYS * packs, *xa = da + packs, *acc = xa + packs;
+        cp_async_wait<S - 2>(); // this row's group has landed; the S - 2 after it may still be in flight
+        float mu = stats[(2 * slot) * blockDim.x + threadIdx.x], rs = stats[(2 * slot + 1) * blockDim.x + threadIdx.x];
+        float2 s = make_float2(0.0f, 0.0f);
         for (int k = 0; k < PACKS; k++) {
             int p = threadIdx.x + k * blockDim.x;
             if (p >= packs) { continue; }
-            da[k] = load_packed_cs(dout + base + p * PN);
-            xa[k] = load_packed_cs(inp + base + p * PN);
-            acc[k] = load_packed_cs(dinp + base + p * PN);
-        }
-        float2 s = make_float2(0.0f, 0.0f);
-        for (int k = 0; k < PACKS; k++) {
-            if (threadIdx.x + k * blockDim.x >= packs) { continue; }
+            Packed<T> dy = da[p], x = xa[p];
             for (int j = 0; j < PN; j++) {
-                float g = da[k][j] * wv[k][j];
+                float g = dy[j] * wv[k][j];
                 s.x += g;
-                s.y += g * ((xa[k][j] - mu) * rs);
+                s.y += g * ((x[j] - mu) * rs);
             }
         }
         s = block_sum2(s, red);
         float mean_g = s.x / C, mean_gx = s.y / C;
+        // Refill the slot the previous row used (every thread has read it: the barriers above are after).
+        int ahead = row + (S - 1) * gridDim.x;
+        if (ahead < rows) {
+            layernorm_backward_fetch<T, PACKS>(slots, stats, (i + S - 1) % S, dout, inp, dinp, mean, rstd, ahead, C);
+        }
+        cp_async_commit();
+        size_t base = (size_t)row * C;
         for (int k = 0; k < PACKS; k++) {
             int p = threadIdx.x + k * blockDim.x;
             if (p >= packs) { continue; }
+            Packed<T> dy = da[p], x = xa[p], out = acc[p];
             for (int j = 0; j < PN; j++) {
-                float dy = da[k][j], xhat = (xa[k][j] - mu) * rs;
-                acc[k].set(j, acc[k][j] + rs * (dy * wv[k][j] - mean_g - xhat * mean_gx));
-                dw[k][j] += dy * xhat;
-                db[k][j] += dy;
-                ds[k][j] += acc[k][j]; // as stored (rounded to T), which is what the projection's GEMMs read
+                float xhat = (x[j] - mu) * rs;
+                out.set(j, out[j] + rs * (dy[j] * wv[k][j] - mean_g - xhat * mean_gx));
+                dw[k][j] += dy[j] * xhat;
+                db[k][j] += dy[j];
+                ds[k][j] += out[j]; // as stored (rounded to T), which is what the projection's GEMMs read
             }
-            store_packed(dinp + base + p * PN, acc[k]);
+            store_packed(dinp + base + p * PN, out);
         }
     }
     float *pw = partial + (size_t)blockIdx.x * LN_PARTIALS * C, *pb = pw + C, *ps = pb + C;
@@ -175,12 +224,16 @@ template <typename T> static LnBackwardKernel<T> layernorm_backward_kernel_for(i
 }
 
 // Blocks of the backward kernel: as many as are resident at once (the rows are grid-strided, so one more would wait
-// for a whole block to finish), no more, since each block writes rows of partials (LN_PARTIALS * C floats).
+// for a whole block to finish), no more, since each block writes rows of partials (LN_PARTIALS * C floats). Also
+// lets the kernel have its shared memory: over the default 48 KB from 2520 bf16 / 1260 fp32 channels, 154 KB at the
+// widest rows (8192 bf16), within the 227 KB of sm_90.
 template <typename T> static int layernorm_backward_blocks(int rows, int C) {
     LnShape s = layernorm_shape<T>(C);
+    LnBackwardKernel<T> kernel = layernorm_backward_kernel_for<T>(s.packs_per_thread);
+    size_t smem = layernorm_backward_smem<T>(C, s.threads);
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int per_sm = 0;
-    cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, layernorm_backward_kernel_for<T>(s.packs_per_thread), s.threads, 0));
+    cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, s.threads, smem));
     int blocks = g_cuda.props.multiProcessorCount * (per_sm > 0 ? per_sm : 1);
     return rows < blocks ? rows : blocks;
 }
@@ -217,8 +270,8 @@ static void layernorm_backward(T *dinp, float *dw, float *db, float *dsum, float
                                int accumulate, cudaStream_t stream) {
     LnShape s = layernorm_shape<T>(C);
     int blocks = layernorm_backward_blocks<T>(rows, C);
-    layernorm_backward_kernel_for<T>(s.packs_per_thread)<<<blocks, s.threads, 0, stream>>>(dinp, scratch, dout, inp,
-                                                                                           w, mean, rstd, rows, C);
+    layernorm_backward_kernel_for<T>(s.packs_per_thread)<<<blocks, s.threads, layernorm_backward_smem<T>(C, s.threads),
+                                                           stream>>>(dinp, scratch, dout, inp, w, mean, rstd, rows, C);
     cudaCheckLaunch();
     PartialSumDsts dsts = {{dw, db, dsum}};
     add_partial_sums(dsts, dsum ? LN_PARTIALS : LN_PARTIALS - 1, scratch, blocks, C, LN_PARTIALS * C, accumulate,
