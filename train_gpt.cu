@@ -133,8 +133,6 @@ template <typename floatX> struct GPT {
     Precision precision;
     int maxB, maxT;
     int keep_gelu;                 // --keep-gelu-layers (at most L): see Activations::h4
-    int update_sms;                // --update-sms: SMs AdamW keeps beside the next forward (gpt_update); 0: none
-    int forward_sms;               // SMs the forward's GEMMs are planned for: the rest (0: all)
     float *params, *grads, *m, *v; // fp32, param_layout() order (m, v: this rank's ZeRO-1 slice only)
     int grads_zero;                // the gradients are zero (zero_grad): the next backward writes them, and
                                    // grads holds stale values until then; grads_materialize makes it true
@@ -178,7 +176,7 @@ template <typename floatX>
 static Linear<floatX> layer_linear(GPT<floatX> *g, int tw, int tb, int l, int in, int out, LinearSplit split) {
     Linear<floatX> lin = {in, out, param_slice(g, (const floatX *)g->weights, tw, l),
                           param_slice(g, (const floatX *)g->weights, tb, l), param_slice(g, g->grads, tw, l), split,
-                          &g->tp, g->forward_sms};
+                          &g->tp};
     return lin;
 }
 
@@ -187,7 +185,7 @@ static Linear<floatX> layer_linear(GPT<floatX> *g, int tw, int tb, int l, int in
 template <typename floatX> static Linear<floatX> lm_head(GPT<floatX> *g) {
     Linear<floatX> lin = {g->config.channels, g->config.padded_vocab_size / g->tp.size,
                           g->weights + g->layout.offset[P_WTE], NULL, g->grads + g->layout.offset[P_WTE],
-                          LINEAR_COLUMN, &g->tp, g->forward_sms};
+                          LINEAR_COLUMN, &g->tp};
     return lin;
 }
 
@@ -300,7 +298,7 @@ template <typename floatX> static void norm_groups_make(GPT<floatX> *g) {
 
 template <typename floatX>
 static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, uint64_t seed, int B, int T,
-                               int keep_gelu, int update_sms, const Mesh *mesh, int zero, int sequence_parallel) {
+                               int keep_gelu, const Mesh *mesh, int zero, int sequence_parallel) {
     gpt_check_shape<floatX>(config);
     if (T > config->max_seq_len) { fail("sequence length %d exceeds the model's %d", T, config->max_seq_len); }
     GPT<floatX> *g = (GPT<floatX> *)calloc_check(1, sizeof(GPT<floatX>), "GPU model");
@@ -309,13 +307,6 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, uin
     g->maxB = B;
     g->maxT = T;
     g->keep_gelu = keep_gelu < config->num_layers ? keep_gelu : config->num_layers;
-    int sms = g_cuda.props.multiProcessorCount;
-    if (update_sms >= sms) {
-        fail("--update-sms %d leaves the forward no SMs on this GPU (%s has %d); use fewer, or 0", update_sms,
-             g_cuda.props.name, sms);
-    }
-    g->update_sms = update_sms;
-    g->forward_sms = update_sms ? sms - update_sms : 0;
     g->mesh = *mesh;
     tp_init(&g->tp, mesh, sequence_parallel);
     Span vocab = tp_vocab_rows(mesh, config);
@@ -385,8 +376,8 @@ template <typename floatX> static void updated_wait(GPT<floatX> *g, int group) {
 // The compute stream waits for the whole pending update: for whatever reads or writes the parameters, moments or
 // gradients other than the forward, which waits group by group.
 template <typename floatX> static void updated_join(GPT<floatX> *g) {
-    updated_wait(g, g->config.num_layers - 1); // the last group queued: its stream (side or update, or DP under
-                                               // ZeRO-1) runs in order
+    updated_wait(g, g->config.num_layers - 1); // the last group queued: its stream (side, or DP under ZeRO-1)
+                                               // runs in order
     g->update_pending = 0;
 }
 
@@ -739,9 +730,6 @@ template <typename floatX> static void grad_norm(GPT<floatX> *g, float grad_clip
  * the order in which the next forward reads them; each group's event lets that forward start on a layer as soon as
  * it is updated, so the memory-bound update (30 bytes a parameter: ~15 ms a step at 1558M) runs beside the
  * forward's GEMMs instead of before them. Returns the norm as soon as it is known, with AdamW still running.
- * cuBLAS's GEMM blocks fill whole SMs, so a low-priority AdamW gets only the forward's gaps. With --update-sms N it
- * instead runs as N SMs' worth of blocks on the highest-priority stream, and the forward's GEMMs are planned for the
- * other SMs (Linear::sms), so both go on at once: the update for bandwidth, the GEMMs for arithmetic.
  * With DP > 1 the gradients were summed over the ranks in backward (grads_final); under ZeRO-1 each rank updates
  * the part of each group it owns, then broadcasts it (dp_gather_group) before that group's event fires.
  */
@@ -763,8 +751,7 @@ template <typename floatX> static float gpt_update(GPT<floatX> *g, const UpdateA
     AdamWStep step = {u->lr, u->beta1, u->beta2, (float)(1.0 - pow(u->beta1, u->t)),
                       (float)(1.0 - pow(u->beta2, u->t)), u->eps};
     floatX *copy = std::is_same<floatX, float>::value ? NULL : g->weights;
-    cudaStream_t side = g->update_sms ? g_cuda.update : g_cuda.side;
-    int max_blocks = adamw_blocks_for<floatX>(g->update_sms);
+    cudaStream_t side = g_cuda.side;
     cudaCheck(cudaStreamWaitEvent(side, g->norm_done, 0));
     size_t moments_begin = dp_owned(&g->dp).begin; // the moments hold the owned span only
     // AdamW of the part of group k this rank owns (all of it without ZeRO-1), then its event.
@@ -777,7 +764,7 @@ template <typename floatX> static float gpt_update(GPT<floatX> *g, const UpdateA
             adamw_group_add(&grp, o, o - moments_begin, own.span[i].count,
                             param_is_decayed(own.tensor[i]) ? u->weight_decay : 0.0f);
         }
-        adamw_update(g->params, copy, g->grads, g->m, g->v, &grp, step, a.scalars + 1, max_blocks, side);
+        adamw_update(g->params, copy, g->grads, g->m, g->v, &grp, step, a.scalars + 1, side);
         cudaCheck(cudaEventRecord(g->updated[k], side));
         if (g->dp.zero) { dp_gather_group(&g->dp, k, g->weights, g->updated[k]); }
     };
@@ -1053,10 +1040,9 @@ static ModelOps make_gpu_model(const GPTConfig *config, const Options *opts, con
     cuda_context_init(); // on the GPU comm_connect chose (the first one for a single process)
     Precision p = precision_from_options(opts);
     uint64_t seed = (uint64_t)opts->seed;
-    int keep = opts->keep_gelu_layers, usms = opts->update_sms, zero = opts->zero, sp = opts->sequence_parallel;
-    ModelOps ops = p == PRECISION_FP32
-                       ? gpt_ops(gpt_create<float>(config, p, seed, B, T, keep, usms, mesh, zero, sp))
-                       : gpt_ops(gpt_create<bf16>(config, p, seed, B, T, keep, usms, mesh, zero, sp));
+    int keep = opts->keep_gelu_layers, zero = opts->zero, sp = opts->sequence_parallel;
+    ModelOps ops = p == PRECISION_FP32 ? gpt_ops(gpt_create<float>(config, p, seed, B, T, keep, mesh, zero, sp))
+                                       : gpt_ops(gpt_create<bf16>(config, p, seed, B, T, keep, mesh, zero, sp));
     choose_gemm_algos(&ops, config, opts->out_dir, mesh->rank == 0, B, T);
     // A profiler started with --profile-from-start off (dev/kernel_times.sh) sees training, not the tuning pass.
     (void)cudaProfilerStart();

@@ -32,9 +32,7 @@ bench_one() { # name layers channels batch model [train_gpt options]
 # Each model as fast as fits in the baseline's memory: keeping a layer's GELU output costs 0.2 GB at 124M (all 12:
 # 15.6 GB, under torch's 16.3) and 0.1 GB at 1558M (12 of 48: 45.6 GB, under torch's 46.0).
 bench_one 124M 12 768 32 d12 --keep-gelu-layers 12
-# At 1558M AdamW (47 GB of traffic a step) keeps 16 SMs beside the next forward (--update-sms; H100: 181.6 ms a
-# step against 184.8-186.8 with none, 196.5 with 8, 187.9 with 24); at 124M its update is short and none is best.
-bench_one 1558M 48 1600 8 d48 --keep-gelu-layers 12 --update-sms 16
+bench_one 1558M 48 1600 8 d48 --keep-gelu-layers 12
 
 python3 - "$peak_tflops" "${results[@]}" <<'PY'
 import re, statistics, sys

@@ -143,8 +143,7 @@ typedef struct {
 /*
  * AdamW of one parameter group (a layer's tensors, or the rest) in one launch: a layer has a dozen tensors, half of
  * them vectors of a few thousand floats, and a launch each cost more than their update. The group's spans are cut
- * into chunks of ADAMW_CHUNK parameters (4 consecutive ones per thread); blocks take chunks in a grid stride, so a
- * grid smaller than the chunks (--update-sms) works through all of them.
+ * into chunks of ADAMW_CHUNK parameters (4 consecutive ones per thread), one block each.
  */
 #define ADAMW_CHUNK (ADAMW_THREADS * 4)
 
@@ -176,45 +175,34 @@ template <typename T>
 __global__ void __launch_bounds__(ADAMW_THREADS) adamw_kernel(float *p, T *copy, const float *g, float *m, float *v,
                                                               AdamWGroup grp, AdamWStep a, const float *norm_clip) {
     const float clip = norm_clip[1];
+    const int c = blockIdx.x;
     int k = 0;
-    for (int c = blockIdx.x; c < grp.chunk_end[grp.count - 1]; c += gridDim.x) {
-        while (c >= grp.chunk_end[k]) { k++; }
-        size_t j = (size_t)(c - (k ? grp.chunk_end[k - 1] : 0)) * ADAMW_CHUNK + threadIdx.x * 4;
-        if (j >= grp.n[k]) { continue; }
-        size_t i = grp.begin[k] + j, mi = grp.moments[k] + j;
-        float4 p4 = *reinterpret_cast<float4 *>(p + i), g4 = *reinterpret_cast<const float4 *>(g + i);
-        float4 m4 = *reinterpret_cast<float4 *>(m + mi), v4 = *reinterpret_cast<float4 *>(v + mi);
-        float *pp = &p4.x, *gg = &g4.x, *mm = &m4.x, *vv = &v4.x;
-        for (int e = 0; e < 4; e++) {
-            float gi = gg[e] * clip;
-            mm[e] = a.beta1 * mm[e] + (1.0f - a.beta1) * gi;
-            vv[e] = a.beta2 * vv[e] + (1.0f - a.beta2) * gi * gi;
-            float mhat = mm[e] / a.bias_corr1, vhat = vv[e] / a.bias_corr2;
-            pp[e] -= a.lr * (mhat / (sqrtf(vhat) + a.eps) + grp.weight_decay[k] * pp[e]);
-            if (copy) { copy[i + e] = from_float<T>(pp[e]); }
-        }
-        *reinterpret_cast<float4 *>(p + i) = p4;
-        *reinterpret_cast<float4 *>(m + mi) = m4;
-        *reinterpret_cast<float4 *>(v + mi) = v4;
+    while (c >= grp.chunk_end[k]) { k++; }
+    size_t j = (size_t)(c - (k ? grp.chunk_end[k - 1] : 0)) * ADAMW_CHUNK + threadIdx.x * 4;
+    if (j >= grp.n[k]) { return; }
+    size_t i = grp.begin[k] + j, mi = grp.moments[k] + j;
+    float4 p4 = *reinterpret_cast<float4 *>(p + i), g4 = *reinterpret_cast<const float4 *>(g + i);
+    float4 m4 = *reinterpret_cast<float4 *>(m + mi), v4 = *reinterpret_cast<float4 *>(v + mi);
+    float *pp = &p4.x, *gg = &g4.x, *mm = &m4.x, *vv = &v4.x;
+    for (int e = 0; e < 4; e++) {
+        float gi = gg[e] * clip;
+        mm[e] = a.beta1 * mm[e] + (1.0f - a.beta1) * gi;
+        vv[e] = a.beta2 * vv[e] + (1.0f - a.beta2) * gi * gi;
+        float mhat = mm[e] / a.bias_corr1, vhat = vv[e] / a.bias_corr2;
+        pp[e] -= a.lr * (mhat / (sqrtf(vhat) + a.eps) + grp.weight_decay[k] * pp[e]);
+        if (copy) { copy[i + e] = from_float<T>(pp[e]); }
     }
+    *reinterpret_cast<float4 *>(p + i) = p4;
+    *reinterpret_cast<float4 *>(m + mi) = m4;
+    *reinterpret_cast<float4 *>(v + mi) = v4;
 }
 
-// Blocks of adamw_kernel that fill `sms` SMs (0: no limit, one block per chunk).
-template <typename T> static int adamw_blocks_for(int sms) {
-    if (sms == 0) { return 0; }
-    int per_sm = 0;
-    cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, adamw_kernel<T>, ADAMW_THREADS, 0));
-    return sms * per_sm;
-}
-
-// max_blocks (adamw_blocks_for) bounds the grid, so that the update keeps to its SMs. An empty group (a ZeRO-1 rank
-// that owns none of it) launches nothing.
+// An empty group (a ZeRO-1 rank that owns none of it) launches nothing.
 template <typename T>
 static void adamw_update(float *p, T *copy, const float *g, float *m, float *v, const AdamWGroup *grp,
-                         AdamWStep a, const float *norm_clip, int max_blocks, cudaStream_t stream) {
+                         AdamWStep a, const float *norm_clip, cudaStream_t stream) {
     int blocks = adamw_group_chunks(grp);
     if (blocks == 0) { return; }
-    if (max_blocks > 0 && blocks > max_blocks) { blocks = max_blocks; }
     adamw_kernel<<<blocks, ADAMW_THREADS, 0, stream>>>(p, copy, g, m, v, *grp, a, norm_clip);
     cudaCheckLaunch();
 }

@@ -197,8 +197,7 @@ typedef struct {
 
 static const char *const RESUME_OPTIONS[] = {"seed", "batch-size", "seq-len", "precision", "lr-schedule", "lr",
                                              "final-lr-frac", "warmup-steps", "steps", "weight-decay", "beta1",
-                                             "beta2", "eps", "grad-clip", "keep-gelu-layers",
-                                             "update-sms"};
+                                             "beta2", "eps", "grad-clip", "keep-gelu-layers"};
 #define NUM_RESUME_OPTIONS ((int)(sizeof(RESUME_OPTIONS) / sizeof(RESUME_OPTIONS[0])))
 
 static inline void resume_keys_add(ResumeKeys *k, const char *name, const char *value) {

@@ -187,13 +187,10 @@ typedef struct {
     cudaDeviceProp props;
     cublasLtHandle_t lt;
     void *lt_workspace;
-    cudaStream_t stream; // the compute stream (high priority, one level below the highest where there are levels)
+    cudaStream_t stream; // the compute stream (high priority)
     cudaStream_t side;   // low priority: memory-bound work that may run beside the compute stream's GEMMs, fed
                          // by events (train_gpt.cu: the gradient norm per layer, AdamW per layer); its blocks fill
                          // the SMs the compute stream leaves idle rather than delaying its kernels
-    cudaStream_t update; // the highest priority: AdamW when it keeps SMs of its own beside the next forward
-                         // (--update-sms; train_gpt.cu gpt_update), so its few blocks take the SMs the forward's
-                         // GEMMs leave free before anything else can
     cudaStream_t sums;   // low priority, like side, for work the compute stream waits for within backward (the fc
                          // bias sums): it never waits for another rank, as side does, so neither does the compute
                          // stream when it waits for it
@@ -229,9 +226,7 @@ static inline void cuda_context_init(void) {
     g_cuda.lt_workspace = cuda_alloc(CUBLASLT_WORKSPACE_BYTES, "the cuBLASLt workspace");
     int least, greatest;
     cudaCheck(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-    int compute = greatest < least ? greatest + 1 : greatest; // numerically lower is more urgent
-    cudaCheck(cudaStreamCreateWithPriority(&g_cuda.stream, cudaStreamNonBlocking, compute));
-    cudaCheck(cudaStreamCreateWithPriority(&g_cuda.update, cudaStreamNonBlocking, greatest));
+    cudaCheck(cudaStreamCreateWithPriority(&g_cuda.stream, cudaStreamNonBlocking, greatest));
     cudaCheck(cudaStreamCreateWithPriority(&g_cuda.side, cudaStreamNonBlocking, least));
     cudaCheck(cudaStreamCreateWithPriority(&g_cuda.sums, cudaStreamNonBlocking, least));
     g_cuda_ready = 1;

@@ -39,7 +39,6 @@ template <typename T> struct Linear {
     float *dw;    // (out, in) fp32 gradient
     LinearSplit split;
     TensorParallel *tp; // NULL (or a group of one): no collectives
-    int sms;            // SMs the forward GEMM is planned for (0: all): the rest are left to AdamW beside it
 };
 
 template <typename T> static bool linear_is(const Linear<T> &lin, LinearSplit split) {
@@ -180,7 +179,6 @@ typedef struct {
     cublasLtEpilogue_t epilogue;
     uint32_t align_a, align_b, align_d;
     int has_bias, has_aux;
-    int sms; // CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, 0: all SMs
     // made from the above
     int found; // 0: cuBLASLt has no algorithm for it
     cublasLtMatmulDesc_t desc;
@@ -209,14 +207,13 @@ static int gemm_plan_matches(const GemmPlan *a, const GemmPlan *b) {
     return a->m == b->m && a->n == b->n && a->k == b->k && a->transa == b->transa && a->transb == b->transb &&
            a->lda == b->lda && a->ldb == b->ldb && a->ab == b->ab && a->dt == b->dt && a->epilogue == b->epilogue &&
            a->align_a == b->align_a && a->align_b == b->align_b && a->align_d == b->align_d &&
-           a->has_bias == b->has_bias && a->has_aux == b->has_aux && a->sms == b->sms;
+           a->has_bias == b->has_bias && a->has_aux == b->has_aux;
 }
 
 static void gemm_plan_key(const GemmPlan *p, char *out) {
     snprintf(out, GEMM_KEY_CHARS, "m%d n%d k%d t%d%d ld%d,%d ab%d d%d e%d al%u,%u,%u b%d x%d", p->m, p->n, p->k,
              p->transa, p->transb, p->lda, p->ldb, (int)p->ab, (int)p->dt, (int)p->epilogue, p->align_a, p->align_b,
              p->align_d, p->has_bias, p->has_aux);
-    if (p->sms) { snprintf(out + strlen(out), GEMM_KEY_CHARS - strlen(out), " sm%d", p->sms); }
 }
 
 // Plans made from now until gemm_tuning(0) time the heuristic's candidates at their first call, on its operands.
@@ -270,10 +267,6 @@ static void gemm_plan_make(GemmPlan *p) {
     cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
     cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &p->epilogue,
                                                sizeof(p->epilogue)));
-    if (p->sms) {
-        int32_t sms = p->sms;
-        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sms, sizeof(sms)));
-    }
     if (p->has_aux) {
         int64_t ldaux = p->m;
         cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ldaux,
@@ -352,17 +345,17 @@ static void gemm_plan_tune(GemmPlan *p, void *d, const void *a, const void *b, f
 
 /*
  * Column-major D (m x n, ld m) = op(A) op(B) + beta D, op(A) m x k, op(B) k x n; A stored k x m when transa,
- * B stored n x k when transb. A and B of type ab, D of type dt, fp32 accumulation, planned for `sms` SMs (0: all).
- * Returns 0 (and does nothing) when cuBLASLt has no algorithm for this epilogue, so the caller can run it unfused.
+ * B stored n x k when transb. A and B of type ab, D of type dt, fp32 accumulation. Returns 0 (and does nothing)
+ * when cuBLASLt has no algorithm for this epilogue, so the caller can run it unfused.
  */
 static int gemm_lt(void *d, cudaDataType_t dt, const void *a, int transa, int lda, const void *b, int transb, int ldb,
-                   cudaDataType_t ab, int m, int n, int k, float beta, GemmEpilogue ep, int sms, cudaStream_t stream) {
+                   cudaDataType_t ab, int m, int n, int k, float beta, GemmEpilogue ep, cudaStream_t stream) {
     GemmPlan key;
     memset(&key, 0, sizeof(key));
     key.m = m; key.n = n; key.k = k; key.transa = transa; key.transb = transb; key.lda = lda; key.ldb = ldb;
     key.ab = ab; key.dt = dt; key.epilogue = ep.epilogue;
     key.align_a = pointer_alignment(a); key.align_b = pointer_alignment(b); key.align_d = pointer_alignment(d);
-    key.has_bias = ep.bias != NULL; key.has_aux = ep.aux != NULL; key.sms = sms;
+    key.has_bias = ep.bias != NULL; key.has_aux = ep.aux != NULL;
     GemmPlan *plan = NULL;
     for (int i = 0; i < g_num_gemm_plans && !plan; i++) {
         if (gemm_plan_matches(&g_gemm_plans[i], &key)) { plan = &g_gemm_plans[i]; }
@@ -410,14 +403,12 @@ static void linear_rows_forward(const Linear<T> &lin, const T *bias, T *out, con
     if (gelu_aux) {
         gelu_aux += (size_t)r0 * lin.out;
         GemmEpilogue gelu = {bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, bias, gelu_aux};
-        if (gemm_lt(out, t, lin.w, 1, lin.in, inp, 0, lin.in, t, lin.out, n, lin.in, 0.0f, gelu, lin.sms, stream)) {
-            return;
-        }
-        gemm_lt(gelu_aux, t, lin.w, 1, lin.in, inp, 0, lin.in, t, lin.out, n, lin.in, 0.0f, ep, lin.sms, stream);
+        if (gemm_lt(out, t, lin.w, 1, lin.in, inp, 0, lin.in, t, lin.out, n, lin.in, 0.0f, gelu, stream)) { return; }
+        gemm_lt(gelu_aux, t, lin.w, 1, lin.in, inp, 0, lin.in, t, lin.out, n, lin.in, 0.0f, ep, stream);
         gelu_forward(out, gelu_aux, (size_t)n * lin.out, stream);
         return;
     }
-    if (!gemm_lt(out, t, lin.w, 1, lin.in, inp, 0, lin.in, t, lin.out, n, lin.in, 0.0f, ep, lin.sms, stream)) {
+    if (!gemm_lt(out, t, lin.w, 1, lin.in, inp, 0, lin.in, t, lin.out, n, lin.in, 0.0f, ep, stream)) {
         fail("cuBLASLt has no bias epilogue for a %dx%dx%d %s GEMM; check the CUDA/cuBLAS install", lin.out, n, lin.in,
              TypeInfo<T>::name);
     }
@@ -478,11 +469,11 @@ static void linear_dgrad(const Linear<T> &lin, T *dinp, const T *dout, const T *
     cudaDataType_t t = TypeInfo<T>::cuda;
     if (gelu_aux) {
         GemmEpilogue dgelu = {CUBLASLT_EPILOGUE_DGELU, NULL, (void *)gelu_aux};
-        if (gemm_lt(dinp, t, lin.w, 0, lin.in, dout, 0, lin.out, t, lin.in, N, lin.out, 0.0f, dgelu, 0, stream)) {
+        if (gemm_lt(dinp, t, lin.w, 0, lin.in, dout, 0, lin.out, t, lin.in, N, lin.out, 0.0f, dgelu, stream)) {
             return;
         }
     }
-    gemm_lt(dinp, t, lin.w, 0, lin.in, dout, 0, lin.out, t, lin.in, N, lin.out, 0.0f, GEMM_PLAIN, 0, stream);
+    gemm_lt(dinp, t, lin.w, 0, lin.in, dout, 0, lin.out, t, lin.in, N, lin.out, 0.0f, GEMM_PLAIN, stream);
     if (gelu_aux) {
         const int threads = 256;
         size_t n = (size_t)N * lin.in;
@@ -527,7 +518,7 @@ template <typename T>
 static void linear_backward_weight(const Linear<T> &lin, const T *dout, const T *inp, int N, int accumulate,
                                    cudaStream_t stream) {
     gemm_lt(lin.dw, CUDA_R_32F, inp, 0, lin.in, dout, 1, lin.out, TypeInfo<T>::cuda, lin.in, lin.out, N,
-            accumulate ? 1.0f : 0.0f, GEMM_PLAIN, 0, stream);
+            accumulate ? 1.0f : 0.0f, GEMM_PLAIN, stream);
 }
 
 template <typename T> static void linear_backward_join(const Linear<T> &lin, cudaStream_t stream) {

@@ -48,7 +48,6 @@ typedef struct {
     long long seed;
     char precision[OPT_STR_LEN]; // fp32 | bf16 (fp8 comes with the FP8 recipe)
     int keep_gelu_layers;        // GPU build: layers (from the first) whose gelu(fc) is kept for backward
-    int update_sms;              // GPU build: SMs AdamW keeps for itself beside the next forward (0: none)
     // parallel layout (world = DP x GTP x TP)
     int tp, gtp, sequence_parallel, zero;
     // CPU build: reference state for the GPU parity test
@@ -126,9 +125,6 @@ static const OptionSpec OPTION_SPECS[] = {
     {"keep-gelu-layers", OPT_INT, OPT_FIELD(keep_gelu_layers), "0", 0, MAX_LAYERS, NULL,
      "GPU build: layers (from the first) that keep their MLP's GELU output for backward (faster, more memory); "
      "the others recompute it"},
-    {"update-sms", OPT_INT, OPT_FIELD(update_sms), "0", 0, 1024, NULL,
-     "GPU build: SMs the AdamW update keeps for itself while the next forward runs, whose GEMMs are planned for the "
-     "rest; 0 = AdamW takes the SMs the forward leaves idle"},
     {"tp", OPT_INT, OPT_FIELD(tp), "1", 1, 1024, NULL, "tensor-parallel degree"},
     {"gtp", OPT_INT, OPT_FIELD(gtp), "1", 1, 1024, NULL, "weight-sharding (GTP) degree"},
     {"sequence-parallel", OPT_INT, OPT_FIELD(sequence_parallel), "0", 0, 1, NULL,

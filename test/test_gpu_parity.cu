@@ -92,8 +92,8 @@ static double check_updated(const char *what, const float *gpu, const float *cpu
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3 && argc != 4) {
-        fprintf(stderr, "usage: %s REF_FILE fp32|bf16 [UPDATE_SMS]\n", argv[0]);
+    if (argc != 3) {
+        fprintf(stderr, "usage: %s REF_FILE fp32|bf16\n", argv[0]);
         return 2;
     }
     RefState *ref = refstate_read(argv[1]);
@@ -106,8 +106,6 @@ int main(int argc, char **argv) {
     // The first layer keeps its GELU output, the others recompute it in backward: the last one first, beside the LM
     // head's backward, and (at 3 layers or more) the ones between a layer ahead, into the logits' buffer.
     opts.keep_gelu_layers = 1;
-    // --update-sms: AdamW on a grid of that many SMs' blocks, the forward's GEMMs planned for the other SMs.
-    if (argc == 4) { option_set(&opts, option_find("update-sms", strlen("update-sms")), argv[3]); }
     const Tolerances *tol = strcmp(argv[2], "fp32") == 0 ? &TOL_FP32 : &TOL_BF16;
     GPTConfig config = h->config;
     ParamLayout layout;
