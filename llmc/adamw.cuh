@@ -28,10 +28,26 @@
 #define NORM_SLICES_MAX 12     // a layer's gradient tensors
 #define NORM_FINISH_THREADS 1024
 
+/*
+ * Both the norm's sums of squares and AdamW work on a group of spans (a layer's tensors) in one launch, each span cut
+ * into fixed chunks, one block each: span k's chunks are blocks [chunk_end[k-1], chunk_end[k]).
+ */
+static inline void chunk_end_append(int *chunk_end, int k, size_t n, size_t chunk) {
+    chunk_end[k] = (k ? chunk_end[k - 1] : 0) + (int)((n + chunk - 1) / chunk);
+}
+
+// The span this block works on, and which of its chunks. G: a group with chunk_end (NormGroup, AdamWGroup).
+template <typename G> __device__ __forceinline__ int2 block_span_chunk(const G &g) {
+    const int b = blockIdx.x;
+    int k = 0;
+    while (b >= g.chunk_end[k]) { k++; }
+    return make_int2(k, b - (k ? g.chunk_end[k - 1] : 0));
+}
+
 typedef struct {
     const float *p[NORM_SLICES_MAX];
     size_t n[NORM_SLICES_MAX];
-    int chunk_end[NORM_SLICES_MAX]; // slice k's chunks are blocks [chunk_end[k-1], chunk_end[k])
+    int chunk_end[NORM_SLICES_MAX]; // chunk_end_append
     int count;
 } NormGroup;
 
@@ -42,7 +58,7 @@ static void norm_group_add(NormGroup *g, const float *p, size_t n) {
     int k = g->count++;
     g->p[k] = p;
     g->n[k] = n;
-    g->chunk_end[k] = (k ? g->chunk_end[k - 1] : 0) + (int)((n + NORM_CHUNK - 1) / NORM_CHUNK);
+    chunk_end_append(g->chunk_end, k, n, NORM_CHUNK);
 }
 
 static inline int norm_group_chunks(const NormGroup *g) { return g->count ? g->chunk_end[g->count - 1] : 0; }
@@ -50,9 +66,9 @@ static inline int norm_group_chunks(const NormGroup *g) { return g->count ? g->c
 // One block per chunk: partial[block] = sum of squares of that chunk.
 __global__ void __launch_bounds__(NORM_THREADS) sum_squares_kernel(float *partial, NormGroup g) {
     __shared__ float red[WARP_SIZE];
-    int k = 0;
-    while (blockIdx.x >= g.chunk_end[k]) { k++; }
-    size_t first = (size_t)(blockIdx.x - (k ? g.chunk_end[k - 1] : 0)) * (NORM_CHUNK / 4);
+    const int2 sc = block_span_chunk(g);
+    const int k = sc.x;
+    size_t first = (size_t)sc.y * (NORM_CHUNK / 4);
     size_t end = min(first + NORM_CHUNK / 4, g.n[k] / 4);
     const float4 *g4 = reinterpret_cast<const float4 *>(g.p[k]);
     float s = 0.0f;
@@ -152,7 +168,7 @@ typedef struct {
     size_t moments[NORM_SLICES_MAX]; // and its first moment (in m and v: the owned slice under ZeRO-1)
     size_t n[NORM_SLICES_MAX];
     float weight_decay[NORM_SLICES_MAX];
-    int chunk_end[NORM_SLICES_MAX];  // span k's chunks are [chunk_end[k-1], chunk_end[k])
+    int chunk_end[NORM_SLICES_MAX];  // chunk_end_append
     int count;
 } AdamWGroup;
 
@@ -165,7 +181,7 @@ static void adamw_group_add(AdamWGroup *g, size_t begin, size_t moments, size_t 
     g->moments[k] = moments;
     g->n[k] = n;
     g->weight_decay[k] = weight_decay;
-    g->chunk_end[k] = (k ? g->chunk_end[k - 1] : 0) + (int)((n + ADAMW_CHUNK - 1) / ADAMW_CHUNK);
+    chunk_end_append(g->chunk_end, k, n, ADAMW_CHUNK);
 }
 
 static inline int adamw_group_chunks(const AdamWGroup *g) { return g->count ? g->chunk_end[g->count - 1] : 0; }
@@ -175,10 +191,9 @@ template <typename T>
 __global__ void __launch_bounds__(ADAMW_THREADS) adamw_kernel(float *p, T *copy, const float *g, float *m, float *v,
                                                               AdamWGroup grp, AdamWStep a, const float *norm_clip) {
     const float clip = norm_clip[1];
-    const int c = blockIdx.x;
-    int k = 0;
-    while (c >= grp.chunk_end[k]) { k++; }
-    size_t j = (size_t)(c - (k ? grp.chunk_end[k - 1] : 0)) * ADAMW_CHUNK + threadIdx.x * 4;
+    const int2 sc = block_span_chunk(grp);
+    const int k = sc.x;
+    size_t j = (size_t)sc.y * ADAMW_CHUNK + threadIdx.x * 4;
     if (j >= grp.n[k]) { return; }
     size_t i = grp.begin[k] + j, mi = grp.moments[k] + j;
     float4 p4 = *reinterpret_cast<float4 *>(p + i), g4 = *reinterpret_cast<const float4 *>(g + i);

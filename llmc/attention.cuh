@@ -298,17 +298,9 @@ __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
 // Every shared-memory tile is rows x HS bf16, row-major, the 16-byte chunk c of row r stored at chunk c ^ (r % 8):
 // the 8 rows one ldmatrix phase reads at a common column then fall in 8 different bank groups.
 
-__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
 template <int HS> __device__ __forceinline__ uint32_t swz(int row, int chunk) {
     return (uint32_t)(row * HS * 2 + ((chunk ^ (row & 7)) << 4));
 }
-
-// src_bytes = 0 zero-fills the 16 bytes (rows past the end of the sequence). Groups: cp_async_commit (cuda_common.cuh).
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void *src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], uint32_t addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -503,7 +495,7 @@ __global__ void __launch_bounds__(WARPS *WARP_SIZE)
     load_tile_async<BKV, HS, NTHREADS>(sK(0), k, stride, 0, Tlen);
     load_tile_async<BKV, HS, NTHREADS>(sV(0), v, stride, 0, Tlen);
     cp_async_commit();
-    cp_async_wait_all();
+    cp_async_wait<0>();
     __syncthreads();
     uint32_t qf[MT][KC][4];
 #pragma unroll
@@ -569,7 +561,7 @@ __global__ void __launch_bounds__(WARPS *WARP_SIZE)
         uint32_t pf[MT][ST / 2][4];
         acc_to_a(pf, s);
         mma_tile<HS, MT, DT, ST / 2>(o, pf, sV(st));
-        cp_async_wait_all();
+        cp_async_wait<0>();
         __syncthreads(); // tile j+1 has landed and nobody reads stage st any more
     }
 
@@ -642,7 +634,7 @@ __global__ void __launch_bounds__(WARPS *WARP_SIZE)
     load_tile_async<BKV, HS, NTHREADS>(sV, v, stride, k0, Tlen);
     load_q_tile(0, qt0);
     cp_async_commit();
-    cp_async_wait_all();
+    cp_async_wait<0>();
     __syncthreads();
     uint32_t kf[1][KC][4], vf[1][KC][4];
 #pragma unroll
@@ -683,7 +675,7 @@ __global__ void __launch_bounds__(WARPS *WARP_SIZE)
         acc_to_a(dsf, dp);
         mma_tile<HS, 1, DT, ST / 2>(dv, pf, sdO(st));
         mma_tile<HS, 1, DT, ST / 2>(dk, dsf, sQ(st));
-        cp_async_wait_all();
+        cp_async_wait<0>();
         __syncthreads();
     }
     bf16 *dk_dst = dqkv + (size_t)b * Tlen * stride + (size_t)(NH + h) * HS;
@@ -737,7 +729,7 @@ __global__ void __launch_bounds__(WARPS *WARP_SIZE)
         lrow[hf] = row < Tlen ? lse[(size_t)blk.bh * Tlen + row] * ATTN_LOG2E : 0.0f;
         drow[hf] = row < Tlen ? dsum[(size_t)blk.bh * Tlen + row] : 0.0f;
     }
-    cp_async_wait_all();
+    cp_async_wait<0>();
     __syncthreads();
     uint32_t qf[1][KC][4], dof[1][KC][4];
 #pragma unroll
@@ -775,7 +767,7 @@ __global__ void __launch_bounds__(WARPS *WARP_SIZE)
         uint32_t dsf[1][ST / 2][4];
         acc_to_a(dsf, dp);
         mma_tile<HS, 1, DT, ST / 2>(dq, dsf, sK(st));
-        cp_async_wait_all();
+        cp_async_wait<0>();
         __syncthreads();
     }
     store_acc_rows(dqkv + (size_t)b * Tlen * stride + (size_t)h * HS, stride, dq[0], row_base, Tlen, scale);

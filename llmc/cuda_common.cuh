@@ -81,14 +81,19 @@ template <typename T> __device__ __forceinline__ void store_packed(T *p, const P
 // cp_async_wait<N> returns once at most N of its groups are still in flight, and the thread may then read what the
 // older ones copied. The "memory" clobbers keep the compiler from moving shared-memory accesses across copies and
 // waits.
+// The 32-bit shared-memory address of a generic pointer into shared memory, as cp.async and ldmatrix take it.
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 template <typename T> __device__ __forceinline__ void cp_async_packed(Packed<T> *dst, const T *src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src)
-                 : "memory");
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst)), "l"(src) : "memory");
 }
 // The same for one float (cached in L1 too: 4-byte copies cannot bypass it).
 __device__ __forceinline__ void cp_async_float(float *dst, const float *src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src)
-                 : "memory");
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
+// 16 bytes to a shared-memory address (as smem_u32 gives it) of which only src_bytes are read: 0 zero-fills them
+// (llmc/attention.cuh: rows past the end of the sequence).
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_async_wait() {
