@@ -92,18 +92,19 @@ template <int HS, int W, int BQ> static void dkdv_variant(Bufs &b) {
            2.0 * g_flops / ms * 1e-9, err_vs_ref(b, 1), err_vs_ref(b, 2));
 }
 
-template <int HS, int W, int BKV> static void dq_variant(Bufs &b) {
-    constexpr int BQ = 16 * W, smem = attn_dq_smem_bytes<HS, W, BKV>();
-    auto kernel = attention_backward_dq_bf16_kernel<HS, W, BKV>;
+// dQ kernel (and D) alone; its share of the backward is 3 of the 7 products
+template <int HS, int W, int MT, int BKV> static void dq_variant(Bufs &b) {
+    constexpr int BQ = 16 * W * MT, smem = attn_dq_smem_bytes<HS, W, MT, BKV>();
+    auto kernel = attention_backward_dq_bf16_kernel<HS, W, MT, BKV>;
     attn_set_smem(kernel, smem);
     const int grid = b.B * b.NH * ((b.T + BQ - 1) / BQ);
     const float scale = 1.0f / sqrtf((float)HS);
     float ms = median_ms([&] {
-        kernel<<<grid, W * WARP_SIZE, smem>>>(b.dqkv, nullptr, b.dout, b.qkv, b.lse, b.dsum, b.T, b.NH,
+        kernel<<<grid, W * WARP_SIZE, smem>>>(b.dqkv, nullptr, b.dsum, b.dout, b.out, b.qkv, b.lse, b.T, b.NH,
                                               scale * ATTN_LOG2E, scale);
     });
     cudaCheckLaunch();
-    printf("dq   warps=%d bkv=%-3d              %8.3f ms %6.1f TFLOP/s  err dq %.1e\n", W, BKV, ms,
+    printf("dq   warps=%d mt=%d bkv=%-3d         %8.3f ms %6.1f TFLOP/s  err dq %.1e\n", W, MT, BKV, ms,
            1.5 * g_flops / ms * 1e-9, err_vs_ref(b, 0));
 }
 
@@ -116,13 +117,8 @@ template <int HS> static void sweep(Bufs &b) {
     float fwd = median_ms(full_fwd), bwd = median_ms(full_bwd);
     b.ref_out = fetch(b.out, n_out);
     b.ref_dqkv = fetch(b.dqkv, 3 * n_out);
-    const int nrows = b.B * b.T * b.NH;
-    float dsum_ms = median_ms([&] {
-        attention_dsum_kernel<<<grid_for((size_t)nrows * HS / Packed<bf16>::N, ATTN_DSUM_THREADS),
-                                ATTN_DSUM_THREADS>>>(b.dsum, b.dout, b.out, b.T, b.NH, HS, nrows);
-    });
-    printf("shipped: fwd %.3f ms %.1f TFLOP/s, bwd %.3f ms %.1f TFLOP/s (D preprocess %.3f ms)\n", fwd,
-           g_flops / fwd * 1e-9, bwd, 2.5 * g_flops / bwd * 1e-9, dsum_ms);
+    printf("shipped: fwd %.3f ms %.1f TFLOP/s, bwd %.3f ms %.1f TFLOP/s\n", fwd, g_flops / fwd * 1e-9, bwd,
+           2.5 * g_flops / bwd * 1e-9);
     if (g_quick) { return; }
     if constexpr (HS == 64) {
         fwd_variant<64, 4, 2, 64>(b);
@@ -133,10 +129,14 @@ template <int HS> static void sweep(Bufs &b) {
         dkdv_variant<64, 2, 64>(b);
         dkdv_variant<64, 8, 64>(b);
         dkdv_variant<64, 4, 32>(b);
-        dq_variant<64, 4, 32>(b);
-        dq_variant<64, 2, 32>(b);
-        dq_variant<64, 4, 16>(b);
-        dq_variant<64, 4, 64>(b);
+        dq_variant<64, 4, 1, 32>(b);
+        dq_variant<64, 2, 1, 32>(b);
+        dq_variant<64, 4, 1, 16>(b);
+        dq_variant<64, 4, 1, 64>(b);
+        dq_variant<64, 2, 2, 32>(b);
+        dq_variant<64, 2, 2, 16>(b);
+        dq_variant<64, 4, 2, 16>(b);
+        dq_variant<64, 4, 2, 32>(b);
     } else {
         fwd_variant<128, 4, 1, 64>(b);
         fwd_variant<128, 8, 1, 64>(b);
@@ -144,9 +144,9 @@ template <int HS> static void sweep(Bufs &b) {
         dkdv_variant<128, 4, 32>(b);
         dkdv_variant<128, 8, 32>(b);
         dkdv_variant<128, 4, 16>(b);
-        dq_variant<128, 4, 32>(b);
-        dq_variant<128, 8, 32>(b);
-        dq_variant<128, 4, 64>(b);
+        dq_variant<128, 4, 1, 32>(b);
+        dq_variant<128, 8, 1, 32>(b);
+        dq_variant<128, 4, 1, 64>(b);
     }
 }
 

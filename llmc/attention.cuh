@@ -6,8 +6,10 @@
  * rescaled by exp(m_old - m_new) whenever the max grows; it saves lse_i = m_i + log(l_i) for the backward.
  * Backward (FlashAttention-2): D_i = sum_d dO_id O_id; P_ij = exp(S_ij - lse_i) recomputed; dP = dO V^T;
  * dS = P * (dP - D); dV = P^T dO; dK = scale dS^T Q; dQ = scale dS K.
- * Deterministic (no float atomics): one kernel owns dK, dV of a key block and loops over the query blocks after
- * it, another owns dQ of a query block and loops over the key blocks before it; S and dP are computed in both.
+ * Deterministic (no float atomics): one kernel owns dQ of a query block and loops over the key blocks before it,
+ * then another owns dK, dV of a key block and loops over the query blocks after it; S and dP are computed in both.
+ * The dQ kernel first takes D of its own rows (kept in registers, and written for the dK/dV kernel), so D costs no
+ * pass of its own over dO and O.
  * Optionally the backward also takes the QKV bias gradient, the column sums of dqkv over the B T rows, while the
  * rows are in registers: each block writes the sums of its rows (as stored) to one row of partials, and
  * add_partial_sums adds the rows in order. This saves a separate column_sum pass over dqkv (3C columns x N rows,
@@ -59,31 +61,6 @@ __device__ __forceinline__ AttnBlock attn_block(int nblocks) {
     const int per_group = ATTN_HEAD_GROUP * nblocks, group = blockIdx.x / per_group, r = blockIdx.x % per_group;
     const int heads = min(ATTN_HEAD_GROUP, (int)gridDim.x / nblocks - group * ATTN_HEAD_GROUP);
     return {group * ATTN_HEAD_GROUP + r % heads, r / heads};
-}
-
-// ----------------------------------------------------------------------------------------------------------------
-// backward preprocess, both precisions: D_i = sum_d dO_id O_id. A (b, t, h) row is read by a group of
-// HS / Packed<T>::N lanes (8 to 32: the group never straddles a warp), 16 bytes each.
-
-#define ATTN_DSUM_THREADS 256
-
-template <typename T>
-__global__ void __launch_bounds__(ATTN_DSUM_THREADS)
-    attention_dsum_kernel(float *dsum, const T *dout, const T *out, int Tlen, int NH, int HS, int nrows) {
-    const int lanes = HS / Packed<T>::N;
-    const size_t idx = (size_t)blockIdx.x * ATTN_DSUM_THREADS + threadIdx.x, row = idx / lanes;
-    const size_t off = row * HS + (idx % lanes) * Packed<T>::N;
-    float s = 0.0f;
-    if (row < (size_t)nrows) {
-        Packed<T> d = load_packed(dout + off), o = load_packed(out + off);
-#pragma unroll
-        for (int k = 0; k < Packed<T>::N; k++) { s += d[k] * o[k]; }
-    }
-    for (int m = lanes / 2; m > 0; m /= 2) { s += __shfl_xor_sync(0xffffffffu, s, m); }
-    if (row < (size_t)nrows && idx % lanes == 0) {
-        size_t h = row % NH, t = (row / NH) % Tlen, b = row / ((size_t)NH * Tlen);
-        dsum[(b * NH + h) * Tlen + t] = s;
-    }
 }
 
 // ----------------------------------------------------------------------------------------------------------------
@@ -176,12 +153,13 @@ __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
     }
 }
 
-// dQ_i = scale sum_j dS_ij K_j over the keys j <= i; one warp per query row. partial (unless NULL): row
-// b * nblocks + r0 / ATTN_ROWS_PER_BLOCK of the bias partials (3 NH HS floats each), its Q columns of head h.
+// D_i = sum_d dO_id O_id (also into dsum, for the dK/dV kernel), then dQ_i = scale sum_j dS_ij K_j over the keys
+// j <= i; one warp per query row. partial (unless NULL): row b * nblocks + r0 / ATTN_ROWS_PER_BLOCK of the bias
+// partials (3 NH HS floats each), its Q columns of head h.
 template <int HS>
 __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
-    attention_backward_dq_f32_kernel(float *dqkv, float *partial, const float *dout, const float *qkv,
-                                     const float *lse, const float *dsum, int Tlen, int NH, float scale) {
+    attention_backward_dq_f32_kernel(float *dqkv, float *partial, float *dsum, const float *dout, const float *out,
+                                     const float *qkv, const float *lse, int Tlen, int NH, float scale) {
     constexpr int DPL = HS / WARP_SIZE;
     __shared__ float sQ[ATTN_ROWS_PER_BLOCK][HS], sdO[ATTN_ROWS_PER_BLOCK][HS];
     __shared__ float sK[ATTN_F32_TILE][HS + 1], sV[ATTN_F32_TILE][HS + 1];
@@ -196,7 +174,14 @@ __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
     attn_load_rows_f32(&sdO[0][0], HS, dout + (size_t)b * Tlen * NH * HS + (size_t)h * HS, (size_t)NH * HS, r0,
                        ATTN_ROWS_PER_BLOCK, Tlen, HS);
     const float lse_i = row < Tlen ? lse[(size_t)blk.bh * Tlen + row] : 0.0f;
-    const float d_i = row < Tlen ? dsum[(size_t)blk.bh * Tlen + row] : 0.0f;
+    float d_i = 0.0f;
+    if (row < Tlen) { // from global memory: sdO is not complete before the loop's first barrier
+        const size_t off = ((size_t)b * Tlen + row) * NH * HS + (size_t)h * HS;
+#pragma unroll
+        for (int i = 0; i < DPL; i++) { d_i = fmaf(dout[off + lane + i * WARP_SIZE], out[off + lane + i * WARP_SIZE], d_i); }
+    }
+    d_i = warp_sum(d_i);
+    if (row < Tlen && lane == 0) { dsum[(size_t)blk.bh * Tlen + row] = d_i; }
 
     float dq[DPL] = {};
     const int ntiles = (min(r0 + ATTN_ROWS_PER_BLOCK, Tlen) - 1) / ATTN_F32_TILE + 1;
@@ -434,11 +419,12 @@ __device__ __forceinline__ void store_acc_rows(bf16 *dst, size_t pitch, const fl
     }
 }
 
-// dst[0 .. 8 NT) = the column sums of what store_acc_rows(.., c, r0, Tlen, mul) stores (the bf16 values; rows past
-// Tlen add nothing) over the 16-row slabs of the block's WARPS warps, added in warp order. red: WARPS x 8 NT floats
-// of shared memory no longer read by anyone; the trailing barrier lets the caller reuse it at once.
-template <int NT, int WARPS>
-__device__ __forceinline__ void colsum_acc_rows(float *dst, float *red, const float (&c)[NT][4], int r0, int Tlen,
+// dst[0 .. 8 NT) = the column sums of what store_acc_rows(.., c[mt], r0 + 16 mt, Tlen, mul) stores (the bf16
+// values; rows past Tlen add nothing) over the MT 16-row slabs of each of the block's WARPS warps, added in warp
+// order. red: WARPS x 8 NT floats of shared memory no longer read by anyone; the trailing barrier lets the caller
+// reuse it at once.
+template <int MT, int NT, int WARPS>
+__device__ __forceinline__ void colsum_acc_rows(float *dst, float *red, const float (&c)[MT][NT][4], int r0, int Tlen,
                                                 float mul) {
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, g = lane >> 2, cq = lane & 3;
 #pragma unroll
@@ -447,8 +433,13 @@ __device__ __forceinline__ void colsum_acc_rows(float *dst, float *red, const fl
         for (int e = 0; e < 2; e++) {
             float s = 0.0f;
 #pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
-                if (r0 + g + 8 * hf < Tlen) { s += __bfloat162float(__float2bfloat16_rn(c[n][2 * hf + e] * mul)); }
+            for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+                for (int hf = 0; hf < 2; hf++) {
+                    if (r0 + 16 * mt + g + 8 * hf < Tlen) {
+                        s += __bfloat162float(__float2bfloat16_rn(c[mt][n][2 * hf + e] * mul));
+                    }
+                }
             }
             // column n * 8 + 2 cq + e of the slab lives in lanes cq, cq + 4, ..., cq + 28 (g = 0 .. 7)
             s += __shfl_xor_sync(0xffffffffu, s, 4);
@@ -683,26 +674,29 @@ __global__ void __launch_bounds__(WARPS *WARP_SIZE)
     store_acc_rows(dk_dst + (size_t)NH * HS, stride, dv[0], key_base, Tlen, 1.0f);
     if (partial) { // the shared tiles are free: the loop ended with a barrier and no copy in flight
         float *prow = partial + ((size_t)b * nblocks + blk.rank) * stride, *red = reinterpret_cast<float *>(smem);
-        colsum_acc_rows<DT, WARPS>(prow + (size_t)(NH + h) * HS, red, dk[0], key_base, Tlen, scale);
-        colsum_acc_rows<DT, WARPS>(prow + (size_t)(2 * NH + h) * HS, red, dv[0], key_base, Tlen, 1.0f);
+        colsum_acc_rows<1, DT, WARPS>(prow + (size_t)(NH + h) * HS, red, dk, key_base, Tlen, scale);
+        colsum_acc_rows<1, DT, WARPS>(prow + (size_t)(2 * NH + h) * HS, red, dv, key_base, Tlen, 1.0f);
     }
 }
 
 // ----------------------------------------------------------------------------------------------------------------
-// bf16 backward, dQ. A block owns BQ = 16 WARPS queries, warp w the 16 from 16 w, its Q and dO slabs held as A
-// fragments; it walks the key tiles (BKV rows, two stages) up to its diagonal: S = Q K^T, dP = dO V^T,
-// dS = P (dP - D), dQ += dS K.
+// bf16 backward, dQ and D. A block owns BQ = 16 WARPS MT queries, warp w the MT slabs of 16 from row 16 MT w, its
+// Q and dO slabs held as A fragments. It first takes D_i = sum_d dO_id O_id of its rows (each quad's 4 lanes a
+// quarter of the columns, from global memory: the rows are in L2, being copied to shared memory too) and writes it
+// for the dK/dV kernel; then it walks the key tiles (BKV rows, two stages) up to its diagonal: S = Q K^T,
+// dP = dO V^T, dS = P (dP - D), dQ += dS K. Each K or V fragment from shared memory feeds MT slabs.
 
-template <int HS, int WARPS, int BKV> constexpr int attn_dq_smem_bytes() {
-    return (2 * 16 * WARPS + 4 * BKV) * HS * 2; // Q, dO, 2 x (K, V)
+template <int HS, int WARPS, int MT, int BKV> constexpr int attn_dq_smem_bytes() {
+    return (2 * 16 * WARPS * MT + 4 * BKV) * HS * 2; // Q, dO, 2 x (K, V)
 }
 
-template <int HS, int WARPS, int BKV>
+template <int HS, int WARPS, int MT, int BKV>
 __global__ void __launch_bounds__(WARPS *WARP_SIZE)
-    attention_backward_dq_bf16_kernel(bf16 *dqkv, float *partial, const bf16 *dout, const bf16 *qkv,
-                                      const float *lse, const float *dsum, int Tlen, int NH, float scale_log2,
+    attention_backward_dq_bf16_kernel(bf16 *dqkv, float *partial, float *dsum, const bf16 *dout, const bf16 *out,
+                                      const bf16 *qkv, const float *lse, int Tlen, int NH, float scale_log2,
                                       float scale) {
-    constexpr int NTHREADS = WARPS * WARP_SIZE, BQ = 16 * WARPS, KC = HS / 16, DT = HS / 8, ST = BKV / 8;
+    constexpr int NTHREADS = WARPS * WARP_SIZE, BQ = 16 * WARPS * MT, KC = HS / 16, DT = HS / 8, ST = BKV / 8;
+    constexpr int DCOLS = HS / 4; // columns of a row's D per lane of its quad
     extern __shared__ __align__(128) unsigned char smem[];
     const uint32_t sQ = smem_u32(smem), sdO = sQ + BQ * HS * 2, sKV = sdO + BQ * HS * 2;
     auto sK = [&](int st) { return sKV + (2 * st) * BKV * HS * 2; };
@@ -715,30 +709,50 @@ __global__ void __launch_bounds__(WARPS *WARP_SIZE)
     const size_t stride = (size_t)3 * NH * HS, ostride = (size_t)NH * HS;
     const bf16 *q = qkv + (size_t)b * Tlen * stride + (size_t)h * HS, *k = q + NH * HS, *v = q + 2 * NH * HS;
     const bf16 *dO = dout + (size_t)b * Tlen * ostride + (size_t)h * HS;
-    const int nkv = (min(q0 + BQ, Tlen) + BKV - 1) / BKV, row_base = q0 + warp * 16;
+    const bf16 *O = out + (size_t)b * Tlen * ostride + (size_t)h * HS;
+    const int nkv = (min(q0 + BQ, Tlen) + BKV - 1) / BKV, row_base = q0 + warp * MT * 16;
 
     load_tile_async<BQ, HS, NTHREADS>(sQ, q, stride, q0, Tlen);
     load_tile_async<BQ, HS, NTHREADS>(sdO, dO, ostride, q0, Tlen);
     load_tile_async<BKV, HS, NTHREADS>(sK(0), k, stride, 0, Tlen);
     load_tile_async<BKV, HS, NTHREADS>(sV(0), v, stride, 0, Tlen);
     cp_async_commit();
-    float lrow[2], drow[2]; // lse * log2(e) and D of rows g and g+8 of this warp's slab
+    float lrow[MT][2], drow[MT][2]; // lse * log2(e) and D of rows g and g+8 of each slab
 #pragma unroll
-    for (int hf = 0; hf < 2; hf++) {
-        int row = row_base + g + 8 * hf;
-        lrow[hf] = row < Tlen ? lse[(size_t)blk.bh * Tlen + row] * ATTN_LOG2E : 0.0f;
-        drow[hf] = row < Tlen ? dsum[(size_t)blk.bh * Tlen + row] : 0.0f;
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int row = row_base + mt * 16 + g + 8 * hf;
+            float d = 0.0f;
+            if (row < Tlen) {
+                const size_t off = (size_t)row * ostride + cq * DCOLS;
+#pragma unroll
+                for (int c = 0; c < DCOLS; c += Packed<bf16>::N) {
+                    Packed<bf16> x = load_packed(dO + off + c), o = load_packed(O + off + c);
+#pragma unroll
+                    for (int e = 0; e < Packed<bf16>::N; e++) { d = fmaf(x[e], o[e], d); }
+                }
+            }
+            d += __shfl_xor_sync(0xffffffffu, d, 1);
+            d += __shfl_xor_sync(0xffffffffu, d, 2);
+            drow[mt][hf] = d;
+            lrow[mt][hf] = row < Tlen ? lse[(size_t)blk.bh * Tlen + row] * ATTN_LOG2E : 0.0f;
+            if (cq == 0 && row < Tlen) { dsum[(size_t)blk.bh * Tlen + row] = d; }
+        }
     }
     cp_async_wait<0>();
     __syncthreads();
-    uint32_t qf[1][KC][4], dof[1][KC][4];
+    uint32_t qf[MT][KC][4], dof[MT][KC][4];
 #pragma unroll
-    for (int kc = 0; kc < KC; kc++) {
-        load_a_frag<HS>(qf[0][kc], sQ, warp * 16, 2 * kc);
-        load_a_frag<HS>(dof[0][kc], sdO, warp * 16, 2 * kc);
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int kc = 0; kc < KC; kc++) {
+            load_a_frag<HS>(qf[mt][kc], sQ, (warp * MT + mt) * 16, 2 * kc);
+            load_a_frag<HS>(dof[mt][kc], sdO, (warp * MT + mt) * 16, 2 * kc);
+        }
     }
 
-    float dq[1][DT][4];
+    float dq[MT][DT][4];
     zero_acc(dq);
     for (int j = 0; j < nkv; j++) {
         const int st = j & 1, kv0 = j * BKV;
@@ -748,33 +762,40 @@ __global__ void __launch_bounds__(WARPS *WARP_SIZE)
         }
         cp_async_commit();
 
-        float s[1][ST][4], dp[1][ST][4];
+        float s[MT][ST][4], dp[MT][ST][4];
         zero_acc(s);
         zero_acc(dp);
-        mma_tile_t<HS, 1, ST, KC>(s, qf, sK(st));
-        mma_tile_t<HS, 1, ST, KC>(dp, dof, sV(st));
+        mma_tile_t<HS, MT, ST, KC>(s, qf, sK(st));
+        mma_tile_t<HS, MT, ST, KC>(dp, dof, sV(st));
         const bool diag = kv0 + BKV - 1 > row_base;
 #pragma unroll
-        for (int n = 0; n < ST; n++) {
+        for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int hf = e >> 1;
-                float p = fast_exp2(fmaf(s[0][n][e], scale_log2, -lrow[hf]));
-                if (diag && kv0 + n * 8 + 2 * cq + (e & 1) > row_base + g + 8 * hf) { p = 0.0f; }
-                dp[0][n][e] = p * (dp[0][n][e] - drow[hf]);
+            for (int n = 0; n < ST; n++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int hf = e >> 1;
+                    float p = fast_exp2(fmaf(s[mt][n][e], scale_log2, -lrow[mt][hf]));
+                    if (diag && kv0 + n * 8 + 2 * cq + (e & 1) > row_base + mt * 16 + g + 8 * hf) { p = 0.0f; }
+                    dp[mt][n][e] = p * (dp[mt][n][e] - drow[mt][hf]);
+                }
             }
         }
-        uint32_t dsf[1][ST / 2][4];
+        uint32_t dsf[MT][ST / 2][4];
         acc_to_a(dsf, dp);
-        mma_tile<HS, 1, DT, ST / 2>(dq, dsf, sK(st));
+        mma_tile<HS, MT, DT, ST / 2>(dq, dsf, sK(st));
         cp_async_wait<0>();
         __syncthreads();
     }
-    store_acc_rows(dqkv + (size_t)b * Tlen * stride + (size_t)h * HS, stride, dq[0], row_base, Tlen, scale);
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        store_acc_rows(dqkv + (size_t)b * Tlen * stride + (size_t)h * HS, stride, dq[mt], row_base + mt * 16, Tlen,
+                       scale);
+    }
     if (partial) { // the shared tiles are free: the loop ended with a barrier and no copy in flight
         float *prow = partial + ((size_t)b * nblocks + q0 / BQ) * stride;
-        colsum_acc_rows<DT, WARPS>(prow + (size_t)h * HS, reinterpret_cast<float *>(smem), dq[0], row_base, Tlen,
-                                   scale);
+        colsum_acc_rows<MT, DT, WARPS>(prow + (size_t)h * HS, reinterpret_cast<float *>(smem), dq, row_base, Tlen,
+                                       scale);
     }
 }
 
@@ -787,12 +808,12 @@ template <int HS> struct AttnBf16Tiles;
 template <> struct AttnBf16Tiles<64> {
     static constexpr int FWD_WARPS = 4, FWD_MT = 2, FWD_BKV = 64; // 128 queries x 64 keys
     static constexpr int DKDV_WARPS = 4, DKDV_BQ = 64;            // 64 keys x 64 queries
-    static constexpr int DQ_WARPS = 4, DQ_BKV = 32;               // 64 queries x 32 keys
+    static constexpr int DQ_WARPS = 4, DQ_MT = 1, DQ_BKV = 32;    // 64 queries x 32 keys
 };
 template <> struct AttnBf16Tiles<128> {
     static constexpr int FWD_WARPS = 4, FWD_MT = 1, FWD_BKV = 64;
     static constexpr int DKDV_WARPS = 4, DKDV_BQ = 32;
-    static constexpr int DQ_WARPS = 4, DQ_BKV = 32;
+    static constexpr int DQ_WARPS = 4, DQ_MT = 1, DQ_BKV = 32;
 };
 
 template <typename Kernel> static void attn_set_smem(Kernel kernel, int bytes) {
@@ -813,12 +834,23 @@ static void attention_forward_bf16(bf16 *out, float *lse, const bf16 *qkv, int B
     cudaCheckLaunch();
 }
 
+// The dQ kernel first: it writes the D the dK/dV kernel reads.
 template <int HS>
-static void attention_backward_bf16(bf16 *dqkv, float *partial, const bf16 *dout, const bf16 *qkv, const float *lse,
-                                    const float *dsum, int B, int Tlen, int NH, cudaStream_t stream) {
+static void attention_backward_bf16(bf16 *dqkv, float *partial, float *dsum, const bf16 *dout, const bf16 *out,
+                                    const bf16 *qkv, const float *lse, int B, int Tlen, int NH, cudaStream_t stream) {
     using C = AttnBf16Tiles<HS>;
-    static_assert(C::DKDV_WARPS == C::DQ_WARPS, "both kernels' blocks cover the same rows of the bias partials");
+    static_assert(C::DKDV_WARPS == C::DQ_WARPS * C::DQ_MT, "both kernels' blocks cover the rows of a bias partial");
     const float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * ATTN_LOG2E;
+    {
+        constexpr int BQ = 16 * C::DQ_WARPS * C::DQ_MT, smem = attn_dq_smem_bytes<HS, C::DQ_WARPS, C::DQ_MT, C::DQ_BKV>();
+        static_assert(C::DQ_WARPS * HS * sizeof(float) <= smem, "the bias sums reuse the shared tiles");
+        auto kernel = attention_backward_dq_bf16_kernel<HS, C::DQ_WARPS, C::DQ_MT, C::DQ_BKV>;
+        attn_set_smem(kernel, smem);
+        const int grid = B * NH * ((Tlen + BQ - 1) / BQ);
+        kernel<<<grid, C::DQ_WARPS * WARP_SIZE, smem, stream>>>(dqkv, partial, dsum, dout, out, qkv, lse, Tlen, NH,
+                                                                 scale_log2, scale);
+        cudaCheckLaunch();
+    }
     {
         constexpr int BKV = 16 * C::DKDV_WARPS, smem = attn_dkdv_smem_bytes<HS, C::DKDV_WARPS, C::DKDV_BQ>();
         static_assert(C::DKDV_WARPS * HS * sizeof(float) <= smem, "the bias sums reuse the shared tiles");
@@ -827,16 +859,6 @@ static void attention_backward_bf16(bf16 *dqkv, float *partial, const bf16 *dout
         const int grid = B * NH * ((Tlen + BKV - 1) / BKV);
         kernel<<<grid, C::DKDV_WARPS * WARP_SIZE, smem, stream>>>(dqkv, partial, dout, qkv, lse, dsum, Tlen, NH,
                                                                    scale_log2, scale);
-        cudaCheckLaunch();
-    }
-    {
-        constexpr int BQ = 16 * C::DQ_WARPS, smem = attn_dq_smem_bytes<HS, C::DQ_WARPS, C::DQ_BKV>();
-        static_assert(C::DQ_WARPS * HS * sizeof(float) <= smem, "the bias sums reuse the shared tiles");
-        auto kernel = attention_backward_dq_bf16_kernel<HS, C::DQ_WARPS, C::DQ_BKV>;
-        attn_set_smem(kernel, smem);
-        const int grid = B * NH * ((Tlen + BQ - 1) / BQ);
-        kernel<<<grid, C::DQ_WARPS * WARP_SIZE, smem, stream>>>(dqkv, partial, dout, qkv, lse, dsum, Tlen, NH,
-                                                                 scale_log2, scale);
         cudaCheckLaunch();
     }
 }
@@ -851,14 +873,14 @@ static void attention_forward_f32(float *out, float *lse, const float *qkv, int 
 }
 
 template <int HS>
-static void attention_backward_f32(float *dqkv, float *partial, const float *dout, const float *qkv, const float *lse,
-                                   const float *dsum, int B, int Tlen, int NH, cudaStream_t stream) {
+static void attention_backward_f32(float *dqkv, float *partial, float *dsum, const float *dout, const float *out,
+                                   const float *qkv, const float *lse, int B, int Tlen, int NH, cudaStream_t stream) {
     const float scale = 1.0f / sqrtf((float)HS);
     const int grid = B * NH * ((Tlen + ATTN_ROWS_PER_BLOCK - 1) / ATTN_ROWS_PER_BLOCK);
-    attention_backward_dkdv_f32_kernel<HS><<<grid, ATTN_ROWS_PER_BLOCK * WARP_SIZE, 0, stream>>>(
-        dqkv, partial, dout, qkv, lse, dsum, Tlen, NH, scale);
-    cudaCheckLaunch();
     attention_backward_dq_f32_kernel<HS><<<grid, ATTN_ROWS_PER_BLOCK * WARP_SIZE, 0, stream>>>(
+        dqkv, partial, dsum, dout, out, qkv, lse, Tlen, NH, scale);
+    cudaCheckLaunch();
+    attention_backward_dkdv_f32_kernel<HS><<<grid, ATTN_ROWS_PER_BLOCK * WARP_SIZE, 0, stream>>>(
         dqkv, partial, dout, qkv, lse, dsum, Tlen, NH, scale);
     cudaCheckLaunch();
 }
@@ -869,7 +891,7 @@ static void attention_backward_f32(float *dqkv, float *partial, const float *dou
 // Rows of the sequence per row of bias partials: one backward block's rows (the same in both kernels).
 template <typename T> static int attention_bias_part_rows(int HS) {
     if constexpr (std::is_same<T, float>::value) { return ATTN_ROWS_PER_BLOCK; }
-    else { return 16 * (HS == 64 ? AttnBf16Tiles<64>::DQ_WARPS : AttnBf16Tiles<128>::DQ_WARPS); }
+    else { return 16 * (HS == 64 ? AttnBf16Tiles<64>::DKDV_WARPS : AttnBf16Tiles<128>::DKDV_WARPS); }
 }
 
 // The backward's workspace holds D, one float per (b, h, t), then the bias partials: B ceil(T / rows) rows of
@@ -903,15 +925,12 @@ static void attention_backward(T *dqkv, float *dbias, const T *dout, const T *ou
     float *dsum = (float *)workspace;
     const int nrows = B * Tlen * NH;
     float *partial = dbias ? dsum + nrows : NULL;
-    attention_dsum_kernel<<<grid_for((size_t)nrows * HS / Packed<T>::N, ATTN_DSUM_THREADS), ATTN_DSUM_THREADS, 0,
-                            stream>>>(dsum, dout, out, Tlen, NH, HS, nrows);
-    cudaCheckLaunch();
     if constexpr (std::is_same<T, float>::value) {
-        if (HS == 64) { attention_backward_f32<64>(dqkv, partial, dout, qkv, lse, dsum, B, Tlen, NH, stream); }
-        else { attention_backward_f32<128>(dqkv, partial, dout, qkv, lse, dsum, B, Tlen, NH, stream); }
+        if (HS == 64) { attention_backward_f32<64>(dqkv, partial, dsum, dout, out, qkv, lse, B, Tlen, NH, stream); }
+        else { attention_backward_f32<128>(dqkv, partial, dsum, dout, out, qkv, lse, B, Tlen, NH, stream); }
     } else {
-        if (HS == 64) { attention_backward_bf16<64>(dqkv, partial, dout, qkv, lse, dsum, B, Tlen, NH, stream); }
-        else { attention_backward_bf16<128>(dqkv, partial, dout, qkv, lse, dsum, B, Tlen, NH, stream); }
+        if (HS == 64) { attention_backward_bf16<64>(dqkv, partial, dsum, dout, out, qkv, lse, B, Tlen, NH, stream); }
+        else { attention_backward_bf16<128>(dqkv, partial, dsum, dout, out, qkv, lse, B, Tlen, NH, stream); }
     }
     if (dbias) {
         const int parts = B * ceil_div_int(Tlen, attention_bias_part_rows<T>(HS)), cols = 3 * NH * HS;
