@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Summary of a dev/kernel_trace.c CSV over the last STEPS whole training steps (a step begins with the
+encoder_forward kernel): step length, how long the GPU ran nothing (and the largest such gaps, with the kernels
+around them), each stream's busy time, and the GPU time per kernel family, all per step.
+   dev/trace_summary.py TRACE.csv [STEPS]"""
+import collections, re, sys
+
+def family(name):
+    n = name.lower()
+    for key, fam in (("gemm", "GEMM (cuBLAS)"), ("nvjet", "GEMM (cuBLAS)"), ("xmma", "GEMM (cuBLAS)"),
+                     ("cutlass", "GEMM (cuBLAS)"), ("attention", None), ("adamw", "AdamW"),
+                     ("layernorm_backward", "LayerNorm backward"), ("layernorm_forward", "LayerNorm forward"),
+                     ("gelu", "GELU (recompute / fallback)"), ("sum_squares", "gradient norm partials"),
+                     ("column_sum", "bias column sums"), ("add_partial_sums", "partial-sum reductions"),
+                     ("classifier", "classifier"), ("encoder", "encoder"), ("wte_backward", "encoder backward"),
+                     ("wpe_backward", "encoder backward"), ("nccl", "NCCL"), ("memcpy", "copies"),
+                     ("memset", "memsets")):
+        if key in n:
+            if fam is None:  # attention: one family per kernel
+                m = re.search(r"attention_(forward|backward_dkdv|backward_dq)", n)
+                return "attention " + (m.group(1).replace("backward_", "") if m else "other")
+            return fam
+    return re.sub(r"^_Z\d+", "", name)[:40]
+
+rows = []
+for line in open(sys.argv[1]).read().splitlines()[1:]:
+    s, e, st, name = line.split(",", 3)
+    rows.append((int(s), int(e), st, name))
+rows.sort()
+steps_wanted = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+starts = [r[0] for r in rows if "encoder_forward" in r[3]]
+if len(starts) < steps_wanted + 1:
+    sys.exit(f"only {len(starts)} step starts (encoder_forward) in the trace; run more steps")
+w0, w1 = starts[-steps_wanted - 1], starts[-1]
+win = [(max(s, w0), min(e, w1), st, n) for s, e, st, n in rows if e > w0 and s < w1]
+span = w1 - w0
+per = lambda ns: ns / steps_wanted / 1e6  # ms per step
+
+def union(intervals):
+    busy, gaps, cur_s, cur_e, last = 0, [], None, None, ""
+    for s, e, st, n in intervals:
+        if cur_e is None:
+            cur_s, cur_e, last = s, e, n
+        elif s > cur_e:
+            busy += cur_e - cur_s
+            gaps.append((s - cur_e, last, n))
+            cur_s, cur_e = s, e
+        if e >= cur_e:
+            cur_e, last = e, n
+    if cur_e is not None:
+        busy += cur_e - cur_s
+    return busy, gaps
+
+busy, gaps = union(win)
+print(f"{steps_wanted} steps, {per(span):.2f} ms a step: GPU busy {per(busy):.2f} ms, idle {per(span - busy):.2f} ms "
+      f"({100 * (span - busy) / span:.1f}%) in {len(gaps) / steps_wanted:.0f} gaps a step")
+hist = collections.Counter()
+for g, _, _ in gaps:
+    hist["<2us" if g < 2e3 else "2-10us" if g < 1e4 else "10-100us" if g < 1e5 else ">=100us"] += g
+print("  idle by gap length (ms a step): " + ", ".join(f"{k} {per(v):.2f}" for k, v in sorted(hist.items())))
+for g, a, b in sorted(gaps, reverse=True)[:8]:
+    print(f"  {g / 1e3:8.1f} us idle after {family(a)} before {family(b)}")
+by_stream = collections.defaultdict(list)
+for r in win:
+    by_stream[r[2]].append(r)
+for st, rs in sorted(by_stream.items(), key=lambda kv: -sum(r[1] - r[0] for r in kv[1])):
+    b, _ = union(rs)
+    print(f"stream {st:>4}: busy {per(b):7.2f} ms a step, {len(rs) / steps_wanted:5.0f} launches")
+fam = collections.Counter()
+cnt = collections.Counter()
+for s, e, st, n in win:
+    fam[family(n)] += e - s
+    cnt[family(n)] += 1
+print(f"kernel time per step by family (sum {per(sum(fam.values())):.2f} ms; streams overlap):")
+for f, t in fam.most_common():
+    print(f"  {per(t):8.2f} ms {cnt[f] / steps_wanted:6.0f}x  {f}")
