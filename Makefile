@@ -15,7 +15,7 @@ LDLIBS_CPU = -lm
 # CUDA: autodetect nvcc (PATH, then /usr/local/cuda); the trainer is built only where it is found.
 NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
-CUDA_ARCH ?= -gencode=arch=compute_90,code=sm_90
+CUDA_ARCH ?= -gencode=arch=compute_90a,code=sm_90a
 NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -fopenmp -Xcompiler -Wall \
              -Xcompiler -Wno-unused-function -I.
 NVLDLIBS = -lcublasLt -lcublas -lnccl -lgomp

@@ -428,6 +428,16 @@ template <typename floatX> static ForwardChunk forward_chunk(const GPT<floatX> *
     return f;
 }
 
+// The fused residual add + LayerNorm of chunk f: out and dx at its LayerNorm rows, the residual stream (resid, x)
+// and the statistics at its residual-stream rows; resid and dx may be NULL (layernorm_forward).
+template <typename floatX>
+static void chunk_layernorm(const ForwardChunk &f, int C, floatX *out, float *mean, float *rstd, floatX *resid,
+                            const floatX *x, const floatX *dx, const floatX *w, const floatX *b, cudaStream_t s) {
+    size_t lr = (size_t)f.ln_row * C, rr = (size_t)f.res_row * C;
+    layernorm_forward(out + lr, mean + f.res_row, rstd + f.res_row, resid ? resid + rr : NULL, x + rr,
+                      dx ? dx + lr : NULL, w, b, f.ln_rows, C, s);
+}
+
 // The input embedding of chunk k's tokens into the residual stream (acts.res[0]). Under TP each rank embeds the
 // tokens of its vocabulary rows (llmc/encoder.cuh), and the group sums them (marked as chunk k's sum): all-reduced,
 // or under SP reduce-scattered from the projection scratch onto each rank's tokens.
@@ -476,24 +486,22 @@ template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T)
         updated_wait(g, l);
         for (int k = 0; k < K; k++) {
             ForwardChunk f = forward_chunk(g, B, T, k);
-            size_t r = f.row, lr = (size_t)f.ln_row * C, rr = (size_t)f.res_row * C;
+            size_t r = f.row;
             tp_chunk_wait(tp, s, k);
             // block l - 1's output = its attention output + its MLP's (in proj); none below the first block
-            layernorm_forward(x.ln1 + lr, x.ln1_mean + f.res_row, x.ln1_rstd + f.res_row,
-                              l > 0 ? x.res_in + rr : (floatX *)NULL, (l > 0 ? below.res2 : x.res_in) + rr,
-                              l > 0 ? a.proj + lr : (const floatX *)NULL, param_slice(g, w, P_LN1W, l),
-                              param_slice(g, w, P_LN1B, l), f.ln_rows, C, s);
+            chunk_layernorm(f, C, x.ln1, x.ln1_mean, x.ln1_rstd, l > 0 ? x.res_in : (floatX *)NULL,
+                            l > 0 ? below.res2 : x.res_in, l > 0 ? a.proj : (const floatX *)NULL,
+                            param_slice(g, w, P_LN1W, l), param_slice(g, w, P_LN1B, l), s);
             linear_forward(qkv, x.qkv + r * 3 * A, x.ln1 + r * C, f.rows, (floatX *)NULL, k, s);
             attention_forward(x.atty + r * A, x.lse + (size_t)f.b0 * NHl * T, x.qkv + r * 3 * A, f.nb, T, NHl, HS, s);
             linear_forward(attproj, a.proj + r * C, x.atty + r * A, f.rows, (floatX *)NULL, k, s);
         }
         for (int k = 0; k < K; k++) {
             ForwardChunk f = forward_chunk(g, B, T, k);
-            size_t r = f.row, lr = (size_t)f.ln_row * C, rr = (size_t)f.res_row * C;
+            size_t r = f.row;
             tp_chunk_wait(tp, s, k);
-            layernorm_forward(x.ln2 + lr, x.ln2_mean + f.res_row, x.ln2_rstd + f.res_row, x.res2 + rr, x.res_in + rr,
-                              a.proj + lr, param_slice(g, w, P_LN2W, l), param_slice(g, w, P_LN2B, l), f.ln_rows, C,
-                              s);
+            chunk_layernorm(f, C, x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, x.res_in, a.proj, param_slice(g, w, P_LN2W, l),
+                            param_slice(g, w, P_LN2B, l), s);
             linear_forward(fc, x.h4 + r * M, x.ln2 + r * C, f.rows, x.fch + r * M, k, s);
             linear_forward(fcproj, a.proj + r * C, x.h4 + r * M, f.rows, (floatX *)NULL, k, s);
         }
@@ -501,11 +509,9 @@ template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T)
     LayerActs<floatX> top = layer_acts(g, L - 1);
     int ns = tp_local_tokens(tp, B * T);
     for (int k = 0; k < K; k++) {
-        ForwardChunk f = forward_chunk(g, B, T, k);
-        size_t lr = (size_t)f.ln_row * C, rr = (size_t)f.res_row * C;
         tp_chunk_wait(tp, s, k);
-        layernorm_forward(a.lnf + lr, a.lnf_stats + f.res_row, a.lnf_stats + ns + f.res_row, top.res_out + rr,
-                          top.res2 + rr, a.proj + lr, w + off[P_LNFW], w + off[P_LNFB], f.ln_rows, C, s);
+        chunk_layernorm(forward_chunk(g, B, T, k), C, a.lnf, a.lnf_stats, a.lnf_stats + ns, top.res_out, top.res2,
+                        a.proj, w + off[P_LNFW], w + off[P_LNFB], s);
     }
     linear_forward(lm_head(g), a.logits, a.lnf, B * T, (floatX *)NULL, 0, s);
     g->update_pending = 0; // every group was waited for

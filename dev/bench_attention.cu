@@ -2,7 +2,7 @@
  * bench_attention.cu: tile-shape sweep of the bf16 attention kernels of llmc/attention.cuh, each kernel timed
  * alone (median of CUDA-event timings after warm-up) and its output checked against the shipped configuration.
  * The numbers that chose AttnBf16Tiles; dev/bench_attention.py times PyTorch's flash attention beside it.
- *   nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -I. dev/bench_attention.cu -o /tmp/bench_attention
+ *   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I. dev/bench_attention.cu -o /tmp/bench_attention
  *   /tmp/bench_attention [B T NH HS [quick]]      (default 32 1024 12 64; quick: the shipped tiles only)
  */
 #include <algorithm>
@@ -93,6 +93,22 @@ template <int HS, int W, int BQ> static void dkdv_variant(Bufs &b) {
 }
 
 // dQ kernel (and D) alone; its share of the backward is 3 of the 7 products
+// the dK/dV kernel on wgmma (HS = 64), as dkdv_variant
+static void dkdv_wgmma(Bufs &b) {
+    constexpr int smem = attn_dkdv_wgmma_smem_bytes();
+    attn_set_smem(attention_backward_dkdv_wgmma_kernel, smem);
+    const int grid = b.B * b.NH * ((b.T + ATTN_WG_ROWS - 1) / ATTN_WG_ROWS);
+    const float scale = 1.0f / sqrtf(64.0f);
+    float ms = median_ms([&] {
+        attention_backward_dkdv_wgmma_kernel<<<grid, 4 * WARP_SIZE, smem>>>(b.dqkv, nullptr, b.dout, b.qkv, b.lse,
+                                                                            b.dsum, b.T, b.NH, scale * ATTN_LOG2E,
+                                                                            scale);
+    });
+    cudaCheckLaunch();
+    printf("dkdv wgmma 64 keys x 64 queries       %8.3f ms %6.1f TFLOP/s  err dk %.1e dv %.1e\n", ms,
+           2.0 * g_flops / ms * 1e-9, err_vs_ref(b, 1), err_vs_ref(b, 2));
+}
+
 template <int HS, int W, int MT, int BKV> static void dq_variant(Bufs &b) {
     constexpr int BQ = 16 * W * MT, smem = attn_dq_smem_bytes<HS, W, MT, BKV>();
     auto kernel = attention_backward_dq_bf16_kernel<HS, W, MT, BKV>;
@@ -125,6 +141,7 @@ template <int HS> static void sweep(Bufs &b) {
         fwd_variant<64, 2, 2, 64>(b);
         fwd_variant<64, 8, 1, 64>(b);
         fwd_variant<64, 4, 2, 32>(b);
+        dkdv_wgmma(b);
         dkdv_variant<64, 4, 64>(b);
         dkdv_variant<64, 2, 64>(b);
         dkdv_variant<64, 8, 64>(b);

@@ -680,6 +680,195 @@ __global__ void __launch_bounds__(WARPS *WARP_SIZE)
 }
 
 // ----------------------------------------------------------------------------------------------------------------
+// Hopper warpgroup MMA (wgmma, sm_90a): a warpgroup of 4 warps computes a 64 x N product per instruction, reading
+// its B operand (and A, unless A comes from registers) straight from shared memory through a descriptor, while the
+// warps go on: no ldmatrix, no fragment registers for the shared operand, and several products in flight. The
+// accumulator of warp w holds rows 16 w .. 16 w + 15 in the layout of mma.m16n8 C fragments, column tile after
+// column tile ([N / 8][4] per thread); an A operand in registers is in the mma.m16n8k16 A layout (acc_to_a).
+// Shared-memory tiles are the swizzled ones above: at HS = 64 a row is 128 bytes, so a tile is the canonical
+// 128-byte-swizzle layout (8-row atoms of 128-byte rows, chunk c of row r at c ^ (r % 8), atoms 1024 bytes apart)
+// if it starts 1024-byte aligned. Read with HS as the reduction ("K-major": S = Q K^T from Q and K tiles) the
+// k-th 16 columns start 32 bytes in; read with the rows as the reduction ("MN-major", transposed: dV += P^T dO from
+// a dO tile) the k-th 16 rows start 2048 bytes in.
+
+#define WGMMA_ATOM_BYTES 1024 // 8 rows of 128 bytes: a 128-byte-swizzle atom, and the alignment tiles need
+
+// Descriptor of a 128-byte-swizzled tile at shared address addr: start (16-byte units), leading byte offset (unused
+// by swizzled layouts: 1), stride byte offset (between 8-row atoms), swizzle mode 1 (128 bytes) in bits 62-63.
+__device__ __forceinline__ uint64_t wgmma_desc(uint32_t addr) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(WGMMA_ATOM_BYTES >> 4) << 32) |
+           ((uint64_t)1 << 62);
+}
+// The descriptor advanced by `bytes` (a multiple of 16) within the tile.
+__device__ __forceinline__ uint64_t wgmma_desc_at(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Makes this thread's generic-proxy writes to shared memory (cp.async included) visible to wgmma's reads.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Keeps the compiler from moving accesses of an accumulator across the asynchronous MMAs that write it.
+template <int NT> __device__ __forceinline__ void wgmma_hold(float (&d)[NT][4]) {
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) { asm volatile("" : "+f"(d[n][e])::"memory"); }
+    }
+}
+
+// The accumulator operands of an m64n64 wgmma: d[8][4] in order, as %0 .. %31.
+#define WGMMA_ACC64_REGS                                                                                               \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "   \
+    "%24, %25, %26, %27, %28, %29, %30, %31}"
+#define WGMMA_ACC64(d)                                                                                                 \
+    "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),          \
+        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),      \
+        "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),      \
+        "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),      \
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+
+// d (64 x 64) (+)= A (64 x 16, K-major tile) * B (16 x 64, K-major tile); accumulate 0 overwrites d.
+__device__ __forceinline__ void wgmma_64x64_ss(float (&d)[8][4], uint64_t a, uint64_t b, int accumulate) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WGMMA_ACC64_REGS ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : WGMMA_ACC64(d)
+                 : "l"(a), "l"(b), "r"(accumulate));
+}
+// d (64 x 64) += A (64 x 16, registers) * B (16 x 64, MN-major tile: its rows are the reduction).
+__device__ __forceinline__ void wgmma_64x64_rs_t(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WGMMA_ACC64_REGS
+                 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+                 : WGMMA_ACC64(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+
+// bf16 backward, dK and dV at HS = 64 on wgmma: the kernel above with the four products as warpgroup MMAs. A block
+// (one warpgroup) owns 64 keys, K and V staying in shared memory as the A operands of S^T = K Q^T and dP^T = V dO^T;
+// dP^T is in flight while P^T is computed from S^T; then dV += P^T dO and dK += dS^T Q from registers and the
+// (transposed) Q and dO tiles. Query tiles of 64 rows, two stages.
+#define ATTN_WG_ROWS 64 // keys per block (one warpgroup's M) and queries per tile (N)
+
+constexpr int attn_dkdv_wgmma_smem_bytes() {
+    // K, V, 2 x (Q, dO), 2 x (lse, D), and the slack that aligns the tiles to an atom
+    return (2 * ATTN_WG_ROWS + 4 * ATTN_WG_ROWS) * 64 * 2 + 4 * ATTN_WG_ROWS * (int)sizeof(float) + WGMMA_ATOM_BYTES;
+}
+
+__global__ void __launch_bounds__(4 * WARP_SIZE)
+    attention_backward_dkdv_wgmma_kernel(bf16 *dqkv, float *partial, const bf16 *dout, const bf16 *qkv,
+                                         const float *lse, const float *dsum, int Tlen, int NH, float scale_log2,
+                                         float scale) {
+    constexpr int HS = 64, WARPS = 4, NTHREADS = WARPS * WARP_SIZE, BKV = ATTN_WG_ROWS, BQ = ATTN_WG_ROWS;
+    constexpr int KC = HS / 16, DT = HS / 8, ST = BQ / 8, TILE = BQ * HS * 2;
+    extern __shared__ __align__(128) unsigned char smem[];
+    const uint32_t base = (smem_u32(smem) + WGMMA_ATOM_BYTES - 1) & ~(uint32_t)(WGMMA_ATOM_BYTES - 1);
+    unsigned char *aligned = smem + (base - smem_u32(smem));
+    const uint32_t sK = base, sV = sK + TILE, sQdO = sV + TILE;
+    auto sQ = [&](int st) { return sQdO + (2 * st) * TILE; };
+    auto sdO = [&](int st) { return sQdO + (2 * st + 1) * TILE; };
+    float *sL = reinterpret_cast<float *>(aligned + 6 * TILE); // [2][BQ]: lse * log2(e)
+    float *sD = sL + 2 * BQ;                                   // [2][BQ]: D
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, g = lane >> 2, cq = lane & 3;
+    const int nblocks = (Tlen + BKV - 1) / BKV;
+    const AttnBlock blk = attn_block(nblocks);
+    const int k0 = blk.rank * BKV;
+    const int b = blk.bh / NH, h = blk.bh % NH;
+    const size_t stride = (size_t)3 * NH * HS, ostride = (size_t)NH * HS;
+    const bf16 *q = qkv + (size_t)b * Tlen * stride + (size_t)h * HS, *k = q + NH * HS, *v = q + 2 * NH * HS;
+    const bf16 *dO = dout + (size_t)b * Tlen * ostride + (size_t)h * HS;
+    const float *lse_bh = lse + (size_t)blk.bh * Tlen, *dsum_bh = dsum + (size_t)blk.bh * Tlen;
+    const int qt0 = k0 / BQ, nqt = (Tlen + BQ - 1) / BQ, key_base = k0 + warp * 16;
+
+    auto load_q_tile = [&](int st, int qt) {
+        load_tile_async<BQ, HS, NTHREADS>(sQ(st), q, stride, qt * BQ, Tlen);
+        load_tile_async<BQ, HS, NTHREADS>(sdO(st), dO, ostride, qt * BQ, Tlen);
+        for (int i = threadIdx.x; i < BQ; i += NTHREADS) {
+            int qi = qt * BQ + i;
+            sL[st * BQ + i] = qi < Tlen ? lse_bh[qi] * ATTN_LOG2E : INFINITY;
+            sD[st * BQ + i] = qi < Tlen ? dsum_bh[qi] : 0.0f;
+        }
+    };
+    load_tile_async<BKV, HS, NTHREADS>(sK, k, stride, k0, Tlen);
+    load_tile_async<BKV, HS, NTHREADS>(sV, v, stride, k0, Tlen);
+    load_q_tile(0, qt0);
+    cp_async_commit();
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();
+    const uint64_t kdesc = wgmma_desc(sK), vdesc = wgmma_desc(sV);
+
+    float dk[1][DT][4], dv[1][DT][4];
+    zero_acc(dk);
+    zero_acc(dv);
+    for (int qt = qt0; qt < nqt; qt++) {
+        const int st = (qt - qt0) & 1, qs = qt * BQ;
+        if (qt + 1 < nqt) { load_q_tile(st ^ 1, qt + 1); }
+        cp_async_commit();
+        const uint64_t qdesc = wgmma_desc(sQ(st)), dodesc = wgmma_desc(sdO(st));
+
+        float s[1][ST][4], dp[1][ST][4];
+        wgmma_fence();
+#pragma unroll
+        for (int kc = 0; kc < KC; kc++) {
+            wgmma_64x64_ss(s[0], wgmma_desc_at(kdesc, 32 * kc), wgmma_desc_at(qdesc, 32 * kc), kc);
+        }
+        wgmma_commit();
+#pragma unroll
+        for (int kc = 0; kc < KC; kc++) {
+            wgmma_64x64_ss(dp[0], wgmma_desc_at(vdesc, 32 * kc), wgmma_desc_at(dodesc, 32 * kc), kc);
+        }
+        wgmma_commit();
+        wgmma_wait<1>(); // S^T is in; dP^T may still be running
+        wgmma_hold(s[0]);
+        const bool diag = qs < key_base + 15;
+#pragma unroll
+        for (int n = 0; n < ST; n++) {
+            const int qi = n * 8 + 2 * cq;
+            const float2 lq = *reinterpret_cast<const float2 *>(sL + st * BQ + qi);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float p = fast_exp2(fmaf(s[0][n][e], scale_log2, -((e & 1) ? lq.y : lq.x)));
+                if (diag && qs + qi + (e & 1) < key_base + g + 8 * (e >> 1)) { p = 0.0f; }
+                s[0][n][e] = p;
+            }
+        }
+        wgmma_wait<0>();
+        wgmma_hold(dp[0]);
+#pragma unroll
+        for (int n = 0; n < ST; n++) {
+            const float2 dq = *reinterpret_cast<const float2 *>(sD + st * BQ + n * 8 + 2 * cq);
+#pragma unroll
+            for (int e = 0; e < 4; e++) { dp[0][n][e] = s[0][n][e] * (dp[0][n][e] - ((e & 1) ? dq.y : dq.x)); }
+        }
+        uint32_t pf[1][ST / 2][4], dsf[1][ST / 2][4];
+        acc_to_a(pf, s);
+        acc_to_a(dsf, dp);
+        wgmma_fence();
+#pragma unroll
+        for (int kq = 0; kq < ST / 2; kq++) { wgmma_64x64_rs_t(dv[0], pf[0][kq], wgmma_desc_at(dodesc, 2048 * kq)); }
+#pragma unroll
+        for (int kq = 0; kq < ST / 2; kq++) { wgmma_64x64_rs_t(dk[0], dsf[0][kq], wgmma_desc_at(qdesc, 2048 * kq)); }
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_hold(dk[0]);
+        wgmma_hold(dv[0]);
+        cp_async_wait<0>();
+        fence_proxy_async();
+        __syncthreads();
+    }
+    bf16 *dk_dst = dqkv + (size_t)b * Tlen * stride + (size_t)(NH + h) * HS;
+    store_acc_rows(dk_dst, stride, dk[0], key_base, Tlen, scale);
+    store_acc_rows(dk_dst + (size_t)NH * HS, stride, dv[0], key_base, Tlen, 1.0f);
+    if (partial) { // the shared tiles are free: the loop ended with a barrier and no copy or MMA in flight
+        float *prow = partial + ((size_t)b * nblocks + blk.rank) * stride, *red = reinterpret_cast<float *>(aligned);
+        colsum_acc_rows<1, DT, WARPS>(prow + (size_t)(NH + h) * HS, red, dk, key_base, Tlen, scale);
+        colsum_acc_rows<1, DT, WARPS>(prow + (size_t)(2 * NH + h) * HS, red, dv, key_base, Tlen, 1.0f);
+    }
+}
+
+// ----------------------------------------------------------------------------------------------------------------
 // bf16 backward, dQ and D. A block owns BQ = 16 WARPS MT queries, warp w the MT slabs of 16 from row 16 MT w, its
 // Q and dO slabs held as A fragments. It first takes D_i = sum_d dO_id O_id of its rows (each quad's 4 lanes a
 // quarter of the columns, from global memory: the rows are in L2, being copied to shared memory too) and writes it
@@ -851,7 +1040,15 @@ static void attention_backward_bf16(bf16 *dqkv, float *partial, float *dsum, con
                                                                  scale_log2, scale);
         cudaCheckLaunch();
     }
-    {
+    if constexpr (HS == 64) { // on wgmma (its tiles are 128-byte-swizzle layouts only at HS = 64)
+        static_assert(16 * C::DKDV_WARPS == ATTN_WG_ROWS, "both dK/dV kernels cover the rows of a bias partial");
+        constexpr int smem = attn_dkdv_wgmma_smem_bytes();
+        attn_set_smem(attention_backward_dkdv_wgmma_kernel, smem);
+        const int grid = B * NH * ((Tlen + ATTN_WG_ROWS - 1) / ATTN_WG_ROWS);
+        attention_backward_dkdv_wgmma_kernel<<<grid, 4 * WARP_SIZE, smem, stream>>>(dqkv, partial, dout, qkv, lse, dsum,
+                                                                                 Tlen, NH, scale_log2, scale);
+        cudaCheckLaunch();
+    } else {
         constexpr int BKV = 16 * C::DKDV_WARPS, smem = attn_dkdv_smem_bytes<HS, C::DKDV_WARPS, C::DKDV_BQ>();
         static_assert(C::DKDV_WARPS * HS * sizeof(float) <= smem, "the bias sums reuse the shared tiles");
         auto kernel = attention_backward_dkdv_bf16_kernel<HS, C::DKDV_WARPS, C::DKDV_BQ>;

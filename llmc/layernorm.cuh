@@ -226,16 +226,21 @@ template <typename T> static LnBackwardKernel<T> layernorm_backward_kernel_for(i
 // Blocks of the backward kernel: as many as are resident at once (the rows are grid-strided, so one more would wait
 // for a whole block to finish), no more, since each block writes rows of partials (LN_PARTIALS * C floats). Also
 // lets the kernel have its shared memory: over the default 48 KB from 2520 bf16 / 1260 fp32 channels, 154 KB at the
-// widest rows (8192 bf16), within the 227 KB of sm_90.
+// widest rows (8192 bf16), within the 227 KB of sm_90. The attribute and the occupancy query are host calls of
+// microseconds, and a model asks ~2 L times a step for one width: made once per width (and element type).
 template <typename T> static int layernorm_backward_blocks(int rows, int C) {
-    LnShape s = layernorm_shape<T>(C);
-    LnBackwardKernel<T> kernel = layernorm_backward_kernel_for<T>(s.packs_per_thread);
-    size_t smem = layernorm_backward_smem<T>(C, s.threads);
-    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    int per_sm = 0;
-    cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, s.threads, smem));
-    int blocks = g_cuda.props.multiProcessorCount * (per_sm > 0 ? per_sm : 1);
-    return rows < blocks ? rows : blocks;
+    static int known_C = 0, known_blocks = 0;
+    if (C != known_C) {
+        LnShape s = layernorm_shape<T>(C);
+        LnBackwardKernel<T> kernel = layernorm_backward_kernel_for<T>(s.packs_per_thread);
+        size_t smem = layernorm_backward_smem<T>(C, s.threads);
+        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        int per_sm = 0;
+        cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, s.threads, smem));
+        known_blocks = g_cuda.props.multiProcessorCount * (per_sm > 0 ? per_sm : 1);
+        known_C = C;
+    }
+    return rows < known_blocks ? rows : known_blocks;
 }
 
 // Floats of scratch layernorm_backward needs for `rows` rows.
