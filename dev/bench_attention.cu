@@ -109,6 +109,22 @@ static void dkdv_wgmma(Bufs &b) {
            2.0 * g_flops / ms * 1e-9, err_vs_ref(b, 1), err_vs_ref(b, 2));
 }
 
+// the dQ kernel on wgmma (HS = 64), as dq_variant
+static void dq_wgmma(Bufs &b) {
+    constexpr int smem = attn_dq_wgmma_smem_bytes();
+    attn_set_smem(attention_backward_dq_wgmma_kernel, smem);
+    const int grid = b.B * b.NH * ((b.T + ATTN_WG_ROWS - 1) / ATTN_WG_ROWS);
+    const float scale = 1.0f / sqrtf(64.0f);
+    float ms = median_ms([&] {
+        attention_backward_dq_wgmma_kernel<<<grid, 4 * WARP_SIZE, smem>>>(b.dqkv, nullptr, b.dsum, b.dout, b.out,
+                                                                          b.qkv, b.lse, b.T, b.NH,
+                                                                          scale * ATTN_LOG2E, scale);
+    });
+    cudaCheckLaunch();
+    printf("dq   wgmma 64 queries x 64 keys       %8.3f ms %6.1f TFLOP/s  err dq %.1e\n", ms,
+           1.5 * g_flops / ms * 1e-9, err_vs_ref(b, 0));
+}
+
 template <int HS, int W, int MT, int BKV> static void dq_variant(Bufs &b) {
     constexpr int BQ = 16 * W * MT, smem = attn_dq_smem_bytes<HS, W, MT, BKV>();
     auto kernel = attention_backward_dq_bf16_kernel<HS, W, MT, BKV>;
@@ -142,17 +158,9 @@ template <int HS> static void sweep(Bufs &b) {
         fwd_variant<64, 8, 1, 64>(b);
         fwd_variant<64, 4, 2, 32>(b);
         dkdv_wgmma(b);
-        dkdv_variant<64, 4, 64>(b);
-        dkdv_variant<64, 2, 64>(b);
-        dkdv_variant<64, 8, 64>(b);
-        dkdv_variant<64, 4, 32>(b);
+        dkdv_variant<64, 4, 64>(b); // mma.sync, as HS = 128 runs it
+        dq_wgmma(b);
         dq_variant<64, 4, 1, 32>(b);
-        dq_variant<64, 2, 1, 32>(b);
-        dq_variant<64, 4, 1, 16>(b);
-        dq_variant<64, 4, 1, 64>(b);
-        dq_variant<64, 2, 2, 32>(b);
-        dq_variant<64, 2, 2, 16>(b);
-        dq_variant<64, 4, 2, 16>(b);
         dq_variant<64, 4, 2, 32>(b);
     } else {
         fwd_variant<128, 4, 1, 64>(b);

@@ -988,16 +988,138 @@ __global__ void __launch_bounds__(WARPS *WARP_SIZE)
     }
 }
 
+// bf16 backward, dQ and D at HS = 64 on wgmma: the kernel above as warpgroup MMAs. A block (one warpgroup) owns 64
+// queries, Q and dO staying in shared memory as the A operands of S = Q K^T and dP = dO V^T (dP in flight while P
+// is computed); dQ += dS K from registers and the transposed K tile. Key tiles of 64 rows, two stages.
+
+constexpr int attn_dq_wgmma_smem_bytes() {
+    return (2 * ATTN_WG_ROWS + 4 * ATTN_WG_ROWS) * 64 * 2 + WGMMA_ATOM_BYTES; // Q, dO, 2 x (K, V), alignment slack
+}
+
+__global__ void __launch_bounds__(4 * WARP_SIZE)
+    attention_backward_dq_wgmma_kernel(bf16 *dqkv, float *partial, float *dsum, const bf16 *dout, const bf16 *out,
+                                       const bf16 *qkv, const float *lse, int Tlen, int NH, float scale_log2,
+                                       float scale) {
+    constexpr int HS = 64, WARPS = 4, NTHREADS = WARPS * WARP_SIZE, BQ = ATTN_WG_ROWS, BKV = ATTN_WG_ROWS;
+    constexpr int KC = HS / 16, DT = HS / 8, ST = BKV / 8, TILE = BQ * HS * 2, DCOLS = HS / 4;
+    extern __shared__ __align__(128) unsigned char smem[];
+    const uint32_t base = (smem_u32(smem) + WGMMA_ATOM_BYTES - 1) & ~(uint32_t)(WGMMA_ATOM_BYTES - 1);
+    unsigned char *aligned = smem + (base - smem_u32(smem));
+    const uint32_t sQ = base, sdO = sQ + TILE, sKV = sdO + TILE;
+    auto sK = [&](int st) { return sKV + (2 * st) * TILE; };
+    auto sV = [&](int st) { return sKV + (2 * st + 1) * TILE; };
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, g = lane >> 2, cq = lane & 3;
+    const int nblocks = (Tlen + BQ - 1) / BQ;
+    const AttnBlock blk = attn_block(nblocks);
+    const int q0 = (nblocks - 1 - blk.rank) * BQ;
+    const int b = blk.bh / NH, h = blk.bh % NH;
+    const size_t stride = (size_t)3 * NH * HS, ostride = (size_t)NH * HS;
+    const bf16 *q = qkv + (size_t)b * Tlen * stride + (size_t)h * HS, *k = q + NH * HS, *v = q + 2 * NH * HS;
+    const bf16 *dO = dout + (size_t)b * Tlen * ostride + (size_t)h * HS;
+    const bf16 *O = out + (size_t)b * Tlen * ostride + (size_t)h * HS;
+    const int nkv = (min(q0 + BQ, Tlen) + BKV - 1) / BKV, row_base = q0 + warp * 16;
+
+    load_tile_async<BQ, HS, NTHREADS>(sQ, q, stride, q0, Tlen);
+    load_tile_async<BQ, HS, NTHREADS>(sdO, dO, ostride, q0, Tlen);
+    load_tile_async<BKV, HS, NTHREADS>(sK(0), k, stride, 0, Tlen);
+    load_tile_async<BKV, HS, NTHREADS>(sV(0), v, stride, 0, Tlen);
+    cp_async_commit();
+    float lrow[2], drow[2]; // lse * log2(e) and D of rows g and g+8 of this warp's slab, D as the dQ kernel above
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        const int row = row_base + g + 8 * hf;
+        float d = 0.0f;
+        if (row < Tlen) {
+            const size_t off = (size_t)row * ostride + cq * DCOLS;
+#pragma unroll
+            for (int c = 0; c < DCOLS; c += Packed<bf16>::N) {
+                Packed<bf16> x = load_packed(dO + off + c), o = load_packed(O + off + c);
+#pragma unroll
+                for (int e = 0; e < Packed<bf16>::N; e++) { d = fmaf(x[e], o[e], d); }
+            }
+        }
+        d += __shfl_xor_sync(0xffffffffu, d, 1);
+        d += __shfl_xor_sync(0xffffffffu, d, 2);
+        drow[hf] = d;
+        lrow[hf] = row < Tlen ? lse[(size_t)blk.bh * Tlen + row] * ATTN_LOG2E : 0.0f;
+        if (cq == 0 && row < Tlen) { dsum[(size_t)blk.bh * Tlen + row] = d; }
+    }
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();
+    const uint64_t qdesc = wgmma_desc(sQ), dodesc = wgmma_desc(sdO);
+
+    float dq[1][DT][4];
+    zero_acc(dq);
+    for (int j = 0; j < nkv; j++) {
+        const int st = j & 1, kv0 = j * BKV;
+        if (j + 1 < nkv) {
+            load_tile_async<BKV, HS, NTHREADS>(sK(st ^ 1), k, stride, kv0 + BKV, Tlen);
+            load_tile_async<BKV, HS, NTHREADS>(sV(st ^ 1), v, stride, kv0 + BKV, Tlen);
+        }
+        cp_async_commit();
+        const uint64_t kdesc = wgmma_desc(sK(st)), vdesc = wgmma_desc(sV(st));
+
+        float s[1][ST][4], dp[1][ST][4];
+        wgmma_fence();
+#pragma unroll
+        for (int kc = 0; kc < KC; kc++) {
+            wgmma_64x64_ss(s[0], wgmma_desc_at(qdesc, 32 * kc), wgmma_desc_at(kdesc, 32 * kc), kc);
+        }
+        wgmma_commit();
+#pragma unroll
+        for (int kc = 0; kc < KC; kc++) {
+            wgmma_64x64_ss(dp[0], wgmma_desc_at(dodesc, 32 * kc), wgmma_desc_at(vdesc, 32 * kc), kc);
+        }
+        wgmma_commit();
+        wgmma_wait<1>(); // S is in; dP may still be running
+        wgmma_hold(s[0]);
+        const bool diag = kv0 + BKV - 1 > row_base;
+#pragma unroll
+        for (int n = 0; n < ST; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int hf = e >> 1;
+                float p = fast_exp2(fmaf(s[0][n][e], scale_log2, -lrow[hf]));
+                if (diag && kv0 + n * 8 + 2 * cq + (e & 1) > row_base + g + 8 * hf) { p = 0.0f; }
+                s[0][n][e] = p;
+            }
+        }
+        wgmma_wait<0>();
+        wgmma_hold(dp[0]);
+#pragma unroll
+        for (int n = 0; n < ST; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) { dp[0][n][e] = s[0][n][e] * (dp[0][n][e] - drow[e >> 1]); }
+        }
+        uint32_t dsf[1][ST / 2][4];
+        acc_to_a(dsf, dp);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < ST / 2; kk++) { wgmma_64x64_rs_t(dq[0], dsf[0][kk], wgmma_desc_at(kdesc, 2048 * kk)); }
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_hold(dq[0]);
+        cp_async_wait<0>();
+        fence_proxy_async();
+        __syncthreads();
+    }
+    store_acc_rows(dqkv + (size_t)b * Tlen * stride + (size_t)h * HS, stride, dq[0], row_base, Tlen, scale);
+    if (partial) { // the shared tiles are free: the loop ended with a barrier and no copy or MMA in flight
+        float *prow = partial + ((size_t)b * nblocks + q0 / BQ) * stride;
+        colsum_acc_rows<1, DT, WARPS>(prow + (size_t)h * HS, reinterpret_cast<float *>(aligned), dq, row_base, Tlen,
+                                      scale);
+    }
+}
+
 // ----------------------------------------------------------------------------------------------------------------
 // tile shapes per head size, the fastest of dev/bench_attention.cu's sweep on H100 at T = 1024. Registers bound
 // them (HS = 128 doubles the fragments held per row); two 16-row slabs per forward warp let one K/V fragment from
 // shared memory feed two mma, worth 10-17% there.
 
 template <int HS> struct AttnBf16Tiles;
-template <> struct AttnBf16Tiles<64> {
+template <> struct AttnBf16Tiles<64> { // the backward is on wgmma (ATTN_WG_ROWS)
     static constexpr int FWD_WARPS = 4, FWD_MT = 2, FWD_BKV = 64; // 128 queries x 64 keys
-    static constexpr int DKDV_WARPS = 4, DKDV_BQ = 64;            // 64 keys x 64 queries
-    static constexpr int DQ_WARPS = 4, DQ_MT = 1, DQ_BKV = 32;    // 64 queries x 32 keys
 };
 template <> struct AttnBf16Tiles<128> {
     static constexpr int FWD_WARPS = 4, FWD_MT = 1, FWD_BKV = 64;
@@ -1023,39 +1145,39 @@ static void attention_forward_bf16(bf16 *out, float *lse, const bf16 *qkv, int B
     cudaCheckLaunch();
 }
 
-// The dQ kernel first: it writes the D the dK/dV kernel reads.
+// The dQ kernel first: it writes the D the dK/dV kernel reads. HS = 64 (every GPT-2 size) on wgmma; HS = 128 on
+// mma.sync, whose tiles are not the 128-byte-swizzle layout wgmma reads (a 256-byte row holds two swizzle atoms).
 template <int HS>
 static void attention_backward_bf16(bf16 *dqkv, float *partial, float *dsum, const bf16 *dout, const bf16 *out,
                                     const bf16 *qkv, const float *lse, int B, int Tlen, int NH, cudaStream_t stream) {
-    using C = AttnBf16Tiles<HS>;
-    static_assert(C::DKDV_WARPS == C::DQ_WARPS * C::DQ_MT, "both kernels' blocks cover the rows of a bias partial");
     const float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * ATTN_LOG2E;
-    {
-        constexpr int BQ = 16 * C::DQ_WARPS * C::DQ_MT, smem = attn_dq_smem_bytes<HS, C::DQ_WARPS, C::DQ_MT, C::DQ_BKV>();
-        static_assert(C::DQ_WARPS * HS * sizeof(float) <= smem, "the bias sums reuse the shared tiles");
-        auto kernel = attention_backward_dq_bf16_kernel<HS, C::DQ_WARPS, C::DQ_MT, C::DQ_BKV>;
-        attn_set_smem(kernel, smem);
-        const int grid = B * NH * ((Tlen + BQ - 1) / BQ);
-        kernel<<<grid, C::DQ_WARPS * WARP_SIZE, smem, stream>>>(dqkv, partial, dsum, dout, out, qkv, lse, Tlen, NH,
-                                                                 scale_log2, scale);
-        cudaCheckLaunch();
-    }
-    if constexpr (HS == 64) { // on wgmma (its tiles are 128-byte-swizzle layouts only at HS = 64)
-        static_assert(16 * C::DKDV_WARPS == ATTN_WG_ROWS, "both dK/dV kernels cover the rows of a bias partial");
-        constexpr int smem = attn_dkdv_wgmma_smem_bytes();
-        attn_set_smem(attention_backward_dkdv_wgmma_kernel, smem);
+    if constexpr (HS == 64) {
         const int grid = B * NH * ((Tlen + ATTN_WG_ROWS - 1) / ATTN_WG_ROWS);
-        attention_backward_dkdv_wgmma_kernel<<<grid, 4 * WARP_SIZE, smem, stream>>>(dqkv, partial, dout, qkv, lse, dsum,
-                                                                                 Tlen, NH, scale_log2, scale);
+        attn_set_smem(attention_backward_dq_wgmma_kernel, attn_dq_wgmma_smem_bytes());
+        attention_backward_dq_wgmma_kernel<<<grid, 4 * WARP_SIZE, attn_dq_wgmma_smem_bytes(), stream>>>(
+            dqkv, partial, dsum, dout, out, qkv, lse, Tlen, NH, scale_log2, scale);
+        cudaCheckLaunch();
+        attn_set_smem(attention_backward_dkdv_wgmma_kernel, attn_dkdv_wgmma_smem_bytes());
+        attention_backward_dkdv_wgmma_kernel<<<grid, 4 * WARP_SIZE, attn_dkdv_wgmma_smem_bytes(), stream>>>(
+            dqkv, partial, dout, qkv, lse, dsum, Tlen, NH, scale_log2, scale);
         cudaCheckLaunch();
     } else {
-        constexpr int BKV = 16 * C::DKDV_WARPS, smem = attn_dkdv_smem_bytes<HS, C::DKDV_WARPS, C::DKDV_BQ>();
-        static_assert(C::DKDV_WARPS * HS * sizeof(float) <= smem, "the bias sums reuse the shared tiles");
-        auto kernel = attention_backward_dkdv_bf16_kernel<HS, C::DKDV_WARPS, C::DKDV_BQ>;
-        attn_set_smem(kernel, smem);
-        const int grid = B * NH * ((Tlen + BKV - 1) / BKV);
-        kernel<<<grid, C::DKDV_WARPS * WARP_SIZE, smem, stream>>>(dqkv, partial, dout, qkv, lse, dsum, Tlen, NH,
-                                                                   scale_log2, scale);
+        using C = AttnBf16Tiles<HS>;
+        static_assert(C::DKDV_WARPS == C::DQ_WARPS * C::DQ_MT, "both kernels' blocks cover the rows of a bias partial");
+        constexpr int BQ = 16 * C::DQ_WARPS * C::DQ_MT, BKV = 16 * C::DKDV_WARPS;
+        constexpr int dq_smem = attn_dq_smem_bytes<HS, C::DQ_WARPS, C::DQ_MT, C::DQ_BKV>();
+        constexpr int dkdv_smem = attn_dkdv_smem_bytes<HS, C::DKDV_WARPS, C::DKDV_BQ>();
+        static_assert(C::DQ_WARPS * HS * sizeof(float) <= dq_smem && C::DKDV_WARPS * HS * sizeof(float) <= dkdv_smem,
+                      "the bias sums reuse the shared tiles");
+        auto dq_kernel = attention_backward_dq_bf16_kernel<HS, C::DQ_WARPS, C::DQ_MT, C::DQ_BKV>;
+        attn_set_smem(dq_kernel, dq_smem);
+        dq_kernel<<<B * NH * ((Tlen + BQ - 1) / BQ), C::DQ_WARPS * WARP_SIZE, dq_smem, stream>>>(
+            dqkv, partial, dsum, dout, out, qkv, lse, Tlen, NH, scale_log2, scale);
+        cudaCheckLaunch();
+        auto dkdv_kernel = attention_backward_dkdv_bf16_kernel<HS, C::DKDV_WARPS, C::DKDV_BQ>;
+        attn_set_smem(dkdv_kernel, dkdv_smem);
+        dkdv_kernel<<<B * NH * ((Tlen + BKV - 1) / BKV), C::DKDV_WARPS * WARP_SIZE, dkdv_smem, stream>>>(
+            dqkv, partial, dout, qkv, lse, dsum, Tlen, NH, scale_log2, scale);
         cudaCheckLaunch();
     }
 }
@@ -1088,7 +1210,7 @@ static void attention_backward_f32(float *dqkv, float *partial, float *dsum, con
 // Rows of the sequence per row of bias partials: one backward block's rows (the same in both kernels).
 template <typename T> static int attention_bias_part_rows(int HS) {
     if constexpr (std::is_same<T, float>::value) { return ATTN_ROWS_PER_BLOCK; }
-    else { return 16 * (HS == 64 ? AttnBf16Tiles<64>::DKDV_WARPS : AttnBf16Tiles<128>::DKDV_WARPS); }
+    else { return HS == 64 ? ATTN_WG_ROWS : 16 * AttnBf16Tiles<128>::DKDV_WARPS; }
 }
 
 // The backward's workspace holds D, one float per (b, h, t), then the bias partials: B ceil(T / rows) rows of
