@@ -76,6 +76,21 @@ template <int HS, int W, int MT, int BKV> static void fwd_variant(Bufs &b) {
            g_flops / ms * 1e-9, err_vs_ref(b, -1));
 }
 
+// the forward on wgmma (HS = 64), MT slabs of 64 queries a block
+template <int MT> static void fwd_wgmma(Bufs &b) {
+    constexpr int smem = attn_fwd_wgmma_smem_bytes<MT>();
+    attn_set_smem(attention_forward_wgmma_kernel<MT>, smem);
+    const int grid = b.B * b.NH * ((b.T + MT * ATTN_WG_ROWS - 1) / (MT * ATTN_WG_ROWS));
+    cudaCheck(cudaMemset(b.out, 0xff, (size_t)b.B * b.T * b.NH * 64 * sizeof(bf16)));
+    float ms = median_ms([&] {
+        attention_forward_wgmma_kernel<MT><<<grid, 4 * WARP_SIZE, smem>>>(b.out, b.lse, b.qkv, b.T, b.NH,
+                                                                          ATTN_LOG2E / sqrtf(64.0f));
+    });
+    cudaCheckLaunch();
+    printf("fwd  wgmma mt=%d                      %8.3f ms %6.1f TFLOP/s  err %.1e\n", MT, ms, g_flops / ms * 1e-9,
+           err_vs_ref(b, -1));
+}
+
 // dK/dV kernel alone; counts its share of the backward as 4 of the 7 products it and the dQ kernel compute
 template <int HS, int W, int BQ> static void dkdv_variant(Bufs &b) {
     constexpr int BKV = 16 * W, smem = attn_dkdv_smem_bytes<HS, W, BQ>();
@@ -153,10 +168,9 @@ template <int HS> static void sweep(Bufs &b) {
            2.5 * g_flops / bwd * 1e-9);
     if (g_quick) { return; }
     if constexpr (HS == 64) {
+        fwd_wgmma<1>(b);
+        fwd_wgmma<2>(b);
         fwd_variant<64, 4, 2, 64>(b);
-        fwd_variant<64, 2, 2, 64>(b);
-        fwd_variant<64, 8, 1, 64>(b);
-        fwd_variant<64, 4, 2, 32>(b);
         dkdv_wgmma(b);
         dkdv_variant<64, 4, 64>(b); // mma.sync, as HS = 128 runs it
         dq_wgmma(b);

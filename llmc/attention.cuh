@@ -692,6 +692,7 @@ __global__ void __launch_bounds__(WARPS *WARP_SIZE)
 // a dO tile) the k-th 16 rows start 2048 bytes in.
 
 #define WGMMA_ATOM_BYTES 1024 // 8 rows of 128 bytes: a 128-byte-swizzle atom, and the alignment tiles need
+#define ATTN_WG_ROWS 64       // rows of a warpgroup's slab (its M) and of the tiles the wgmma kernels stream (N)
 
 // Descriptor of a 128-byte-swizzled tile at shared address addr: start (16-byte units), leading byte offset (unused
 // by swizzled layouts: 1), stride byte offset (between 8-row atoms), swizzle mode 1 (128 bytes) in bits 62-63.
@@ -745,11 +746,146 @@ __device__ __forceinline__ void wgmma_64x64_rs_t(float (&d)[8][4], const uint32_
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
 }
 
+// bf16 forward at HS = 64 on wgmma: the forward above as warpgroup MMAs. A block (one warpgroup) owns MT slabs of
+// 64 queries, warp w rows 16 w .. 16 w + 15 of each; Q stays in shared memory as the A operand of S = Q K^T, and
+// O += P V takes P from registers against the transposed V tile. Key tiles of 64 rows, two stages.
+
+template <int MT> constexpr int attn_fwd_wgmma_smem_bytes() {
+    return (MT * ATTN_WG_ROWS + 4 * ATTN_WG_ROWS) * 64 * 2 + WGMMA_ATOM_BYTES; // Q, 2 x (K, V), alignment slack
+}
+
+template <int MT>
+__global__ void __launch_bounds__(4 * WARP_SIZE)
+    attention_forward_wgmma_kernel(bf16 *out, float *lse, const bf16 *qkv, int Tlen, int NH, float scale_log2) {
+    constexpr int HS = 64, NTHREADS = 4 * WARP_SIZE, BQ = MT * ATTN_WG_ROWS, BKV = ATTN_WG_ROWS;
+    constexpr int KC = HS / 16, DT = HS / 8, ST = BKV / 8, TILE = BKV * HS * 2;
+    extern __shared__ __align__(128) unsigned char smem[];
+    const uint32_t base = (smem_u32(smem) + WGMMA_ATOM_BYTES - 1) & ~(uint32_t)(WGMMA_ATOM_BYTES - 1);
+    const uint32_t sQ = base, sKV = sQ + MT * TILE;
+    auto sK = [&](int st) { return sKV + (2 * st) * TILE; };
+    auto sV = [&](int st) { return sKV + (2 * st + 1) * TILE; };
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, g = lane >> 2, cq = lane & 3;
+    const int nblocks = (Tlen + BQ - 1) / BQ;
+    const AttnBlock blk = attn_block(nblocks);
+    const int q0 = (nblocks - 1 - blk.rank) * BQ; // late rows see the most keys
+    const int b = blk.bh / NH, h = blk.bh % NH;
+    const size_t stride = (size_t)3 * NH * HS;
+    const bf16 *q = qkv + (size_t)b * Tlen * stride + (size_t)h * HS, *k = q + NH * HS, *v = q + 2 * NH * HS;
+    const int nkv = (min(q0 + BQ, Tlen) + BKV - 1) / BKV;
+    auto row_of = [&](int mt) { return q0 + mt * ATTN_WG_ROWS + warp * 16; }; // this warp's first row in slab mt
+
+    load_tile_async<BQ, HS, NTHREADS>(sQ, q, stride, q0, Tlen);
+    load_tile_async<BKV, HS, NTHREADS>(sK(0), k, stride, 0, Tlen);
+    load_tile_async<BKV, HS, NTHREADS>(sV(0), v, stride, 0, Tlen);
+    cp_async_commit();
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();
+    const uint64_t qdesc = wgmma_desc(sQ);
+
+    float o[MT][DT][4], m[MT][2], l[MT][2]; // m in log2 units of the scaled scores; l: this thread's share
+    zero_acc(o);
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) { m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f; }
+    for (int j = 0; j < nkv; j++) {
+        const int st = j & 1, kv0 = j * BKV;
+        if (j + 1 < nkv) {
+            load_tile_async<BKV, HS, NTHREADS>(sK(st ^ 1), k, stride, kv0 + BKV, Tlen);
+            load_tile_async<BKV, HS, NTHREADS>(sV(st ^ 1), v, stride, kv0 + BKV, Tlen);
+        }
+        cp_async_commit();
+        const uint64_t kdesc = wgmma_desc(sK(st)), vdesc = wgmma_desc(sV(st));
+
+        float s[MT][ST][4];
+        wgmma_fence();
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+            for (int kc = 0; kc < KC; kc++) {
+                wgmma_64x64_ss(s[mt], wgmma_desc_at(qdesc, mt * TILE + 32 * kc), wgmma_desc_at(kdesc, 32 * kc), kc);
+            }
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            wgmma_hold(s[mt]);
+            if (kv0 + BKV - 1 > row_of(mt)) { // the tile crosses this warp's diagonal in slab mt
+#pragma unroll
+                for (int n = 0; n < ST; n++) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        int row = row_of(mt) + g + 8 * (e >> 1), col = kv0 + n * 8 + 2 * cq + (e & 1);
+                        if (col > row) { s[mt][n][e] = -INFINITY; }
+                    }
+                }
+            }
+            // online softmax; a row lives in the 4 threads of a quad. Key 0 is visible to every row and tiles go in
+            // ascending order, so the running max is finite from the first tile on.
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                float mx = -INFINITY;
+#pragma unroll
+                for (int n = 0; n < ST; n++) { mx = fmaxf(mx, fmaxf(s[mt][n][2 * hf], s[mt][n][2 * hf + 1])); }
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                float m_new = fmaxf(m[mt][hf], mx * scale_log2), corr = fast_exp2(m[mt][hf] - m_new), sum = 0.0f;
+                m[mt][hf] = m_new;
+#pragma unroll
+                for (int n = 0; n < ST; n++) {
+#pragma unroll
+                    for (int e = 2 * hf; e < 2 * hf + 2; e++) {
+                        s[mt][n][e] = fast_exp2(fmaf(s[mt][n][e], scale_log2, -m_new));
+                        sum += s[mt][n][e];
+                    }
+                }
+                l[mt][hf] = l[mt][hf] * corr + sum;
+#pragma unroll
+                for (int n = 0; n < DT; n++) { o[mt][n][2 * hf] *= corr, o[mt][n][2 * hf + 1] *= corr; }
+            }
+        }
+        uint32_t pf[MT][ST / 2][4];
+        acc_to_a(pf, s);
+        wgmma_fence();
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+            for (int kk = 0; kk < ST / 2; kk++) { wgmma_64x64_rs_t(o[mt], pf[mt][kk], wgmma_desc_at(vdesc, 2048 * kk)); }
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) { wgmma_hold(o[mt]); }
+        cp_async_wait<0>();
+        fence_proxy_async();
+        __syncthreads(); // tile j+1 has landed and nobody reads stage st any more
+    }
+
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        float inv[2];
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            float sum = l[mt][hf];
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            inv[hf] = 1.0f / sum;
+            int row = row_of(mt) + g + 8 * hf;
+            if (cq == 0 && row < Tlen) { lse[(size_t)blk.bh * Tlen + row] = (m[mt][hf] + log2f(sum)) * ATTN_LN2; }
+        }
+#pragma unroll
+        for (int n = 0; n < DT; n++) {
+            o[mt][n][0] *= inv[0], o[mt][n][1] *= inv[0], o[mt][n][2] *= inv[1], o[mt][n][3] *= inv[1];
+        }
+        store_acc_rows(out + (size_t)b * Tlen * NH * HS + (size_t)h * HS, (size_t)NH * HS, o[mt], row_of(mt), Tlen,
+                       1.0f);
+    }
+}
+
 // bf16 backward, dK and dV at HS = 64 on wgmma: the kernel above with the four products as warpgroup MMAs. A block
 // (one warpgroup) owns 64 keys, K and V staying in shared memory as the A operands of S^T = K Q^T and dP^T = V dO^T;
 // dP^T is in flight while P^T is computed from S^T; then dV += P^T dO and dK += dS^T Q from registers and the
 // (transposed) Q and dO tiles. Query tiles of 64 rows, two stages.
-#define ATTN_WG_ROWS 64 // keys per block (one warpgroup's M) and queries per tile (N)
 
 constexpr int attn_dkdv_wgmma_smem_bytes() {
     // K, V, 2 x (Q, dO), 2 x (lse, D), and the slack that aligns the tiles to an atom
@@ -1113,14 +1249,12 @@ __global__ void __launch_bounds__(4 * WARP_SIZE)
 }
 
 // ----------------------------------------------------------------------------------------------------------------
-// tile shapes per head size, the fastest of dev/bench_attention.cu's sweep on H100 at T = 1024. Registers bound
-// them (HS = 128 doubles the fragments held per row); two 16-row slabs per forward warp let one K/V fragment from
-// shared memory feed two mma, worth 10-17% there.
-
+// tile shapes, the fastest of dev/bench_attention.cu's sweeps on H100 at T = 1024. HS = 64 (every GPT-2 size) runs on
+// wgmma: ATTN_WG_ROWS tiles, and ATTN_FWD_WG_MT slabs of 64 queries a forward block, so that each K tile read from
+// shared memory feeds that many products. HS = 128 runs on mma.sync, its tiles bounded by registers (HS = 128
+// doubles the fragments held per row).
+#define ATTN_FWD_WG_MT 2
 template <int HS> struct AttnBf16Tiles;
-template <> struct AttnBf16Tiles<64> { // the backward is on wgmma (ATTN_WG_ROWS)
-    static constexpr int FWD_WARPS = 4, FWD_MT = 2, FWD_BKV = 64; // 128 queries x 64 keys
-};
 template <> struct AttnBf16Tiles<128> {
     static constexpr int FWD_WARPS = 4, FWD_MT = 1, FWD_BKV = 64;
     static constexpr int DKDV_WARPS = 4, DKDV_BQ = 32;
@@ -1134,14 +1268,21 @@ template <typename Kernel> static void attn_set_smem(Kernel kernel, int bytes) {
 template <int HS>
 static void attention_forward_bf16(bf16 *out, float *lse, const bf16 *qkv, int B, int Tlen, int NH,
                                    cudaStream_t stream) {
-    using C = AttnBf16Tiles<HS>;
-    constexpr int BQ = 16 * C::FWD_WARPS * C::FWD_MT;
-    constexpr int smem = attn_fwd_smem_bytes<HS, C::FWD_WARPS, C::FWD_MT, C::FWD_BKV>();
-    auto kernel = attention_forward_bf16_kernel<HS, C::FWD_WARPS, C::FWD_MT, C::FWD_BKV>;
-    attn_set_smem(kernel, smem);
-    const int grid = B * NH * ((Tlen + BQ - 1) / BQ);
-    kernel<<<grid, C::FWD_WARPS * WARP_SIZE, smem, stream>>>(out, lse, qkv, Tlen, NH,
-                                                            ATTN_LOG2E / sqrtf((float)HS));
+    const float scale_log2 = ATTN_LOG2E / sqrtf((float)HS);
+    if constexpr (HS == 64) {
+        constexpr int BQ = ATTN_FWD_WG_MT * ATTN_WG_ROWS, smem = attn_fwd_wgmma_smem_bytes<ATTN_FWD_WG_MT>();
+        attn_set_smem(attention_forward_wgmma_kernel<ATTN_FWD_WG_MT>, smem);
+        attention_forward_wgmma_kernel<ATTN_FWD_WG_MT>
+            <<<B * NH * ((Tlen + BQ - 1) / BQ), 4 * WARP_SIZE, smem, stream>>>(out, lse, qkv, Tlen, NH, scale_log2);
+    } else {
+        using C = AttnBf16Tiles<HS>;
+        constexpr int BQ = 16 * C::FWD_WARPS * C::FWD_MT;
+        constexpr int smem = attn_fwd_smem_bytes<HS, C::FWD_WARPS, C::FWD_MT, C::FWD_BKV>();
+        auto kernel = attention_forward_bf16_kernel<HS, C::FWD_WARPS, C::FWD_MT, C::FWD_BKV>;
+        attn_set_smem(kernel, smem);
+        kernel<<<B * NH * ((Tlen + BQ - 1) / BQ), C::FWD_WARPS * WARP_SIZE, smem, stream>>>(out, lse, qkv, Tlen, NH,
+                                                                                            scale_log2);
+    }
     cudaCheckLaunch();
 }
 
