@@ -16,9 +16,11 @@
  * ~30 us a layer at 1558M).
  *
  * fp32: CUDA cores, one warp per row, lanes over the keys (or queries) of a shared-memory tile, accurate expf.
- * bf16: tensor cores (mma.sync m16n8k16, fp32 accumulation), operands by ldmatrix from XOR-swizzled shared
- * memory, the next tile fetched by cp.async while the current one is used, exp2 with log2(e) folded into the
- * scale. Each warp owns 16-row slabs of the block's rows, so softmax statistics never leave a warp's quad.
+ * bf16: tensor cores with fp32 accumulation, tiles in XOR-swizzled shared memory, the next tile fetched by cp.async
+ * while the current one is used, exp2 with log2(e) folded into the scale. Each warp owns 16-row slabs of the block's
+ * rows, so softmax statistics never leave a warp's quad. Head size 64 (every GPT-2 size) runs on Hopper's warpgroup
+ * MMA (wgmma: operands read from shared memory by the tensor cores, products in flight while the warps compute);
+ * head size 128 on mma.sync m16n8k16 with operands by ldmatrix.
  *
  * Layouts: qkv and dqkv (B, T, 3, NH, HS); out and dout (B, T, NH, HS); lse (B, NH, T) fp32, natural log.
  * Grids are 1-D over (head, block along T), scheduled by attn_block(): heaviest causal blocks first.
