@@ -222,11 +222,21 @@ static inline void *cuda_alloc(size_t bytes, const char *what) {
     return p;
 }
 
+// The build targets sm_90a (Makefile CUDA_ARCH: the attention kernels use Hopper's warpgroup MMA), code that runs
+// on compute capability 9.0 only; on any other GPU the first launch would fail with "no kernel image".
+#define REQUIRED_CC_MAJOR 9
+#define REQUIRED_CC_MINOR 0
+
 static inline void cuda_context_init(void) {
     if (g_cuda_ready) { return; }
     int dev = g_cuda_device;
     cudaCheck(cudaSetDevice(dev));
     cudaCheck(cudaGetDeviceProperties(&g_cuda.props, dev));
+    if (g_cuda.props.major != REQUIRED_CC_MAJOR || g_cuda.props.minor != REQUIRED_CC_MINOR) {
+        fail("GPU %d (%s) has compute capability %d.%d, but this build runs on Hopper GPUs only (compute capability "
+             "%d.%d: H100, H200; it targets sm_90a); run on an H100 or H200",
+             dev, g_cuda.props.name, g_cuda.props.major, g_cuda.props.minor, REQUIRED_CC_MAJOR, REQUIRED_CC_MINOR);
+    }
     cublasCheck(cublasLtCreate(&g_cuda.lt));
     g_cuda.lt_workspace = cuda_alloc(CUBLASLT_WORKSPACE_BYTES, "the cuBLASLt workspace");
     int least, greatest;
