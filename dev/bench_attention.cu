@@ -76,18 +76,18 @@ template <int HS, int W, int MT, int BKV> static void fwd_variant(Bufs &b) {
            g_flops / ms * 1e-9, err_vs_ref(b, -1));
 }
 
-// the forward on wgmma (HS = 64), MT slabs of 64 queries a block
-template <int MT> static void fwd_wgmma(Bufs &b) {
-    constexpr int smem = attn_fwd_wgmma_smem_bytes<MT>();
-    attn_set_smem(attention_forward_wgmma_kernel<MT>, smem);
-    const int grid = b.B * b.NH * ((b.T + MT * ATTN_WG_ROWS - 1) / (MT * ATTN_WG_ROWS));
+// the forward on wgmma (HS = 64)
+static void fwd_wgmma(Bufs &b) {
+    constexpr int smem = attn_fwd_wgmma_smem_bytes();
+    attn_set_smem(attention_forward_wgmma_kernel, smem);
+    const int grid = b.B * b.NH * ((b.T + ATTN_WG_ROWS - 1) / ATTN_WG_ROWS);
     cudaCheck(cudaMemset(b.out, 0xff, (size_t)b.B * b.T * b.NH * 64 * sizeof(bf16)));
     float ms = median_ms([&] {
-        attention_forward_wgmma_kernel<MT><<<grid, 4 * WARP_SIZE, smem>>>(b.out, b.lse, b.qkv, b.T, b.NH,
-                                                                          ATTN_LOG2E / sqrtf(64.0f));
+        attention_forward_wgmma_kernel<<<grid, 4 * WARP_SIZE, smem>>>(b.out, b.lse, b.qkv, b.T, b.NH,
+                                                                      ATTN_LOG2E / sqrtf(64.0f));
     });
     cudaCheckLaunch();
-    printf("fwd  wgmma mt=%d                      %8.3f ms %6.1f TFLOP/s  err %.1e\n", MT, ms, g_flops / ms * 1e-9,
+    printf("fwd  wgmma                            %8.3f ms %6.1f TFLOP/s  err %.1e\n", ms, g_flops / ms * 1e-9,
            err_vs_ref(b, -1));
 }
 
@@ -140,9 +140,9 @@ static void dq_wgmma(Bufs &b) {
            1.5 * g_flops / ms * 1e-9, err_vs_ref(b, 0));
 }
 
-template <int HS, int W, int MT, int BKV> static void dq_variant(Bufs &b) {
-    constexpr int BQ = 16 * W * MT, smem = attn_dq_smem_bytes<HS, W, MT, BKV>();
-    auto kernel = attention_backward_dq_bf16_kernel<HS, W, MT, BKV>;
+template <int HS, int W, int BKV> static void dq_variant(Bufs &b) {
+    constexpr int BQ = 16 * W, smem = attn_dq_smem_bytes<HS, W, BKV>();
+    auto kernel = attention_backward_dq_bf16_kernel<HS, W, BKV>;
     attn_set_smem(kernel, smem);
     const int grid = b.B * b.NH * ((b.T + BQ - 1) / BQ);
     const float scale = 1.0f / sqrtf((float)HS);
@@ -151,7 +151,7 @@ template <int HS, int W, int MT, int BKV> static void dq_variant(Bufs &b) {
                                               scale * ATTN_LOG2E, scale);
     });
     cudaCheckLaunch();
-    printf("dq   warps=%d mt=%d bkv=%-3d         %8.3f ms %6.1f TFLOP/s  err dq %.1e\n", W, MT, BKV, ms,
+    printf("dq   warps=%d bkv=%-3d              %8.3f ms %6.1f TFLOP/s  err dq %.1e\n", W, BKV, ms,
            1.5 * g_flops / ms * 1e-9, err_vs_ref(b, 0));
 }
 
@@ -168,14 +168,12 @@ template <int HS> static void sweep(Bufs &b) {
            2.5 * g_flops / bwd * 1e-9);
     if (g_quick) { return; }
     if constexpr (HS == 64) {
-        fwd_wgmma<1>(b);
-        fwd_wgmma<2>(b);
-        fwd_variant<64, 4, 2, 64>(b);
+        fwd_wgmma(b);
+        fwd_variant<64, 4, 2, 64>(b); // mma.sync
         dkdv_wgmma(b);
         dkdv_variant<64, 4, 64>(b); // mma.sync, as HS = 128 runs it
         dq_wgmma(b);
-        dq_variant<64, 4, 1, 32>(b);
-        dq_variant<64, 4, 2, 32>(b);
+        dq_variant<64, 4, 32>(b);
     } else {
         fwd_variant<128, 4, 1, 64>(b);
         fwd_variant<128, 8, 1, 64>(b);
@@ -183,9 +181,9 @@ template <int HS> static void sweep(Bufs &b) {
         dkdv_variant<128, 4, 32>(b);
         dkdv_variant<128, 8, 32>(b);
         dkdv_variant<128, 4, 16>(b);
-        dq_variant<128, 4, 1, 32>(b);
-        dq_variant<128, 8, 1, 32>(b);
-        dq_variant<128, 4, 1, 64>(b);
+        dq_variant<128, 4, 32>(b);
+        dq_variant<128, 8, 32>(b);
+        dq_variant<128, 4, 64>(b);
     }
 }
 

@@ -421,12 +421,11 @@ __device__ __forceinline__ void store_acc_rows(bf16 *dst, size_t pitch, const fl
     }
 }
 
-// dst[0 .. 8 NT) = the column sums of what store_acc_rows(.., c[mt], r0 + 16 mt, Tlen, mul) stores (the bf16
-// values; rows past Tlen add nothing) over the MT 16-row slabs of each of the block's WARPS warps, added in warp
-// order. red: WARPS x 8 NT floats of shared memory no longer read by anyone; the trailing barrier lets the caller
-// reuse it at once.
-template <int MT, int NT, int WARPS>
-__device__ __forceinline__ void colsum_acc_rows(float *dst, float *red, const float (&c)[MT][NT][4], int r0, int Tlen,
+// dst[0 .. 8 NT) = the column sums of what store_acc_rows(.., c, r0, Tlen, mul) stores (the bf16 values; rows past
+// Tlen add nothing) over the 16-row slabs of the block's WARPS warps, added in warp order. red: WARPS x 8 NT floats
+// of shared memory no longer read by anyone; the trailing barrier lets the caller reuse it at once.
+template <int NT, int WARPS>
+__device__ __forceinline__ void colsum_acc_rows(float *dst, float *red, const float (&c)[NT][4], int r0, int Tlen,
                                                 float mul) {
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, g = lane >> 2, cq = lane & 3;
 #pragma unroll
@@ -435,13 +434,8 @@ __device__ __forceinline__ void colsum_acc_rows(float *dst, float *red, const fl
         for (int e = 0; e < 2; e++) {
             float s = 0.0f;
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-                for (int hf = 0; hf < 2; hf++) {
-                    if (r0 + 16 * mt + g + 8 * hf < Tlen) {
-                        s += __bfloat162float(__float2bfloat16_rn(c[mt][n][2 * hf + e] * mul));
-                    }
-                }
+            for (int hf = 0; hf < 2; hf++) {
+                if (r0 + g + 8 * hf < Tlen) { s += __bfloat162float(__float2bfloat16_rn(c[n][2 * hf + e] * mul)); }
             }
             // column n * 8 + 2 cq + e of the slab lives in lanes cq, cq + 4, ..., cq + 28 (g = 0 .. 7)
             s += __shfl_xor_sync(0xffffffffu, s, 4);
@@ -460,6 +454,185 @@ __device__ __forceinline__ void colsum_acc_rows(float *dst, float *red, const fl
 }
 
 // ----------------------------------------------------------------------------------------------------------------
+// bf16: the steps between the products, shared by the mma.sync and the wgmma kernels. Each works on one warp's
+// 16-row slab of a score tile in the C fragment layout: a thread holds rows g and g + 8, columns 8 n + 2 cq (+1) of
+// each 8-column tile n.
+
+// Forward, scores of queries row0 + ... against keys kv0 + ...: -inf where the key comes after the query.
+template <int ST> __device__ __forceinline__ void attn_mask_future(float (&s)[ST][4], int row0, int kv0) {
+    const int lane = threadIdx.x % WARP_SIZE, g = lane >> 2, cq = lane & 3;
+#pragma unroll
+    for (int n = 0; n < ST; n++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            if (kv0 + n * 8 + 2 * cq + (e & 1) > row0 + g + 8 * (e >> 1)) { s[n][e] = -INFINITY; }
+        }
+    }
+}
+
+// One key tile of the forward's online softmax: s becomes P = exp2(s scale_log2 - m) with m the running row max (log2
+// units of the scaled scores), and l (this thread's share of the row sums) and o are rescaled to the new max. Key 0
+// is visible to every row and tiles go in ascending order, so the running max is finite from the first tile on.
+template <int ST, int DT>
+__device__ __forceinline__ void attn_softmax_tile(float (&s)[ST][4], float (&o)[DT][4], float (&m)[2], float (&l)[2],
+                                                  float scale_log2) {
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < ST; n++) { mx = fmaxf(mx, fmaxf(s[n][2 * hf], s[n][2 * hf + 1])); }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        float m_new = fmaxf(m[hf], mx * scale_log2), corr = fast_exp2(m[hf] - m_new), sum = 0.0f;
+        m[hf] = m_new;
+#pragma unroll
+        for (int n = 0; n < ST; n++) {
+#pragma unroll
+            for (int e = 2 * hf; e < 2 * hf + 2; e++) {
+                s[n][e] = fast_exp2(fmaf(s[n][e], scale_log2, -m_new));
+                sum += s[n][e];
+            }
+        }
+        l[hf] = l[hf] * corr + sum;
+#pragma unroll
+        for (int n = 0; n < DT; n++) { o[n][2 * hf] *= corr, o[n][2 * hf + 1] *= corr; }
+    }
+}
+
+// The forward's result for rows row0 + ...: O = o / l into out (rows pitch elements apart), lse = m + log2(l) in
+// natural-log units into lse_bh.
+template <int DT>
+__device__ __forceinline__ void attn_forward_store(bf16 *out, size_t pitch, float *lse_bh, float (&o)[DT][4],
+                                                   const float (&m)[2], const float (&l)[2], int row0, int Tlen) {
+    const int lane = threadIdx.x % WARP_SIZE, g = lane >> 2, cq = lane & 3;
+    float inv[2];
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        float sum = l[hf];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        inv[hf] = 1.0f / sum;
+        int row = row0 + g + 8 * hf;
+        if (cq == 0 && row < Tlen) { lse_bh[row] = (m[hf] + log2f(sum)) * ATTN_LN2; }
+    }
+#pragma unroll
+    for (int n = 0; n < DT; n++) { o[n][0] *= inv[0], o[n][1] *= inv[0], o[n][2] *= inv[1], o[n][3] *= inv[1]; }
+    store_acc_rows(out, pitch, o, row0, Tlen, 1.0f);
+}
+
+// dK/dV backward, scores S^T of keys key0 + ... against the queries qs + ... of a tile: P^T = exp2(S^T scale_log2 -
+// lse_q log2(e)), 0 where the query comes before the key. lq: the tile's lse * log2(e).
+template <int ST>
+__device__ __forceinline__ void attn_probs_t(float (&s)[ST][4], const float *lq, int key0, int qs, float scale_log2) {
+    const int lane = threadIdx.x % WARP_SIZE, g = lane >> 2, cq = lane & 3;
+    const bool diag = qs < key0 + 15; // some query of the tile comes before some key of the slab
+#pragma unroll
+    for (int n = 0; n < ST; n++) {
+        const int qi = n * 8 + 2 * cq;
+        const float2 l2 = *reinterpret_cast<const float2 *>(lq + qi);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float p = fast_exp2(fmaf(s[n][e], scale_log2, -((e & 1) ? l2.y : l2.x)));
+            if (diag && qs + qi + (e & 1) < key0 + g + 8 * (e >> 1)) { p = 0.0f; }
+            s[n][e] = p;
+        }
+    }
+}
+
+// dS^T = P^T (dP^T - D_q) in place of dp; dq: the query tile's D.
+template <int ST>
+__device__ __forceinline__ void attn_dscores_t(float (&dp)[ST][4], const float (&p)[ST][4], const float *dq) {
+    const int cq = threadIdx.x % 4;
+#pragma unroll
+    for (int n = 0; n < ST; n++) {
+        const float2 d2 = *reinterpret_cast<const float2 *>(dq + n * 8 + 2 * cq);
+#pragma unroll
+        for (int e = 0; e < 4; e++) { dp[n][e] = p[n][e] * (dp[n][e] - ((e & 1) ? d2.y : d2.x)); }
+    }
+}
+
+// dQ backward, scores S of queries row0 + ... against keys kv0 + ...: P = exp2(S scale_log2 - lrow), 0 where the key
+// comes after the query; then dS = P (dP - D) in place of dp.
+template <int ST>
+__device__ __forceinline__ void attn_probs(float (&s)[ST][4], const float (&lrow)[2], int row0, int kv0,
+                                           float scale_log2) {
+    const int lane = threadIdx.x % WARP_SIZE, g = lane >> 2, cq = lane & 3;
+    const bool diag = kv0 + 8 * ST - 1 > row0; // some key of the tile comes after some query of the slab
+#pragma unroll
+    for (int n = 0; n < ST; n++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float p = fast_exp2(fmaf(s[n][e], scale_log2, -lrow[e >> 1]));
+            if (diag && kv0 + n * 8 + 2 * cq + (e & 1) > row0 + g + 8 * (e >> 1)) { p = 0.0f; }
+            s[n][e] = p;
+        }
+    }
+}
+template <int ST>
+__device__ __forceinline__ void attn_dscores(float (&dp)[ST][4], const float (&p)[ST][4], const float (&drow)[2]) {
+#pragma unroll
+    for (int n = 0; n < ST; n++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) { dp[n][e] = p[n][e] * (dp[n][e] - drow[e >> 1]); }
+    }
+}
+
+// lse * log2(e) and D = sum_d dO O of rows row0 + g and row0 + g + 8 (0 past Tlen), D also into dsum_bh for the
+// dK/dV kernel. Each lane of a quad takes a quarter of the columns, from global memory (the rows are in L2: they are
+// being copied to shared memory as well). dO and O: the head's first row; rows ostride elements apart.
+template <int HS>
+__device__ __forceinline__ void attn_row_stats(float (&lrow)[2], float (&drow)[2], const bf16 *dO, const bf16 *O,
+                                               size_t ostride, const float *lse_bh, float *dsum_bh, int row0,
+                                               int Tlen) {
+    constexpr int DCOLS = HS / 4;
+    const int lane = threadIdx.x % WARP_SIZE, g = lane >> 2, cq = lane & 3;
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        const int row = row0 + g + 8 * hf;
+        float d = 0.0f;
+        if (row < Tlen) {
+            const size_t off = (size_t)row * ostride + cq * DCOLS;
+#pragma unroll
+            for (int c = 0; c < DCOLS; c += Packed<bf16>::N) {
+                Packed<bf16> x = load_packed(dO + off + c), o = load_packed(O + off + c);
+#pragma unroll
+                for (int e = 0; e < Packed<bf16>::N; e++) { d = fmaf(x[e], o[e], d); }
+            }
+        }
+        d += __shfl_xor_sync(0xffffffffu, d, 1);
+        d += __shfl_xor_sync(0xffffffffu, d, 2);
+        drow[hf] = d;
+        lrow[hf] = row < Tlen ? lse_bh[row] * ATTN_LOG2E : 0.0f;
+        if (cq == 0 && row < Tlen) { dsum_bh[row] = d; }
+    }
+}
+
+// The dK/dV kernels' query tile from row q0: Q and dO (cp.async, into tiles sQ and sdO), lse * log2(e) and D (sL,
+// sD). Rows past Tlen get lse = +inf, so P = 0 there whatever the causal mask says.
+template <int BQ, int HS, int NTHREADS>
+__device__ __forceinline__ void attn_load_query_tile(uint32_t sQ, uint32_t sdO, float *sL, float *sD, const bf16 *q,
+                                                     size_t stride, const bf16 *dO, size_t ostride,
+                                                     const float *lse_bh, const float *dsum_bh, int q0, int Tlen) {
+    load_tile_async<BQ, HS, NTHREADS>(sQ, q, stride, q0, Tlen);
+    load_tile_async<BQ, HS, NTHREADS>(sdO, dO, ostride, q0, Tlen);
+    for (int i = threadIdx.x; i < BQ; i += NTHREADS) {
+        int qi = q0 + i;
+        sL[i] = qi < Tlen ? lse_bh[qi] * ATTN_LOG2E : INFINITY;
+        sD[i] = qi < Tlen ? dsum_bh[qi] : 0.0f;
+    }
+}
+
+// A backward kernel's result for rows row0 + ... of the slab: acc times `mul` into dst (rows stride elements apart),
+// and when prow is not NULL, its column sums (colsum_acc_rows) into that row of bias partials. red: shared memory no
+// longer read by anyone.
+template <int DT, int WARPS>
+__device__ __forceinline__ void attn_grad_store(bf16 *dst, size_t stride, float *prow, float *red,
+                                                const float (&acc)[DT][4], int row0, int Tlen, float mul) {
+    store_acc_rows(dst, stride, acc, row0, Tlen, mul);
+    if (prow) { colsum_acc_rows<DT, WARPS>(prow, red, acc, row0, Tlen, mul); }
+}
+
+// ----------------------------------------------------------------------------------------------------------------
 // bf16 forward. A block owns BQ = 16 WARPS MT query rows; warp w the MT slabs of 16 from row 16 MT w. Key/value
 // tiles of BKV rows go through two shared-memory stages: tile j+1 loads while tile j is used.
 
@@ -475,7 +648,7 @@ __global__ void __launch_bounds__(WARPS *WARP_SIZE)
     const uint32_t sQ = smem_u32(smem), sKV = sQ + BQ * HS * 2;
     auto sK = [&](int st) { return sKV + (2 * st) * BKV * HS * 2; };
     auto sV = [&](int st) { return sKV + (2 * st + 1) * BKV * HS * 2; };
-    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, g = lane >> 2, cq = lane & 3;
+    const int warp = threadIdx.x / WARP_SIZE;
     const int nblocks = (Tlen + BQ - 1) / BQ;
     const AttnBlock blk = attn_block(nblocks);
     const int q0 = (nblocks - 1 - blk.rank) * BQ; // late rows see the most keys
@@ -512,44 +685,10 @@ __global__ void __launch_bounds__(WARPS *WARP_SIZE)
         float s[MT][ST][4];
         zero_acc(s);
         mma_tile_t<HS, MT, ST, KC>(s, qf, sK(st));
-        if (kv0 + BKV - 1 > row_base) { // the tile crosses this warp's diagonal
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-                for (int n = 0; n < ST; n++) {
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        int row = row_base + mt * 16 + g + 8 * (e >> 1), col = kv0 + n * 8 + 2 * cq + (e & 1);
-                        if (col > row) { s[mt][n][e] = -INFINITY; }
-                    }
-                }
-            }
-        }
-        // online softmax; a row lives in the 4 threads of a quad. Key 0 is visible to every row and tiles go in
-        // ascending order, so the running max is finite from the first tile on.
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
-                float mx = -INFINITY;
-#pragma unroll
-                for (int n = 0; n < ST; n++) { mx = fmaxf(mx, fmaxf(s[mt][n][2 * hf], s[mt][n][2 * hf + 1])); }
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                float m_new = fmaxf(m[mt][hf], mx * scale_log2), corr = fast_exp2(m[mt][hf] - m_new), sum = 0.0f;
-                m[mt][hf] = m_new;
-#pragma unroll
-                for (int n = 0; n < ST; n++) {
-#pragma unroll
-                    for (int e = 2 * hf; e < 2 * hf + 2; e++) {
-                        s[mt][n][e] = fast_exp2(fmaf(s[mt][n][e], scale_log2, -m_new));
-                        sum += s[mt][n][e];
-                    }
-                }
-                l[mt][hf] = l[mt][hf] * corr + sum;
-#pragma unroll
-                for (int n = 0; n < DT; n++) { o[mt][n][2 * hf] *= corr, o[mt][n][2 * hf + 1] *= corr; }
-            }
+            if (kv0 + BKV - 1 > row_base + mt * 16) { attn_mask_future(s[mt], row_base + mt * 16, kv0); }
+            attn_softmax_tile(s[mt], o[mt], m[mt], l[mt], scale_log2);
         }
         uint32_t pf[MT][ST / 2][4];
         acc_to_a(pf, s);
@@ -560,22 +699,8 @@ __global__ void __launch_bounds__(WARPS *WARP_SIZE)
 
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
-        float inv[2];
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            float sum = l[mt][hf];
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-            inv[hf] = 1.0f / sum;
-            int row = row_base + mt * 16 + g + 8 * hf;
-            if (cq == 0 && row < Tlen) { lse[(size_t)blk.bh * Tlen + row] = (m[mt][hf] + log2f(sum)) * ATTN_LN2; }
-        }
-#pragma unroll
-        for (int n = 0; n < DT; n++) {
-            o[mt][n][0] *= inv[0], o[mt][n][1] *= inv[0], o[mt][n][2] *= inv[1], o[mt][n][3] *= inv[1];
-        }
-        store_acc_rows(out + (size_t)b * Tlen * NH * HS + (size_t)h * HS, (size_t)NH * HS, o[mt],
-                       row_base + mt * 16, Tlen, 1.0f);
+        attn_forward_store(out + (size_t)b * Tlen * NH * HS + (size_t)h * HS, (size_t)NH * HS,
+                           lse + (size_t)blk.bh * Tlen, o[mt], m[mt], l[mt], row_base + mt * 16, Tlen);
     }
 }
 
@@ -602,7 +727,7 @@ __global__ void __launch_bounds__(WARPS *WARP_SIZE)
     auto sdO = [&](int st) { return sQdO + (2 * st + 1) * BQ * HS * 2; };
     float *sL = reinterpret_cast<float *>(smem + (2 * BKV + 4 * BQ) * HS * 2); // [2][BQ]: lse * log2(e)
     float *sD = sL + 2 * BQ;                                                   // [2][BQ]: D
-    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, g = lane >> 2, cq = lane & 3;
+    const int warp = threadIdx.x / WARP_SIZE;
     const int nblocks = (Tlen + BKV - 1) / BKV;
     const AttnBlock blk = attn_block(nblocks);
     const int k0 = blk.rank * BKV; // early keys see the most queries
@@ -612,17 +737,11 @@ __global__ void __launch_bounds__(WARPS *WARP_SIZE)
     const bf16 *dO = dout + (size_t)b * Tlen * ostride + (size_t)h * HS;
     const float *lse_bh = lse + (size_t)blk.bh * Tlen, *dsum_bh = dsum + (size_t)blk.bh * Tlen;
     const int qt0 = k0 / BQ, nqt = (Tlen + BQ - 1) / BQ, key_base = k0 + warp * 16;
-
-    // Query rows past Tlen get lse = +inf, so P = 0 there whatever the causal mask says.
     auto load_q_tile = [&](int st, int qt) {
-        load_tile_async<BQ, HS, NTHREADS>(sQ(st), q, stride, qt * BQ, Tlen);
-        load_tile_async<BQ, HS, NTHREADS>(sdO(st), dO, ostride, qt * BQ, Tlen);
-        for (int i = threadIdx.x; i < BQ; i += NTHREADS) {
-            int qi = qt * BQ + i;
-            sL[st * BQ + i] = qi < Tlen ? lse_bh[qi] * ATTN_LOG2E : INFINITY;
-            sD[st * BQ + i] = qi < Tlen ? dsum_bh[qi] : 0.0f;
-        }
+        attn_load_query_tile<BQ, HS, NTHREADS>(sQ(st), sdO(st), sL + st * BQ, sD + st * BQ, q, stride, dO, ostride,
+                                               lse_bh, dsum_bh, qt * BQ, Tlen);
     };
+
     load_tile_async<BKV, HS, NTHREADS>(sK, k, stride, k0, Tlen);
     load_tile_async<BKV, HS, NTHREADS>(sV, v, stride, k0, Tlen);
     load_q_tile(0, qt0);
@@ -640,7 +759,7 @@ __global__ void __launch_bounds__(WARPS *WARP_SIZE)
     zero_acc(dk);
     zero_acc(dv);
     for (int qt = qt0; qt < nqt; qt++) {
-        const int st = (qt - qt0) & 1, qs = qt * BQ;
+        const int st = (qt - qt0) & 1;
         if (qt + 1 < nqt) { load_q_tile(st ^ 1, qt + 1); }
         cp_async_commit();
 
@@ -649,20 +768,8 @@ __global__ void __launch_bounds__(WARPS *WARP_SIZE)
         zero_acc(dp);
         mma_tile_t<HS, 1, ST, KC>(s, kf, sQ(st));
         mma_tile_t<HS, 1, ST, KC>(dp, vf, sdO(st));
-        const bool diag = qs < key_base + 15; // some query of the tile precedes some key of this warp
-#pragma unroll
-        for (int n = 0; n < ST; n++) {
-            const int qi = n * 8 + 2 * cq;
-            const float2 lq = *reinterpret_cast<const float2 *>(sL + st * BQ + qi);
-            const float2 dq = *reinterpret_cast<const float2 *>(sD + st * BQ + qi);
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float p = fast_exp2(fmaf(s[0][n][e], scale_log2, -((e & 1) ? lq.y : lq.x)));
-                if (diag && qs + qi + (e & 1) < key_base + g + 8 * (e >> 1)) { p = 0.0f; }
-                s[0][n][e] = p;
-                dp[0][n][e] = p * (dp[0][n][e] - ((e & 1) ? dq.y : dq.x));
-            }
-        }
+        attn_probs_t(s[0], sL + st * BQ, key_base, qt * BQ, scale_log2);
+        attn_dscores_t(dp[0], s[0], sD + st * BQ);
         uint32_t pf[1][ST / 2][4], dsf[1][ST / 2][4];
         acc_to_a(pf, s);
         acc_to_a(dsf, dp);
@@ -671,14 +778,14 @@ __global__ void __launch_bounds__(WARPS *WARP_SIZE)
         cp_async_wait<0>();
         __syncthreads();
     }
+    // the shared tiles are free for the bias sums: the loop ended with a barrier and no copy in flight
     bf16 *dk_dst = dqkv + (size_t)b * Tlen * stride + (size_t)(NH + h) * HS;
-    store_acc_rows(dk_dst, stride, dk[0], key_base, Tlen, scale);
-    store_acc_rows(dk_dst + (size_t)NH * HS, stride, dv[0], key_base, Tlen, 1.0f);
-    if (partial) { // the shared tiles are free: the loop ended with a barrier and no copy in flight
-        float *prow = partial + ((size_t)b * nblocks + blk.rank) * stride, *red = reinterpret_cast<float *>(smem);
-        colsum_acc_rows<1, DT, WARPS>(prow + (size_t)(NH + h) * HS, red, dk, key_base, Tlen, scale);
-        colsum_acc_rows<1, DT, WARPS>(prow + (size_t)(2 * NH + h) * HS, red, dv, key_base, Tlen, 1.0f);
-    }
+    float *prow = partial ? partial + ((size_t)b * nblocks + blk.rank) * stride : NULL;
+    float *red = reinterpret_cast<float *>(smem);
+    attn_grad_store<DT, WARPS>(dk_dst, stride, prow ? prow + (size_t)(NH + h) * HS : NULL, red, dk[0], key_base, Tlen,
+                               scale);
+    attn_grad_store<DT, WARPS>(dk_dst + (size_t)NH * HS, stride, prow ? prow + (size_t)(2 * NH + h) * HS : NULL, red,
+                               dv[0], key_base, Tlen, 1.0f);
 }
 
 // ----------------------------------------------------------------------------------------------------------------
@@ -748,33 +855,32 @@ __device__ __forceinline__ void wgmma_64x64_rs_t(float (&d)[8][4], const uint32_
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
 }
 
-// bf16 forward at HS = 64 on wgmma: the forward above as warpgroup MMAs. A block (one warpgroup) owns MT slabs of
-// 64 queries, warp w rows 16 w .. 16 w + 15 of each; Q stays in shared memory as the A operand of S = Q K^T, and
-// O += P V takes P from registers against the transposed V tile. Key tiles of 64 rows, two stages.
+// bf16 forward at HS = 64 on wgmma: the forward above as warpgroup MMAs. A block (one warpgroup) owns 64 queries,
+// warp w rows 16 w .. 16 w + 15; Q stays in shared memory as the A operand of S = Q K^T, and O += P V takes P from
+// registers against the transposed V tile. Key tiles of 64 rows, two stages. (Two query slabs a block sharing each
+// K tile, as the mma.sync kernel does, need 188 registers and 2 blocks an SM: 10-12% slower than one at 125 and 4.)
 
-template <int MT> constexpr int attn_fwd_wgmma_smem_bytes() {
-    return (MT * ATTN_WG_ROWS + 4 * ATTN_WG_ROWS) * 64 * 2 + WGMMA_ATOM_BYTES; // Q, 2 x (K, V), alignment slack
+constexpr int attn_fwd_wgmma_smem_bytes() {
+    return 5 * ATTN_WG_ROWS * 64 * 2 + WGMMA_ATOM_BYTES; // Q, 2 x (K, V), alignment slack
 }
 
-template <int MT>
 __global__ void __launch_bounds__(4 * WARP_SIZE)
     attention_forward_wgmma_kernel(bf16 *out, float *lse, const bf16 *qkv, int Tlen, int NH, float scale_log2) {
-    constexpr int HS = 64, NTHREADS = 4 * WARP_SIZE, BQ = MT * ATTN_WG_ROWS, BKV = ATTN_WG_ROWS;
+    constexpr int HS = 64, NTHREADS = 4 * WARP_SIZE, BQ = ATTN_WG_ROWS, BKV = ATTN_WG_ROWS;
     constexpr int KC = HS / 16, DT = HS / 8, ST = BKV / 8, TILE = BKV * HS * 2;
     extern __shared__ __align__(128) unsigned char smem[];
     const uint32_t base = (smem_u32(smem) + WGMMA_ATOM_BYTES - 1) & ~(uint32_t)(WGMMA_ATOM_BYTES - 1);
-    const uint32_t sQ = base, sKV = sQ + MT * TILE;
+    const uint32_t sQ = base, sKV = sQ + TILE;
     auto sK = [&](int st) { return sKV + (2 * st) * TILE; };
     auto sV = [&](int st) { return sKV + (2 * st + 1) * TILE; };
-    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, g = lane >> 2, cq = lane & 3;
+    const int warp = threadIdx.x / WARP_SIZE;
     const int nblocks = (Tlen + BQ - 1) / BQ;
     const AttnBlock blk = attn_block(nblocks);
     const int q0 = (nblocks - 1 - blk.rank) * BQ; // late rows see the most keys
     const int b = blk.bh / NH, h = blk.bh % NH;
     const size_t stride = (size_t)3 * NH * HS;
     const bf16 *q = qkv + (size_t)b * Tlen * stride + (size_t)h * HS, *k = q + NH * HS, *v = q + 2 * NH * HS;
-    const int nkv = (min(q0 + BQ, Tlen) + BKV - 1) / BKV;
-    auto row_of = [&](int mt) { return q0 + mt * ATTN_WG_ROWS + warp * 16; }; // this warp's first row in slab mt
+    const int nkv = (min(q0 + BQ, Tlen) + BKV - 1) / BKV, row_base = q0 + warp * 16;
 
     load_tile_async<BQ, HS, NTHREADS>(sQ, q, stride, q0, Tlen);
     load_tile_async<BKV, HS, NTHREADS>(sK(0), k, stride, 0, Tlen);
@@ -785,10 +891,8 @@ __global__ void __launch_bounds__(4 * WARP_SIZE)
     __syncthreads();
     const uint64_t qdesc = wgmma_desc(sQ);
 
-    float o[MT][DT][4], m[MT][2], l[MT][2]; // m in log2 units of the scaled scores; l: this thread's share
+    float o[1][DT][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}; // as in the mma.sync kernel
     zero_acc(o);
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) { m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f; }
     for (int j = 0; j < nkv; j++) {
         const int st = j & 1, kv0 = j * BKV;
         if (j + 1 < nkv) {
@@ -798,90 +902,31 @@ __global__ void __launch_bounds__(4 * WARP_SIZE)
         cp_async_commit();
         const uint64_t kdesc = wgmma_desc(sK(st)), vdesc = wgmma_desc(sV(st));
 
-        float s[MT][ST][4];
+        float s[1][ST][4];
         wgmma_fence();
 #pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-            for (int kc = 0; kc < KC; kc++) {
-                wgmma_64x64_ss(s[mt], wgmma_desc_at(qdesc, mt * TILE + 32 * kc), wgmma_desc_at(kdesc, 32 * kc), kc);
-            }
+        for (int kc = 0; kc < KC; kc++) {
+            wgmma_64x64_ss(s[0], wgmma_desc_at(qdesc, 32 * kc), wgmma_desc_at(kdesc, 32 * kc), kc);
         }
         wgmma_commit();
         wgmma_wait<0>();
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-            wgmma_hold(s[mt]);
-            if (kv0 + BKV - 1 > row_of(mt)) { // the tile crosses this warp's diagonal in slab mt
-#pragma unroll
-                for (int n = 0; n < ST; n++) {
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        int row = row_of(mt) + g + 8 * (e >> 1), col = kv0 + n * 8 + 2 * cq + (e & 1);
-                        if (col > row) { s[mt][n][e] = -INFINITY; }
-                    }
-                }
-            }
-            // online softmax; a row lives in the 4 threads of a quad. Key 0 is visible to every row and tiles go in
-            // ascending order, so the running max is finite from the first tile on.
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
-                float mx = -INFINITY;
-#pragma unroll
-                for (int n = 0; n < ST; n++) { mx = fmaxf(mx, fmaxf(s[mt][n][2 * hf], s[mt][n][2 * hf + 1])); }
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                float m_new = fmaxf(m[mt][hf], mx * scale_log2), corr = fast_exp2(m[mt][hf] - m_new), sum = 0.0f;
-                m[mt][hf] = m_new;
-#pragma unroll
-                for (int n = 0; n < ST; n++) {
-#pragma unroll
-                    for (int e = 2 * hf; e < 2 * hf + 2; e++) {
-                        s[mt][n][e] = fast_exp2(fmaf(s[mt][n][e], scale_log2, -m_new));
-                        sum += s[mt][n][e];
-                    }
-                }
-                l[mt][hf] = l[mt][hf] * corr + sum;
-#pragma unroll
-                for (int n = 0; n < DT; n++) { o[mt][n][2 * hf] *= corr, o[mt][n][2 * hf + 1] *= corr; }
-            }
-        }
-        uint32_t pf[MT][ST / 2][4];
+        wgmma_hold(s[0]);
+        if (kv0 + BKV - 1 > row_base) { attn_mask_future(s[0], row_base, kv0); }
+        attn_softmax_tile(s[0], o[0], m, l, scale_log2);
+        uint32_t pf[1][ST / 2][4];
         acc_to_a(pf, s);
         wgmma_fence();
 #pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-            for (int kk = 0; kk < ST / 2; kk++) { wgmma_64x64_rs_t(o[mt], pf[mt][kk], wgmma_desc_at(vdesc, 2048 * kk)); }
-        }
+        for (int kk = 0; kk < ST / 2; kk++) { wgmma_64x64_rs_t(o[0], pf[0][kk], wgmma_desc_at(vdesc, 2048 * kk)); }
         wgmma_commit();
         wgmma_wait<0>();
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++) { wgmma_hold(o[mt]); }
+        wgmma_hold(o[0]);
         cp_async_wait<0>();
         fence_proxy_async();
         __syncthreads(); // tile j+1 has landed and nobody reads stage st any more
     }
-
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-        float inv[2];
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            float sum = l[mt][hf];
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-            inv[hf] = 1.0f / sum;
-            int row = row_of(mt) + g + 8 * hf;
-            if (cq == 0 && row < Tlen) { lse[(size_t)blk.bh * Tlen + row] = (m[mt][hf] + log2f(sum)) * ATTN_LN2; }
-        }
-#pragma unroll
-        for (int n = 0; n < DT; n++) {
-            o[mt][n][0] *= inv[0], o[mt][n][1] *= inv[0], o[mt][n][2] *= inv[1], o[mt][n][3] *= inv[1];
-        }
-        store_acc_rows(out + (size_t)b * Tlen * NH * HS + (size_t)h * HS, (size_t)NH * HS, o[mt], row_of(mt), Tlen,
-                       1.0f);
-    }
+    attn_forward_store(out + (size_t)b * Tlen * NH * HS + (size_t)h * HS, (size_t)NH * HS, lse + (size_t)blk.bh * Tlen,
+                       o[0], m, l, row_base, Tlen);
 }
 
 // bf16 backward, dK and dV at HS = 64 on wgmma: the kernel above with the four products as warpgroup MMAs. A block
@@ -908,7 +953,7 @@ __global__ void __launch_bounds__(4 * WARP_SIZE)
     auto sdO = [&](int st) { return sQdO + (2 * st + 1) * TILE; };
     float *sL = reinterpret_cast<float *>(aligned + 6 * TILE); // [2][BQ]: lse * log2(e)
     float *sD = sL + 2 * BQ;                                   // [2][BQ]: D
-    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, g = lane >> 2, cq = lane & 3;
+    const int warp = threadIdx.x / WARP_SIZE;
     const int nblocks = (Tlen + BKV - 1) / BKV;
     const AttnBlock blk = attn_block(nblocks);
     const int k0 = blk.rank * BKV;
@@ -918,16 +963,11 @@ __global__ void __launch_bounds__(4 * WARP_SIZE)
     const bf16 *dO = dout + (size_t)b * Tlen * ostride + (size_t)h * HS;
     const float *lse_bh = lse + (size_t)blk.bh * Tlen, *dsum_bh = dsum + (size_t)blk.bh * Tlen;
     const int qt0 = k0 / BQ, nqt = (Tlen + BQ - 1) / BQ, key_base = k0 + warp * 16;
-
     auto load_q_tile = [&](int st, int qt) {
-        load_tile_async<BQ, HS, NTHREADS>(sQ(st), q, stride, qt * BQ, Tlen);
-        load_tile_async<BQ, HS, NTHREADS>(sdO(st), dO, ostride, qt * BQ, Tlen);
-        for (int i = threadIdx.x; i < BQ; i += NTHREADS) {
-            int qi = qt * BQ + i;
-            sL[st * BQ + i] = qi < Tlen ? lse_bh[qi] * ATTN_LOG2E : INFINITY;
-            sD[st * BQ + i] = qi < Tlen ? dsum_bh[qi] : 0.0f;
-        }
+        attn_load_query_tile<BQ, HS, NTHREADS>(sQ(st), sdO(st), sL + st * BQ, sD + st * BQ, q, stride, dO, ostride,
+                                               lse_bh, dsum_bh, qt * BQ, Tlen);
     };
+
     load_tile_async<BKV, HS, NTHREADS>(sK, k, stride, k0, Tlen);
     load_tile_async<BKV, HS, NTHREADS>(sV, v, stride, k0, Tlen);
     load_q_tile(0, qt0);
@@ -941,7 +981,7 @@ __global__ void __launch_bounds__(4 * WARP_SIZE)
     zero_acc(dk);
     zero_acc(dv);
     for (int qt = qt0; qt < nqt; qt++) {
-        const int st = (qt - qt0) & 1, qs = qt * BQ;
+        const int st = (qt - qt0) & 1;
         if (qt + 1 < nqt) { load_q_tile(st ^ 1, qt + 1); }
         cp_async_commit();
         const uint64_t qdesc = wgmma_desc(sQ(st)), dodesc = wgmma_desc(sdO(st));
@@ -960,26 +1000,10 @@ __global__ void __launch_bounds__(4 * WARP_SIZE)
         wgmma_commit();
         wgmma_wait<1>(); // S^T is in; dP^T may still be running
         wgmma_hold(s[0]);
-        const bool diag = qs < key_base + 15;
-#pragma unroll
-        for (int n = 0; n < ST; n++) {
-            const int qi = n * 8 + 2 * cq;
-            const float2 lq = *reinterpret_cast<const float2 *>(sL + st * BQ + qi);
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float p = fast_exp2(fmaf(s[0][n][e], scale_log2, -((e & 1) ? lq.y : lq.x)));
-                if (diag && qs + qi + (e & 1) < key_base + g + 8 * (e >> 1)) { p = 0.0f; }
-                s[0][n][e] = p;
-            }
-        }
+        attn_probs_t(s[0], sL + st * BQ, key_base, qt * BQ, scale_log2);
         wgmma_wait<0>();
         wgmma_hold(dp[0]);
-#pragma unroll
-        for (int n = 0; n < ST; n++) {
-            const float2 dq = *reinterpret_cast<const float2 *>(sD + st * BQ + n * 8 + 2 * cq);
-#pragma unroll
-            for (int e = 0; e < 4; e++) { dp[0][n][e] = s[0][n][e] * (dp[0][n][e] - ((e & 1) ? dq.y : dq.x)); }
-        }
+        attn_dscores_t(dp[0], s[0], sD + st * BQ);
         uint32_t pf[1][ST / 2][4], dsf[1][ST / 2][4];
         acc_to_a(pf, s);
         acc_to_a(dsf, dp);
@@ -996,39 +1020,37 @@ __global__ void __launch_bounds__(4 * WARP_SIZE)
         fence_proxy_async();
         __syncthreads();
     }
+    // the shared tiles are free for the bias sums: the loop ended with a barrier and no copy or MMA in flight
     bf16 *dk_dst = dqkv + (size_t)b * Tlen * stride + (size_t)(NH + h) * HS;
-    store_acc_rows(dk_dst, stride, dk[0], key_base, Tlen, scale);
-    store_acc_rows(dk_dst + (size_t)NH * HS, stride, dv[0], key_base, Tlen, 1.0f);
-    if (partial) { // the shared tiles are free: the loop ended with a barrier and no copy or MMA in flight
-        float *prow = partial + ((size_t)b * nblocks + blk.rank) * stride, *red = reinterpret_cast<float *>(aligned);
-        colsum_acc_rows<1, DT, WARPS>(prow + (size_t)(NH + h) * HS, red, dk, key_base, Tlen, scale);
-        colsum_acc_rows<1, DT, WARPS>(prow + (size_t)(2 * NH + h) * HS, red, dv, key_base, Tlen, 1.0f);
-    }
+    float *prow = partial ? partial + ((size_t)b * nblocks + blk.rank) * stride : NULL;
+    float *red = reinterpret_cast<float *>(aligned);
+    attn_grad_store<DT, WARPS>(dk_dst, stride, prow ? prow + (size_t)(NH + h) * HS : NULL, red, dk[0], key_base, Tlen,
+                               scale);
+    attn_grad_store<DT, WARPS>(dk_dst + (size_t)NH * HS, stride, prow ? prow + (size_t)(2 * NH + h) * HS : NULL, red,
+                               dv[0], key_base, Tlen, 1.0f);
 }
 
 // ----------------------------------------------------------------------------------------------------------------
-// bf16 backward, dQ and D. A block owns BQ = 16 WARPS MT queries, warp w the MT slabs of 16 from row 16 MT w, its
-// Q and dO slabs held as A fragments. It first takes D_i = sum_d dO_id O_id of its rows (each quad's 4 lanes a
-// quarter of the columns, from global memory: the rows are in L2, being copied to shared memory too) and writes it
-// for the dK/dV kernel; then it walks the key tiles (BKV rows, two stages) up to its diagonal: S = Q K^T,
-// dP = dO V^T, dS = P (dP - D), dQ += dS K. Each K or V fragment from shared memory feeds MT slabs.
+// bf16 backward, dQ and D. A block owns BQ = 16 WARPS queries, warp w the 16 from 16 w, its Q and dO slabs held as A
+// fragments. It first takes lse and D of its rows (attn_row_stats, which also writes D for the dK/dV kernel); then
+// it walks the key tiles (BKV rows, two stages) up to its diagonal: S = Q K^T, dP = dO V^T, dS = P (dP - D),
+// dQ += dS K.
 
-template <int HS, int WARPS, int MT, int BKV> constexpr int attn_dq_smem_bytes() {
-    return (2 * 16 * WARPS * MT + 4 * BKV) * HS * 2; // Q, dO, 2 x (K, V)
+template <int HS, int WARPS, int BKV> constexpr int attn_dq_smem_bytes() {
+    return (2 * 16 * WARPS + 4 * BKV) * HS * 2; // Q, dO, 2 x (K, V)
 }
 
-template <int HS, int WARPS, int MT, int BKV>
+template <int HS, int WARPS, int BKV>
 __global__ void __launch_bounds__(WARPS *WARP_SIZE)
     attention_backward_dq_bf16_kernel(bf16 *dqkv, float *partial, float *dsum, const bf16 *dout, const bf16 *out,
                                       const bf16 *qkv, const float *lse, int Tlen, int NH, float scale_log2,
                                       float scale) {
-    constexpr int NTHREADS = WARPS * WARP_SIZE, BQ = 16 * WARPS * MT, KC = HS / 16, DT = HS / 8, ST = BKV / 8;
-    constexpr int DCOLS = HS / 4; // columns of a row's D per lane of its quad
+    constexpr int NTHREADS = WARPS * WARP_SIZE, BQ = 16 * WARPS, KC = HS / 16, DT = HS / 8, ST = BKV / 8;
     extern __shared__ __align__(128) unsigned char smem[];
     const uint32_t sQ = smem_u32(smem), sdO = sQ + BQ * HS * 2, sKV = sdO + BQ * HS * 2;
     auto sK = [&](int st) { return sKV + (2 * st) * BKV * HS * 2; };
     auto sV = [&](int st) { return sKV + (2 * st + 1) * BKV * HS * 2; };
-    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, g = lane >> 2, cq = lane & 3;
+    const int warp = threadIdx.x / WARP_SIZE;
     const int nblocks = (Tlen + BQ - 1) / BQ;
     const AttnBlock blk = attn_block(nblocks);
     const int q0 = (nblocks - 1 - blk.rank) * BQ;
@@ -1036,50 +1058,26 @@ __global__ void __launch_bounds__(WARPS *WARP_SIZE)
     const size_t stride = (size_t)3 * NH * HS, ostride = (size_t)NH * HS;
     const bf16 *q = qkv + (size_t)b * Tlen * stride + (size_t)h * HS, *k = q + NH * HS, *v = q + 2 * NH * HS;
     const bf16 *dO = dout + (size_t)b * Tlen * ostride + (size_t)h * HS;
-    const bf16 *O = out + (size_t)b * Tlen * ostride + (size_t)h * HS;
-    const int nkv = (min(q0 + BQ, Tlen) + BKV - 1) / BKV, row_base = q0 + warp * MT * 16;
+    const int nkv = (min(q0 + BQ, Tlen) + BKV - 1) / BKV, row_base = q0 + warp * 16;
 
     load_tile_async<BQ, HS, NTHREADS>(sQ, q, stride, q0, Tlen);
     load_tile_async<BQ, HS, NTHREADS>(sdO, dO, ostride, q0, Tlen);
     load_tile_async<BKV, HS, NTHREADS>(sK(0), k, stride, 0, Tlen);
     load_tile_async<BKV, HS, NTHREADS>(sV(0), v, stride, 0, Tlen);
     cp_async_commit();
-    float lrow[MT][2], drow[MT][2]; // lse * log2(e) and D of rows g and g+8 of each slab
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            const int row = row_base + mt * 16 + g + 8 * hf;
-            float d = 0.0f;
-            if (row < Tlen) {
-                const size_t off = (size_t)row * ostride + cq * DCOLS;
-#pragma unroll
-                for (int c = 0; c < DCOLS; c += Packed<bf16>::N) {
-                    Packed<bf16> x = load_packed(dO + off + c), o = load_packed(O + off + c);
-#pragma unroll
-                    for (int e = 0; e < Packed<bf16>::N; e++) { d = fmaf(x[e], o[e], d); }
-                }
-            }
-            d += __shfl_xor_sync(0xffffffffu, d, 1);
-            d += __shfl_xor_sync(0xffffffffu, d, 2);
-            drow[mt][hf] = d;
-            lrow[mt][hf] = row < Tlen ? lse[(size_t)blk.bh * Tlen + row] * ATTN_LOG2E : 0.0f;
-            if (cq == 0 && row < Tlen) { dsum[(size_t)blk.bh * Tlen + row] = d; }
-        }
-    }
+    float lrow[2], drow[2];
+    attn_row_stats<HS>(lrow, drow, dO, out + (size_t)b * Tlen * ostride + (size_t)h * HS, ostride,
+                       lse + (size_t)blk.bh * Tlen, dsum + (size_t)blk.bh * Tlen, row_base, Tlen);
     cp_async_wait<0>();
     __syncthreads();
-    uint32_t qf[MT][KC][4], dof[MT][KC][4];
+    uint32_t qf[1][KC][4], dof[1][KC][4];
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-        for (int kc = 0; kc < KC; kc++) {
-            load_a_frag<HS>(qf[mt][kc], sQ, (warp * MT + mt) * 16, 2 * kc);
-            load_a_frag<HS>(dof[mt][kc], sdO, (warp * MT + mt) * 16, 2 * kc);
-        }
+    for (int kc = 0; kc < KC; kc++) {
+        load_a_frag<HS>(qf[0][kc], sQ, warp * 16, 2 * kc);
+        load_a_frag<HS>(dof[0][kc], sdO, warp * 16, 2 * kc);
     }
 
-    float dq[MT][DT][4];
+    float dq[1][DT][4];
     zero_acc(dq);
     for (int j = 0; j < nkv; j++) {
         const int st = j & 1, kv0 = j * BKV;
@@ -1089,41 +1087,23 @@ __global__ void __launch_bounds__(WARPS *WARP_SIZE)
         }
         cp_async_commit();
 
-        float s[MT][ST][4], dp[MT][ST][4];
+        float s[1][ST][4], dp[1][ST][4];
         zero_acc(s);
         zero_acc(dp);
-        mma_tile_t<HS, MT, ST, KC>(s, qf, sK(st));
-        mma_tile_t<HS, MT, ST, KC>(dp, dof, sV(st));
-        const bool diag = kv0 + BKV - 1 > row_base;
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-            for (int n = 0; n < ST; n++) {
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int hf = e >> 1;
-                    float p = fast_exp2(fmaf(s[mt][n][e], scale_log2, -lrow[mt][hf]));
-                    if (diag && kv0 + n * 8 + 2 * cq + (e & 1) > row_base + mt * 16 + g + 8 * hf) { p = 0.0f; }
-                    dp[mt][n][e] = p * (dp[mt][n][e] - drow[mt][hf]);
-                }
-            }
-        }
-        uint32_t dsf[MT][ST / 2][4];
+        mma_tile_t<HS, 1, ST, KC>(s, qf, sK(st));
+        mma_tile_t<HS, 1, ST, KC>(dp, dof, sV(st));
+        attn_probs(s[0], lrow, row_base, kv0, scale_log2);
+        attn_dscores(dp[0], s[0], drow);
+        uint32_t dsf[1][ST / 2][4];
         acc_to_a(dsf, dp);
-        mma_tile<HS, MT, DT, ST / 2>(dq, dsf, sK(st));
+        mma_tile<HS, 1, DT, ST / 2>(dq, dsf, sK(st));
         cp_async_wait<0>();
         __syncthreads();
     }
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-        store_acc_rows(dqkv + (size_t)b * Tlen * stride + (size_t)h * HS, stride, dq[mt], row_base + mt * 16, Tlen,
-                       scale);
-    }
-    if (partial) { // the shared tiles are free: the loop ended with a barrier and no copy in flight
-        float *prow = partial + ((size_t)b * nblocks + q0 / BQ) * stride;
-        colsum_acc_rows<MT, DT, WARPS>(prow + (size_t)h * HS, reinterpret_cast<float *>(smem), dq, row_base, Tlen,
-                                       scale);
-    }
+    // the shared tiles are free for the bias sums: the loop ended with a barrier and no copy in flight
+    attn_grad_store<DT, WARPS>(dqkv + (size_t)b * Tlen * stride + (size_t)h * HS, stride,
+                               partial ? partial + ((size_t)b * nblocks + q0 / BQ) * stride + (size_t)h * HS : NULL,
+                               reinterpret_cast<float *>(smem), dq[0], row_base, Tlen, scale);
 }
 
 // bf16 backward, dQ and D at HS = 64 on wgmma: the kernel above as warpgroup MMAs. A block (one warpgroup) owns 64
@@ -1131,7 +1111,7 @@ __global__ void __launch_bounds__(WARPS *WARP_SIZE)
 // is computed); dQ += dS K from registers and the transposed K tile. Key tiles of 64 rows, two stages.
 
 constexpr int attn_dq_wgmma_smem_bytes() {
-    return (2 * ATTN_WG_ROWS + 4 * ATTN_WG_ROWS) * 64 * 2 + WGMMA_ATOM_BYTES; // Q, dO, 2 x (K, V), alignment slack
+    return 6 * ATTN_WG_ROWS * 64 * 2 + WGMMA_ATOM_BYTES; // Q, dO, 2 x (K, V), alignment slack
 }
 
 __global__ void __launch_bounds__(4 * WARP_SIZE)
@@ -1139,14 +1119,14 @@ __global__ void __launch_bounds__(4 * WARP_SIZE)
                                        const bf16 *qkv, const float *lse, int Tlen, int NH, float scale_log2,
                                        float scale) {
     constexpr int HS = 64, WARPS = 4, NTHREADS = WARPS * WARP_SIZE, BQ = ATTN_WG_ROWS, BKV = ATTN_WG_ROWS;
-    constexpr int KC = HS / 16, DT = HS / 8, ST = BKV / 8, TILE = BQ * HS * 2, DCOLS = HS / 4;
+    constexpr int KC = HS / 16, DT = HS / 8, ST = BKV / 8, TILE = BQ * HS * 2;
     extern __shared__ __align__(128) unsigned char smem[];
     const uint32_t base = (smem_u32(smem) + WGMMA_ATOM_BYTES - 1) & ~(uint32_t)(WGMMA_ATOM_BYTES - 1);
     unsigned char *aligned = smem + (base - smem_u32(smem));
     const uint32_t sQ = base, sdO = sQ + TILE, sKV = sdO + TILE;
     auto sK = [&](int st) { return sKV + (2 * st) * TILE; };
     auto sV = [&](int st) { return sKV + (2 * st + 1) * TILE; };
-    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, g = lane >> 2, cq = lane & 3;
+    const int warp = threadIdx.x / WARP_SIZE;
     const int nblocks = (Tlen + BQ - 1) / BQ;
     const AttnBlock blk = attn_block(nblocks);
     const int q0 = (nblocks - 1 - blk.rank) * BQ;
@@ -1154,7 +1134,6 @@ __global__ void __launch_bounds__(4 * WARP_SIZE)
     const size_t stride = (size_t)3 * NH * HS, ostride = (size_t)NH * HS;
     const bf16 *q = qkv + (size_t)b * Tlen * stride + (size_t)h * HS, *k = q + NH * HS, *v = q + 2 * NH * HS;
     const bf16 *dO = dout + (size_t)b * Tlen * ostride + (size_t)h * HS;
-    const bf16 *O = out + (size_t)b * Tlen * ostride + (size_t)h * HS;
     const int nkv = (min(q0 + BQ, Tlen) + BKV - 1) / BKV, row_base = q0 + warp * 16;
 
     load_tile_async<BQ, HS, NTHREADS>(sQ, q, stride, q0, Tlen);
@@ -1162,26 +1141,9 @@ __global__ void __launch_bounds__(4 * WARP_SIZE)
     load_tile_async<BKV, HS, NTHREADS>(sK(0), k, stride, 0, Tlen);
     load_tile_async<BKV, HS, NTHREADS>(sV(0), v, stride, 0, Tlen);
     cp_async_commit();
-    float lrow[2], drow[2]; // lse * log2(e) and D of rows g and g+8 of this warp's slab, D as the dQ kernel above
-#pragma unroll
-    for (int hf = 0; hf < 2; hf++) {
-        const int row = row_base + g + 8 * hf;
-        float d = 0.0f;
-        if (row < Tlen) {
-            const size_t off = (size_t)row * ostride + cq * DCOLS;
-#pragma unroll
-            for (int c = 0; c < DCOLS; c += Packed<bf16>::N) {
-                Packed<bf16> x = load_packed(dO + off + c), o = load_packed(O + off + c);
-#pragma unroll
-                for (int e = 0; e < Packed<bf16>::N; e++) { d = fmaf(x[e], o[e], d); }
-            }
-        }
-        d += __shfl_xor_sync(0xffffffffu, d, 1);
-        d += __shfl_xor_sync(0xffffffffu, d, 2);
-        drow[hf] = d;
-        lrow[hf] = row < Tlen ? lse[(size_t)blk.bh * Tlen + row] * ATTN_LOG2E : 0.0f;
-        if (cq == 0 && row < Tlen) { dsum[(size_t)blk.bh * Tlen + row] = d; }
-    }
+    float lrow[2], drow[2];
+    attn_row_stats<HS>(lrow, drow, dO, out + (size_t)b * Tlen * ostride + (size_t)h * HS, ostride,
+                       lse + (size_t)blk.bh * Tlen, dsum + (size_t)blk.bh * Tlen, row_base, Tlen);
     cp_async_wait<0>();
     fence_proxy_async();
     __syncthreads();
@@ -1212,24 +1174,10 @@ __global__ void __launch_bounds__(4 * WARP_SIZE)
         wgmma_commit();
         wgmma_wait<1>(); // S is in; dP may still be running
         wgmma_hold(s[0]);
-        const bool diag = kv0 + BKV - 1 > row_base;
-#pragma unroll
-        for (int n = 0; n < ST; n++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int hf = e >> 1;
-                float p = fast_exp2(fmaf(s[0][n][e], scale_log2, -lrow[hf]));
-                if (diag && kv0 + n * 8 + 2 * cq + (e & 1) > row_base + g + 8 * hf) { p = 0.0f; }
-                s[0][n][e] = p;
-            }
-        }
+        attn_probs(s[0], lrow, row_base, kv0, scale_log2);
         wgmma_wait<0>();
         wgmma_hold(dp[0]);
-#pragma unroll
-        for (int n = 0; n < ST; n++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) { dp[0][n][e] = s[0][n][e] * (dp[0][n][e] - drow[e >> 1]); }
-        }
+        attn_dscores(dp[0], s[0], drow);
         uint32_t dsf[1][ST / 2][4];
         acc_to_a(dsf, dp);
         wgmma_fence();
@@ -1242,25 +1190,21 @@ __global__ void __launch_bounds__(4 * WARP_SIZE)
         fence_proxy_async();
         __syncthreads();
     }
-    store_acc_rows(dqkv + (size_t)b * Tlen * stride + (size_t)h * HS, stride, dq[0], row_base, Tlen, scale);
-    if (partial) { // the shared tiles are free: the loop ended with a barrier and no copy or MMA in flight
-        float *prow = partial + ((size_t)b * nblocks + q0 / BQ) * stride;
-        colsum_acc_rows<1, DT, WARPS>(prow + (size_t)h * HS, reinterpret_cast<float *>(aligned), dq, row_base, Tlen,
-                                      scale);
-    }
+    // the shared tiles are free for the bias sums: the loop ended with a barrier and no copy or MMA in flight
+    attn_grad_store<DT, WARPS>(dqkv + (size_t)b * Tlen * stride + (size_t)h * HS, stride,
+                               partial ? partial + ((size_t)b * nblocks + q0 / BQ) * stride + (size_t)h * HS : NULL,
+                               reinterpret_cast<float *>(aligned), dq[0], row_base, Tlen, scale);
 }
 
 // ----------------------------------------------------------------------------------------------------------------
-// tile shapes, the fastest of dev/bench_attention.cu's sweeps on H100 at T = 1024. HS = 64 (every GPT-2 size) runs on
-// wgmma: ATTN_WG_ROWS tiles, and ATTN_FWD_WG_MT slabs of 64 queries a forward block (one: 125 registers, 4 blocks an
-// SM, 10-12% faster than two slabs sharing each K tile at 188 registers and 2 blocks). HS = 128 runs on mma.sync,
-// its tiles bounded by registers (HS = 128 doubles the fragments held per row).
-#define ATTN_FWD_WG_MT 1
+// tile shapes of the mma.sync kernels (HS = 128; HS = 64 runs on wgmma with ATTN_WG_ROWS tiles), the fastest of
+// dev/bench_attention.cu's sweeps on H100 at T = 1024; registers bound them (HS = 128 doubles the fragments held per
+// row).
 template <int HS> struct AttnBf16Tiles;
 template <> struct AttnBf16Tiles<128> {
     static constexpr int FWD_WARPS = 4, FWD_MT = 1, FWD_BKV = 64;
     static constexpr int DKDV_WARPS = 4, DKDV_BQ = 32;
-    static constexpr int DQ_WARPS = 4, DQ_MT = 1, DQ_BKV = 32;
+    static constexpr int DQ_WARPS = 4, DQ_BKV = 32;
 };
 
 template <typename Kernel> static void attn_set_smem(Kernel kernel, int bytes) {
@@ -1272,10 +1216,10 @@ static void attention_forward_bf16(bf16 *out, float *lse, const bf16 *qkv, int B
                                    cudaStream_t stream) {
     const float scale_log2 = ATTN_LOG2E / sqrtf((float)HS);
     if constexpr (HS == 64) {
-        constexpr int BQ = ATTN_FWD_WG_MT * ATTN_WG_ROWS, smem = attn_fwd_wgmma_smem_bytes<ATTN_FWD_WG_MT>();
-        attn_set_smem(attention_forward_wgmma_kernel<ATTN_FWD_WG_MT>, smem);
-        attention_forward_wgmma_kernel<ATTN_FWD_WG_MT>
-            <<<B * NH * ((Tlen + BQ - 1) / BQ), 4 * WARP_SIZE, smem, stream>>>(out, lse, qkv, Tlen, NH, scale_log2);
+        constexpr int smem = attn_fwd_wgmma_smem_bytes();
+        attn_set_smem(attention_forward_wgmma_kernel, smem);
+        attention_forward_wgmma_kernel<<<B * NH * ((Tlen + ATTN_WG_ROWS - 1) / ATTN_WG_ROWS), 4 * WARP_SIZE, smem,
+                                         stream>>>(out, lse, qkv, Tlen, NH, scale_log2);
     } else {
         using C = AttnBf16Tiles<HS>;
         constexpr int BQ = 16 * C::FWD_WARPS * C::FWD_MT;
@@ -1306,13 +1250,13 @@ static void attention_backward_bf16(bf16 *dqkv, float *partial, float *dsum, con
         cudaCheckLaunch();
     } else {
         using C = AttnBf16Tiles<HS>;
-        static_assert(C::DKDV_WARPS == C::DQ_WARPS * C::DQ_MT, "both kernels' blocks cover the rows of a bias partial");
-        constexpr int BQ = 16 * C::DQ_WARPS * C::DQ_MT, BKV = 16 * C::DKDV_WARPS;
-        constexpr int dq_smem = attn_dq_smem_bytes<HS, C::DQ_WARPS, C::DQ_MT, C::DQ_BKV>();
+        static_assert(C::DKDV_WARPS == C::DQ_WARPS, "both kernels' blocks cover the rows of a bias partial");
+        constexpr int BQ = 16 * C::DQ_WARPS, BKV = 16 * C::DKDV_WARPS;
+        constexpr int dq_smem = attn_dq_smem_bytes<HS, C::DQ_WARPS, C::DQ_BKV>();
         constexpr int dkdv_smem = attn_dkdv_smem_bytes<HS, C::DKDV_WARPS, C::DKDV_BQ>();
         static_assert(C::DQ_WARPS * HS * sizeof(float) <= dq_smem && C::DKDV_WARPS * HS * sizeof(float) <= dkdv_smem,
                       "the bias sums reuse the shared tiles");
-        auto dq_kernel = attention_backward_dq_bf16_kernel<HS, C::DQ_WARPS, C::DQ_MT, C::DQ_BKV>;
+        auto dq_kernel = attention_backward_dq_bf16_kernel<HS, C::DQ_WARPS, C::DQ_BKV>;
         attn_set_smem(dq_kernel, dq_smem);
         dq_kernel<<<B * NH * ((Tlen + BQ - 1) / BQ), C::DQ_WARPS * WARP_SIZE, dq_smem, stream>>>(
             dqkv, partial, dsum, dout, out, qkv, lse, Tlen, NH, scale_log2, scale);
