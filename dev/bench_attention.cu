@@ -62,97 +62,79 @@ static double err_vs_ref(Bufs &b, int which) {
 static double g_flops; // causal forward FLOPs of the shape
 static bool g_quick;   // time the shipped configuration only
 
+// One kernel of each role timed alone, with the role's arguments, then its output checked against the shipped
+// configuration's; `rows` per block (grid: B NH ceil(T / rows)), `threads` per block, `smem` dynamic shared bytes.
+// TFLOP/s counts the forward's products, and the backward as 7 products split 4 (dK/dV) to 3 (dQ, which also takes D).
+using FwdKernel = void (*)(bf16 *, float *, const bf16 *, int, int, float);
+using DkdvKernel = void (*)(bf16 *, float *, const bf16 *, const bf16 *, const float *, const float *, int, int, float,
+                            float);
+using DqKernel = void (*)(bf16 *, float *, float *, const bf16 *, const bf16 *, const bf16 *, const float *, int, int,
+                          float, float);
+
+static int grid_of(const Bufs &b, int rows) { return b.B * b.NH * ((b.T + rows - 1) / rows); }
+
+static void time_fwd(Bufs &b, const char *label, FwdKernel k, int rows, int threads, int smem) {
+    attn_set_smem(k, smem);
+    cudaCheck(cudaMemset(b.out, 0xff, (size_t)b.B * b.T * b.NH * b.HS * sizeof(bf16)));
+    const float scale_log2 = ATTN_LOG2E / sqrtf((float)b.HS);
+    float ms = median_ms([&] { k<<<grid_of(b, rows), threads, smem>>>(b.out, b.lse, b.qkv, b.T, b.NH, scale_log2); });
+    cudaCheckLaunch();
+    printf("fwd  %-32s %8.3f ms %6.1f TFLOP/s  err %.1e\n", label, ms, g_flops / ms * 1e-9, err_vs_ref(b, -1));
+    // the shipped forward's out and lse back: the backward kernels read them, and their errors are against its
+    attention_forward<bf16>(b.out, b.lse, b.qkv, b.B, b.T, b.NH, b.HS, 0);
+}
+
+static void time_dkdv(Bufs &b, const char *label, DkdvKernel k, int rows, int threads, int smem) {
+    attn_set_smem(k, smem);
+    const float scale = 1.0f / sqrtf((float)b.HS);
+    float ms = median_ms([&] {
+        k<<<grid_of(b, rows), threads, smem>>>(b.dqkv, nullptr, b.dout, b.qkv, b.lse, b.dsum, b.T, b.NH,
+                                               scale * ATTN_LOG2E, scale);
+    });
+    cudaCheckLaunch();
+    printf("dkdv %-32s %8.3f ms %6.1f TFLOP/s  err dk %.1e dv %.1e\n", label, ms, 2.0 * g_flops / ms * 1e-9,
+           err_vs_ref(b, 1), err_vs_ref(b, 2));
+}
+
+static void time_dq(Bufs &b, const char *label, DqKernel k, int rows, int threads, int smem) {
+    attn_set_smem(k, smem);
+    const float scale = 1.0f / sqrtf((float)b.HS);
+    float ms = median_ms([&] {
+        k<<<grid_of(b, rows), threads, smem>>>(b.dqkv, nullptr, b.dsum, b.dout, b.out, b.qkv, b.lse, b.T, b.NH,
+                                               scale * ATTN_LOG2E, scale);
+    });
+    cudaCheckLaunch();
+    printf("dq   %-32s %8.3f ms %6.1f TFLOP/s  err dq %.1e\n", label, ms, 1.5 * g_flops / ms * 1e-9,
+           err_vs_ref(b, 0));
+}
+
+// the mma.sync kernels at a tile shape
 template <int HS, int W, int MT, int BKV> static void fwd_variant(Bufs &b) {
-    constexpr int BQ = 16 * W * MT, smem = attn_fwd_smem_bytes<HS, W, MT, BKV>();
-    auto kernel = attention_forward_bf16_kernel<HS, W, MT, BKV>;
-    attn_set_smem(kernel, smem);
-    const int grid = b.B * b.NH * ((b.T + BQ - 1) / BQ);
-    cudaCheck(cudaMemset(b.out, 0xff, (size_t)b.B * b.T * b.NH * HS * sizeof(bf16)));
-    float ms = median_ms([&] {
-        kernel<<<grid, W * WARP_SIZE, smem>>>(b.out, b.lse, b.qkv, b.T, b.NH, ATTN_LOG2E / sqrtf((float)HS));
-    });
-    cudaCheckLaunch();
-    printf("fwd  warps=%d mt=%d bkv=%-3d          %8.3f ms %6.1f TFLOP/s  err %.1e\n", W, MT, BKV, ms,
-           g_flops / ms * 1e-9, err_vs_ref(b, -1));
+    char label[64];
+    snprintf(label, sizeof(label), "warps=%d mt=%d bkv=%d", W, MT, BKV);
+    time_fwd(b, label, attention_forward_bf16_kernel<HS, W, MT, BKV>, 16 * W * MT, W * WARP_SIZE,
+             attn_fwd_smem_bytes<HS, W, MT, BKV>());
 }
-
-// the forward on wgmma (HS = 64)
-static void fwd_wgmma(Bufs &b) {
-    constexpr int smem = attn_fwd_wgmma_smem_bytes();
-    attn_set_smem(attention_forward_wgmma_kernel, smem);
-    const int grid = b.B * b.NH * ((b.T + ATTN_WG_ROWS - 1) / ATTN_WG_ROWS);
-    cudaCheck(cudaMemset(b.out, 0xff, (size_t)b.B * b.T * b.NH * 64 * sizeof(bf16)));
-    float ms = median_ms([&] {
-        attention_forward_wgmma_kernel<<<grid, 4 * WARP_SIZE, smem>>>(b.out, b.lse, b.qkv, b.T, b.NH,
-                                                                      ATTN_LOG2E / sqrtf(64.0f));
-    });
-    cudaCheckLaunch();
-    printf("fwd  wgmma                            %8.3f ms %6.1f TFLOP/s  err %.1e\n", ms, g_flops / ms * 1e-9,
-           err_vs_ref(b, -1));
-}
-
-// dK/dV kernel alone; counts its share of the backward as 4 of the 7 products it and the dQ kernel compute
 template <int HS, int W, int BQ> static void dkdv_variant(Bufs &b) {
-    constexpr int BKV = 16 * W, smem = attn_dkdv_smem_bytes<HS, W, BQ>();
-    auto kernel = attention_backward_dkdv_bf16_kernel<HS, W, BQ>;
-    attn_set_smem(kernel, smem);
-    const int grid = b.B * b.NH * ((b.T + BKV - 1) / BKV);
-    const float scale = 1.0f / sqrtf((float)HS);
-    float ms = median_ms([&] {
-        kernel<<<grid, W * WARP_SIZE, smem>>>(b.dqkv, nullptr, b.dout, b.qkv, b.lse, b.dsum, b.T, b.NH,
-                                              scale * ATTN_LOG2E, scale);
-    });
-    cudaCheckLaunch();
-    printf("dkdv warps=%d bq=%-3d               %8.3f ms %6.1f TFLOP/s  err dk %.1e dv %.1e\n", W, BQ, ms,
-           2.0 * g_flops / ms * 1e-9, err_vs_ref(b, 1), err_vs_ref(b, 2));
+    char label[64];
+    snprintf(label, sizeof(label), "warps=%d bq=%d", W, BQ);
+    time_dkdv(b, label, attention_backward_dkdv_bf16_kernel<HS, W, BQ>, 16 * W, W * WARP_SIZE,
+              attn_dkdv_smem_bytes<HS, W, BQ>());
 }
-
-// dQ kernel (and D) alone; its share of the backward is 3 of the 7 products
-// the dK/dV kernel on wgmma (HS = 64), as dkdv_variant
-static void dkdv_wgmma(Bufs &b) {
-    constexpr int smem = attn_dkdv_wgmma_smem_bytes();
-    attn_set_smem(attention_backward_dkdv_wgmma_kernel, smem);
-    const int grid = b.B * b.NH * ((b.T + ATTN_WG_ROWS - 1) / ATTN_WG_ROWS);
-    const float scale = 1.0f / sqrtf(64.0f);
-    float ms = median_ms([&] {
-        attention_backward_dkdv_wgmma_kernel<<<grid, 4 * WARP_SIZE, smem>>>(b.dqkv, nullptr, b.dout, b.qkv, b.lse,
-                                                                            b.dsum, b.T, b.NH, scale * ATTN_LOG2E,
-                                                                            scale);
-    });
-    cudaCheckLaunch();
-    printf("dkdv wgmma 64 keys x 64 queries       %8.3f ms %6.1f TFLOP/s  err dk %.1e dv %.1e\n", ms,
-           2.0 * g_flops / ms * 1e-9, err_vs_ref(b, 1), err_vs_ref(b, 2));
-}
-
-// the dQ kernel on wgmma (HS = 64), as dq_variant
-static void dq_wgmma(Bufs &b) {
-    constexpr int smem = attn_dq_wgmma_smem_bytes();
-    attn_set_smem(attention_backward_dq_wgmma_kernel, smem);
-    const int grid = b.B * b.NH * ((b.T + ATTN_WG_ROWS - 1) / ATTN_WG_ROWS);
-    const float scale = 1.0f / sqrtf(64.0f);
-    float ms = median_ms([&] {
-        attention_backward_dq_wgmma_kernel<<<grid, 4 * WARP_SIZE, smem>>>(b.dqkv, nullptr, b.dsum, b.dout, b.out,
-                                                                          b.qkv, b.lse, b.T, b.NH,
-                                                                          scale * ATTN_LOG2E, scale);
-    });
-    cudaCheckLaunch();
-    printf("dq   wgmma 64 queries x 64 keys       %8.3f ms %6.1f TFLOP/s  err dq %.1e\n", ms,
-           1.5 * g_flops / ms * 1e-9, err_vs_ref(b, 0));
-}
-
 template <int HS, int W, int BKV> static void dq_variant(Bufs &b) {
-    constexpr int BQ = 16 * W, smem = attn_dq_smem_bytes<HS, W, BKV>();
-    auto kernel = attention_backward_dq_bf16_kernel<HS, W, BKV>;
-    attn_set_smem(kernel, smem);
-    const int grid = b.B * b.NH * ((b.T + BQ - 1) / BQ);
-    const float scale = 1.0f / sqrtf((float)HS);
-    float ms = median_ms([&] {
-        kernel<<<grid, W * WARP_SIZE, smem>>>(b.dqkv, nullptr, b.dsum, b.dout, b.out, b.qkv, b.lse, b.T, b.NH,
-                                              scale * ATTN_LOG2E, scale);
-    });
-    cudaCheckLaunch();
-    printf("dq   warps=%d bkv=%-3d              %8.3f ms %6.1f TFLOP/s  err dq %.1e\n", W, BKV, ms,
-           1.5 * g_flops / ms * 1e-9, err_vs_ref(b, 0));
+    char label[64];
+    snprintf(label, sizeof(label), "warps=%d bkv=%d", W, BKV);
+    time_dq(b, label, attention_backward_dq_bf16_kernel<HS, W, BKV>, 16 * W, W * WARP_SIZE,
+            attn_dq_smem_bytes<HS, W, BKV>());
+}
+
+// the wgmma kernels (HS = 64), one warpgroup a block
+static void wgmma_kernels(Bufs &b) {
+    time_fwd(b, "wgmma", attention_forward_wgmma_kernel, ATTN_WG_ROWS, 4 * WARP_SIZE, attn_fwd_wgmma_smem_bytes());
+    time_dkdv(b, "wgmma 64 keys x 64 queries", attention_backward_dkdv_wgmma_kernel, ATTN_WG_ROWS, 4 * WARP_SIZE,
+              attn_dkdv_wgmma_smem_bytes());
+    time_dq(b, "wgmma 64 queries x 64 keys", attention_backward_dq_wgmma_kernel, ATTN_WG_ROWS, 4 * WARP_SIZE,
+            attn_dq_wgmma_smem_bytes());
 }
 
 template <int HS> static void sweep(Bufs &b) {
@@ -168,11 +150,9 @@ template <int HS> static void sweep(Bufs &b) {
            2.5 * g_flops / bwd * 1e-9);
     if (g_quick) { return; }
     if constexpr (HS == 64) {
-        fwd_wgmma(b);
-        fwd_variant<64, 4, 2, 64>(b); // mma.sync
-        dkdv_wgmma(b);
-        dkdv_variant<64, 4, 64>(b); // mma.sync, as HS = 128 runs it
-        dq_wgmma(b);
+        wgmma_kernels(b);
+        fwd_variant<64, 4, 2, 64>(b); // mma.sync, as HS = 128 runs it
+        dkdv_variant<64, 4, 64>(b);
         dq_variant<64, 4, 32>(b);
     } else {
         fwd_variant<128, 4, 1, 64>(b);
