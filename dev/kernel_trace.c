@@ -54,7 +54,8 @@ int InitializeInjection(void) {
     const char *path = getenv("KTRACE_OUT");
     g_out = fopen(path ? path : "ktrace.csv", "w");
     if (!g_out) {
-        fprintf(stderr, "kernel_trace: cannot write '%s'; set KTRACE_OUT to a writable path\n", path ? path : "ktrace.csv");
+        fprintf(stderr, "kernel_trace: cannot write '%s'; set KTRACE_OUT to a writable path\n",
+                path ? path : "ktrace.csv");
         return 0;
     }
     if (cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed) != CUPTI_SUCCESS ||

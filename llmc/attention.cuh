@@ -180,7 +180,10 @@ __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
     if (row < Tlen) { // from global memory: sdO is not complete before the loop's first barrier
         const size_t off = ((size_t)b * Tlen + row) * NH * HS + (size_t)h * HS;
 #pragma unroll
-        for (int i = 0; i < DPL; i++) { d_i = fmaf(dout[off + lane + i * WARP_SIZE], out[off + lane + i * WARP_SIZE], d_i); }
+        for (int i = 0; i < DPL; i++) {
+            const size_t at = off + lane + i * WARP_SIZE;
+            d_i = fmaf(dout[at], out[at], d_i);
+        }
     }
     d_i = warp_sum(d_i);
     if (row < Tlen && lane == 0) { dsum[(size_t)blk.bh * Tlen + row] = d_i; }
@@ -830,8 +833,8 @@ template <int NT> __device__ __forceinline__ void wgmma_hold(float (&d)[NT][4]) 
 
 // The accumulator operands of an m64n64 wgmma: d[8][4] in order, as %0 .. %31.
 #define WGMMA_ACC64_REGS                                                                                               \
-    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "   \
-    "%24, %25, %26, %27, %28, %29, %30, %31}"
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "      \
+    "%23, %24, %25, %26, %27, %28, %29, %30, %31}"
 #define WGMMA_ACC64(d)                                                                                                 \
     "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),          \
         "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),      \
@@ -842,7 +845,8 @@ template <int NT> __device__ __forceinline__ void wgmma_hold(float (&d)[NT][4]) 
 // d (64 x 64) (+)= A (64 x 16, K-major tile) * B (16 x 64, K-major tile); accumulate 0 overwrites d.
 __device__ __forceinline__ void wgmma_64x64_ss(float (&d)[8][4], uint64_t a, uint64_t b, int accumulate) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WGMMA_ACC64_REGS ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WGMMA_ACC64_REGS
+                 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
                  : WGMMA_ACC64(d)
                  : "l"(a), "l"(b), "r"(accumulate));
 }
