@@ -16,11 +16,10 @@
  * ~30 us a layer at 1558M).
  *
  * fp32: CUDA cores, one warp per row, lanes over the keys (or queries) of a shared-memory tile, accurate expf.
- * bf16: tensor cores with fp32 accumulation, tiles in XOR-swizzled shared memory, the next tile fetched by cp.async
- * while the current one is used, exp2 with log2(e) folded into the scale. Each warp owns 16-row slabs of the block's
- * rows, so softmax statistics never leave a warp's quad. Head size 64 (every GPT-2 size) runs on Hopper's warpgroup
- * MMA (wgmma: operands read from shared memory by the tensor cores, products in flight while the warps compute);
- * head size 128 on mma.sync m16n8k16 with operands by ldmatrix.
+ * bf16: Hopper's warpgroup MMA (wgmma: operands read from shared memory by the tensor cores, products in flight
+ * while the warps compute) with fp32 accumulation, tiles in swizzled shared memory, the next tile fetched by
+ * cp.async while the current one is used, exp2 with log2(e) folded into the scale. Each warp owns a 16-row slab of
+ * the block's 64 rows, so softmax statistics never leave a warp's quad. Both head sizes run the same kernels.
  *
  * Layouts: qkv and dqkv (B, T, 3, NH, HS); out and dout (B, T, NH, HS); lse (B, NH, T) fp32, natural log.
  * Grids are 1-D over (head, block along T), scheduled by attn_block(): heaviest causal blocks first.
@@ -281,33 +280,44 @@ __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
 }
 
 // ----------------------------------------------------------------------------------------------------------------
-// bf16: tensor-core building blocks. mma.m16n8k16 fragments, with g = lane / 4 and c = lane % 4:
-//   A (16 x 16): a0 = (g, 2c..2c+1), a1 = (g+8, 2c..), a2 = (g, 2c+8..), a3 = (g+8, 2c+8..)
-//   B (16 x 8):  b0 = (k = 2c..2c+1, n = g), b1 = (k = 2c+8.., n = g)
-//   C (16 x 8):  c0, c1 = (g, 2c..2c+1), c2, c3 = (g+8, 2c..2c+1)
-// Every shared-memory tile is rows x HS bf16, row-major, the 16-byte chunk c of row r stored at chunk c ^ (r % 8):
-// the 8 rows one ldmatrix phase reads at a common column then fall in 8 different bank groups.
+// bf16: Hopper's warpgroup MMA (wgmma, sm_90a). A block is one warpgroup (4 warps) and owns ATTN_WG_ROWS = 64 rows
+// of the sequence, warp w the 16 from 16 w. A wgmma computes a 64 x 64 product of a 16-deep slice, reading its B
+// operand (and A, unless A comes from registers) straight from shared memory through a descriptor while the warps
+// go on: several products in flight, no fragment registers for the shared operands. An accumulator 64 x N holds,
+// per thread, [N / 8][4] floats in the mma.m16n8 C-fragment layout: with g = lane / 4 and c = lane % 4, element
+// [n][e] is row 16 w + g + 8 (e / 2), column 8 n + 2 c + e % 2; so a row's softmax statistics never leave a quad.
+// An A operand from registers is in the mma.m16n8k16 A layout, which is what two column tiles of an accumulator
+// become in bf16 (acc_to_a): P and dS feed the next product without leaving registers.
+//
+// Shared-memory tiles are ATTN_WG_ROWS x HS bf16 in HS / 64 panels of 64 columns, panel after panel. A panel row is
+// 128 bytes, its 16-byte chunk c stored at chunk c ^ (row % 8): wgmma's 128-byte-swizzle layout (8-row atoms of
+// 1024 bytes) once the panel starts 1024-byte aligned, and the 8 rows a copy or a product touches at one column fall
+// in 8 different bank groups. Read with HS as the reduction ("K-major": S = Q K^T from Q and K tiles), the 16
+// columns from 16 kc start 32 (kc % 4) bytes into panel kc / 4; read with the rows as the reduction ("MN-major",
+// transposed: O += P V from a V tile), the 16 rows from 16 kk of panel p start 16 x 128 kk bytes into it.
 
-template <int HS> __device__ __forceinline__ uint32_t swz(int row, int chunk) {
-    return (uint32_t)(row * HS * 2 + ((chunk ^ (row & 7)) << 4));
+#define ATTN_WG_ROWS 64                 // rows a block owns (every product's M) and rows of every tile (N)
+#define ATTN_WG_WARPS 4                 // a warpgroup
+#define ATTN_WG_THREADS (ATTN_WG_WARPS * WARP_SIZE)
+#define ATTN_PANEL_COLS 64              // columns of a tile panel: one 128-byte swizzle row of bf16
+#define ATTN_PANEL_ROW_BYTES 128        // ATTN_PANEL_COLS bf16
+#define ATTN_PANEL_BYTES (ATTN_WG_ROWS * ATTN_PANEL_ROW_BYTES)
+#define WGMMA_ATOM_BYTES 1024           // 8 rows of 128 bytes: a 128-byte-swizzle atom, and the alignment panels need
+#define WGMMA_K 16                      // the reduction depth of one wgmma
+
+template <int HS> __host__ __device__ constexpr int attn_tile_bytes() { return ATTN_WG_ROWS * HS * (int)sizeof(bf16); }
+// Dynamic shared memory of a kernel with `tiles` tiles and `extra` bytes after them, plus the slack that aligns them.
+template <int HS> constexpr int attn_smem_bytes(int tiles, int extra) {
+    return tiles * attn_tile_bytes<HS>() + extra + WGMMA_ATOM_BYTES;
+}
+__device__ __forceinline__ unsigned char *attn_smem_aligned(unsigned char *smem) {
+    return smem + (WGMMA_ATOM_BYTES - smem_u32(smem) % WGMMA_ATOM_BYTES) % WGMMA_ATOM_BYTES;
 }
 
-__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], uint32_t addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], uint32_t addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
-__device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+// Byte offset of the 16-byte chunk c (columns 8 c .. 8 c + 7) of row r in a tile.
+__device__ __forceinline__ uint32_t attn_tile_offset(int r, int c) {
+    constexpr int CHUNKS = ATTN_PANEL_ROW_BYTES / 16;
+    return (uint32_t)((c / CHUNKS) * ATTN_PANEL_BYTES + r * ATTN_PANEL_ROW_BYTES + (((c % CHUNKS) ^ (r & 7)) << 4));
 }
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
@@ -321,93 +331,41 @@ __device__ __forceinline__ float fast_exp2(float x) {
     return y;
 }
 
-// Rows [row0, row0 + ROWS) of one head (row stride `stride` elements) into a swizzled tile, asynchronously.
-template <int ROWS, int HS, int NTHREADS>
+// Rows [row0, row0 + ATTN_WG_ROWS) of one head (row stride `stride` elements) into a tile, asynchronously; rows past
+// Tlen are zero-filled.
+template <int HS>
 __device__ __forceinline__ void load_tile_async(uint32_t tile, const bf16 *src, size_t stride, int row0, int Tlen) {
     constexpr int CHUNKS = HS / 8;
-    static_assert(ROWS * CHUNKS % NTHREADS == 0, "tile chunks must divide evenly among the threads");
+    static_assert(ATTN_WG_ROWS * CHUNKS % ATTN_WG_THREADS == 0, "tile chunks must divide evenly among the threads");
 #pragma unroll
-    for (int it = 0; it < ROWS * CHUNKS / NTHREADS; it++) {
-        int i = it * NTHREADS + threadIdx.x, r = i / CHUNKS, c = i % CHUNKS;
+    for (int it = 0; it < ATTN_WG_ROWS * CHUNKS / ATTN_WG_THREADS; it++) {
+        int i = it * ATTN_WG_THREADS + threadIdx.x, r = i / CHUNKS, c = i % CHUNKS;
         bool valid = row0 + r < Tlen;
-        cp_async_16(tile + swz<HS>(r, c), src + (size_t)(valid ? row0 + r : 0) * stride + c * 8, valid ? 16 : 0);
+        cp_async_16(tile + attn_tile_offset(r, c), src + (size_t)(valid ? row0 + r : 0) * stride + c * 8,
+                    valid ? 16 : 0);
     }
 }
 
-// A fragment: rows [r0, r0 + 16), columns [8 c0, 8 c0 + 16) of a tile.
-template <int HS> __device__ __forceinline__ void load_a_frag(uint32_t a[4], uint32_t tile, int r0, int c0) {
-    int lane = threadIdx.x % WARP_SIZE;
-    ldmatrix_x4(a, tile + swz<HS>(r0 + (lane & 15), c0 + (lane >> 4)));
-}
-
-// acc[mt] (16 x 8 NT) += a[mt] (16 x 16 KC) * tile^T, the tile holding 8 NT rows of 16 KC columns (B[k][n] =
-// tile[n][k]: S = Q K^T with K in the tile). Each B fragment serves all MT row slabs.
-template <int HS, int MT, int NT, int KC>
-__device__ __forceinline__ void mma_tile_t(float (&acc)[MT][NT][4], const uint32_t (&a)[MT][KC][4], uint32_t tile) {
-    int lane = threadIdx.x % WARP_SIZE;
+// Accumulator of 8 NT columns (fp32) -> A operand of 16 NT / 2 columns (bf16): column tiles 2k and 2k+1 are k-slice k.
+template <int NT> __device__ __forceinline__ void acc_to_a(uint32_t (&a)[NT / 2][4], const float (&c)[NT][4]) {
 #pragma unroll
-    for (int kc = 0; kc < KC; kc++) {
-#pragma unroll
-        for (int np = 0; np < NT / 2; np++) {
-            uint32_t b[4];
-            ldmatrix_x4(b, tile + swz<HS>(np * 16 + (lane & 7) + ((lane >> 4) << 3), 2 * kc + ((lane >> 3) & 1)));
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++) {
-                mma_bf16_16816(acc[mt][2 * np], a[mt][kc], b[0], b[1]);
-                mma_bf16_16816(acc[mt][2 * np + 1], a[mt][kc], b[2], b[3]);
-            }
-        }
+    for (int k = 0; k < NT / 2; k++) {
+        a[k][0] = pack_bf16(c[2 * k][0], c[2 * k][1]);
+        a[k][1] = pack_bf16(c[2 * k][2], c[2 * k][3]);
+        a[k][2] = pack_bf16(c[2 * k + 1][0], c[2 * k + 1][1]);
+        a[k][3] = pack_bf16(c[2 * k + 1][2], c[2 * k + 1][3]);
     }
 }
 
-// acc[mt] (16 x 8 NT) += a[mt] (16 x 16 KC) * tile, the tile holding 16 KC rows of 8 NT columns (B[k][n] =
-// tile[k][n]: O = P V with V in the tile), transposed on the way by ldmatrix.trans.
-template <int HS, int MT, int NT, int KC>
-__device__ __forceinline__ void mma_tile(float (&acc)[MT][NT][4], const uint32_t (&a)[MT][KC][4], uint32_t tile) {
-    int lane = threadIdx.x % WARP_SIZE;
+template <int NT> __device__ __forceinline__ void zero_acc(float (&c)[NT][4]) {
 #pragma unroll
-    for (int kc = 0; kc < KC; kc++) {
+    for (int n = 0; n < NT; n++) {
 #pragma unroll
-        for (int np = 0; np < NT / 2; np++) {
-            uint32_t b[4];
-            ldmatrix_x4_trans(b, tile + swz<HS>(kc * 16 + (lane & 15), 2 * np + (lane >> 4)));
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++) {
-                mma_bf16_16816(acc[mt][2 * np], a[mt][kc], b[0], b[1]);
-                mma_bf16_16816(acc[mt][2 * np + 1], a[mt][kc], b[2], b[3]);
-            }
-        }
+        for (int e = 0; e < 4; e++) { c[n][e] = 0.0f; }
     }
 }
 
-// C fragments of 16 x 8 NT fp32 -> A fragments of 16 x 16 (NT / 2) bf16: the accumulator layout of column tiles
-// 2k and 2k+1 is the A layout of k-chunk k, so P and dS feed the next product without leaving registers.
-template <int MT, int NT>
-__device__ __forceinline__ void acc_to_a(uint32_t (&a)[MT][NT / 2][4], const float (&c)[MT][NT][4]) {
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-        for (int k = 0; k < NT / 2; k++) {
-            a[mt][k][0] = pack_bf16(c[mt][2 * k][0], c[mt][2 * k][1]);
-            a[mt][k][1] = pack_bf16(c[mt][2 * k][2], c[mt][2 * k][3]);
-            a[mt][k][2] = pack_bf16(c[mt][2 * k + 1][0], c[mt][2 * k + 1][1]);
-            a[mt][k][3] = pack_bf16(c[mt][2 * k + 1][2], c[mt][2 * k + 1][3]);
-        }
-    }
-}
-
-template <int MT, int NT> __device__ __forceinline__ void zero_acc(float (&c)[MT][NT][4]) {
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-        for (int n = 0; n < NT; n++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) { c[mt][n][e] = 0.0f; }
-        }
-    }
-}
-
-// Stores 16 rows (from r0) x 8 NT columns of an accumulator times `mul` as bf16 into rows of pitch `pitch`.
+// Stores a warp's 16 rows (from r0) x 8 NT columns of an accumulator times `mul` as bf16 into rows of pitch `pitch`.
 template <int NT>
 __device__ __forceinline__ void store_acc_rows(bf16 *dst, size_t pitch, const float (&c)[NT][4], int r0, int Tlen,
                                                float mul) {
@@ -425,9 +383,9 @@ __device__ __forceinline__ void store_acc_rows(bf16 *dst, size_t pitch, const fl
 }
 
 // dst[0 .. 8 NT) = the column sums of what store_acc_rows(.., c, r0, Tlen, mul) stores (the bf16 values; rows past
-// Tlen add nothing) over the 16-row slabs of the block's WARPS warps, added in warp order. red: WARPS x 8 NT floats
-// of shared memory no longer read by anyone; the trailing barrier lets the caller reuse it at once.
-template <int NT, int WARPS>
+// Tlen add nothing) over the block's 4 warps, added in warp order. red: 4 x 8 NT floats of shared memory no longer
+// read by anyone; the trailing barrier lets the caller reuse it at once.
+template <int NT>
 __device__ __forceinline__ void colsum_acc_rows(float *dst, float *red, const float (&c)[NT][4], int r0, int Tlen,
                                                 float mul) {
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, g = lane >> 2, cq = lane & 3;
@@ -448,18 +406,98 @@ __device__ __forceinline__ void colsum_acc_rows(float *dst, float *red, const fl
         }
     }
     __syncthreads();
-    for (int col = threadIdx.x; col < 8 * NT; col += WARPS * WARP_SIZE) {
+    for (int col = threadIdx.x; col < 8 * NT; col += ATTN_WG_THREADS) {
         float s = 0.0f;
-        for (int w = 0; w < WARPS; w++) { s += red[w * 8 * NT + col]; }
+        for (int w = 0; w < ATTN_WG_WARPS; w++) { s += red[w * 8 * NT + col]; }
         dst[col] = s;
     }
     __syncthreads();
 }
 
 // ----------------------------------------------------------------------------------------------------------------
-// bf16: the steps between the products, shared by the mma.sync and the wgmma kernels. Each works on one warp's
-// 16-row slab of a score tile in the C fragment layout: a thread holds rows g and g + 8, columns 8 n + 2 cq (+1) of
-// each 8-column tile n.
+// wgmma: descriptors, the two product shapes, and their ordering.
+
+// Descriptor of a 128-byte-swizzled panel at shared address addr: start (16-byte units), leading byte offset (unused
+// by swizzled layouts: 1), stride byte offset (between 8-row atoms), swizzle mode 1 (128 bytes) in bits 62-63.
+__device__ __forceinline__ uint64_t wgmma_desc(uint32_t addr) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(WGMMA_ATOM_BYTES >> 4) << 32) |
+           ((uint64_t)1 << 62);
+}
+// The descriptor advanced by `bytes` (a multiple of 16) within the tile.
+__device__ __forceinline__ uint64_t wgmma_desc_at(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Makes this thread's generic-proxy writes to shared memory (cp.async included) visible to wgmma's reads.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Keeps the compiler from moving accesses of an accumulator across the asynchronous MMAs that write it.
+template <int NT> __device__ __forceinline__ void wgmma_hold(float (&d)[NT][4]) {
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) { asm volatile("" : "+f"(d[n][e])::"memory"); }
+    }
+}
+
+// The accumulator operands of an m64n64 wgmma: column tiles n0 .. n0 + 7 of d, in order, as %0 .. %31.
+#define WGMMA_ACC64_REGS                                                                                               \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "      \
+    "%23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define WGMMA_ACC_TILE(d, n) "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3])
+#define WGMMA_ACC64(d, n0)                                                                                             \
+    WGMMA_ACC_TILE(d, n0), WGMMA_ACC_TILE(d, n0 + 1), WGMMA_ACC_TILE(d, n0 + 2), WGMMA_ACC_TILE(d, n0 + 3),           \
+        WGMMA_ACC_TILE(d, n0 + 4), WGMMA_ACC_TILE(d, n0 + 5), WGMMA_ACC_TILE(d, n0 + 6), WGMMA_ACC_TILE(d, n0 + 7)
+
+// d (64 x 64) (+)= A (64 x 16, K-major) * B (16 x 64, K-major); accumulate 0 overwrites d.
+__device__ __forceinline__ void wgmma_64x64_ss(float (&d)[8][4], uint64_t a, uint64_t b, int accumulate) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WGMMA_ACC64_REGS
+                 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : WGMMA_ACC64(d, 0)
+                 : "l"(a), "l"(b), "r"(accumulate));
+}
+// Column tiles n0 .. n0 + 7 of d (64 x 64 of them) += A (64 x 16, registers) * B (16 x 64, MN-major).
+template <int N0, int NT>
+__device__ __forceinline__ void wgmma_64x64_rs_t(float (&d)[NT][4], const uint32_t (&a)[4], uint64_t b) {
+    static_assert(N0 + 8 <= NT, "the product's 64 columns lie inside the accumulator");
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WGMMA_ACC64_REGS
+                 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+                 : WGMMA_ACC64(d, N0)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+
+// s (64 x 64) = A B^T, reduced over HS: A and B are tiles read K-major (a, b: their descriptors). S = Q K^T, and
+// the backward's dP = dO V^T, S^T = K Q^T, dP^T = V dO^T.
+template <int HS> __device__ __forceinline__ void wgmma_scores(float (&s)[8][4], uint64_t a, uint64_t b) {
+    constexpr int SLICES_PER_PANEL = ATTN_PANEL_COLS / WGMMA_K;
+#pragma unroll
+    for (int kc = 0; kc < HS / WGMMA_K; kc++) {
+        const uint32_t off = (kc / SLICES_PER_PANEL) * ATTN_PANEL_BYTES + (kc % SLICES_PER_PANEL) * WGMMA_K * 2;
+        wgmma_64x64_ss(s, wgmma_desc_at(a, off), wgmma_desc_at(b, off), kc);
+    }
+}
+
+// acc (64 x HS) += A (64 x 64 rows of the tile, bf16 in registers) * tile, the tile read MN-major (b: its
+// descriptor): O += P V, and the backward's dQ += dS K, dV += P^T dO, dK += dS^T Q.
+template <int P, int HS>
+__device__ __forceinline__ void wgmma_accumulate_panel(float (&acc)[HS / 8][4], const uint32_t (&a)[4][4], uint64_t b) {
+#pragma unroll
+    for (int kk = 0; kk < ATTN_WG_ROWS / WGMMA_K; kk++) {
+        wgmma_64x64_rs_t<8 * P>(acc, a[kk], wgmma_desc_at(b, P * ATTN_PANEL_BYTES + kk * WGMMA_K * ATTN_PANEL_ROW_BYTES));
+    }
+}
+template <int HS>
+__device__ __forceinline__ void wgmma_accumulate(float (&acc)[HS / 8][4], const uint32_t (&a)[4][4], uint64_t b) {
+    wgmma_accumulate_panel<0, HS>(acc, a, b);
+    if constexpr (HS > ATTN_PANEL_COLS) { wgmma_accumulate_panel<1, HS>(acc, a, b); }
+}
+// ----------------------------------------------------------------------------------------------------------------
+// bf16: the steps between the products. Each works on one warp's 16-row slab of a score tile in the accumulator
+// layout: a thread holds rows g and g + 8, columns 8 n + 2 cq (+1) of each 8-column tile n.
 
 // Forward, scores of queries row0 + ... against keys kv0 + ...: -inf where the key comes after the query.
 template <int ST> __device__ __forceinline__ void attn_mask_future(float (&s)[ST][4], int row0, int kv0) {
@@ -612,13 +650,13 @@ __device__ __forceinline__ void attn_row_stats(float (&lrow)[2], float (&drow)[2
 
 // The dK/dV kernels' query tile from row q0: Q and dO (cp.async, into tiles sQ and sdO), lse * log2(e) and D (sL,
 // sD). Rows past Tlen get lse = +inf, so P = 0 there whatever the causal mask says.
-template <int BQ, int HS, int NTHREADS>
+template <int HS>
 __device__ __forceinline__ void attn_load_query_tile(uint32_t sQ, uint32_t sdO, float *sL, float *sD, const bf16 *q,
                                                      size_t stride, const bf16 *dO, size_t ostride,
                                                      const float *lse_bh, const float *dsum_bh, int q0, int Tlen) {
-    load_tile_async<BQ, HS, NTHREADS>(sQ, q, stride, q0, Tlen);
-    load_tile_async<BQ, HS, NTHREADS>(sdO, dO, ostride, q0, Tlen);
-    for (int i = threadIdx.x; i < BQ; i += NTHREADS) {
+    load_tile_async<HS>(sQ, q, stride, q0, Tlen);
+    load_tile_async<HS>(sdO, dO, ostride, q0, Tlen);
+    for (int i = threadIdx.x; i < ATTN_WG_ROWS; i += ATTN_WG_THREADS) {
         int qi = q0 + i;
         sL[i] = qi < Tlen ? lse_bh[qi] * ATTN_LOG2E : INFINITY;
         sD[i] = qi < Tlen ? dsum_bh[qi] : 0.0f;
@@ -628,522 +666,114 @@ __device__ __forceinline__ void attn_load_query_tile(uint32_t sQ, uint32_t sdO, 
 // A backward kernel's result for rows row0 + ... of the slab: acc times `mul` into dst (rows stride elements apart),
 // and when prow is not NULL, its column sums (colsum_acc_rows) into that row of bias partials. red: shared memory no
 // longer read by anyone.
-template <int DT, int WARPS>
+template <int DT>
 __device__ __forceinline__ void attn_grad_store(bf16 *dst, size_t stride, float *prow, float *red,
                                                 const float (&acc)[DT][4], int row0, int Tlen, float mul) {
     store_acc_rows(dst, stride, acc, row0, Tlen, mul);
-    if (prow) { colsum_acc_rows<DT, WARPS>(prow, red, acc, row0, Tlen, mul); }
+    if (prow) { colsum_acc_rows(prow, red, acc, row0, Tlen, mul); }
 }
+
 
 // ----------------------------------------------------------------------------------------------------------------
-// bf16 forward. A block owns BQ = 16 WARPS MT query rows; warp w the MT slabs of 16 from row 16 MT w. Key/value
-// tiles of BKV rows go through two shared-memory stages: tile j+1 loads while tile j is used.
+// bf16 forward. A block owns 64 queries; Q stays in shared memory as the A operand of S = Q K^T, and O += P V takes
+// P from registers against the V tile read transposed. Key/value tiles of 64 rows go through two shared-memory
+// stages: tile j+1 loads while tile j is used. (Two query slabs a block sharing each K tile need 188 registers at
+// HS = 64 and 2 blocks an SM: 10-12% slower than one slab at 125 registers and 4 blocks.)
 
-template <int HS, int WARPS, int MT, int BKV> constexpr int attn_fwd_smem_bytes() {
-    return (16 * WARPS * MT + 4 * BKV) * HS * 2; // Q, then 2 stages of K and V
-}
+#define ATTN_FWD_TILES 5 // Q, 2 x (K, V)
 
-template <int HS, int WARPS, int MT, int BKV>
-__global__ void __launch_bounds__(WARPS *WARP_SIZE)
+template <int HS>
+__global__ void __launch_bounds__(ATTN_WG_THREADS)
     attention_forward_bf16_kernel(bf16 *out, float *lse, const bf16 *qkv, int Tlen, int NH, float scale_log2) {
-    constexpr int NTHREADS = WARPS * WARP_SIZE, BQ = 16 * WARPS * MT, KC = HS / 16, DT = HS / 8, ST = BKV / 8;
+    constexpr int ROWS = ATTN_WG_ROWS, DT = HS / 8, ST = ROWS / 8, TILE = attn_tile_bytes<HS>();
     extern __shared__ __align__(128) unsigned char smem[];
-    const uint32_t sQ = smem_u32(smem), sKV = sQ + BQ * HS * 2;
-    auto sK = [&](int st) { return sKV + (2 * st) * BKV * HS * 2; };
-    auto sV = [&](int st) { return sKV + (2 * st + 1) * BKV * HS * 2; };
-    const int warp = threadIdx.x / WARP_SIZE;
-    const int nblocks = (Tlen + BQ - 1) / BQ;
-    const AttnBlock blk = attn_block(nblocks);
-    const int q0 = (nblocks - 1 - blk.rank) * BQ; // late rows see the most keys
-    const int b = blk.bh / NH, h = blk.bh % NH;
-    const size_t stride = (size_t)3 * NH * HS;
-    const bf16 *q = qkv + (size_t)b * Tlen * stride + (size_t)h * HS, *k = q + NH * HS, *v = q + 2 * NH * HS;
-    const int nkv = (min(q0 + BQ, Tlen) + BKV - 1) / BKV, row_base = q0 + warp * MT * 16;
-
-    load_tile_async<BQ, HS, NTHREADS>(sQ, q, stride, q0, Tlen);
-    load_tile_async<BKV, HS, NTHREADS>(sK(0), k, stride, 0, Tlen);
-    load_tile_async<BKV, HS, NTHREADS>(sV(0), v, stride, 0, Tlen);
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
-    uint32_t qf[MT][KC][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-        for (int kc = 0; kc < KC; kc++) { load_a_frag<HS>(qf[mt][kc], sQ, (warp * MT + mt) * 16, 2 * kc); }
-    }
-
-    float o[MT][DT][4], m[MT][2], l[MT][2]; // m in log2 units of the scaled scores; l: this thread's share
-    zero_acc(o);
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) { m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f; }
-    for (int j = 0; j < nkv; j++) {
-        const int st = j & 1, kv0 = j * BKV;
-        if (j + 1 < nkv) {
-            load_tile_async<BKV, HS, NTHREADS>(sK(st ^ 1), k, stride, kv0 + BKV, Tlen);
-            load_tile_async<BKV, HS, NTHREADS>(sV(st ^ 1), v, stride, kv0 + BKV, Tlen);
-        }
-        cp_async_commit();
-
-        float s[MT][ST][4];
-        zero_acc(s);
-        mma_tile_t<HS, MT, ST, KC>(s, qf, sK(st));
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-            if (kv0 + BKV - 1 > row_base + mt * 16) { attn_mask_future(s[mt], row_base + mt * 16, kv0); }
-            attn_softmax_tile(s[mt], o[mt], m[mt], l[mt], scale_log2);
-        }
-        uint32_t pf[MT][ST / 2][4];
-        acc_to_a(pf, s);
-        mma_tile<HS, MT, DT, ST / 2>(o, pf, sV(st));
-        cp_async_wait<0>();
-        __syncthreads(); // tile j+1 has landed and nobody reads stage st any more
-    }
-
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-        attn_forward_store(out + (size_t)b * Tlen * NH * HS + (size_t)h * HS, (size_t)NH * HS,
-                           lse + (size_t)blk.bh * Tlen, o[mt], m[mt], l[mt], row_base + mt * 16, Tlen);
-    }
-}
-
-// ----------------------------------------------------------------------------------------------------------------
-// bf16 backward, dK and dV. A block owns BKV = 16 WARPS keys, warp w the 16 from 16 w, its K and V slabs held as A
-// fragments. It walks the query tiles (BQ rows, two stages) from its diagonal on and computes the transposed
-// products S^T = K Q^T and dP^T = V dO^T, whose accumulators are already the A operands of dV += P^T dO and
-// dK += dS^T Q: nothing crosses warps. partial (unless NULL): row b * nblocks + (block along T) of the bias partials
-// (3 NH HS floats each), its K and V columns of head h; the dQ kernel writes the Q columns of the same rows.
-
-template <int HS, int WARPS, int BQ> constexpr int attn_dkdv_smem_bytes() {
-    return (2 * 16 * WARPS + 4 * BQ) * HS * 2 + 4 * BQ * (int)sizeof(float); // K, V, 2 x (Q, dO), 2 x (lse, D)
-}
-
-template <int HS, int WARPS, int BQ>
-__global__ void __launch_bounds__(WARPS *WARP_SIZE)
-    attention_backward_dkdv_bf16_kernel(bf16 *dqkv, float *partial, const bf16 *dout, const bf16 *qkv,
-                                        const float *lse, const float *dsum, int Tlen, int NH, float scale_log2,
-                                        float scale) {
-    constexpr int NTHREADS = WARPS * WARP_SIZE, BKV = 16 * WARPS, KC = HS / 16, DT = HS / 8, ST = BQ / 8;
-    extern __shared__ __align__(128) unsigned char smem[];
-    const uint32_t sK = smem_u32(smem), sV = sK + BKV * HS * 2, sQdO = sV + BKV * HS * 2;
-    auto sQ = [&](int st) { return sQdO + (2 * st) * BQ * HS * 2; };
-    auto sdO = [&](int st) { return sQdO + (2 * st + 1) * BQ * HS * 2; };
-    float *sL = reinterpret_cast<float *>(smem + (2 * BKV + 4 * BQ) * HS * 2); // [2][BQ]: lse * log2(e)
-    float *sD = sL + 2 * BQ;                                                   // [2][BQ]: D
-    const int warp = threadIdx.x / WARP_SIZE;
-    const int nblocks = (Tlen + BKV - 1) / BKV;
-    const AttnBlock blk = attn_block(nblocks);
-    const int k0 = blk.rank * BKV; // early keys see the most queries
-    const int b = blk.bh / NH, h = blk.bh % NH;
-    const size_t stride = (size_t)3 * NH * HS, ostride = (size_t)NH * HS;
-    const bf16 *q = qkv + (size_t)b * Tlen * stride + (size_t)h * HS, *k = q + NH * HS, *v = q + 2 * NH * HS;
-    const bf16 *dO = dout + (size_t)b * Tlen * ostride + (size_t)h * HS;
-    const float *lse_bh = lse + (size_t)blk.bh * Tlen, *dsum_bh = dsum + (size_t)blk.bh * Tlen;
-    const int qt0 = k0 / BQ, nqt = (Tlen + BQ - 1) / BQ, key_base = k0 + warp * 16;
-    auto load_q_tile = [&](int st, int qt) {
-        attn_load_query_tile<BQ, HS, NTHREADS>(sQ(st), sdO(st), sL + st * BQ, sD + st * BQ, q, stride, dO, ostride,
-                                               lse_bh, dsum_bh, qt * BQ, Tlen);
-    };
-
-    load_tile_async<BKV, HS, NTHREADS>(sK, k, stride, k0, Tlen);
-    load_tile_async<BKV, HS, NTHREADS>(sV, v, stride, k0, Tlen);
-    load_q_tile(0, qt0);
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
-    uint32_t kf[1][KC][4], vf[1][KC][4];
-#pragma unroll
-    for (int kc = 0; kc < KC; kc++) {
-        load_a_frag<HS>(kf[0][kc], sK, warp * 16, 2 * kc);
-        load_a_frag<HS>(vf[0][kc], sV, warp * 16, 2 * kc);
-    }
-
-    float dk[1][DT][4], dv[1][DT][4];
-    zero_acc(dk);
-    zero_acc(dv);
-    for (int qt = qt0; qt < nqt; qt++) {
-        const int st = (qt - qt0) & 1;
-        if (qt + 1 < nqt) { load_q_tile(st ^ 1, qt + 1); }
-        cp_async_commit();
-
-        float s[1][ST][4], dp[1][ST][4];
-        zero_acc(s);
-        zero_acc(dp);
-        mma_tile_t<HS, 1, ST, KC>(s, kf, sQ(st));
-        mma_tile_t<HS, 1, ST, KC>(dp, vf, sdO(st));
-        attn_probs_t(s[0], sL + st * BQ, key_base, qt * BQ, scale_log2);
-        attn_dscores_t(dp[0], s[0], sD + st * BQ);
-        uint32_t pf[1][ST / 2][4], dsf[1][ST / 2][4];
-        acc_to_a(pf, s);
-        acc_to_a(dsf, dp);
-        mma_tile<HS, 1, DT, ST / 2>(dv, pf, sdO(st));
-        mma_tile<HS, 1, DT, ST / 2>(dk, dsf, sQ(st));
-        cp_async_wait<0>();
-        __syncthreads();
-    }
-    // the shared tiles are free for the bias sums: the loop ended with a barrier and no copy in flight
-    bf16 *dk_dst = dqkv + (size_t)b * Tlen * stride + (size_t)(NH + h) * HS;
-    float *prow = partial ? partial + ((size_t)b * nblocks + blk.rank) * stride : NULL;
-    float *red = reinterpret_cast<float *>(smem);
-    attn_grad_store<DT, WARPS>(dk_dst, stride, prow ? prow + (size_t)(NH + h) * HS : NULL, red, dk[0], key_base, Tlen,
-                               scale);
-    attn_grad_store<DT, WARPS>(dk_dst + (size_t)NH * HS, stride, prow ? prow + (size_t)(2 * NH + h) * HS : NULL, red,
-                               dv[0], key_base, Tlen, 1.0f);
-}
-
-// ----------------------------------------------------------------------------------------------------------------
-// Hopper warpgroup MMA (wgmma, sm_90a): a warpgroup of 4 warps computes a 64 x N product per instruction, reading
-// its B operand (and A, unless A comes from registers) straight from shared memory through a descriptor, while the
-// warps go on: no ldmatrix, no fragment registers for the shared operand, and several products in flight. The
-// accumulator of warp w holds rows 16 w .. 16 w + 15 in the layout of mma.m16n8 C fragments, column tile after
-// column tile ([N / 8][4] per thread); an A operand in registers is in the mma.m16n8k16 A layout (acc_to_a).
-// Shared-memory tiles are the swizzled ones above: at HS = 64 a row is 128 bytes, so a tile is the canonical
-// 128-byte-swizzle layout (8-row atoms of 128-byte rows, chunk c of row r at c ^ (r % 8), atoms 1024 bytes apart)
-// if it starts 1024-byte aligned. Read with HS as the reduction ("K-major": S = Q K^T from Q and K tiles) the
-// k-th 16 columns start 32 bytes in; read with the rows as the reduction ("MN-major", transposed: dV += P^T dO from
-// a dO tile) the k-th 16 rows start 2048 bytes in.
-
-#define WGMMA_ATOM_BYTES 1024 // 8 rows of 128 bytes: a 128-byte-swizzle atom, and the alignment tiles need
-#define ATTN_WG_ROWS 64       // rows of a warpgroup's slab (its M) and of the tiles the wgmma kernels stream (N)
-
-// Descriptor of a 128-byte-swizzled tile at shared address addr: start (16-byte units), leading byte offset (unused
-// by swizzled layouts: 1), stride byte offset (between 8-row atoms), swizzle mode 1 (128 bytes) in bits 62-63.
-__device__ __forceinline__ uint64_t wgmma_desc(uint32_t addr) {
-    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(WGMMA_ATOM_BYTES >> 4) << 32) |
-           ((uint64_t)1 << 62);
-}
-// The descriptor advanced by `bytes` (a multiple of 16) within the tile.
-__device__ __forceinline__ uint64_t wgmma_desc_at(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void wgmma_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// Makes this thread's generic-proxy writes to shared memory (cp.async included) visible to wgmma's reads.
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-// Keeps the compiler from moving accesses of an accumulator across the asynchronous MMAs that write it.
-template <int NT> __device__ __forceinline__ void wgmma_hold(float (&d)[NT][4]) {
-#pragma unroll
-    for (int n = 0; n < NT; n++) {
-#pragma unroll
-        for (int e = 0; e < 4; e++) { asm volatile("" : "+f"(d[n][e])::"memory"); }
-    }
-}
-
-// The accumulator operands of an m64n64 wgmma: d[8][4] in order, as %0 .. %31.
-#define WGMMA_ACC64_REGS                                                                                               \
-    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "      \
-    "%23, %24, %25, %26, %27, %28, %29, %30, %31}"
-#define WGMMA_ACC64(d)                                                                                                 \
-    "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),          \
-        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),      \
-        "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),      \
-        "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),      \
-        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-
-// d (64 x 64) (+)= A (64 x 16, K-major tile) * B (16 x 64, K-major tile); accumulate 0 overwrites d.
-__device__ __forceinline__ void wgmma_64x64_ss(float (&d)[8][4], uint64_t a, uint64_t b, int accumulate) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WGMMA_ACC64_REGS
-                 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : WGMMA_ACC64(d)
-                 : "l"(a), "l"(b), "r"(accumulate));
-}
-// d (64 x 64) += A (64 x 16, registers) * B (16 x 64, MN-major tile: its rows are the reduction).
-__device__ __forceinline__ void wgmma_64x64_rs_t(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WGMMA_ACC64_REGS
-                 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-                 : WGMMA_ACC64(d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-}
-
-// bf16 forward at HS = 64 on wgmma: the forward above as warpgroup MMAs. A block (one warpgroup) owns 64 queries,
-// warp w rows 16 w .. 16 w + 15; Q stays in shared memory as the A operand of S = Q K^T, and O += P V takes P from
-// registers against the transposed V tile. Key tiles of 64 rows, two stages. (Two query slabs a block sharing each
-// K tile, as the mma.sync kernel does, need 188 registers and 2 blocks an SM: 10-12% slower than one at 125 and 4.)
-
-constexpr int attn_fwd_wgmma_smem_bytes() {
-    return 5 * ATTN_WG_ROWS * 64 * 2 + WGMMA_ATOM_BYTES; // Q, 2 x (K, V), alignment slack
-}
-
-__global__ void __launch_bounds__(4 * WARP_SIZE)
-    attention_forward_wgmma_kernel(bf16 *out, float *lse, const bf16 *qkv, int Tlen, int NH, float scale_log2) {
-    constexpr int HS = 64, NTHREADS = 4 * WARP_SIZE, BQ = ATTN_WG_ROWS, BKV = ATTN_WG_ROWS;
-    constexpr int KC = HS / 16, DT = HS / 8, ST = BKV / 8, TILE = BKV * HS * 2;
-    extern __shared__ __align__(128) unsigned char smem[];
-    const uint32_t base = (smem_u32(smem) + WGMMA_ATOM_BYTES - 1) & ~(uint32_t)(WGMMA_ATOM_BYTES - 1);
-    const uint32_t sQ = base, sKV = sQ + TILE;
+    const uint32_t sQ = smem_u32(attn_smem_aligned(smem)), sKV = sQ + TILE;
     auto sK = [&](int st) { return sKV + (2 * st) * TILE; };
     auto sV = [&](int st) { return sKV + (2 * st + 1) * TILE; };
     const int warp = threadIdx.x / WARP_SIZE;
-    const int nblocks = (Tlen + BQ - 1) / BQ;
+    const int nblocks = (Tlen + ROWS - 1) / ROWS;
     const AttnBlock blk = attn_block(nblocks);
-    const int q0 = (nblocks - 1 - blk.rank) * BQ; // late rows see the most keys
+    const int q0 = (nblocks - 1 - blk.rank) * ROWS; // late rows see the most keys
     const int b = blk.bh / NH, h = blk.bh % NH;
     const size_t stride = (size_t)3 * NH * HS;
     const bf16 *q = qkv + (size_t)b * Tlen * stride + (size_t)h * HS, *k = q + NH * HS, *v = q + 2 * NH * HS;
-    const int nkv = (min(q0 + BQ, Tlen) + BKV - 1) / BKV, row_base = q0 + warp * 16;
+    const int nkv = (min(q0 + ROWS, Tlen) + ROWS - 1) / ROWS, row_base = q0 + warp * 16;
 
-    load_tile_async<BQ, HS, NTHREADS>(sQ, q, stride, q0, Tlen);
-    load_tile_async<BKV, HS, NTHREADS>(sK(0), k, stride, 0, Tlen);
-    load_tile_async<BKV, HS, NTHREADS>(sV(0), v, stride, 0, Tlen);
+    load_tile_async<HS>(sQ, q, stride, q0, Tlen);
+    load_tile_async<HS>(sK(0), k, stride, 0, Tlen);
+    load_tile_async<HS>(sV(0), v, stride, 0, Tlen);
     cp_async_commit();
     cp_async_wait<0>();
     fence_proxy_async();
     __syncthreads();
     const uint64_t qdesc = wgmma_desc(sQ);
 
-    float o[1][DT][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}; // as in the mma.sync kernel
+    float o[DT][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}; // m in log2 units; l: this thread's share
     zero_acc(o);
     for (int j = 0; j < nkv; j++) {
-        const int st = j & 1, kv0 = j * BKV;
+        const int st = j & 1, kv0 = j * ROWS;
         if (j + 1 < nkv) {
-            load_tile_async<BKV, HS, NTHREADS>(sK(st ^ 1), k, stride, kv0 + BKV, Tlen);
-            load_tile_async<BKV, HS, NTHREADS>(sV(st ^ 1), v, stride, kv0 + BKV, Tlen);
+            load_tile_async<HS>(sK(st ^ 1), k, stride, kv0 + ROWS, Tlen);
+            load_tile_async<HS>(sV(st ^ 1), v, stride, kv0 + ROWS, Tlen);
         }
         cp_async_commit();
-        const uint64_t kdesc = wgmma_desc(sK(st)), vdesc = wgmma_desc(sV(st));
 
-        float s[1][ST][4];
+        float s[ST][4];
         wgmma_fence();
-#pragma unroll
-        for (int kc = 0; kc < KC; kc++) {
-            wgmma_64x64_ss(s[0], wgmma_desc_at(qdesc, 32 * kc), wgmma_desc_at(kdesc, 32 * kc), kc);
-        }
+        wgmma_scores<HS>(s, qdesc, wgmma_desc(sK(st)));
         wgmma_commit();
         wgmma_wait<0>();
-        wgmma_hold(s[0]);
-        if (kv0 + BKV - 1 > row_base) { attn_mask_future(s[0], row_base, kv0); }
-        attn_softmax_tile(s[0], o[0], m, l, scale_log2);
-        uint32_t pf[1][ST / 2][4];
+        wgmma_hold(s);
+        if (kv0 + ROWS - 1 > row_base) { attn_mask_future(s, row_base, kv0); }
+        attn_softmax_tile(s, o, m, l, scale_log2);
+        uint32_t pf[ST / 2][4];
         acc_to_a(pf, s);
         wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < ST / 2; kk++) { wgmma_64x64_rs_t(o[0], pf[0][kk], wgmma_desc_at(vdesc, 2048 * kk)); }
+        wgmma_accumulate<HS>(o, pf, wgmma_desc(sV(st)));
         wgmma_commit();
         wgmma_wait<0>();
-        wgmma_hold(o[0]);
+        wgmma_hold(o);
         cp_async_wait<0>();
         fence_proxy_async();
         __syncthreads(); // tile j+1 has landed and nobody reads stage st any more
     }
     attn_forward_store(out + (size_t)b * Tlen * NH * HS + (size_t)h * HS, (size_t)NH * HS, lse + (size_t)blk.bh * Tlen,
-                       o[0], m, l, row_base, Tlen);
-}
-
-// bf16 backward, dK and dV at HS = 64 on wgmma: the kernel above with the four products as warpgroup MMAs. A block
-// (one warpgroup) owns 64 keys, K and V staying in shared memory as the A operands of S^T = K Q^T and dP^T = V dO^T;
-// dP^T is in flight while P^T is computed from S^T; then dV += P^T dO and dK += dS^T Q from registers and the
-// (transposed) Q and dO tiles. Query tiles of 64 rows, two stages.
-
-constexpr int attn_dkdv_wgmma_smem_bytes() {
-    // K, V, 2 x (Q, dO), 2 x (lse, D), and the slack that aligns the tiles to an atom
-    return (2 * ATTN_WG_ROWS + 4 * ATTN_WG_ROWS) * 64 * 2 + 4 * ATTN_WG_ROWS * (int)sizeof(float) + WGMMA_ATOM_BYTES;
-}
-
-__global__ void __launch_bounds__(4 * WARP_SIZE)
-    attention_backward_dkdv_wgmma_kernel(bf16 *dqkv, float *partial, const bf16 *dout, const bf16 *qkv,
-                                         const float *lse, const float *dsum, int Tlen, int NH, float scale_log2,
-                                         float scale) {
-    constexpr int HS = 64, WARPS = 4, NTHREADS = WARPS * WARP_SIZE, BKV = ATTN_WG_ROWS, BQ = ATTN_WG_ROWS;
-    constexpr int KC = HS / 16, DT = HS / 8, ST = BQ / 8, TILE = BQ * HS * 2;
-    extern __shared__ __align__(128) unsigned char smem[];
-    const uint32_t base = (smem_u32(smem) + WGMMA_ATOM_BYTES - 1) & ~(uint32_t)(WGMMA_ATOM_BYTES - 1);
-    unsigned char *aligned = smem + (base - smem_u32(smem));
-    const uint32_t sK = base, sV = sK + TILE, sQdO = sV + TILE;
-    auto sQ = [&](int st) { return sQdO + (2 * st) * TILE; };
-    auto sdO = [&](int st) { return sQdO + (2 * st + 1) * TILE; };
-    float *sL = reinterpret_cast<float *>(aligned + 6 * TILE); // [2][BQ]: lse * log2(e)
-    float *sD = sL + 2 * BQ;                                   // [2][BQ]: D
-    const int warp = threadIdx.x / WARP_SIZE;
-    const int nblocks = (Tlen + BKV - 1) / BKV;
-    const AttnBlock blk = attn_block(nblocks);
-    const int k0 = blk.rank * BKV;
-    const int b = blk.bh / NH, h = blk.bh % NH;
-    const size_t stride = (size_t)3 * NH * HS, ostride = (size_t)NH * HS;
-    const bf16 *q = qkv + (size_t)b * Tlen * stride + (size_t)h * HS, *k = q + NH * HS, *v = q + 2 * NH * HS;
-    const bf16 *dO = dout + (size_t)b * Tlen * ostride + (size_t)h * HS;
-    const float *lse_bh = lse + (size_t)blk.bh * Tlen, *dsum_bh = dsum + (size_t)blk.bh * Tlen;
-    const int qt0 = k0 / BQ, nqt = (Tlen + BQ - 1) / BQ, key_base = k0 + warp * 16;
-    auto load_q_tile = [&](int st, int qt) {
-        attn_load_query_tile<BQ, HS, NTHREADS>(sQ(st), sdO(st), sL + st * BQ, sD + st * BQ, q, stride, dO, ostride,
-                                               lse_bh, dsum_bh, qt * BQ, Tlen);
-    };
-
-    load_tile_async<BKV, HS, NTHREADS>(sK, k, stride, k0, Tlen);
-    load_tile_async<BKV, HS, NTHREADS>(sV, v, stride, k0, Tlen);
-    load_q_tile(0, qt0);
-    cp_async_commit();
-    cp_async_wait<0>();
-    fence_proxy_async();
-    __syncthreads();
-    const uint64_t kdesc = wgmma_desc(sK), vdesc = wgmma_desc(sV);
-
-    float dk[1][DT][4], dv[1][DT][4];
-    zero_acc(dk);
-    zero_acc(dv);
-    for (int qt = qt0; qt < nqt; qt++) {
-        const int st = (qt - qt0) & 1;
-        if (qt + 1 < nqt) { load_q_tile(st ^ 1, qt + 1); }
-        cp_async_commit();
-        const uint64_t qdesc = wgmma_desc(sQ(st)), dodesc = wgmma_desc(sdO(st));
-
-        float s[1][ST][4], dp[1][ST][4];
-        wgmma_fence();
-#pragma unroll
-        for (int kc = 0; kc < KC; kc++) {
-            wgmma_64x64_ss(s[0], wgmma_desc_at(kdesc, 32 * kc), wgmma_desc_at(qdesc, 32 * kc), kc);
-        }
-        wgmma_commit();
-#pragma unroll
-        for (int kc = 0; kc < KC; kc++) {
-            wgmma_64x64_ss(dp[0], wgmma_desc_at(vdesc, 32 * kc), wgmma_desc_at(dodesc, 32 * kc), kc);
-        }
-        wgmma_commit();
-        wgmma_wait<1>(); // S^T is in; dP^T may still be running
-        wgmma_hold(s[0]);
-        attn_probs_t(s[0], sL + st * BQ, key_base, qt * BQ, scale_log2);
-        wgmma_wait<0>();
-        wgmma_hold(dp[0]);
-        attn_dscores_t(dp[0], s[0], sD + st * BQ);
-        uint32_t pf[1][ST / 2][4], dsf[1][ST / 2][4];
-        acc_to_a(pf, s);
-        acc_to_a(dsf, dp);
-        wgmma_fence();
-#pragma unroll
-        for (int kq = 0; kq < ST / 2; kq++) { wgmma_64x64_rs_t(dv[0], pf[0][kq], wgmma_desc_at(dodesc, 2048 * kq)); }
-#pragma unroll
-        for (int kq = 0; kq < ST / 2; kq++) { wgmma_64x64_rs_t(dk[0], dsf[0][kq], wgmma_desc_at(qdesc, 2048 * kq)); }
-        wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_hold(dk[0]);
-        wgmma_hold(dv[0]);
-        cp_async_wait<0>();
-        fence_proxy_async();
-        __syncthreads();
-    }
-    // the shared tiles are free for the bias sums: the loop ended with a barrier and no copy or MMA in flight
-    bf16 *dk_dst = dqkv + (size_t)b * Tlen * stride + (size_t)(NH + h) * HS;
-    float *prow = partial ? partial + ((size_t)b * nblocks + blk.rank) * stride : NULL;
-    float *red = reinterpret_cast<float *>(aligned);
-    attn_grad_store<DT, WARPS>(dk_dst, stride, prow ? prow + (size_t)(NH + h) * HS : NULL, red, dk[0], key_base, Tlen,
-                               scale);
-    attn_grad_store<DT, WARPS>(dk_dst + (size_t)NH * HS, stride, prow ? prow + (size_t)(2 * NH + h) * HS : NULL, red,
-                               dv[0], key_base, Tlen, 1.0f);
+                       o, m, l, row_base, Tlen);
 }
 
 // ----------------------------------------------------------------------------------------------------------------
-// bf16 backward, dQ and D. A block owns BQ = 16 WARPS queries, warp w the 16 from 16 w, its Q and dO slabs held as A
-// fragments. It first takes lse and D of its rows (attn_row_stats, which also writes D for the dK/dV kernel); then
-// it walks the key tiles (BKV rows, two stages) up to its diagonal: S = Q K^T, dP = dO V^T, dS = P (dP - D),
-// dQ += dS K.
+// bf16 backward, dQ and D. A block owns 64 queries. It first takes lse and D of its rows (attn_row_stats, which also
+// writes D for the dK/dV kernel); then it walks the key tiles (64 rows, two stages) up to its diagonal: S = Q K^T
+// and dP = dO V^T with Q and dO in shared memory as the A operands (dP in flight while P is computed), dS = P (dP -
+// D), dQ += dS K from registers and the K tile read transposed.
 
-template <int HS, int WARPS, int BKV> constexpr int attn_dq_smem_bytes() {
-    return (2 * 16 * WARPS + 4 * BKV) * HS * 2; // Q, dO, 2 x (K, V)
-}
+#define ATTN_DQ_TILES 6 // Q, dO, 2 x (K, V)
 
-template <int HS, int WARPS, int BKV>
-__global__ void __launch_bounds__(WARPS *WARP_SIZE)
+template <int HS>
+__global__ void __launch_bounds__(ATTN_WG_THREADS)
     attention_backward_dq_bf16_kernel(bf16 *dqkv, float *partial, float *dsum, const bf16 *dout, const bf16 *out,
                                       const bf16 *qkv, const float *lse, int Tlen, int NH, float scale_log2,
                                       float scale) {
-    constexpr int NTHREADS = WARPS * WARP_SIZE, BQ = 16 * WARPS, KC = HS / 16, DT = HS / 8, ST = BKV / 8;
+    constexpr int ROWS = ATTN_WG_ROWS, DT = HS / 8, ST = ROWS / 8, TILE = attn_tile_bytes<HS>();
     extern __shared__ __align__(128) unsigned char smem[];
-    const uint32_t sQ = smem_u32(smem), sdO = sQ + BQ * HS * 2, sKV = sdO + BQ * HS * 2;
-    auto sK = [&](int st) { return sKV + (2 * st) * BKV * HS * 2; };
-    auto sV = [&](int st) { return sKV + (2 * st + 1) * BKV * HS * 2; };
-    const int warp = threadIdx.x / WARP_SIZE;
-    const int nblocks = (Tlen + BQ - 1) / BQ;
-    const AttnBlock blk = attn_block(nblocks);
-    const int q0 = (nblocks - 1 - blk.rank) * BQ;
-    const int b = blk.bh / NH, h = blk.bh % NH;
-    const size_t stride = (size_t)3 * NH * HS, ostride = (size_t)NH * HS;
-    const bf16 *q = qkv + (size_t)b * Tlen * stride + (size_t)h * HS, *k = q + NH * HS, *v = q + 2 * NH * HS;
-    const bf16 *dO = dout + (size_t)b * Tlen * ostride + (size_t)h * HS;
-    const int nkv = (min(q0 + BQ, Tlen) + BKV - 1) / BKV, row_base = q0 + warp * 16;
-
-    load_tile_async<BQ, HS, NTHREADS>(sQ, q, stride, q0, Tlen);
-    load_tile_async<BQ, HS, NTHREADS>(sdO, dO, ostride, q0, Tlen);
-    load_tile_async<BKV, HS, NTHREADS>(sK(0), k, stride, 0, Tlen);
-    load_tile_async<BKV, HS, NTHREADS>(sV(0), v, stride, 0, Tlen);
-    cp_async_commit();
-    float lrow[2], drow[2];
-    attn_row_stats<HS>(lrow, drow, dO, out + (size_t)b * Tlen * ostride + (size_t)h * HS, ostride,
-                       lse + (size_t)blk.bh * Tlen, dsum + (size_t)blk.bh * Tlen, row_base, Tlen);
-    cp_async_wait<0>();
-    __syncthreads();
-    uint32_t qf[1][KC][4], dof[1][KC][4];
-#pragma unroll
-    for (int kc = 0; kc < KC; kc++) {
-        load_a_frag<HS>(qf[0][kc], sQ, warp * 16, 2 * kc);
-        load_a_frag<HS>(dof[0][kc], sdO, warp * 16, 2 * kc);
-    }
-
-    float dq[1][DT][4];
-    zero_acc(dq);
-    for (int j = 0; j < nkv; j++) {
-        const int st = j & 1, kv0 = j * BKV;
-        if (j + 1 < nkv) {
-            load_tile_async<BKV, HS, NTHREADS>(sK(st ^ 1), k, stride, kv0 + BKV, Tlen);
-            load_tile_async<BKV, HS, NTHREADS>(sV(st ^ 1), v, stride, kv0 + BKV, Tlen);
-        }
-        cp_async_commit();
-
-        float s[1][ST][4], dp[1][ST][4];
-        zero_acc(s);
-        zero_acc(dp);
-        mma_tile_t<HS, 1, ST, KC>(s, qf, sK(st));
-        mma_tile_t<HS, 1, ST, KC>(dp, dof, sV(st));
-        attn_probs(s[0], lrow, row_base, kv0, scale_log2);
-        attn_dscores(dp[0], s[0], drow);
-        uint32_t dsf[1][ST / 2][4];
-        acc_to_a(dsf, dp);
-        mma_tile<HS, 1, DT, ST / 2>(dq, dsf, sK(st));
-        cp_async_wait<0>();
-        __syncthreads();
-    }
-    // the shared tiles are free for the bias sums: the loop ended with a barrier and no copy in flight
-    attn_grad_store<DT, WARPS>(dqkv + (size_t)b * Tlen * stride + (size_t)h * HS, stride,
-                               partial ? partial + ((size_t)b * nblocks + q0 / BQ) * stride + (size_t)h * HS : NULL,
-                               reinterpret_cast<float *>(smem), dq[0], row_base, Tlen, scale);
-}
-
-// bf16 backward, dQ and D at HS = 64 on wgmma: the kernel above as warpgroup MMAs. A block (one warpgroup) owns 64
-// queries, Q and dO staying in shared memory as the A operands of S = Q K^T and dP = dO V^T (dP in flight while P
-// is computed); dQ += dS K from registers and the transposed K tile. Key tiles of 64 rows, two stages.
-
-constexpr int attn_dq_wgmma_smem_bytes() {
-    return 6 * ATTN_WG_ROWS * 64 * 2 + WGMMA_ATOM_BYTES; // Q, dO, 2 x (K, V), alignment slack
-}
-
-__global__ void __launch_bounds__(4 * WARP_SIZE)
-    attention_backward_dq_wgmma_kernel(bf16 *dqkv, float *partial, float *dsum, const bf16 *dout, const bf16 *out,
-                                       const bf16 *qkv, const float *lse, int Tlen, int NH, float scale_log2,
-                                       float scale) {
-    constexpr int HS = 64, WARPS = 4, NTHREADS = WARPS * WARP_SIZE, BQ = ATTN_WG_ROWS, BKV = ATTN_WG_ROWS;
-    constexpr int KC = HS / 16, DT = HS / 8, ST = BKV / 8, TILE = BQ * HS * 2;
-    extern __shared__ __align__(128) unsigned char smem[];
-    const uint32_t base = (smem_u32(smem) + WGMMA_ATOM_BYTES - 1) & ~(uint32_t)(WGMMA_ATOM_BYTES - 1);
-    unsigned char *aligned = smem + (base - smem_u32(smem));
-    const uint32_t sQ = base, sdO = sQ + TILE, sKV = sdO + TILE;
+    unsigned char *aligned = attn_smem_aligned(smem);
+    const uint32_t sQ = smem_u32(aligned), sdO = sQ + TILE, sKV = sdO + TILE;
     auto sK = [&](int st) { return sKV + (2 * st) * TILE; };
     auto sV = [&](int st) { return sKV + (2 * st + 1) * TILE; };
     const int warp = threadIdx.x / WARP_SIZE;
-    const int nblocks = (Tlen + BQ - 1) / BQ;
+    const int nblocks = (Tlen + ROWS - 1) / ROWS;
     const AttnBlock blk = attn_block(nblocks);
-    const int q0 = (nblocks - 1 - blk.rank) * BQ;
+    const int q0 = (nblocks - 1 - blk.rank) * ROWS;
     const int b = blk.bh / NH, h = blk.bh % NH;
     const size_t stride = (size_t)3 * NH * HS, ostride = (size_t)NH * HS;
     const bf16 *q = qkv + (size_t)b * Tlen * stride + (size_t)h * HS, *k = q + NH * HS, *v = q + 2 * NH * HS;
     const bf16 *dO = dout + (size_t)b * Tlen * ostride + (size_t)h * HS;
-    const int nkv = (min(q0 + BQ, Tlen) + BKV - 1) / BKV, row_base = q0 + warp * 16;
+    const int nkv = (min(q0 + ROWS, Tlen) + ROWS - 1) / ROWS, row_base = q0 + warp * 16;
 
-    load_tile_async<BQ, HS, NTHREADS>(sQ, q, stride, q0, Tlen);
-    load_tile_async<BQ, HS, NTHREADS>(sdO, dO, ostride, q0, Tlen);
-    load_tile_async<BKV, HS, NTHREADS>(sK(0), k, stride, 0, Tlen);
-    load_tile_async<BKV, HS, NTHREADS>(sV(0), v, stride, 0, Tlen);
+    load_tile_async<HS>(sQ, q, stride, q0, Tlen);
+    load_tile_async<HS>(sdO, dO, ostride, q0, Tlen);
+    load_tile_async<HS>(sK(0), k, stride, 0, Tlen);
+    load_tile_async<HS>(sV(0), v, stride, 0, Tlen);
     cp_async_commit();
     float lrow[2], drow[2];
     attn_row_stats<HS>(lrow, drow, dO, out + (size_t)b * Tlen * ostride + (size_t)h * HS, ostride,
@@ -1153,124 +783,172 @@ __global__ void __launch_bounds__(4 * WARP_SIZE)
     __syncthreads();
     const uint64_t qdesc = wgmma_desc(sQ), dodesc = wgmma_desc(sdO);
 
-    float dq[1][DT][4];
+    float dq[DT][4];
     zero_acc(dq);
     for (int j = 0; j < nkv; j++) {
-        const int st = j & 1, kv0 = j * BKV;
+        const int st = j & 1, kv0 = j * ROWS;
         if (j + 1 < nkv) {
-            load_tile_async<BKV, HS, NTHREADS>(sK(st ^ 1), k, stride, kv0 + BKV, Tlen);
-            load_tile_async<BKV, HS, NTHREADS>(sV(st ^ 1), v, stride, kv0 + BKV, Tlen);
+            load_tile_async<HS>(sK(st ^ 1), k, stride, kv0 + ROWS, Tlen);
+            load_tile_async<HS>(sV(st ^ 1), v, stride, kv0 + ROWS, Tlen);
         }
         cp_async_commit();
-        const uint64_t kdesc = wgmma_desc(sK(st)), vdesc = wgmma_desc(sV(st));
+        const uint64_t kdesc = wgmma_desc(sK(st));
 
-        float s[1][ST][4], dp[1][ST][4];
+        float s[ST][4], dp[ST][4];
         wgmma_fence();
-#pragma unroll
-        for (int kc = 0; kc < KC; kc++) {
-            wgmma_64x64_ss(s[0], wgmma_desc_at(qdesc, 32 * kc), wgmma_desc_at(kdesc, 32 * kc), kc);
-        }
+        wgmma_scores<HS>(s, qdesc, kdesc);
         wgmma_commit();
-#pragma unroll
-        for (int kc = 0; kc < KC; kc++) {
-            wgmma_64x64_ss(dp[0], wgmma_desc_at(dodesc, 32 * kc), wgmma_desc_at(vdesc, 32 * kc), kc);
-        }
+        wgmma_scores<HS>(dp, dodesc, wgmma_desc(sV(st)));
         wgmma_commit();
         wgmma_wait<1>(); // S is in; dP may still be running
-        wgmma_hold(s[0]);
-        attn_probs(s[0], lrow, row_base, kv0, scale_log2);
+        wgmma_hold(s);
+        attn_probs(s, lrow, row_base, kv0, scale_log2);
         wgmma_wait<0>();
-        wgmma_hold(dp[0]);
-        attn_dscores(dp[0], s[0], drow);
-        uint32_t dsf[1][ST / 2][4];
+        wgmma_hold(dp);
+        attn_dscores(dp, s, drow);
+        uint32_t dsf[ST / 2][4];
         acc_to_a(dsf, dp);
         wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < ST / 2; kk++) { wgmma_64x64_rs_t(dq[0], dsf[0][kk], wgmma_desc_at(kdesc, 2048 * kk)); }
+        wgmma_accumulate<HS>(dq, dsf, kdesc);
         wgmma_commit();
         wgmma_wait<0>();
-        wgmma_hold(dq[0]);
+        wgmma_hold(dq);
         cp_async_wait<0>();
         fence_proxy_async();
         __syncthreads();
     }
     // the shared tiles are free for the bias sums: the loop ended with a barrier and no copy or MMA in flight
-    attn_grad_store<DT, WARPS>(dqkv + (size_t)b * Tlen * stride + (size_t)h * HS, stride,
-                               partial ? partial + ((size_t)b * nblocks + q0 / BQ) * stride + (size_t)h * HS : NULL,
-                               reinterpret_cast<float *>(aligned), dq[0], row_base, Tlen, scale);
+    attn_grad_store(dqkv + (size_t)b * Tlen * stride + (size_t)h * HS, stride,
+                    partial ? partial + ((size_t)b * nblocks + q0 / ROWS) * stride + (size_t)h * HS : NULL,
+                    reinterpret_cast<float *>(aligned), dq, row_base, Tlen, scale);
 }
 
 // ----------------------------------------------------------------------------------------------------------------
-// tile shapes of the mma.sync kernels (HS = 128; HS = 64 runs on wgmma with ATTN_WG_ROWS tiles), the fastest of
-// dev/bench_attention.cu's sweeps on H100 at T = 1024; registers bound them (HS = 128 doubles the fragments held per
-// row).
-template <int HS> struct AttnBf16Tiles;
-template <> struct AttnBf16Tiles<128> {
-    static constexpr int FWD_WARPS = 4, FWD_MT = 1, FWD_BKV = 64;
-    static constexpr int DKDV_WARPS = 4, DKDV_BQ = 32;
-    static constexpr int DQ_WARPS = 4, DQ_BKV = 32;
-};
+// bf16 backward, dK and dV. A block owns 64 keys, K and V staying in shared memory as the A operands of the
+// transposed products S^T = K Q^T and dP^T = V dO^T, whose accumulators are already the A operands of dV += P^T dO
+// and dK += dS^T Q (from registers, against the Q and dO tiles read transposed): nothing crosses warps. It walks the
+// query tiles (64 rows, two stages) from its diagonal on; dP^T is in flight while P^T is computed from S^T.
+// partial (unless NULL): row b * nblocks + (block along T) of the bias partials (3 NH HS floats each), its K and V
+// columns of head h; the dQ kernel writes the Q columns of the same rows.
+
+#define ATTN_DKDV_TILES 6 // K, V, 2 x (Q, dO); then 2 x (lse, D) of the query tiles
+
+template <int HS>
+__global__ void __launch_bounds__(ATTN_WG_THREADS)
+    attention_backward_dkdv_bf16_kernel(bf16 *dqkv, float *partial, const bf16 *dout, const bf16 *qkv,
+                                        const float *lse, const float *dsum, int Tlen, int NH, float scale_log2,
+                                        float scale) {
+    constexpr int ROWS = ATTN_WG_ROWS, DT = HS / 8, ST = ROWS / 8, TILE = attn_tile_bytes<HS>();
+    extern __shared__ __align__(128) unsigned char smem[];
+    unsigned char *aligned = attn_smem_aligned(smem);
+    const uint32_t sK = smem_u32(aligned), sV = sK + TILE, sQdO = sV + TILE;
+    auto sQ = [&](int st) { return sQdO + (2 * st) * TILE; };
+    auto sdO = [&](int st) { return sQdO + (2 * st + 1) * TILE; };
+    float *sL = reinterpret_cast<float *>(aligned + ATTN_DKDV_TILES * TILE); // [2][ROWS]: lse * log2(e)
+    float *sD = sL + 2 * ROWS;                                               // [2][ROWS]: D
+    const int warp = threadIdx.x / WARP_SIZE;
+    const int nblocks = (Tlen + ROWS - 1) / ROWS;
+    const AttnBlock blk = attn_block(nblocks);
+    const int k0 = blk.rank * ROWS; // early keys see the most queries
+    const int b = blk.bh / NH, h = blk.bh % NH;
+    const size_t stride = (size_t)3 * NH * HS, ostride = (size_t)NH * HS;
+    const bf16 *q = qkv + (size_t)b * Tlen * stride + (size_t)h * HS, *k = q + NH * HS, *v = q + 2 * NH * HS;
+    const bf16 *dO = dout + (size_t)b * Tlen * ostride + (size_t)h * HS;
+    const float *lse_bh = lse + (size_t)blk.bh * Tlen, *dsum_bh = dsum + (size_t)blk.bh * Tlen;
+    const int qt0 = k0 / ROWS, nqt = (Tlen + ROWS - 1) / ROWS, key_base = k0 + warp * 16;
+    auto load_q_tile = [&](int st, int qt) {
+        attn_load_query_tile<HS>(sQ(st), sdO(st), sL + st * ROWS, sD + st * ROWS, q, stride, dO, ostride, lse_bh,
+                                 dsum_bh, qt * ROWS, Tlen);
+    };
+
+    load_tile_async<HS>(sK, k, stride, k0, Tlen);
+    load_tile_async<HS>(sV, v, stride, k0, Tlen);
+    load_q_tile(0, qt0);
+    cp_async_commit();
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();
+    const uint64_t kdesc = wgmma_desc(sK), vdesc = wgmma_desc(sV);
+
+    float dk[DT][4], dv[DT][4];
+    zero_acc(dk);
+    zero_acc(dv);
+    for (int qt = qt0; qt < nqt; qt++) {
+        const int st = (qt - qt0) & 1;
+        if (qt + 1 < nqt) { load_q_tile(st ^ 1, qt + 1); }
+        cp_async_commit();
+        const uint64_t qdesc = wgmma_desc(sQ(st)), dodesc = wgmma_desc(sdO(st));
+
+        float s[ST][4], dp[ST][4];
+        wgmma_fence();
+        wgmma_scores<HS>(s, kdesc, qdesc);
+        wgmma_commit();
+        wgmma_scores<HS>(dp, vdesc, dodesc);
+        wgmma_commit();
+        wgmma_wait<1>(); // S^T is in; dP^T may still be running
+        wgmma_hold(s);
+        attn_probs_t(s, sL + st * ROWS, key_base, qt * ROWS, scale_log2);
+        wgmma_wait<0>();
+        wgmma_hold(dp);
+        attn_dscores_t(dp, s, sD + st * ROWS);
+        uint32_t pf[ST / 2][4], dsf[ST / 2][4];
+        acc_to_a(pf, s);
+        acc_to_a(dsf, dp);
+        wgmma_fence();
+        wgmma_accumulate<HS>(dv, pf, dodesc);
+        wgmma_accumulate<HS>(dk, dsf, qdesc);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_hold(dk);
+        wgmma_hold(dv);
+        cp_async_wait<0>();
+        fence_proxy_async();
+        __syncthreads();
+    }
+    // the shared tiles are free for the bias sums: the loop ended with a barrier and no copy or MMA in flight
+    bf16 *dk_dst = dqkv + (size_t)b * Tlen * stride + (size_t)(NH + h) * HS;
+    float *prow = partial ? partial + ((size_t)b * nblocks + blk.rank) * stride : NULL;
+    float *red = reinterpret_cast<float *>(aligned);
+    attn_grad_store(dk_dst, stride, prow ? prow + (size_t)(NH + h) * HS : NULL, red, dk, key_base, Tlen, scale);
+    attn_grad_store(dk_dst + (size_t)NH * HS, stride, prow ? prow + (size_t)(2 * NH + h) * HS : NULL, red, dv,
+                    key_base, Tlen, 1.0f);
+}
+
+// ----------------------------------------------------------------------------------------------------------------
+// launchers
 
 template <typename Kernel> static void attn_set_smem(Kernel kernel, int bytes) {
     cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
+static int attn_bf16_grid(int B, int Tlen, int NH) { return B * NH * ceil_div_int(Tlen, ATTN_WG_ROWS); }
+
 template <int HS>
 static void attention_forward_bf16(bf16 *out, float *lse, const bf16 *qkv, int B, int Tlen, int NH,
                                    cudaStream_t stream) {
-    const float scale_log2 = ATTN_LOG2E / sqrtf((float)HS);
-    if constexpr (HS == 64) {
-        constexpr int smem = attn_fwd_wgmma_smem_bytes();
-        attn_set_smem(attention_forward_wgmma_kernel, smem);
-        attention_forward_wgmma_kernel<<<B * NH * ((Tlen + ATTN_WG_ROWS - 1) / ATTN_WG_ROWS), 4 * WARP_SIZE, smem,
-                                         stream>>>(out, lse, qkv, Tlen, NH, scale_log2);
-    } else {
-        using C = AttnBf16Tiles<HS>;
-        constexpr int BQ = 16 * C::FWD_WARPS * C::FWD_MT;
-        constexpr int smem = attn_fwd_smem_bytes<HS, C::FWD_WARPS, C::FWD_MT, C::FWD_BKV>();
-        auto kernel = attention_forward_bf16_kernel<HS, C::FWD_WARPS, C::FWD_MT, C::FWD_BKV>;
-        attn_set_smem(kernel, smem);
-        kernel<<<B * NH * ((Tlen + BQ - 1) / BQ), C::FWD_WARPS * WARP_SIZE, smem, stream>>>(out, lse, qkv, Tlen, NH,
-                                                                                            scale_log2);
-    }
+    constexpr int smem = attn_smem_bytes<HS>(ATTN_FWD_TILES, 0);
+    attn_set_smem(attention_forward_bf16_kernel<HS>, smem);
+    attention_forward_bf16_kernel<HS><<<attn_bf16_grid(B, Tlen, NH), ATTN_WG_THREADS, smem, stream>>>(
+        out, lse, qkv, Tlen, NH, ATTN_LOG2E / sqrtf((float)HS));
     cudaCheckLaunch();
 }
 
-// The dQ kernel first: it writes the D the dK/dV kernel reads. HS = 64 (every GPT-2 size) on wgmma; HS = 128 on
-// mma.sync, whose tiles are not the 128-byte-swizzle layout wgmma reads (a 256-byte row holds two swizzle atoms).
+// The dQ kernel first: it writes the D the dK/dV kernel reads.
 template <int HS>
 static void attention_backward_bf16(bf16 *dqkv, float *partial, float *dsum, const bf16 *dout, const bf16 *out,
                                     const bf16 *qkv, const float *lse, int B, int Tlen, int NH, cudaStream_t stream) {
     const float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * ATTN_LOG2E;
-    if constexpr (HS == 64) {
-        const int grid = B * NH * ((Tlen + ATTN_WG_ROWS - 1) / ATTN_WG_ROWS);
-        attn_set_smem(attention_backward_dq_wgmma_kernel, attn_dq_wgmma_smem_bytes());
-        attention_backward_dq_wgmma_kernel<<<grid, 4 * WARP_SIZE, attn_dq_wgmma_smem_bytes(), stream>>>(
-            dqkv, partial, dsum, dout, out, qkv, lse, Tlen, NH, scale_log2, scale);
-        cudaCheckLaunch();
-        attn_set_smem(attention_backward_dkdv_wgmma_kernel, attn_dkdv_wgmma_smem_bytes());
-        attention_backward_dkdv_wgmma_kernel<<<grid, 4 * WARP_SIZE, attn_dkdv_wgmma_smem_bytes(), stream>>>(
-            dqkv, partial, dout, qkv, lse, dsum, Tlen, NH, scale_log2, scale);
-        cudaCheckLaunch();
-    } else {
-        using C = AttnBf16Tiles<HS>;
-        static_assert(C::DKDV_WARPS == C::DQ_WARPS, "both kernels' blocks cover the rows of a bias partial");
-        constexpr int BQ = 16 * C::DQ_WARPS, BKV = 16 * C::DKDV_WARPS;
-        constexpr int dq_smem = attn_dq_smem_bytes<HS, C::DQ_WARPS, C::DQ_BKV>();
-        constexpr int dkdv_smem = attn_dkdv_smem_bytes<HS, C::DKDV_WARPS, C::DKDV_BQ>();
-        static_assert(C::DQ_WARPS * HS * sizeof(float) <= dq_smem && C::DKDV_WARPS * HS * sizeof(float) <= dkdv_smem,
-                      "the bias sums reuse the shared tiles");
-        auto dq_kernel = attention_backward_dq_bf16_kernel<HS, C::DQ_WARPS, C::DQ_BKV>;
-        attn_set_smem(dq_kernel, dq_smem);
-        dq_kernel<<<B * NH * ((Tlen + BQ - 1) / BQ), C::DQ_WARPS * WARP_SIZE, dq_smem, stream>>>(
-            dqkv, partial, dsum, dout, out, qkv, lse, Tlen, NH, scale_log2, scale);
-        cudaCheckLaunch();
-        auto dkdv_kernel = attention_backward_dkdv_bf16_kernel<HS, C::DKDV_WARPS, C::DKDV_BQ>;
-        attn_set_smem(dkdv_kernel, dkdv_smem);
-        dkdv_kernel<<<B * NH * ((Tlen + BKV - 1) / BKV), C::DKDV_WARPS * WARP_SIZE, dkdv_smem, stream>>>(
-            dqkv, partial, dout, qkv, lse, dsum, Tlen, NH, scale_log2, scale);
-        cudaCheckLaunch();
-    }
+    const int grid = attn_bf16_grid(B, Tlen, NH);
+    constexpr int dq_smem = attn_smem_bytes<HS>(ATTN_DQ_TILES, 0);
+    constexpr int dkdv_smem = attn_smem_bytes<HS>(ATTN_DKDV_TILES, 4 * ATTN_WG_ROWS * (int)sizeof(float));
+    attn_set_smem(attention_backward_dq_bf16_kernel<HS>, dq_smem);
+    attention_backward_dq_bf16_kernel<HS><<<grid, ATTN_WG_THREADS, dq_smem, stream>>>(
+        dqkv, partial, dsum, dout, out, qkv, lse, Tlen, NH, scale_log2, scale);
+    cudaCheckLaunch();
+    attn_set_smem(attention_backward_dkdv_bf16_kernel<HS>, dkdv_smem);
+    attention_backward_dkdv_bf16_kernel<HS><<<grid, ATTN_WG_THREADS, dkdv_smem, stream>>>(
+        dqkv, partial, dout, qkv, lse, dsum, Tlen, NH, scale_log2, scale);
+    cudaCheckLaunch();
 }
 
 template <int HS>
@@ -1299,15 +977,14 @@ static void attention_backward_f32(float *dqkv, float *partial, float *dsum, con
 // the interface
 
 // Rows of the sequence per row of bias partials: one backward block's rows (the same in both kernels).
-template <typename T> static int attention_bias_part_rows(int HS) {
-    if constexpr (std::is_same<T, float>::value) { return ATTN_ROWS_PER_BLOCK; }
-    else { return HS == 64 ? ATTN_WG_ROWS : 16 * AttnBf16Tiles<128>::DKDV_WARPS; }
+template <typename T> static int attention_bias_part_rows() {
+    return std::is_same<T, float>::value ? ATTN_ROWS_PER_BLOCK : ATTN_WG_ROWS;
 }
 
 // The backward's workspace holds D, one float per (b, h, t), then the bias partials: B ceil(T / rows) rows of
 // 3 NH HS floats (2.4 MB at 1558M, B = 8, in bf16).
 template <typename T> static size_t attention_backward_workspace_bytes(int B, int Tlen, int NH, int HS) {
-    size_t parts = (size_t)B * ceil_div_int(Tlen, attention_bias_part_rows<T>(HS));
+    size_t parts = (size_t)B * ceil_div_int(Tlen, attention_bias_part_rows<T>());
     return ((size_t)B * NH * Tlen + parts * 3 * NH * HS) * sizeof(float);
 }
 
@@ -1343,7 +1020,7 @@ static void attention_backward(T *dqkv, float *dbias, const T *dout, const T *ou
         else { attention_backward_bf16<128>(dqkv, partial, dsum, dout, out, qkv, lse, B, Tlen, NH, stream); }
     }
     if (dbias) {
-        const int parts = B * ceil_div_int(Tlen, attention_bias_part_rows<T>(HS)), cols = 3 * NH * HS;
+        const int parts = B * ceil_div_int(Tlen, attention_bias_part_rows<T>()), cols = 3 * NH * HS;
         PartialSumDsts dsts = {{dbias}};
         add_partial_sums(dsts, 1, partial, parts, cols, cols, accumulate, stream);
     }
