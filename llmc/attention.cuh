@@ -487,11 +487,13 @@ template <int P, int HS>
 __device__ __forceinline__ void wgmma_accumulate_panel(float (&acc)[HS / 8][4], const uint32_t (&a)[4][4], uint64_t b) {
 #pragma unroll
     for (int kk = 0; kk < ATTN_WG_ROWS / WGMMA_K; kk++) {
-        wgmma_64x64_rs_t<8 * P>(acc, a[kk], wgmma_desc_at(b, P * ATTN_PANEL_BYTES + kk * WGMMA_K * ATTN_PANEL_ROW_BYTES));
+        const uint32_t off = P * ATTN_PANEL_BYTES + kk * WGMMA_K * ATTN_PANEL_ROW_BYTES;
+        wgmma_64x64_rs_t<8 * P>(acc, a[kk], wgmma_desc_at(b, off));
     }
 }
 template <int HS>
 __device__ __forceinline__ void wgmma_accumulate(float (&acc)[HS / 8][4], const uint32_t (&a)[4][4], uint64_t b) {
+    static_assert(HS == ATTN_PANEL_COLS || HS == 2 * ATTN_PANEL_COLS, "a tile has one or two panels");
     wgmma_accumulate_panel<0, HS>(acc, a, b);
     if constexpr (HS > ATTN_PANEL_COLS) { wgmma_accumulate_panel<1, HS>(acc, a, b); }
 }
