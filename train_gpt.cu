@@ -659,10 +659,18 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
     layernorm_backward(a.dres + t0, dw + off[P_LNFW], dw + off[P_LNFB], param_slice(g, dw, P_FCPROJB, L - 1), scratch,
                        a.proj + t0, layer_acts(g, L - 1).res_out, w + off[P_LNFW], a.lnf_stats, a.lnf_stats + ns, ns,
                        C, acc, s);
+    linear_backward_gather(layer_linear(g, P_FCPROJW, P_FCPROJB, L - 1, M, C, LINEAR_ROW), a.dres, N, s);
+    /*
+     * The TP collectives of a block run beside weight gradients, which are put off until then: each column-parallel
+     * input gradient's sum (linear_backward_input) beside the weight gradient of the row-parallel layer above it,
+     * and without SP (an all-reduce, twice a reduce-scatter's time) beside its own layer's too; under SP that one
+     * goes beside the all-gather of the residual gradient that the LayerNorm backward after the sum leaves
+     * (linear_backward_gather: the row-parallel layer below reads every token's, and so do the embeddings).
+     */
+    const bool sp = g->tp.sp;
+    const char *embeddings_gather = "the tensor-parallel all-gather of the embeddings' gradient";
     for (int l = L - 1; l >= 0; l--) {
         LayerActs<floatX> x = layer_acts(g, l);
-        // Each block's two column-parallel input gradients are summed over the TP group (linear_backward_input)
-        // beside the weight gradients of both of its layers, which are put off until then.
         // MLP: a layer that did not keep h4 = gelu(fch) waits for its recompute (gelu_recompute); d fch goes to its
         // own buffer (a.dfch), once the layer above has summed its fc bias gradient there.
         if (l >= g->keep_gelu) { cudaCheck(cudaStreamWaitEvent(s, g->gelu_recomputed, 0)); }
@@ -674,7 +682,7 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
         if (l - 1 >= g->keep_gelu) { gelu_recompute(g, l - 1, N); }
         linear_backward_input(fc, a.proj, a.dfch, x.ln2, (const floatX *)NULL, N, s);
         linear_backward_weight(fcproj, a.dres, x.h4, N, acc, s);
-        linear_backward_weight(fc, a.dfch, x.ln2, N, acc, s);
+        if (!sp) { linear_backward_weight(fc, a.dfch, x.ln2, N, acc, s); }
         linear_backward_join(fc, s);
         layernorm_backward(a.dres + t0, param_slice(g, dw, P_LN2W, l), param_slice(g, dw, P_LN2B, l),
                            param_slice(g, dw, P_ATTPROJB, l), scratch, a.proj + t0, x.res2,
@@ -682,22 +690,27 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
         // attention; its backward also sums dqkv into the QKV bias gradient, while it holds the rows
         Linear<floatX> attproj = layer_linear(g, P_ATTPROJW, P_ATTPROJB, l, A, C, LINEAR_ROW);
         Linear<floatX> qkv = layer_linear(g, P_QKVW, P_QKVB, l, C, 3 * A, LINEAR_COLUMN);
+        linear_backward_gather(attproj, a.dres, N, s);
+        if (sp) { linear_backward_weight(fc, a.dfch, x.ln2, N, acc, s); }
         linear_backward_input(attproj, a.proj, a.dres, x.atty, (const floatX *)NULL, N, s);
         attention_backward(a.dqkv, param_slice(g, dw, P_QKVB, l), a.proj, x.atty, x.qkv, x.lse, a.attn_workspace, B,
                            T, g->heads, HS, acc, s);
         linear_backward_input(qkv, a.proj, a.dqkv, x.ln1, (const floatX *)NULL, N, s);
         linear_backward_weight(attproj, a.dres, x.atty, N, acc, s);
-        linear_backward_weight(qkv, a.dqkv, x.ln1, N, acc, s);
+        if (!sp) { linear_backward_weight(qkv, a.dqkv, x.ln1, N, acc, s); }
         linear_backward_join(qkv, s);
         layernorm_backward(a.dres + t0, param_slice(g, dw, P_LN1W, l), param_slice(g, dw, P_LN1B, l),
                            l > 0 ? param_slice(g, dw, P_FCPROJB, l - 1) : (float *)NULL, scratch, a.proj + t0,
                            x.res_in, param_slice(g, w, P_LN1W, l), x.ln1_mean, x.ln1_rstd, ns, C, acc, s);
+        if (l > 0) {
+            linear_backward_gather(layer_linear(g, P_FCPROJW, P_FCPROJB, l - 1, M, C, LINEAR_ROW), a.dres, N, s);
+        } else if (sp) {
+            tp_gather_start(&g->tp, a.dres, (size_t)ns * C, s, embeddings_gather);
+        }
+        if (sp) { linear_backward_weight(qkv, a.dqkv, x.ln1, N, acc, s); }
         grads_final(g, l);
     }
-    if (g->tp.sp) { // the embedding gradients read every token's residual gradient
-        const char *what = "the tensor-parallel all-gather of the embeddings' gradient";
-        tp_all_gather_joined(&g->tp, a.dres, (size_t)ns * C, s, what);
-    }
+    if (sp) { tp_join(&g->tp, s, embeddings_gather); }
     encoder_backward(dw + off[P_WTE], dw + off[P_WPE], a.dres, &g->buckets, g->d_buckets, B, T, c->max_seq_len, C,
                      acc, s);
     grads_final(g, L);
@@ -1017,18 +1030,28 @@ template <typename floatX> static ModelOps gpt_ops(GPT<floatX> *g) {
 
 /*
  * Chooses the algorithm of every training GEMM (llmc/matmul.cuh): one forward and backward of a full micro-batch of
- * made-up tokens, during which each GEMM times its candidates; its gradients are then discarded. The choices go to
- * GEMM_ALGOS_FILE in out_dir (none when out_dir is empty), which a resumed run loads instead of timing, so that it
- * uses the same algorithms (the same summation order) and continues bit-exactly. Only rank 0 writes the file (the
- * write is atomic, so a rank that loads it meanwhile sees all of it or none); the pass is not a last micro-step,
- * so no rank reduces its made-up gradients. Ranks that tune differently stay in step: the update reads gradients
- * summed over the ranks, the same on all of them.
+ * made-up tokens, during which each GEMM times its candidates; its gradients are then discarded (the pass is not a
+ * last micro-step, so no rank reduces them). A resumed run loads the choices instead of timing, so that it uses the
+ * same algorithms (the same summation order) and continues bit-exactly. The ranks of a TP group time their own
+ * GEMMs (whose shapes can differ: 13 and 12 of 25 heads) and near-ties go either way, so each rank writes the
+ * choices it used to a file of its own in out_dir (gemm_algos.txt for rank 0, gemm_algos.rank<r>.txt for rank r)
+ * and loads its own; a rank without one reads rank 0's (a one-GPU run's choices copied in serve the same shapes).
+ * Ranks that choose differently stay in step: what they share is summed over the ranks, the same on all of them.
  */
 #define GEMM_ALGOS_FILE "gemm_algos.txt"
-static void choose_gemm_algos(ModelOps *ops, const GPTConfig *config, const char *out_dir, int save, int B, int T) {
+static void gemm_algos_path(char *path, size_t n, const char *out_dir, int rank) {
+    if (rank == 0) { snprintf(path, n, "%s/%s", out_dir, GEMM_ALGOS_FILE); }
+    else { snprintf(path, n, "%s/gemm_algos.rank%d.txt", out_dir, rank); }
+}
+
+static void choose_gemm_algos(ModelOps *ops, const GPTConfig *config, const char *out_dir, int rank, int B, int T) {
     char path[OPT_STR_LEN + 32];
-    snprintf(path, sizeof(path), "%s/%s", out_dir, GEMM_ALGOS_FILE);
-    if (out_dir[0]) { gemm_algos_load(path); }
+    gemm_algos_path(path, sizeof(path), out_dir, rank);
+    if (out_dir[0]) {
+        char shared[OPT_STR_LEN + 32];
+        gemm_algos_path(shared, sizeof(shared), out_dir, 0);
+        gemm_algos_load(access(path, F_OK) == 0 ? path : shared);
+    }
     int N = B * T;
     int *tokens = (int *)malloc_check((size_t)N * sizeof(int), "tuning tokens");
     for (int i = 0; i < N; i++) { tokens[i] = i % config->vocab_size; }
@@ -1038,7 +1061,10 @@ static void choose_gemm_algos(ModelOps *ops, const GPTConfig *config, const char
     gemm_tuning(0);
     ops->zero_grad(ops->ctx);
     free(tokens);
-    if (out_dir[0] && save) { gemm_algos_save(path); }
+    if (out_dir[0]) {
+        make_dirs(out_dir); // rank 0 made it, but on another node a rank may see a folder of its own
+        gemm_algos_save(path);
+    }
 }
 
 // The one place the precision picks the activation type.
@@ -1049,7 +1075,7 @@ static ModelOps make_gpu_model(const GPTConfig *config, const Options *opts, con
     int keep = opts->keep_gelu_layers, zero = opts->zero, sp = opts->sequence_parallel;
     ModelOps ops = p == PRECISION_FP32 ? gpt_ops(gpt_create<float>(config, p, seed, B, T, keep, mesh, zero, sp))
                                        : gpt_ops(gpt_create<bf16>(config, p, seed, B, T, keep, mesh, zero, sp));
-    choose_gemm_algos(&ops, config, opts->out_dir, mesh->rank == 0, B, T);
+    choose_gemm_algos(&ops, config, opts->out_dir, mesh->rank, B, T);
     // A profiler started with --profile-from-start off (dev/kernel_times.sh) sees training, not the tuning pass.
     (void)cudaProfilerStart();
     if (mesh->rank == 0) { printf("peak GPU memory: %.1f GB\n", g_cuda_allocated_bytes / 1e9); }

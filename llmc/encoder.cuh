@@ -44,7 +44,8 @@ static void encoder_forward(T *out, const int *tokens, const T *wte, const T *wp
                             EmbeddingShard sh, cudaStream_t stream) {
     const int threads = 256;
     size_t packs = (size_t)B * Tlen * C / Packed<T>::N;
-    encoder_forward_kernel<<<grid_for(packs, threads), threads, 0, stream>>>(out, tokens, wte, wpe, B * Tlen, Tlen, C, sh);
+    encoder_forward_kernel<<<grid_for(packs, threads), threads, 0, stream>>>(out, tokens, wte, wpe, B * Tlen, Tlen,
+                                                                             C, sh);
     cudaCheckLaunch();
 }
 

@@ -214,7 +214,8 @@ template <typename T> static LnShape layernorm_shape(int C) {
 }
 
 template <typename T>
-using LnBackwardKernel = void (*)(T *, float *, const T *, const T *, const T *, const float *, const float *, int, int);
+using LnBackwardKernel = void (*)(T *, float *, const T *, const T *, const T *, const float *, const float *, int,
+                                  int);
 template <typename T> static LnBackwardKernel<T> layernorm_backward_kernel_for(int packs_per_thread) {
     switch (packs_per_thread) {
     case 1: return layernorm_backward_kernel<T, 1>;

@@ -419,8 +419,8 @@ static void linear_rows_forward(const Linear<T> &lin, const T *bias, T *out, con
  * Column-parallel under SP: inp holds this rank's tokens only and is all-gathered in place, beside the GEMM of
  * those tokens. Row-parallel: the sum of out over the TP group is started on the TP stream and marked as sequence
  * chunk `chunk`'s (llmc/tensor_parallel.cuh); the caller waits for it (tp_chunk_wait) before it reads out. Under SP
- * the sum goes onto each token's owner, piece by piece beside the next piece's GEMM; then only this rank's tokens of
- * out are valid.
+ * the sum goes onto each token's owner, owner by owner beside the GEMM of the next owner's tokens; then only this
+ * rank's tokens of out are valid.
  */
 template <typename T>
 static void linear_forward(const Linear<T> &lin, T *out, const T *inp, int N, T *gelu_aux, int chunk,
@@ -430,16 +430,11 @@ static void linear_forward(const Linear<T> &lin, T *out, const T *inp, int N, T 
         const char *what = "the tensor-parallel sum of a row-parallel layer's output";
         const T *bias = tp->rank == 0 ? lin.b : NULL;
         if (tp->sp) {
-            int rows = N / tp->size, pieces = TP_SP_CHUNKS;
-            while (rows % pieces != 0) { pieces--; }
-            int step = rows / pieces;
+            const int rows = N / tp->size;
             for (int o = 0; o < tp->size; o++) {
-                for (int c = 0; c < pieces; c++) {
-                    int r0 = o * rows + c * step;
-                    linear_rows_forward(lin, bias, out, inp, r0, r0 + step, gelu_aux, stream);
-                    tp_fork(tp, stream);
-                    tp_reduce(tp, out + (size_t)r0 * lin.out, (size_t)step * lin.out, o, what);
-                }
+                linear_rows_forward(lin, bias, out, inp, o * rows, (o + 1) * rows, gelu_aux, stream);
+                tp_fork(tp, stream);
+                tp_reduce(tp, out + (size_t)o * rows * lin.out, (size_t)rows * lin.out, o, what);
             }
         } else {
             linear_rows_forward(lin, bias, out, inp, 0, N, gelu_aux, stream);
@@ -483,23 +478,37 @@ static void linear_dgrad(const Linear<T> &lin, T *dinp, const T *dout, const T *
 }
 
 /*
- * Backward, given dout (N, lin.out), in three parts, so that a caller can run weight gradients beside a collective:
- *   linear_backward_input:  dinp = dout W (times gelu'(gelu_aux) when given: inp was gelu(gelu_aux)). Column-parallel
- *     under TP, dinp is then summed over the TP group (reduce-scattered under SP: only this rank's tokens of dinp are
- *     valid) on the TP stream, started and not waited for; row-parallel under SP, dout holds this rank's tokens only
- *     and is all-gathered in place first (it must stay unchanged until linear_backward_weight).
+ * Backward, given dout (N, lin.out), in parts, so that a caller can run weight gradients beside a collective:
+ *   linear_backward_gather: row-parallel under SP, dout holds this rank's tokens only: starts their all-gather (in
+ *     place) on the TP stream; dout must stay unchanged until linear_backward_weight. Nothing otherwise.
+ *   linear_backward_input:  dinp = dout W (times gelu'(gelu_aux) when given: inp was gelu(gelu_aux)), once the
+ *     gather is in. Column-parallel under TP, dinp is then summed over the TP group (reduce-scattered under SP: only
+ *     this rank's tokens of dinp are valid) on the TP stream, started and not waited for.
  *   linear_backward_weight: lin.dw += dout^T inp (written rather than added to when not accumulate).
  *   linear_backward_join:   the compute stream waits for the sum the input part started (column-parallel, TP).
  * dinp must not alias inp, which the weight gradient reads afterwards.
  */
+template <typename T> static bool linear_gathers_output_grad(const Linear<T> &lin) {
+    return linear_is(lin, LINEAR_ROW) && lin.tp->sp;
+}
+
+template <typename T> static void linear_backward_gather(const Linear<T> &lin, T *dout, int N, cudaStream_t stream) {
+    if (!linear_gathers_output_grad(lin)) { return; }
+    TensorParallel *tp = lin.tp;
+    tp_gather_start(tp, dout, (size_t)(N / tp->size) * lin.out, stream,
+                    "the tensor-parallel all-gather of a row-parallel layer's output gradient");
+    tp->gather_pending = 1;
+}
+
 template <typename T>
 static void linear_backward_input(const Linear<T> &lin, T *dinp, const T *dout, const T *inp, const T *gelu_aux, int N,
                                   cudaStream_t stream) {
     if (dinp == inp) { fail("linear_backward_input: dinp must not alias inp (the weight gradient reads it later)"); }
     TensorParallel *tp = lin.tp;
-    if (linear_is(lin, LINEAR_ROW) && tp->sp) {
-        const char *what = "the tensor-parallel all-gather of a row-parallel layer's output gradient";
-        tp_all_gather_joined(tp, (T *)dout, (size_t)(N / tp->size) * lin.out, stream, what);
+    if (linear_gathers_output_grad(lin)) {
+        if (!tp->gather_pending) { fail("linear_backward_input: the output gradient was not gathered first"); }
+        tp_join(tp, stream, "the tensor-parallel all-gather of a row-parallel layer's output gradient");
+        tp->gather_pending = 0;
     }
     linear_dgrad(lin, dinp, dout, gelu_aux, N, stream);
     if (linear_is(lin, LINEAR_COLUMN)) {
@@ -527,10 +536,11 @@ template <typename T> static void linear_backward_join(const Linear<T> &lin, cud
     }
 }
 
-// All three parts in order: the input gradient's TP sum runs beside the layer's own weight gradient.
+// All parts in order: the input gradient's TP sum runs beside the layer's own weight gradient.
 template <typename T>
 static void linear_backward(const Linear<T> &lin, T *dinp, const T *dout, const T *inp, const T *gelu_aux, int N,
                             int accumulate, cudaStream_t stream) {
+    linear_backward_gather(lin, (T *)dout, N, stream);
     linear_backward_input(lin, dinp, dout, inp, gelu_aux, N, stream);
     linear_backward_weight(lin, dout, inp, N, accumulate, stream);
     linear_backward_join(lin, stream);

@@ -19,9 +19,12 @@
  *     sum is marked with its own event (tp_chunk_mark) and waited for only where the same chunk's next half-block
  *     starts, so it runs beside the other chunks' GEMMs and attention.
  *   forward under SP: the residual stream is cut by rank, not by sequence, so the row-parallel GEMM itself is cut
- *     into TP_SP_CHUNKS pieces of each owner's tokens, each reduced onto its owner beside the next piece's GEMM.
- *   backward: a column-parallel dgrad's sum runs beside the weight-gradient GEMMs; an all-gather runs beside the
- *     GEMM of the tokens this rank already holds.
+ *     by owner: the rows of each owner's tokens, reduced onto it beside the GEMM of the next owner's. (Cut finer,
+ *     into 4 pieces an owner, the step took 137-151 ms instead of 117 at GPT-2 1558M, TP=2 on 2 x H200: every NCCL
+ *     call on a non-blocking communicator waits on the host for NCCL's thread to launch it, and the host fell
+ *     behind; 2 pieces an owner gained nothing over 1.)
+ *   backward: each collective runs beside weight-gradient GEMMs that gpt_backward puts off until then (the sum of a
+ *     column-parallel input gradient, and under SP the all-gather of the residual gradient for a row-parallel one).
  * TP = 1: no stream, no event, no collective; every function here returns at once.
  */
 #ifndef LLMC_TENSOR_PARALLEL_CUH
@@ -36,14 +39,11 @@
  * 120-140 us of GEMMs and attention. More chunks would only shrink the GEMMs and add collective latency.
  */
 #define TP_SEQUENCE_CHUNKS 2
-// Pieces of each owner's tokens in a row-parallel forward under SP. Measured at GPT-2 1558M, TP=2 on 2 x H200
-// (before sequence chunks, when the forward without SP cut its GEMMs the same way): 4 pieces 119 ms a step (13 ms
-// exposed), 8 pieces 128 ms (19 ms exposed).
-#define TP_SP_CHUNKS 4
 
 typedef struct {
-    int size, rank; // the TP group
-    int sp;         // sequence parallelism
+    int size, rank;     // the TP group
+    int sp;             // sequence parallelism
+    int gather_pending; // an output-gradient all-gather was started for the next row-parallel backward (matmul.cuh)
     cudaStream_t stream;
     cudaEvent_t compute_mark, tp_mark;
     cudaEvent_t chunk_done[TP_SEQUENCE_CHUNKS]; // the last sum started for each sequence chunk of the forward
@@ -68,7 +68,9 @@ static void tp_init(TensorParallel *tp, const Mesh *m, int sp) {
 static inline int tp_active(const TensorParallel *tp) { return tp && tp->size > 1; }
 
 // Tokens of an N-token micro-batch this rank keeps between blocks, and the first of them.
-static inline int tp_local_tokens(const TensorParallel *tp, int N) { return tp_active(tp) && tp->sp ? N / tp->size : N; }
+static inline int tp_local_tokens(const TensorParallel *tp, int N) {
+    return tp_active(tp) && tp->sp ? N / tp->size : N;
+}
 static inline int tp_first_token(const TensorParallel *tp, int N) {
     return tp_active(tp) && tp->sp ? tp->rank * (N / tp->size) : 0;
 }
@@ -117,11 +119,17 @@ template <typename T> static void tp_reduce_scatter(TensorParallel *tp, const T 
     comm_settle(comm_get(COMM_TP), what, g_comm.timeout_s);
 }
 
+// An all-gather of what the compute stream has queued so far, started beside its next work; tp_join waits for it.
+template <typename T>
+static void tp_gather_start(TensorParallel *tp, T *buf, size_t n, cudaStream_t compute, const char *what) {
+    tp_fork(tp, compute);
+    tp_all_gather(tp, buf, n, what);
+}
+
 // An all-gather the compute stream needs at once: forked from it and joined (its whole time counts as exposed).
 template <typename T>
 static void tp_all_gather_joined(TensorParallel *tp, T *buf, size_t n, cudaStream_t compute, const char *what) {
-    tp_fork(tp, compute);
-    tp_all_gather(tp, buf, n, what);
+    tp_gather_start(tp, buf, n, compute, what);
     tp_join(tp, compute, what);
 }
 

@@ -45,7 +45,8 @@ LOSS_TOL_BF16=1e-3; NORM_TOL_BF16=1e-2; WEIGHT_TOL_BF16=1e-2; STRAY_BF16=5e-2
 FAULT_LIMIT_S=60
 RUN_TIMEOUT_S=600
 PORT_BASE=${PORT_BASE:-29600}
-GEMM_ALGOS=gemm_algos.txt # choose_gemm_algos in train_gpt.cu
+GEMM_ALGOS=gemm_algos.txt          # rank 0's GEMM choices (choose_gemm_algos in train_gpt.cu)
+GEMM_ALGOS_GLOB='gemm_algos*.txt' # every rank's
 # Global batch 1024 tokens = B 4 x T 64 x accum x DP: 4 micro-steps on one GPU or a TP group, 2 per DP=2 rank.
 COMMON=(--depth 2 --width 256 --heads 4 --seq-len 64 --batch-size 4 --total-batch-tokens 1024 --steps "$STEPS"
         --warmup-steps 2 --lr 1e-3 --val-every 0 --sample-every 0 --checkpoint-every 0 --save 1 --log-every 1)
@@ -192,7 +193,7 @@ resume_test() { # NAME NP OPTIONS...
     for s in straight resumed; do
         if [ "$s" = resumed ]; then
             cp "$d/straight/$(printf 'model_%08d.bin' "$RESUME_AT")" "$d/straight/$(printf 'state_%08d.bin' "$RESUME_AT")" \
-                "$d/straight/$GEMM_ALGOS" "$d/straight/log.txt" "$d/resumed/"
+                "$d/straight/"$GEMM_ALGOS_GLOB "$d/straight/log.txt" "$d/resumed/"
             args+=(--resume 1)
         fi
         if ! timeout "$RUN_TIMEOUT_S" mpirun --allow-run-as-root -np "$np" --bind-to none -x NCCL_NVLS_ENABLE \
