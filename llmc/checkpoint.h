@@ -62,7 +62,8 @@ static inline ModelFileHeader model_file_read_header(FILE *f, const char *path) 
     }
     ModelFileHeader h;
     h.version = hd[1];
-    if (h.version != MODEL_VERSION_FP32 && h.version != MODEL_VERSION_BF16 && h.version != MODEL_VERSION_FP32_UNPADDED) {
+    if (h.version != MODEL_VERSION_FP32 && h.version != MODEL_VERSION_BF16 &&
+        h.version != MODEL_VERSION_FP32_UNPADDED) {
         fail("model file '%s' has version %d; supported are %d (fp32), %d (bf16) and %d (fp32, unpadded vocabulary): "
              "re-export it with llm.c's current train_gpt2.py",
              path, h.version, MODEL_VERSION_FP32, MODEL_VERSION_BF16, MODEL_VERSION_FP32_UNPADDED);
@@ -305,7 +306,8 @@ static inline FILE *state_file_open(const char *path, const ResumeKeys *expect, 
     keys.text[STATE_KEYS_BYTES - 1] = '\0';
     resume_keys_check(&keys, expect, path);
     if (hd[SH_NUM_PARAMS] != (int64_t)n) {
-        fail("checkpoint '%s' holds %lld parameters but this run's model has %zu", path, (long long)hd[SH_NUM_PARAMS], n);
+        fail("checkpoint '%s' holds %lld parameters but this run's model has %zu", path, (long long)hd[SH_NUM_PARAMS],
+             n);
     }
     long long want = (long long)(sizeof(hd) + STATE_KEYS_BYTES + 3 * n * sizeof(float));
     long long have = file_size_or_neg(path);

@@ -208,7 +208,9 @@ static inline int options_parse(Options *o, int argc, char **argv) {
             options_print_help(stdout, argv[0]);
             return 1;
         }
-        if (strncmp(a, "--", 2) != 0) { fail("unexpected argument '%s'; options look like --name value (see --help)", a); }
+        if (strncmp(a, "--", 2) != 0) {
+            fail("unexpected argument '%s'; options look like --name value (see --help)", a);
+        }
         const char *name = a + 2;
         const char *eq = strchr(name, '=');
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
