@@ -64,6 +64,23 @@ __device__ __forceinline__ AttnBlock attn_block(int nblocks) {
     return {group * ATTN_HEAD_GROUP + r % heads, r / heads};
 }
 
+// Where a block of `rows` rows works, with the heaviest causal blocks first (attn_block): query blocks from the end
+// of T (late rows see the most keys), key blocks from the start (early keys see the most queries). Offsets in
+// elements of the head's first row in qkv (its Q columns; K and V follow NH HS and 2 NH HS later) and in out / dout.
+struct AttnHead {
+    int bh, h, row0;    // head b NH + h; the block's first row
+    int partial_row;    // the block's row of bias partials, b nblocks + (block along T)
+    size_t qkv, out;    // the head's first element in qkv and in out / dout
+};
+template <int HS>
+__device__ __forceinline__ AttnHead attn_head(int Tlen, int NH, int rows, bool query_blocks) {
+    const int nblocks = (Tlen + rows - 1) / rows;
+    const AttnBlock blk = attn_block(nblocks);
+    const int block = query_blocks ? nblocks - 1 - blk.rank : blk.rank, b = blk.bh / NH, h = blk.bh % NH;
+    return {blk.bh, h, block * rows, b * nblocks + block, (size_t)b * Tlen * 3 * NH * HS + (size_t)h * HS,
+            (size_t)b * Tlen * NH * HS + (size_t)h * HS};
+}
+
 // ----------------------------------------------------------------------------------------------------------------
 // fp32: CUDA-core kernels. A block owns ATTN_ROWS_PER_BLOCK rows, one per warp; the rows it pairs them with come
 // through shared memory in tiles of WARP_SIZE rows, one per lane. Lane j computes its row's dot products alone
@@ -115,12 +132,10 @@ __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
     __shared__ float sQ[ATTN_ROWS_PER_BLOCK][HS];
     __shared__ float sK[ATTN_F32_TILE][HS + 1], sV[ATTN_F32_TILE][HS + 1];
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-    const int nblocks = (Tlen + ATTN_ROWS_PER_BLOCK - 1) / ATTN_ROWS_PER_BLOCK;
-    const AttnBlock blk = attn_block(nblocks);
-    const int r0 = (nblocks - 1 - blk.rank) * ATTN_ROWS_PER_BLOCK; // late rows see the most keys
-    const int row = r0 + warp, b = blk.bh / NH, h = blk.bh % NH;
+    const AttnHead hd = attn_head<HS>(Tlen, NH, ATTN_ROWS_PER_BLOCK, true);
+    const int r0 = hd.row0, row = r0 + warp;
     const size_t stride = (size_t)3 * NH * HS;
-    const float *q = qkv + (size_t)b * Tlen * stride + (size_t)h * HS, *k = q + NH * HS, *v = q + 2 * NH * HS;
+    const float *q = qkv + hd.qkv, *k = q + NH * HS, *v = q + 2 * NH * HS;
     attn_load_rows_f32(&sQ[0][0], HS, q, stride, r0, ATTN_ROWS_PER_BLOCK, Tlen, HS);
 
     float o[DPL] = {}, m = -INFINITY, l = 0.0f; // l: this lane's share of the row sum
@@ -147,10 +162,10 @@ __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
     }
     l = warp_sum(l);
     if (row < Tlen) {
-        float *orow = out + ((size_t)b * Tlen + row) * NH * HS + (size_t)h * HS;
+        float *orow = out + hd.out + (size_t)row * NH * HS;
 #pragma unroll
         for (int i = 0; i < DPL; i++) { orow[lane + i * WARP_SIZE] = o[i] / l; }
-        if (lane == 0) { lse[(size_t)blk.bh * Tlen + row] = m + logf(l); }
+        if (lane == 0) { lse[(size_t)hd.bh * Tlen + row] = m + logf(l); }
     }
 }
 
@@ -165,19 +180,16 @@ __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
     __shared__ float sQ[ATTN_ROWS_PER_BLOCK][HS], sdO[ATTN_ROWS_PER_BLOCK][HS];
     __shared__ float sK[ATTN_F32_TILE][HS + 1], sV[ATTN_F32_TILE][HS + 1];
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-    const int nblocks = (Tlen + ATTN_ROWS_PER_BLOCK - 1) / ATTN_ROWS_PER_BLOCK;
-    const AttnBlock blk = attn_block(nblocks);
-    const int r0 = (nblocks - 1 - blk.rank) * ATTN_ROWS_PER_BLOCK;
-    const int row = r0 + warp, b = blk.bh / NH, h = blk.bh % NH;
+    const AttnHead hd = attn_head<HS>(Tlen, NH, ATTN_ROWS_PER_BLOCK, true);
+    const int r0 = hd.row0, row = r0 + warp;
     const size_t stride = (size_t)3 * NH * HS;
-    const float *q = qkv + (size_t)b * Tlen * stride + (size_t)h * HS, *k = q + NH * HS, *v = q + 2 * NH * HS;
+    const float *q = qkv + hd.qkv, *k = q + NH * HS, *v = q + 2 * NH * HS;
     attn_load_rows_f32(&sQ[0][0], HS, q, stride, r0, ATTN_ROWS_PER_BLOCK, Tlen, HS);
-    attn_load_rows_f32(&sdO[0][0], HS, dout + (size_t)b * Tlen * NH * HS + (size_t)h * HS, (size_t)NH * HS, r0,
-                       ATTN_ROWS_PER_BLOCK, Tlen, HS);
-    const float lse_i = row < Tlen ? lse[(size_t)blk.bh * Tlen + row] : 0.0f;
+    attn_load_rows_f32(&sdO[0][0], HS, dout + hd.out, (size_t)NH * HS, r0, ATTN_ROWS_PER_BLOCK, Tlen, HS);
+    const float lse_i = row < Tlen ? lse[(size_t)hd.bh * Tlen + row] : 0.0f;
     float d_i = 0.0f;
     if (row < Tlen) { // from global memory: sdO is not complete before the loop's first barrier
-        const size_t off = ((size_t)b * Tlen + row) * NH * HS + (size_t)h * HS;
+        const size_t off = hd.out + (size_t)row * NH * HS;
 #pragma unroll
         for (int i = 0; i < DPL; i++) {
             const size_t at = off + lane + i * WARP_SIZE;
@@ -185,7 +197,7 @@ __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
         }
     }
     d_i = warp_sum(d_i);
-    if (row < Tlen && lane == 0) { dsum[(size_t)blk.bh * Tlen + row] = d_i; }
+    if (row < Tlen && lane == 0) { dsum[(size_t)hd.bh * Tlen + row] = d_i; }
 
     float dq[DPL] = {};
     const int ntiles = (min(r0 + ATTN_ROWS_PER_BLOCK, Tlen) - 1) / ATTN_F32_TILE + 1;
@@ -209,13 +221,12 @@ __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
 #pragma unroll
     for (int i = 0; i < DPL; i++) { dq[i] *= scale; }
     if (row < Tlen) {
-        float *dqrow = dqkv + ((size_t)b * Tlen + row) * 3 * NH * HS + (size_t)h * HS;
+        float *dqrow = dqkv + hd.qkv + (size_t)row * stride;
 #pragma unroll
         for (int i = 0; i < DPL; i++) { dqrow[lane + i * WARP_SIZE] = dq[i]; }
     }
     if (partial) {
-        float *prow = partial + ((size_t)b * nblocks + r0 / ATTN_ROWS_PER_BLOCK) * stride;
-        attn_colsum_f32<HS>(prow + (size_t)h * HS, sQ, dq, row < Tlen);
+        attn_colsum_f32<HS>(partial + (size_t)hd.partial_row * stride + (size_t)hd.h * HS, sQ, dq, row < Tlen);
     }
 }
 
@@ -229,14 +240,11 @@ __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
     __shared__ float sK[ATTN_ROWS_PER_BLOCK][HS], sV[ATTN_ROWS_PER_BLOCK][HS];
     __shared__ float sQ[ATTN_F32_TILE][HS + 1], sdO[ATTN_F32_TILE][HS + 1];
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-    const int nblocks = (Tlen + ATTN_ROWS_PER_BLOCK - 1) / ATTN_ROWS_PER_BLOCK;
-    const AttnBlock blk = attn_block(nblocks);
-    const int k0 = blk.rank * ATTN_ROWS_PER_BLOCK; // early keys see the most queries
-    const int key = k0 + warp, b = blk.bh / NH, h = blk.bh % NH;
+    const AttnHead hd = attn_head<HS>(Tlen, NH, ATTN_ROWS_PER_BLOCK, false);
+    const int k0 = hd.row0, key = k0 + warp;
     const size_t stride = (size_t)3 * NH * HS;
-    const float *q = qkv + (size_t)b * Tlen * stride + (size_t)h * HS, *k = q + NH * HS, *v = q + 2 * NH * HS;
-    const float *dO = dout + (size_t)b * Tlen * NH * HS + (size_t)h * HS;
-    const float *lse_bh = lse + (size_t)blk.bh * Tlen, *dsum_bh = dsum + (size_t)blk.bh * Tlen;
+    const float *q = qkv + hd.qkv, *k = q + NH * HS, *v = q + 2 * NH * HS, *dO = dout + hd.out;
+    const float *lse_bh = lse + (size_t)hd.bh * Tlen, *dsum_bh = dsum + (size_t)hd.bh * Tlen;
     attn_load_rows_f32(&sK[0][0], HS, k, stride, k0, ATTN_ROWS_PER_BLOCK, Tlen, HS);
     attn_load_rows_f32(&sV[0][0], HS, v, stride, k0, ATTN_ROWS_PER_BLOCK, Tlen, HS);
 
@@ -264,7 +272,7 @@ __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
 #pragma unroll
     for (int i = 0; i < DPL; i++) { dk[i] *= scale; }
     if (key < Tlen) {
-        float *dkrow = dqkv + ((size_t)b * Tlen + key) * 3 * NH * HS + (size_t)(NH + h) * HS;
+        float *dkrow = dqkv + hd.qkv + (size_t)key * stride + (size_t)NH * HS;
         float *dvrow = dkrow + (size_t)NH * HS;
 #pragma unroll
         for (int i = 0; i < DPL; i++) {
@@ -273,9 +281,9 @@ __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
         }
     }
     if (partial) {
-        float *prow = partial + ((size_t)b * nblocks + k0 / ATTN_ROWS_PER_BLOCK) * stride;
-        attn_colsum_f32<HS>(prow + (size_t)(NH + h) * HS, sK, dk, key < Tlen);
-        attn_colsum_f32<HS>(prow + (size_t)(2 * NH + h) * HS, sV, dv, key < Tlen);
+        float *prow = partial + (size_t)hd.partial_row * stride + (size_t)hd.h * HS;
+        attn_colsum_f32<HS>(prow + (size_t)NH * HS, sK, dk, key < Tlen);
+        attn_colsum_f32<HS>(prow + (size_t)2 * NH * HS, sV, dv, key < Tlen);
     }
 }
 
@@ -693,12 +701,10 @@ __global__ void __launch_bounds__(ATTN_WG_THREADS)
     auto sK = [&](int st) { return sKV + (2 * st) * TILE; };
     auto sV = [&](int st) { return sKV + (2 * st + 1) * TILE; };
     const int warp = threadIdx.x / WARP_SIZE;
-    const int nblocks = (Tlen + ROWS - 1) / ROWS;
-    const AttnBlock blk = attn_block(nblocks);
-    const int q0 = (nblocks - 1 - blk.rank) * ROWS; // late rows see the most keys
-    const int b = blk.bh / NH, h = blk.bh % NH;
+    const AttnHead hd = attn_head<HS>(Tlen, NH, ROWS, true);
+    const int q0 = hd.row0;
     const size_t stride = (size_t)3 * NH * HS;
-    const bf16 *q = qkv + (size_t)b * Tlen * stride + (size_t)h * HS, *k = q + NH * HS, *v = q + 2 * NH * HS;
+    const bf16 *q = qkv + hd.qkv, *k = q + NH * HS, *v = q + 2 * NH * HS;
     const int nkv = (min(q0 + ROWS, Tlen) + ROWS - 1) / ROWS, row_base = q0 + warp * 16;
 
     load_tile_async<HS>(sQ, q, stride, q0, Tlen);
@@ -739,8 +745,7 @@ __global__ void __launch_bounds__(ATTN_WG_THREADS)
         fence_proxy_async();
         __syncthreads(); // tile j+1 has landed and nobody reads stage st any more
     }
-    attn_forward_store(out + (size_t)b * Tlen * NH * HS + (size_t)h * HS, (size_t)NH * HS, lse + (size_t)blk.bh * Tlen,
-                       o, m, l, row_base, Tlen);
+    attn_forward_store(out + hd.out, (size_t)NH * HS, lse + (size_t)hd.bh * Tlen, o, m, l, row_base, Tlen);
 }
 
 // ----------------------------------------------------------------------------------------------------------------
@@ -763,13 +768,10 @@ __global__ void __launch_bounds__(ATTN_WG_THREADS)
     auto sK = [&](int st) { return sKV + (2 * st) * TILE; };
     auto sV = [&](int st) { return sKV + (2 * st + 1) * TILE; };
     const int warp = threadIdx.x / WARP_SIZE;
-    const int nblocks = (Tlen + ROWS - 1) / ROWS;
-    const AttnBlock blk = attn_block(nblocks);
-    const int q0 = (nblocks - 1 - blk.rank) * ROWS;
-    const int b = blk.bh / NH, h = blk.bh % NH;
+    const AttnHead hd = attn_head<HS>(Tlen, NH, ROWS, true);
+    const int q0 = hd.row0;
     const size_t stride = (size_t)3 * NH * HS, ostride = (size_t)NH * HS;
-    const bf16 *q = qkv + (size_t)b * Tlen * stride + (size_t)h * HS, *k = q + NH * HS, *v = q + 2 * NH * HS;
-    const bf16 *dO = dout + (size_t)b * Tlen * ostride + (size_t)h * HS;
+    const bf16 *q = qkv + hd.qkv, *k = q + NH * HS, *v = q + 2 * NH * HS, *dO = dout + hd.out;
     const int nkv = (min(q0 + ROWS, Tlen) + ROWS - 1) / ROWS, row_base = q0 + warp * 16;
 
     load_tile_async<HS>(sQ, q, stride, q0, Tlen);
@@ -778,8 +780,8 @@ __global__ void __launch_bounds__(ATTN_WG_THREADS)
     load_tile_async<HS>(sV(0), v, stride, 0, Tlen);
     cp_async_commit();
     float lrow[2], drow[2];
-    attn_row_stats<HS>(lrow, drow, dO, out + (size_t)b * Tlen * ostride + (size_t)h * HS, ostride,
-                       lse + (size_t)blk.bh * Tlen, dsum + (size_t)blk.bh * Tlen, row_base, Tlen);
+    attn_row_stats<HS>(lrow, drow, dO, out + hd.out, ostride, lse + (size_t)hd.bh * Tlen, dsum + (size_t)hd.bh * Tlen,
+                       row_base, Tlen);
     cp_async_wait<0>();
     fence_proxy_async();
     __syncthreads();
@@ -820,8 +822,7 @@ __global__ void __launch_bounds__(ATTN_WG_THREADS)
         __syncthreads();
     }
     // the shared tiles are free for the bias sums: the loop ended with a barrier and no copy or MMA in flight
-    attn_grad_store(dqkv + (size_t)b * Tlen * stride + (size_t)h * HS, stride,
-                    partial ? partial + ((size_t)b * nblocks + q0 / ROWS) * stride + (size_t)h * HS : NULL,
+    attn_grad_store(dqkv + hd.qkv, stride, partial ? partial + (size_t)hd.partial_row * stride + (size_t)hd.h * HS : NULL,
                     reinterpret_cast<float *>(aligned), dq, row_base, Tlen, scale);
 }
 
@@ -849,14 +850,13 @@ __global__ void __launch_bounds__(ATTN_WG_THREADS)
     float *sL = reinterpret_cast<float *>(aligned + ATTN_DKDV_TILES * TILE); // [2][ROWS]: lse * log2(e)
     float *sD = sL + 2 * ROWS;                                               // [2][ROWS]: D
     const int warp = threadIdx.x / WARP_SIZE;
-    const int nblocks = (Tlen + ROWS - 1) / ROWS;
-    const AttnBlock blk = attn_block(nblocks);
-    const int k0 = blk.rank * ROWS; // early keys see the most queries
-    const int b = blk.bh / NH, h = blk.bh % NH;
+    const AttnHead hd = attn_head<HS>(Tlen, NH, ROWS, false);
+    const int k0 = hd.row0;
     const size_t stride = (size_t)3 * NH * HS, ostride = (size_t)NH * HS;
-    const bf16 *q = qkv + (size_t)b * Tlen * stride + (size_t)h * HS, *k = q + NH * HS, *v = q + 2 * NH * HS;
-    const bf16 *dO = dout + (size_t)b * Tlen * ostride + (size_t)h * HS;
-    const float *lse_bh = lse + (size_t)blk.bh * Tlen, *dsum_bh = dsum + (size_t)blk.bh * Tlen;
+    const bf16 *q = qkv + hd.qkv, *k = q + NH * HS, *v = q + 2 * NH * HS, *dO = dout + hd.out;
+    const float *lse_bh = lse + (size_t)hd.bh * Tlen, *dsum_bh = dsum + (size_t)hd.bh * Tlen;
+    bf16 *dk_dst = dqkv + hd.qkv + (size_t)NH * HS;
+    float *prow = partial ? partial + (size_t)hd.partial_row * stride + (size_t)(NH + hd.h) * HS : NULL;
     const int qt0 = k0 / ROWS, nqt = (Tlen + ROWS - 1) / ROWS, key_base = k0 + warp * 16;
     auto load_q_tile = [&](int st, int qt) {
         attn_load_query_tile<HS>(sQ(st), sdO(st), sL + st * ROWS, sD + st * ROWS, q, stride, dO, ostride, lse_bh,
@@ -908,12 +908,10 @@ __global__ void __launch_bounds__(ATTN_WG_THREADS)
         __syncthreads();
     }
     // the shared tiles are free for the bias sums: the loop ended with a barrier and no copy or MMA in flight
-    bf16 *dk_dst = dqkv + (size_t)b * Tlen * stride + (size_t)(NH + h) * HS;
-    float *prow = partial ? partial + ((size_t)b * nblocks + blk.rank) * stride : NULL;
     float *red = reinterpret_cast<float *>(aligned);
-    attn_grad_store(dk_dst, stride, prow ? prow + (size_t)(NH + h) * HS : NULL, red, dk, key_base, Tlen, scale);
-    attn_grad_store(dk_dst + (size_t)NH * HS, stride, prow ? prow + (size_t)(2 * NH + h) * HS : NULL, red, dv,
-                    key_base, Tlen, 1.0f);
+    attn_grad_store(dk_dst, stride, prow, red, dk, key_base, Tlen, scale);
+    attn_grad_store(dk_dst + (size_t)NH * HS, stride, prow ? prow + (size_t)NH * HS : NULL, red, dv, key_base, Tlen,
+                    1.0f);
 }
 
 // ----------------------------------------------------------------------------------------------------------------
