@@ -400,32 +400,17 @@ template <typename floatX> static void gpt_load_tokens(GPT<floatX> *g, const int
 }
 
 /*
- * The forward runs in chunks of whole sequences (llmc/tensor_parallel.cuh): under TP without SP, TP_SEQUENCE_CHUNKS
- * (at most B), so that a chunk's row-parallel sum hides behind the other chunks' work; otherwise one, the whole
- * micro-batch. Chunk k covers sequences [b0, b0 + nb), rows [row, row + rows) of the (N, ...) activations; its
- * LayerNorms and residual adds cover rows [ln_row, ln_row + ln_rows) of the LayerNorm outputs and projections, which
- * are rows [res_row, ...) of the residual stream and statistics. Those are the chunk's rows, but under SP (one chunk)
- * this rank's tokens: from t0 in the first, from 0 in the second (it holds only its own).
+ * The forward is a pipeline of stages over chunks of the micro-batch (llmc/mesh.h's forward_chunk): stage 2l is block
+ * l's attention, 2l + 1 its MLP, 2L the head. A stage of a chunk is
+ *   begin:  once the chunk's last collective is in, its LayerNorm (the residual add of the stage below fused in) on
+ *           the chunk's rows, under SP this rank's tokens of them, then (SP) their all-gather;
+ *   input:  once that is in, the column-parallel GEMM (qkv, fc, the LM head), and attention;
+ *   output: the row-parallel GEMM (attention projection, fc2), whose TP sum then runs beside the next chunk's work.
+ * The compute stream runs each stage chunk after chunk, and stage s of a chunk begins once the stage below has
+ * ended for that chunk: its sum has the other chunks' stages to hide behind.
  */
-typedef struct {
-    int b0, nb, row, rows, ln_row, ln_rows, res_row;
-} ForwardChunk;
-
-template <typename floatX> static int forward_chunks(const GPT<floatX> *g, int B) {
-    return tp_active(&g->tp) && !g->tp.sp ? (B < TP_SEQUENCE_CHUNKS ? B : TP_SEQUENCE_CHUNKS) : 1;
-}
-
-template <typename floatX> static ForwardChunk forward_chunk(const GPT<floatX> *g, int B, int T, int k) {
-    int K = forward_chunks(g, B), N = B * T;
-    ForwardChunk f;
-    f.b0 = k * B / K;
-    f.nb = (k + 1) * B / K - f.b0;
-    f.row = f.b0 * T;
-    f.rows = f.nb * T;
-    f.ln_row = K > 1 ? f.row : tp_first_token(&g->tp, N);
-    f.ln_rows = K > 1 ? f.rows : tp_local_tokens(&g->tp, N);
-    f.res_row = K > 1 ? f.row : 0;
-    return f;
+template <typename floatX> static ForwardChunk gpt_chunk(const GPT<floatX> *g, int B, int T, int k) {
+    return forward_chunk(&g->mesh, g->tp.sp, B, T, k);
 }
 
 // The fused residual add + LayerNorm of chunk f: out and dx at its LayerNorm rows, the residual stream (resid, x)
@@ -438,82 +423,96 @@ static void chunk_layernorm(const ForwardChunk &f, int C, floatX *out, float *me
                       dx ? dx + lr : NULL, w, b, f.ln_rows, C, s);
 }
 
-// The input embedding of chunk k's tokens into the residual stream (acts.res[0]). Under TP each rank embeds the
-// tokens of its vocabulary rows (llmc/encoder.cuh), and the group sums them (marked as chunk k's sum): all-reduced,
-// or under SP reduce-scattered from the projection scratch onto each rank's tokens.
-template <typename floatX> static void gpt_embed(GPT<floatX> *g, int B, int T, int k) {
+// The input embedding of chunk f's tokens into the residual stream (acts.res[0]). Under TP each rank embeds the
+// tokens of its vocabulary rows (llmc/encoder.cuh), and the group sums them as the chunk's collective: all-reduced,
+// or under SP from the projection scratch onto each owner's residual stream.
+template <typename floatX> static void gpt_embed(GPT<floatX> *g, int T, const ForwardChunk &f) {
     const Activations<floatX> &a = g->acts;
-    ForwardChunk f = forward_chunk(g, B, T, k);
     int C = g->config.channels;
     const floatX *w = g->weights;
-    TensorParallel *tp = &g->tp;
-    cudaStream_t s = g_cuda.stream;
-    floatX *dst = (tp->sp ? a.proj : a.res) + (size_t)f.row * C;
-    encoder_forward(dst, g->d_tokens + f.row, w + g->layout.offset[P_WTE], w + g->layout.offset[P_WPE], f.nb, T, C,
-                    g->emb, s);
-    if (!tp_active(tp)) { return; }
-    const char *what = "the tensor-parallel sum of the embeddings";
-    tp_fork(tp, s);
-    if (tp->sp) {
-        tp_reduce_scatter(tp, a.proj, a.res, (size_t)f.ln_rows * C, what);
-    } else {
-        tp_all_reduce(tp, dst, (size_t)f.rows * C, what);
-    }
-    tp_chunk_mark(tp, k, what);
+    floatX *dst = g->tp.sp ? a.proj : a.res;
+    encoder_forward(dst + (size_t)f.row * C, g->d_tokens + f.row, w + g->layout.offset[P_WTE],
+                    w + g->layout.offset[P_WPE], f.rows / T, T, C, g->emb, g_cuda.stream);
+    tp_chunk_sum(&g->tp, dst, g->tp.sp ? a.res : (floatX *)NULL, C, f, g_cuda.stream,
+                 "the tensor-parallel sum of the embeddings");
 }
 
-// Logits of B x T tokens (already on the GPU) into acts.logits. Each half-block (attention, MLP) runs chunk after
-// chunk, and begins, once the chunk's last sum is in, with the residual add of the half-block below it fused into
-// its LayerNorm.
-template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T) {
-    const GPTConfig *c = &g->config;
-    int C = c->channels, L = c->num_layers, A = g->attn, M = g->mlp, K = forward_chunks(g, B);
-    int HS = C / c->num_heads, NHl = g->heads;
+template <typename floatX> static void stage_begin(GPT<floatX> *g, int stage, int N, const ForwardChunk &f) {
     const Activations<floatX> &a = g->acts;
-    TensorParallel *tp = &g->tp;
-    cudaStream_t s = g_cuda.stream;
+    int C = g->config.channels, L = g->config.num_layers, l = stage / 2;
     const floatX *w = g->weights;
-    const size_t *off = g->layout.offset;
-
-    updated_wait(g, L);
-    for (int k = 0; k < K; k++) { gpt_embed(g, B, T, k); }
-    for (int l = 0; l < L; l++) {
+    cudaStream_t s = g_cuda.stream;
+    tp_chunk_wait(&g->tp, s, f.k);
+    floatX *out;
+    if (stage == 2 * L) { // the final LayerNorm of block L - 1's output
+        LayerActs<floatX> top = layer_acts(g, L - 1);
+        float *mean = a.lnf_stats, *rstd = a.lnf_stats + tp_local_tokens(&g->tp, N);
+        out = a.lnf;
+        chunk_layernorm(f, C, out, mean, rstd, top.res_out, top.res2, a.proj, w + g->layout.offset[P_LNFW],
+                        w + g->layout.offset[P_LNFB], s);
+    } else if (stage % 2 == 0) { // block l's input = block l - 1's attention output + its MLP's (in proj)
+        if (f.k == 0) { updated_wait(g, l); }
         LayerActs<floatX> x = layer_acts(g, l), below = layer_acts(g, l > 0 ? l - 1 : 0);
-        Linear<floatX> qkv = layer_linear(g, P_QKVW, P_QKVB, l, C, 3 * A, LINEAR_COLUMN);
-        Linear<floatX> attproj = layer_linear(g, P_ATTPROJW, P_ATTPROJB, l, A, C, LINEAR_ROW);
-        Linear<floatX> fc = layer_linear(g, P_FCW, P_FCB, l, C, M, LINEAR_COLUMN);
-        Linear<floatX> fcproj = layer_linear(g, P_FCPROJW, P_FCPROJB, l, M, C, LINEAR_ROW);
-        updated_wait(g, l);
+        out = x.ln1;
+        chunk_layernorm(f, C, out, x.ln1_mean, x.ln1_rstd, l > 0 ? x.res_in : (floatX *)NULL,
+                        l > 0 ? below.res2 : x.res_in, l > 0 ? a.proj : (const floatX *)NULL,
+                        param_slice(g, w, P_LN1W, l), param_slice(g, w, P_LN1B, l), s);
+    } else { // block l's attention output = its input + the attention projection (in proj)
+        LayerActs<floatX> x = layer_acts(g, l);
+        out = x.ln2;
+        chunk_layernorm(f, C, out, x.ln2_mean, x.ln2_rstd, x.res2, x.res_in, a.proj, param_slice(g, w, P_LN2W, l),
+                        param_slice(g, w, P_LN2B, l), s);
+    }
+    tp_chunk_gather(&g->tp, out, C, f, s, "the tensor-parallel gather of a LayerNorm's output");
+}
+
+template <typename floatX> static void stage_input(GPT<floatX> *g, int stage, int T, const ForwardChunk &f) {
+    const GPTConfig *c = &g->config;
+    int C = c->channels, L = c->num_layers, l = stage / 2, A = g->attn, M = g->mlp;
+    cudaStream_t s = g_cuda.stream;
+    if (g->tp.sp) { tp_chunk_wait(&g->tp, s, f.k); } // the gather stage_begin started
+    if (stage == 2 * L) {
+        linear_forward(lm_head(g), g->acts.logits, g->acts.lnf, (floatX *)NULL, f, s);
+        return;
+    }
+    LayerActs<floatX> x = layer_acts(g, l);
+    if (stage % 2 == 0) {
+        linear_forward(layer_linear(g, P_QKVW, P_QKVB, l, C, 3 * A, LINEAR_COLUMN), x.qkv, x.ln1, (floatX *)NULL, f,
+                       s);
+        size_t r = f.row; // lse is (B, NH/TP, T): the chunk's sequences start at r NH/TP
+        attention_forward(x.atty + r * A, x.lse + r * g->heads, x.qkv + r * 3 * A, f.rows / T, T, g->heads,
+                          C / c->num_heads, s);
+    } else {
+        linear_forward(layer_linear(g, P_FCW, P_FCB, l, C, M, LINEAR_COLUMN), x.h4, x.ln2, x.fch, f, s);
+    }
+}
+
+template <typename floatX> static void stage_output(GPT<floatX> *g, int stage, const ForwardChunk &f) {
+    int C = g->config.channels, L = g->config.num_layers, l = stage / 2;
+    if (stage == 2 * L) { return; } // the head has no output GEMM
+    LayerActs<floatX> x = layer_acts(g, l);
+    if (stage % 2 == 0) {
+        linear_forward(layer_linear(g, P_ATTPROJW, P_ATTPROJB, l, g->attn, C, LINEAR_ROW), g->acts.proj, x.atty,
+                       (floatX *)NULL, f, g_cuda.stream);
+    } else {
+        linear_forward(layer_linear(g, P_FCPROJW, P_FCPROJB, l, g->mlp, C, LINEAR_ROW), g->acts.proj, x.h4,
+                       (floatX *)NULL, f, g_cuda.stream);
+    }
+}
+
+// Logits of B x T tokens (already on the GPU) into acts.logits.
+template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T) {
+    int stages = 2 * g->config.num_layers + 1, K = forward_chunks(&g->mesh, g->tp.sp, B);
+    updated_wait(g, g->config.num_layers); // wte, wpe and the final LayerNorm
+    for (int k = 0; k < K; k++) { gpt_embed(g, T, gpt_chunk(g, B, T, k)); }
+    for (int stage = 0; stage < stages; stage++) {
         for (int k = 0; k < K; k++) {
-            ForwardChunk f = forward_chunk(g, B, T, k);
-            size_t r = f.row;
-            tp_chunk_wait(tp, s, k);
-            // block l - 1's output = its attention output + its MLP's (in proj); none below the first block
-            chunk_layernorm(f, C, x.ln1, x.ln1_mean, x.ln1_rstd, l > 0 ? x.res_in : (floatX *)NULL,
-                            l > 0 ? below.res2 : x.res_in, l > 0 ? a.proj : (const floatX *)NULL,
-                            param_slice(g, w, P_LN1W, l), param_slice(g, w, P_LN1B, l), s);
-            linear_forward(qkv, x.qkv + r * 3 * A, x.ln1 + r * C, f.rows, (floatX *)NULL, k, s);
-            attention_forward(x.atty + r * A, x.lse + (size_t)f.b0 * NHl * T, x.qkv + r * 3 * A, f.nb, T, NHl, HS, s);
-            linear_forward(attproj, a.proj + r * C, x.atty + r * A, f.rows, (floatX *)NULL, k, s);
-        }
-        for (int k = 0; k < K; k++) {
-            ForwardChunk f = forward_chunk(g, B, T, k);
-            size_t r = f.row;
-            tp_chunk_wait(tp, s, k);
-            chunk_layernorm(f, C, x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, x.res_in, a.proj, param_slice(g, w, P_LN2W, l),
-                            param_slice(g, w, P_LN2B, l), s);
-            linear_forward(fc, x.h4 + r * M, x.ln2 + r * C, f.rows, x.fch + r * M, k, s);
-            linear_forward(fcproj, a.proj + r * C, x.h4 + r * M, f.rows, (floatX *)NULL, k, s);
+            ForwardChunk f = gpt_chunk(g, B, T, k);
+            stage_begin(g, stage, B * T, f);
+            stage_input(g, stage, T, f);
+            stage_output(g, stage, f);
         }
     }
-    LayerActs<floatX> top = layer_acts(g, L - 1);
-    int ns = tp_local_tokens(tp, B * T);
-    for (int k = 0; k < K; k++) {
-        tp_chunk_wait(tp, s, k);
-        chunk_layernorm(forward_chunk(g, B, T, k), C, a.lnf, a.lnf_stats, a.lnf_stats + ns, top.res_out, top.res2,
-                        a.proj, w + off[P_LNFW], w + off[P_LNFB], s);
-    }
-    linear_forward(lm_head(g), a.logits, a.lnf, B * T, (floatX *)NULL, 0, s);
     g->update_pending = 0; // every group was waited for
 }
 

@@ -822,8 +822,8 @@ __global__ void __launch_bounds__(ATTN_WG_THREADS)
         __syncthreads();
     }
     // the shared tiles are free for the bias sums: the loop ended with a barrier and no copy or MMA in flight
-    attn_grad_store(dqkv + hd.qkv, stride, partial ? partial + (size_t)hd.partial_row * stride + (size_t)hd.h * HS : NULL,
-                    reinterpret_cast<float *>(aligned), dq, row_base, Tlen, scale);
+    float *head_partial = partial ? partial + (size_t)hd.partial_row * stride + (size_t)hd.h * HS : NULL;
+    attn_grad_store(dqkv + hd.qkv, stride, head_partial, reinterpret_cast<float *>(aligned), dq, row_base, Tlen, scale);
 }
 
 // ----------------------------------------------------------------------------------------------------------------

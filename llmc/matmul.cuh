@@ -415,47 +415,22 @@ static void linear_rows_forward(const Linear<T> &lin, const T *bias, T *out, con
 }
 
 /*
- * out (N, lin.out) = inp (N, lin.in) W^T + b. With gelu_aux: gelu_aux = that, and out = gelu(that).
- * Column-parallel under SP: inp holds this rank's tokens only and is all-gathered in place, beside the GEMM of
- * those tokens. Row-parallel: the sum of out over the TP group is started on the TP stream and marked as sequence
- * chunk `chunk`'s (llmc/tensor_parallel.cuh); the caller waits for it (tp_chunk_wait) before it reads out. Under SP
- * the sum goes onto each token's owner, owner by owner beside the GEMM of the next owner's tokens; then only this
- * rank's tokens of out are valid.
+ * Rows [f.row, f.row + f.rows) of forward chunk f (llmc/mesh.h): out = inp W^T + b; with gelu_aux: gelu_aux = that,
+ * and out = gelu(that). inp must hold those rows whole on every rank (under SP the caller gathered them:
+ * tp_chunk_gather). Row-parallel: TP rank 0 adds the bias, and the sum over the TP group is started on the TP stream
+ * and marked as the chunk's collective (tp_chunk_sum); the caller waits for it (tp_chunk_wait) before it reads out.
+ * Under SP it goes onto the rows' owners: then only this rank's tokens of out are valid.
  */
 template <typename T>
-static void linear_forward(const Linear<T> &lin, T *out, const T *inp, int N, T *gelu_aux, int chunk,
+static void linear_forward(const Linear<T> &lin, T *out, const T *inp, T *gelu_aux, const ForwardChunk &f,
                            cudaStream_t stream) {
-    TensorParallel *tp = lin.tp;
-    if (linear_is(lin, LINEAR_ROW)) {
+    bool row_parallel = linear_is(lin, LINEAR_ROW);
+    const T *bias = row_parallel && lin.tp->rank != 0 ? NULL : lin.b;
+    linear_rows_forward(lin, bias, out, inp, f.row, f.row + f.rows, gelu_aux, stream);
+    if (row_parallel) {
         const char *what = "the tensor-parallel sum of a row-parallel layer's output";
-        const T *bias = tp->rank == 0 ? lin.b : NULL;
-        if (tp->sp) {
-            const int rows = N / tp->size;
-            for (int o = 0; o < tp->size; o++) {
-                linear_rows_forward(lin, bias, out, inp, o * rows, (o + 1) * rows, gelu_aux, stream);
-                tp_fork(tp, stream);
-                tp_reduce(tp, out + (size_t)o * rows * lin.out, (size_t)rows * lin.out, o, what);
-            }
-        } else {
-            linear_rows_forward(lin, bias, out, inp, 0, N, gelu_aux, stream);
-            tp_fork(tp, stream);
-            tp_all_reduce(tp, out, (size_t)N * lin.out, what);
-        }
-        tp_chunk_mark(tp, chunk, what);
-        return;
+        tp_chunk_sum(lin.tp, out, (T *)NULL, lin.out, f, stream, what);
     }
-    if (linear_is(lin, LINEAR_COLUMN) && tp->sp) {
-        const char *what = "the tensor-parallel all-gather of a column-parallel layer's input";
-        int mine = N / tp->size, first = tp->rank * mine;
-        tp_fork(tp, stream);
-        tp_all_gather(tp, (T *)inp, (size_t)mine * lin.in, what);
-        linear_rows_forward(lin, lin.b, out, inp, first, first + mine, gelu_aux, stream);
-        tp_join(tp, stream, what);
-        linear_rows_forward(lin, lin.b, out, inp, 0, first, gelu_aux, stream);
-        linear_rows_forward(lin, lin.b, out, inp, first + mine, N, gelu_aux, stream);
-        return;
-    }
-    linear_rows_forward(lin, lin.b, out, inp, 0, N, gelu_aux, stream);
 }
 
 // dinp = dout W, times gelu'(gelu_aux) when that is given.

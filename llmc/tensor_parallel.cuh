@@ -5,24 +5,22 @@
  * column-parallel Linear (qkv, fc, the LM head) needs its whole input on every rank and leaves each rank a slice of
  * the output features; a row-parallel one (attention projection, fc2) takes that slice and leaves a partial sum of
  * the whole output, summed over the group. In backward the roles swap: the column-parallel input gradient is the
- * partial sum. llmc/matmul.cuh's Linear does these collectives itself, so callers see whole activations:
+ * partial sum. The collectives:
  *   no sequence parallelism: all-reduce after a row-parallel forward and a column-parallel dgrad.
  *   sequence parallelism (SP): between blocks each rank keeps 1/TP of the tokens (the residual stream, the
- *     LayerNorms); all-gather the tokens before a column-parallel forward (and the residual gradient before a
- *     row-parallel backward), reduce-scatter after a row-parallel forward and a column-parallel dgrad. Rank r owns
- *     tokens [r N/TP, (r+1) N/TP) of a micro-batch.
+ *     LayerNorms): rank r owns tokens [r N/TP, (r+1) N/TP) of a micro-batch. All-gather them before a
+ *     column-parallel forward (and the residual gradient before a row-parallel backward), reduce-scatter after a
+ *     row-parallel forward and a column-parallel dgrad.
+ * llmc/matmul.cuh's Linear runs them all but the forward's gathers, which gpt_forward starts (tp_chunk_gather) as
+ * soon as a chunk's LayerNorm is done, so callers see whole activations.
  * Collectives run on the TP stream (high priority), ordered after the compute stream's work by an event (tp_fork);
  * the compute stream waits for them through comm_compute_wait (tp_join, tp_chunk_wait), which times how long it
  * stood still: the exposed communication the log line reports. Overlap comes from the callers' order:
- *   forward without SP: gpt_forward cuts the micro-batch into TP_SEQUENCE_CHUNKS groups of whole sequences (attention
- *     never crosses a sequence) and runs each half-block (attention, MLP) chunk after chunk; a chunk's row-parallel
- *     sum is marked with its own event (tp_chunk_mark) and waited for only where the same chunk's next half-block
- *     starts, so it runs beside the other chunks' GEMMs and attention.
- *   forward under SP: the residual stream is cut by rank, not by sequence, so the row-parallel GEMM itself is cut
- *     by owner: the rows of each owner's tokens, reduced onto it beside the GEMM of the next owner's. (Cut finer,
- *     into 4 pieces an owner, the step took 137-151 ms instead of 117 at GPT-2 1558M, TP=2 on 2 x H200: every NCCL
- *     call on a non-blocking communicator waits on the host for NCCL's thread to launch it, and the host fell
- *     behind; 2 pieces an owner gained nothing over 1.)
+ *   forward: gpt_forward runs the micro-batch in chunks of whole sequences (llmc/mesh.h's forward_chunk), stage
+ *     after stage (attention, MLP), chunk after chunk. A chunk's collectives (the sum of its row-parallel output;
+ *     under SP, one chunk, also the gather of its LayerNorm output) are marked with the chunk's event
+ *     (tp_chunk_mark) and waited for only where that chunk reads them, so a sum runs beside the other chunks'
+ *     GEMMs and attention.
  *   backward: each collective runs beside weight-gradient GEMMs that gpt_backward puts off until then (the sum of a
  *     column-parallel input gradient, and under SP the all-gather of the residual gradient for a row-parallel one).
  * TP = 1: no stream, no event, no collective; every function here returns at once.
@@ -32,21 +30,13 @@
 
 #include "comm.cuh"
 
-/*
- * Sequence chunks of the forward without SP. Each chunk's sum (a row-parallel output: C columns of its tokens) has
- * the other chunks' half-blocks to hide behind, so two suffice when a half-block of one chunk takes longer than its
- * sum: at GPT-2 1558M, TP=2 on 2 x H200, a sum of 4 sequences (13 MB bf16, ~90 us at the measured 150 GB/s) against
- * 120-140 us of GEMMs and attention. More chunks would only shrink the GEMMs and add collective latency.
- */
-#define TP_SEQUENCE_CHUNKS 2
-
 typedef struct {
     int size, rank;     // the TP group
     int sp;             // sequence parallelism
     int gather_pending; // an output-gradient all-gather was started for the next row-parallel backward (matmul.cuh)
     cudaStream_t stream;
     cudaEvent_t compute_mark, tp_mark;
-    cudaEvent_t chunk_done[TP_SEQUENCE_CHUNKS]; // the last sum started for each sequence chunk of the forward
+    cudaEvent_t chunk_done[TP_SEQUENCE_CHUNKS]; // the last collective queued for each chunk of the forward
 } TensorParallel;
 
 static void tp_init(TensorParallel *tp, const Mesh *m, int sp) {
@@ -88,8 +78,8 @@ static void tp_join(TensorParallel *tp, cudaStream_t compute, const char *what) 
     comm_compute_wait(compute, tp->tp_mark);
 }
 
-// Sequence chunk k's sum, just queued on the TP stream, is the one tp_chunk_wait(k) waits for. The caller waits for
-// chunk k's previous sum before it starts the next (the forward reads each sum before it writes the chunk again).
+// Chunk k's collective, just queued on the TP stream, is the one tp_chunk_wait(k) waits for. The caller waits for
+// each before it queues the chunk's next (the forward reads each result before it writes the chunk's rows again).
 static void tp_chunk_mark(TensorParallel *tp, int k, const char *what) {
     cudaCheck(cudaEventRecord(tp->chunk_done[k], tp->stream));
     comm_track(tp->chunk_done[k], what);
@@ -99,13 +89,9 @@ static void tp_chunk_wait(TensorParallel *tp, cudaStream_t compute, int k) {
 }
 
 // The collectives, on the TP stream, in place but for reduce-scatter. n counts elements of the whole buffer for
-// all-reduce and reduce, and of one rank's part for all-gather and reduce-scatter (rank r's part at buf + r n).
+// all-reduce, and of one rank's part for all-gather and reduce-scatter (rank r's part at buf + r n).
 template <typename T> static void tp_all_reduce(TensorParallel *tp, T *buf, size_t n, const char *what) {
     ncclCheck(ncclAllReduce(buf, buf, n, NcclType<T>::id, ncclSum, comm_get(COMM_TP), tp->stream));
-    comm_settle(comm_get(COMM_TP), what, g_comm.timeout_s);
-}
-template <typename T> static void tp_reduce(TensorParallel *tp, T *buf, size_t n, int root, const char *what) {
-    ncclCheck(ncclReduce(buf, buf, n, NcclType<T>::id, ncclSum, root, comm_get(COMM_TP), tp->stream));
     comm_settle(comm_get(COMM_TP), what, g_comm.timeout_s);
 }
 template <typename T> static void tp_all_gather(TensorParallel *tp, T *buf, size_t n, const char *what) {
@@ -117,6 +103,38 @@ template <typename T> static void tp_reduce_scatter(TensorParallel *tp, const T 
                                                     const char *what) {
     ncclCheck(ncclReduceScatter(send, recv, n, NcclType<T>::id, ncclSum, comm_get(COMM_TP), tp->stream));
     comm_settle(comm_get(COMM_TP), what, g_comm.timeout_s);
+}
+
+/*
+ * Forward chunk f's rows of buf (cols wide; llmc/mesh.h), summed over the TP group behind the compute stream's work
+ * so far and marked as the chunk's collective: all-reduced in place, or under SP (one chunk, the whole micro-batch)
+ * reduce-scattered onto each rank's tokens, in place or at mine if given.
+ */
+template <typename T>
+static void tp_chunk_sum(TensorParallel *tp, T *buf, T *mine, size_t cols, const ForwardChunk &f, cudaStream_t compute,
+                         const char *what) {
+    if (!tp_active(tp)) { return; }
+    tp_fork(tp, compute);
+    T *rows = buf + (size_t)f.row * cols;
+    if (tp->sp) {
+        size_t n = (size_t)f.ln_rows * cols;
+        tp_reduce_scatter(tp, rows, mine ? mine : rows + tp->rank * n, n, what);
+    } else {
+        tp_all_reduce(tp, rows, (size_t)f.rows * cols, what);
+    }
+    tp_chunk_mark(tp, f.k, what);
+}
+
+// Under SP: forward chunk f's rows of buf (cols wide), each rank's tokens to every rank (all-gathered in place),
+// behind the compute stream's work so far and marked as the chunk's collective. Nothing otherwise: every rank has
+// every row.
+template <typename T>
+static void tp_chunk_gather(TensorParallel *tp, T *buf, size_t cols, const ForwardChunk &f, cudaStream_t compute,
+                            const char *what) {
+    if (!tp_active(tp) || !tp->sp) { return; }
+    tp_fork(tp, compute);
+    tp_all_gather(tp, buf + (size_t)f.row * cols, (size_t)f.ln_rows * cols, what);
+    tp_chunk_mark(tp, f.k, what);
 }
 
 // An all-gather of what the compute stream has queued so far, started beside its next work; tp_join waits for it.

@@ -51,12 +51,14 @@ GEMM_ALGOS_GLOB='gemm_algos*.txt' # every rank's
 COMMON=(--depth 2 --width 256 --heads 4 --seq-len 64 --batch-size 4 --total-batch-tokens 1024 --steps "$STEPS"
         --warmup-steps 2 --lr 1e-3 --val-every 0 --sample-every 0 --checkpoint-every 0 --save 1 --log-every 1)
 
-# name | ranks | options; world = DP x TP, so DP = ranks / TP
+# name | ranks | options; world = DP x TP, so DP = ranks / TP. tp2_sp_b1: micro-batches of one sequence, which SP
+# splits between the two ranks' tokens (tp2_sp: 4 sequences, 2 a rank).
 LAYOUTS=(
     "dp2|2|--zero 0"
     "dp2_zero1|2|--zero 1"
     "tp2|2|--tp 2"
     "tp2_sp|2|--tp 2 --sequence-parallel 1"
+    "tp2_sp_b1|2|--tp 2 --sequence-parallel 1 --batch-size 1"
     "tp4|4|--tp 4"
     "dp2_tp2|4|--tp 2"
 )
