@@ -399,33 +399,31 @@ template <typename floatX> static void gpt_load_tokens(GPT<floatX> *g, const int
                               cudaMemcpyHostToDevice, g_cuda.stream));
 }
 
-/*
- * The forward is a pipeline of stages over chunks of the micro-batch (llmc/mesh.h's forward_chunk): stage 2l is block
- * l's attention, 2l + 1 its MLP, 2L the head. A stage of a chunk is
- *   begin:  once the chunk's last collective is in, its LayerNorm (the residual add of the stage below fused in) on
- *           the chunk's rows, under SP this rank's tokens of them, then (SP) their all-gather;
- *   input:  once that is in, the column-parallel GEMM (qkv, fc, the LM head), and attention;
- *   output: the row-parallel GEMM (attention projection, fc2), whose TP sum then runs beside the next chunk's work.
- * The compute stream runs each stage chunk after chunk, and stage s of a chunk begins once the stage below has
- * ended for that chunk: its sum has the other chunks' stages to hide behind.
- */
 template <typename floatX> static ForwardChunk gpt_chunk(const GPT<floatX> *g, int B, int T, int k) {
     return forward_chunk(&g->mesh, g->tp.sp, B, T, k);
 }
 
-// The fused residual add + LayerNorm of chunk f: out and dx at its LayerNorm rows, the residual stream (resid, x)
-// and the statistics at its residual-stream rows; resid and dx may be NULL (layernorm_forward).
+// Once chunk f's last collective is in: the fused residual add + LayerNorm of the chunk, out and dx at its LayerNorm
+// rows, the residual stream (resid, x) and the statistics at its residual-stream rows; resid and dx may be NULL
+// (layernorm_forward). Under SP out holds this rank's tokens, which are then all-gathered for the column-parallel
+// GEMM that reads them.
 template <typename floatX>
-static void chunk_layernorm(const ForwardChunk &f, int C, floatX *out, float *mean, float *rstd, floatX *resid,
-                            const floatX *x, const floatX *dx, const floatX *w, const floatX *b, cudaStream_t s) {
-    size_t lr = (size_t)f.ln_row * C, rr = (size_t)f.res_row * C;
+static void chunk_layernorm(GPT<floatX> *g, const ForwardChunk &f, floatX *out, float *mean, float *rstd,
+                            floatX *resid, const floatX *x, const floatX *dx, const floatX *w, const floatX *b) {
+    size_t C = g->config.channels, lr = (size_t)f.ln_row * C, rr = (size_t)f.res_row * C;
+    cudaStream_t s = g_cuda.stream;
+    tp_chunk_wait(&g->tp, s, f.k);
     layernorm_forward(out + lr, mean + f.res_row, rstd + f.res_row, resid ? resid + rr : NULL, x + rr,
-                      dx ? dx + lr : NULL, w, b, f.ln_rows, C, s);
+                      dx ? dx + lr : NULL, w, b, f.ln_rows, (int)C, s);
+    if (g->tp.sp) {
+        tp_chunk_gather(&g->tp, out, C, f, s, "the tensor-parallel gather of a LayerNorm's output");
+        tp_chunk_wait(&g->tp, s, f.k);
+    }
 }
 
 // The input embedding of chunk f's tokens into the residual stream (acts.res[0]). Under TP each rank embeds the
 // tokens of its vocabulary rows (llmc/encoder.cuh), and the group sums them as the chunk's collective: all-reduced,
-// or under SP from the projection scratch onto each owner's residual stream.
+// or under SP reduce-scattered from the projection scratch onto each rank's tokens.
 template <typename floatX> static void gpt_embed(GPT<floatX> *g, int T, const ForwardChunk &f) {
     const Activations<floatX> &a = g->acts;
     int C = g->config.channels;
@@ -437,81 +435,54 @@ template <typename floatX> static void gpt_embed(GPT<floatX> *g, int T, const Fo
                  "the tensor-parallel sum of the embeddings");
 }
 
-template <typename floatX> static void stage_begin(GPT<floatX> *g, int stage, int N, const ForwardChunk &f) {
-    const Activations<floatX> &a = g->acts;
-    int C = g->config.channels, L = g->config.num_layers, l = stage / 2;
-    const floatX *w = g->weights;
-    cudaStream_t s = g_cuda.stream;
-    tp_chunk_wait(&g->tp, s, f.k);
-    floatX *out;
-    if (stage == 2 * L) { // the final LayerNorm of block L - 1's output
-        LayerActs<floatX> top = layer_acts(g, L - 1);
-        float *mean = a.lnf_stats, *rstd = a.lnf_stats + tp_local_tokens(&g->tp, N);
-        out = a.lnf;
-        chunk_layernorm(f, C, out, mean, rstd, top.res_out, top.res2, a.proj, w + g->layout.offset[P_LNFW],
-                        w + g->layout.offset[P_LNFB], s);
-    } else if (stage % 2 == 0) { // block l's input = block l - 1's attention output + its MLP's (in proj)
-        if (f.k == 0) { updated_wait(g, l); }
-        LayerActs<floatX> x = layer_acts(g, l), below = layer_acts(g, l > 0 ? l - 1 : 0);
-        out = x.ln1;
-        chunk_layernorm(f, C, out, x.ln1_mean, x.ln1_rstd, l > 0 ? x.res_in : (floatX *)NULL,
-                        l > 0 ? below.res2 : x.res_in, l > 0 ? a.proj : (const floatX *)NULL,
-                        param_slice(g, w, P_LN1W, l), param_slice(g, w, P_LN1B, l), s);
-    } else { // block l's attention output = its input + the attention projection (in proj)
-        LayerActs<floatX> x = layer_acts(g, l);
-        out = x.ln2;
-        chunk_layernorm(f, C, out, x.ln2_mean, x.ln2_rstd, x.res2, x.res_in, a.proj, param_slice(g, w, P_LN2W, l),
-                        param_slice(g, w, P_LN2B, l), s);
-    }
-    tp_chunk_gather(&g->tp, out, C, f, s, "the tensor-parallel gather of a LayerNorm's output");
-}
-
-template <typename floatX> static void stage_input(GPT<floatX> *g, int stage, int T, const ForwardChunk &f) {
-    const GPTConfig *c = &g->config;
-    int C = c->channels, L = c->num_layers, l = stage / 2, A = g->attn, M = g->mlp;
-    cudaStream_t s = g_cuda.stream;
-    if (g->tp.sp) { tp_chunk_wait(&g->tp, s, f.k); } // the gather stage_begin started
-    if (stage == 2 * L) {
-        linear_forward(lm_head(g), g->acts.logits, g->acts.lnf, (floatX *)NULL, f, s);
-        return;
-    }
-    LayerActs<floatX> x = layer_acts(g, l);
-    if (stage % 2 == 0) {
-        linear_forward(layer_linear(g, P_QKVW, P_QKVB, l, C, 3 * A, LINEAR_COLUMN), x.qkv, x.ln1, (floatX *)NULL, f,
-                       s);
-        size_t r = f.row; // lse is (B, NH/TP, T): the chunk's sequences start at r NH/TP
-        attention_forward(x.atty + r * A, x.lse + r * g->heads, x.qkv + r * 3 * A, f.rows / T, T, g->heads,
-                          C / c->num_heads, s);
-    } else {
-        linear_forward(layer_linear(g, P_FCW, P_FCB, l, C, M, LINEAR_COLUMN), x.h4, x.ln2, x.fch, f, s);
-    }
-}
-
-template <typename floatX> static void stage_output(GPT<floatX> *g, int stage, const ForwardChunk &f) {
-    int C = g->config.channels, L = g->config.num_layers, l = stage / 2;
-    if (stage == 2 * L) { return; } // the head has no output GEMM
-    LayerActs<floatX> x = layer_acts(g, l);
-    if (stage % 2 == 0) {
-        linear_forward(layer_linear(g, P_ATTPROJW, P_ATTPROJB, l, g->attn, C, LINEAR_ROW), g->acts.proj, x.atty,
-                       (floatX *)NULL, f, g_cuda.stream);
-    } else {
-        linear_forward(layer_linear(g, P_FCPROJW, P_FCPROJB, l, g->mlp, C, LINEAR_ROW), g->acts.proj, x.h4,
-                       (floatX *)NULL, f, g_cuda.stream);
-    }
-}
-
-// Logits of B x T tokens (already on the GPU) into acts.logits.
+// Logits of B x T tokens (already on the GPU) into acts.logits. The micro-batch runs in chunks of whole sequences
+// (llmc/mesh.h's forward_chunk); each half-block (attention, MLP) runs chunk after chunk and begins, once the chunk's
+// last TP sum is in, with the residual add of the half-block below fused into its LayerNorm. A chunk's row-parallel
+// sum (linear_forward) then runs beside the other chunks' work.
 template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T) {
-    int stages = 2 * g->config.num_layers + 1, K = forward_chunks(&g->mesh, g->tp.sp, B);
-    updated_wait(g, g->config.num_layers); // wte, wpe and the final LayerNorm
+    const GPTConfig *c = &g->config;
+    int C = c->channels, L = c->num_layers, A = g->attn, M = g->mlp, K = forward_chunks(&g->mesh, g->tp.sp, B);
+    int HS = C / c->num_heads, NHl = g->heads;
+    const Activations<floatX> &a = g->acts;
+    cudaStream_t s = g_cuda.stream;
+    const floatX *w = g->weights;
+    const size_t *off = g->layout.offset;
+
+    updated_wait(g, L);
     for (int k = 0; k < K; k++) { gpt_embed(g, T, gpt_chunk(g, B, T, k)); }
-    for (int stage = 0; stage < stages; stage++) {
+    for (int l = 0; l < L; l++) {
+        LayerActs<floatX> x = layer_acts(g, l), below = layer_acts(g, l > 0 ? l - 1 : 0);
+        Linear<floatX> qkv = layer_linear(g, P_QKVW, P_QKVB, l, C, 3 * A, LINEAR_COLUMN);
+        Linear<floatX> attproj = layer_linear(g, P_ATTPROJW, P_ATTPROJB, l, A, C, LINEAR_ROW);
+        Linear<floatX> fc = layer_linear(g, P_FCW, P_FCB, l, C, M, LINEAR_COLUMN);
+        Linear<floatX> fcproj = layer_linear(g, P_FCPROJW, P_FCPROJB, l, M, C, LINEAR_ROW);
+        updated_wait(g, l);
         for (int k = 0; k < K; k++) {
             ForwardChunk f = gpt_chunk(g, B, T, k);
-            stage_begin(g, stage, B * T, f);
-            stage_input(g, stage, T, f);
-            stage_output(g, stage, f);
+            size_t r = f.row; // lse is (B, NH/TP, T): the chunk's sequences start at r NH/TP
+            // block l - 1's output = its attention output + its MLP's (in proj); none below the first block
+            chunk_layernorm(g, f, x.ln1, x.ln1_mean, x.ln1_rstd, l > 0 ? x.res_in : (floatX *)NULL,
+                            l > 0 ? below.res2 : x.res_in, l > 0 ? a.proj : (const floatX *)NULL,
+                            param_slice(g, w, P_LN1W, l), param_slice(g, w, P_LN1B, l));
+            linear_forward(qkv, x.qkv, x.ln1, (floatX *)NULL, f, s);
+            attention_forward(x.atty + r * A, x.lse + r * NHl, x.qkv + r * 3 * A, f.rows / T, T, NHl, HS, s);
+            linear_forward(attproj, a.proj, x.atty, (floatX *)NULL, f, s);
         }
+        for (int k = 0; k < K; k++) {
+            ForwardChunk f = gpt_chunk(g, B, T, k);
+            chunk_layernorm(g, f, x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, x.res_in, a.proj,
+                            param_slice(g, w, P_LN2W, l), param_slice(g, w, P_LN2B, l));
+            linear_forward(fc, x.h4, x.ln2, x.fch, f, s);
+            linear_forward(fcproj, a.proj, x.h4, (floatX *)NULL, f, s);
+        }
+    }
+    LayerActs<floatX> top = layer_acts(g, L - 1);
+    int ns = tp_local_tokens(&g->tp, B * T);
+    for (int k = 0; k < K; k++) {
+        ForwardChunk f = gpt_chunk(g, B, T, k);
+        chunk_layernorm(g, f, a.lnf, a.lnf_stats, a.lnf_stats + ns, top.res_out, top.res2, a.proj, w + off[P_LNFW],
+                        w + off[P_LNFB]);
+        linear_forward(lm_head(g), a.logits, a.lnf, (floatX *)NULL, f, s);
     }
     g->update_pending = 0; // every group was waited for
 }

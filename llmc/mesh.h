@@ -217,10 +217,6 @@ static inline size_t tp_global_element(const Mesh *m, const GPTConfig *c, int t,
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Validation: every split above is exact, and the global batch divides over the data ranks.
-
-// The first check, before anything divides by the data-parallel degree.
-// ---------------------------------------------------------------------------------------------------------
 // The forward's chunks of a micro-batch (B sequences of T tokens, N = B T rows of the activations).
 //
 // train_gpt.cu's gpt_forward pipelines chunks of whole sequences (attention never crosses one) so that one chunk's
@@ -232,6 +228,7 @@ static inline size_t tp_global_element(const Mesh *m, const GPTConfig *c, int t,
 // forward"; GPT-2 1558M, TP=2 on 2 x H200): 115 ms a step as one chunk; 119.6 ms in chunks of a piece of every
 // owner's tokens, though those waited 15 ms a step for communication instead of 30; 120.7 ms in chunks of one
 // owner's tokens; 118.6 ms with each GEMM cut by owner around its collective.
+
 /*
  * Two chunks suffice when a chunk's work between collectives takes longer than its collective: at GPT-2 1558M, TP=2
  * on 2 x H200, a sum of 4 sequences (13 MB bf16, ~90 us at the measured 150 GB/s) against 120-140 us of GEMMs and
@@ -265,6 +262,10 @@ static inline ForwardChunk forward_chunk(const Mesh *m, int sp, int B, int T, in
     return f;
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// Validation: every split above is exact, and the global batch divides over the data ranks.
+
+// The first check, before anything divides by the data-parallel degree.
 static inline void mesh_check_world(const Mesh *m) {
     int wp = m->tp * m->gtp;
     if (m->world % wp != 0) {

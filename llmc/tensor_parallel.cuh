@@ -11,13 +11,13 @@
  *     LayerNorms): rank r owns tokens [r N/TP, (r+1) N/TP) of a micro-batch. All-gather them before a
  *     column-parallel forward (and the residual gradient before a row-parallel backward), reduce-scatter after a
  *     row-parallel forward and a column-parallel dgrad.
- * llmc/matmul.cuh's Linear runs them all but the forward's gathers, which gpt_forward starts (tp_chunk_gather) as
- * soon as a chunk's LayerNorm is done, so callers see whole activations.
+ * llmc/matmul.cuh's Linear runs them all but the forward's gathers, which gpt_forward's LayerNorms do
+ * (tp_chunk_gather), so callers see whole activations.
  * Collectives run on the TP stream (high priority), ordered after the compute stream's work by an event (tp_fork);
  * the compute stream waits for them through comm_compute_wait (tp_join, tp_chunk_wait), which times how long it
  * stood still: the exposed communication the log line reports. Overlap comes from the callers' order:
- *   forward: gpt_forward runs the micro-batch in chunks of whole sequences (llmc/mesh.h's forward_chunk), stage
- *     after stage (attention, MLP), chunk after chunk. A chunk's collectives (the sum of its row-parallel output;
+ *   forward: gpt_forward runs the micro-batch in chunks of whole sequences (llmc/mesh.h's forward_chunk), each
+ *     half-block (attention, MLP) chunk after chunk. A chunk's collectives (the sum of its row-parallel output;
  *     under SP, one chunk, also the gather of its LayerNorm output) are marked with the chunk's event
  *     (tp_chunk_mark) and waited for only where that chunk reads them, so a sum runs beside the other chunks'
  *     GEMMs and attention.
