@@ -4,8 +4,9 @@
  * It fills a ModelOps table over the CPU model (llmc/cpu_model.h) and hands it to the training loop both builds
  * share (llmc/trainer.h), so options, data order, schedule, logging and checkpoints are the GPU build's. With
  * --ref-out FILE it trains nothing and writes the reference state (llmc/refstate.h) of --ref-steps optimizer
- * steps instead, taking its data, batch and schedule from the same options as training would. --precision is
- * ignored here: this build always computes in fp32.
+ * steps instead, taking its data, batch and schedule from the same options as training would. This build computes
+ * in fp32 whatever --precision says, but for fp8, whose FP8 GEMMs it emulates (llmc/cpu_model.h): the reference of
+ * the GPU build's fp8.
  */
 #include "llmc/cpu_model.h"
 #include "llmc/dataloader.h"
@@ -24,8 +25,10 @@ static float cpu_forward_backward(void *ctx, const int *inputs, const int *targe
                                   int last) {
     (void)last; // one process: nothing to reduce across ranks
     CpuModel *m = (CpuModel *)ctx;
+    m->training = 1;
     float loss = (float)cpu_model_forward(m, inputs, targets, B, T);
     cpu_model_backward(m, loss_scale);
+    m->training = 0;
     return loss;
 }
 
@@ -57,6 +60,7 @@ static void cpu_get_params(void *ctx, float *out) {
 static void cpu_set_params(void *ctx, const float *in) {
     CpuModel *m = (CpuModel *)ctx;
     real_from_float(m->params, in, m->layout.total);
+    if (m->fp8) { m->fp8->weights_stale = 1; }
 }
 
 static void cpu_get_grads(void *ctx, float *out) {
@@ -76,16 +80,36 @@ static void cpu_set_opt_state(void *ctx, const float *mi, const float *vi) {
     real_from_float(m->adam_v, vi, m->layout.total);
 }
 
+static void cpu_get_fp8_history(void *ctx, Fp8History *h) { cpu_model_get_fp8_history((CpuModel *)ctx, h); }
+static void cpu_set_fp8_history(void *ctx, const Fp8History *h) { cpu_model_set_fp8_history((CpuModel *)ctx, h); }
+
 // The model for micro-batches of B x T, initialized from --seed (the trainer then loads --init-from or a
 // checkpoint over it where asked).
 static ModelOps make_cpu_model(const GPTConfig *config, const Options *opts, const Mesh *mesh, int B, int T) {
     (void)mesh; // always world 1 (single_process_launch)
     CpuModel *m = cpu_model_create(config, B, T);
     cpu_model_init_params(m, (uint64_t)opts->seed);
-    ModelOps ops = {m,         "cpu",          0.0,           cpu_zero_grad,  cpu_forward_backward,
-                    cpu_update, cpu_eval_loss, cpu_logits_at, cpu_copy_logits, cpu_get_params,
-                    cpu_set_params, cpu_get_grads, cpu_get_opt_state, cpu_set_opt_state,
-                    NULL}; // no communication
+    ModelOps ops;
+    memset(&ops, 0, sizeof(ops)); // no exposed_comm_ms: no communication
+    ops.ctx = m;
+    ops.device_name = "cpu";
+    ops.zero_grad = cpu_zero_grad;
+    ops.forward_backward = cpu_forward_backward;
+    ops.update = cpu_update;
+    ops.eval_loss = cpu_eval_loss;
+    ops.logits_at = cpu_logits_at;
+    ops.copy_logits = cpu_copy_logits;
+    ops.get_params = cpu_get_params;
+    ops.set_params = cpu_set_params;
+    ops.get_grads = cpu_get_grads;
+    ops.get_opt_state = cpu_get_opt_state;
+    ops.set_opt_state = cpu_set_opt_state;
+    if (options_fp8(opts)) {
+        Fp8Recipe r = fp8_recipe_from_options(opts);
+        cpu_model_enable_fp8(m, &r);
+        ops.get_fp8_history = cpu_get_fp8_history;
+        ops.set_fp8_history = cpu_set_fp8_history;
+    }
     return ops;
 }
 
@@ -106,6 +130,14 @@ static RefHeader reference_header(const GPTConfig *c, const Options *o, int accu
     h.beta2 = o->beta2;
     h.eps = o->eps;
     h.grad_clip = o->grad_clip;
+    if (options_fp8(o)) {
+        Fp8Recipe r = fp8_recipe_from_options(o);
+        h.fp8 = 1;
+        h.fp8_scaling = (int32_t)r.scaling;
+        h.fp8_history = r.history;
+        h.fp8_margin = r.margin;
+        h.fp8_bf16_blocks = r.bf16_blocks;
+    }
     h.num_params = (int64_t)num_params;
     return h;
 }

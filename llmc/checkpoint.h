@@ -8,9 +8,11 @@
  * 1, 3 and 5. A file may hold more positions (maxT) than --seq-len: the first rows of wpe are used.
  *
  * State file: everything beyond the weights that an exact resume needs.
- *   64 x int64 header: magic, version, step, parameter count, train loader epoch and position, key bytes
+ *   64 x int64 header: magic, version, step, parameter count, train loader epoch and position, key bytes, and for a
+ *     run in fp8 the FP8 amax history's tensors, length and steps recorded (zero otherwise: no history section)
  *   STATE_KEYS_BYTES of text, "name=value" lines: the settings the run cannot change on resume
  *   fp32 master params, AdamW m, AdamW v (parameter count each, config.h's layout)
+ *   fp8 only: the amax history, tensors x length floats (llmc/fp8.h's Fp8History ring)
  * Checkpoint k of a run is out_dir/model_%08d.bin and out_dir/state_%08d.bin, k = optimizer steps done. Each
  * file is written atomically, the model first and the state last, so a state file marks a complete checkpoint.
  */
@@ -20,6 +22,7 @@
 #include <dirent.h>
 
 #include "config.h"
+#include "fp8.h"
 #include "options.h"
 
 #define MODEL_FILE_MAGIC 20240326
@@ -32,7 +35,10 @@
 #define STATE_FILE_VERSION 1
 #define STATE_HEADER_INTS 64
 #define STATE_KEYS_BYTES 4096
-enum { SH_MAGIC, SH_VERSION, SH_STEP, SH_NUM_PARAMS, SH_DATA_EPOCH, SH_DATA_NEXT, SH_KEYS_BYTES };
+enum {
+    SH_MAGIC, SH_VERSION, SH_STEP, SH_NUM_PARAMS, SH_DATA_EPOCH, SH_DATA_NEXT, SH_KEYS_BYTES,
+    SH_FP8_TENSORS, SH_FP8_LENGTH, SH_FP8_STEPS
+};
 
 #define CKPT_PATH_LEN 4096
 #define IO_CHUNK_ELEMS ((size_t)1 << 20) // bf16 files are converted through a buffer of this many elements
@@ -188,6 +194,7 @@ static inline void model_file_write(const char *path, const GPTConfig *c, const 
 typedef struct {
     int step;                        // optimizer steps done
     long long data_epoch, data_next; // the training loader's position (its DataLoaderState)
+    char precision[16];              // read from a state file: the --precision it was written in
 } TrainProgress;
 
 // The settings a checkpoint can only be resumed under, as "name=value\n" lines: the model's shape, and every
@@ -200,6 +207,12 @@ static const char *const RESUME_OPTIONS[] = {"seed", "batch-size", "seq-len", "p
                                              "final-lr-frac", "warmup-steps", "steps", "weight-decay", "beta1",
                                              "beta2", "eps", "grad-clip", "keep-gelu-layers"};
 #define NUM_RESUME_OPTIONS ((int)(sizeof(RESUME_OPTIONS) / sizeof(RESUME_OPTIONS[0])))
+// The precision may change on resume (the model and the optimizer state are the same in every precision); the FP8
+// recipe's settings are recorded by a run in fp8 and must match when an fp8 checkpoint continues in fp8.
+#define PRECISION_KEY "--precision"
+static const char *const FP8_RESUME_OPTIONS[] = {"fp8-recipe", "fp8-amax-history", "fp8-margin", "fp8-bf16-blocks",
+                                                 "fp8-fast-accum", "fp8-activations"};
+#define NUM_FP8_RESUME_OPTIONS ((int)(sizeof(FP8_RESUME_OPTIONS) / sizeof(FP8_RESUME_OPTIONS[0])))
 
 static inline void resume_keys_add(ResumeKeys *k, const char *name, const char *value) {
     size_t used = strlen(k->text);
@@ -225,10 +238,12 @@ static inline ResumeKeys resume_keys_make(const Options *o, const GPTConfig *c, 
     resume_keys_add_int(&k, "max sequence length", c->max_seq_len);
     resume_keys_add_int(&k, "tokens per step", tokens_per_step);
     int constant_lr = strcmp(o->lr_schedule, "constant") == 0;
-    for (int i = 0; i < NUM_RESUME_OPTIONS; i++) {
+    int n = NUM_RESUME_OPTIONS + (options_fp8(o) ? NUM_FP8_RESUME_OPTIONS : 0);
+    for (int i = 0; i < n; i++) {
+        const char *opt = i < NUM_RESUME_OPTIONS ? RESUME_OPTIONS[i] : FP8_RESUME_OPTIONS[i - NUM_RESUME_OPTIONS];
         // A constant schedule does not depend on --steps, so such a run may be extended.
-        if (constant_lr && strcmp(RESUME_OPTIONS[i], "steps") == 0) { continue; }
-        const OptionSpec *s = option_find(RESUME_OPTIONS[i], strlen(RESUME_OPTIONS[i]));
+        if (constant_lr && strcmp(opt, "steps") == 0) { continue; }
+        const OptionSpec *s = option_find(opt, strlen(opt));
         char name[80], value[OPT_STR_LEN];
         snprintf(name, sizeof(name), "--%s", s->name);
         option_format(o, s, value, sizeof(value));
@@ -252,13 +267,22 @@ static inline int resume_keys_get(const ResumeKeys *k, const char *name, char *o
     return 0;
 }
 
-// Fails, naming the file, the setting and both values, where the run's settings differ from the file's.
+// Fails, naming the file, the setting and both values, where the run's settings differ from the file's (but for the
+// precision, and the FP8 settings unless both are in fp8: PRECISION_KEY).
 static inline void resume_keys_check(const ResumeKeys *file, const ResumeKeys *run, const char *path) {
+    char file_precision[OPT_STR_LEN] = "", run_precision[OPT_STR_LEN] = "";
+    resume_keys_get(file, PRECISION_KEY, file_precision, sizeof(file_precision));
+    resume_keys_get(run, PRECISION_KEY, run_precision, sizeof(run_precision));
+    int both_fp8 = strcmp(file_precision, "fp8") == 0 && strcmp(run_precision, "fp8") == 0;
     for (const char *line = run->text; *line;) {
         const char *eq = strchr(line, '='), *end = strchr(line, '\n');
         char name[128], want[OPT_STR_LEN], have[OPT_STR_LEN];
         snprintf(name, sizeof(name), "%.*s", (int)(eq - line), line);
         snprintf(want, sizeof(want), "%.*s", (int)(end - eq - 1), eq + 1);
+        if (strcmp(name, PRECISION_KEY) == 0 || (strncmp(name, "--fp8-", 6) == 0 && !both_fp8)) {
+            line = end + 1;
+            continue;
+        }
         if (!resume_keys_get(file, name, have, sizeof(have))) { snprintf(have, sizeof(have), "(not recorded)"); }
         if (strcmp(have, want) != 0) {
             fail("checkpoint '%s' was written with %s %s but this run has %s %s; resume with the same settings, or "
@@ -269,8 +293,10 @@ static inline void resume_keys_check(const ResumeKeys *file, const ResumeKeys *r
     }
 }
 
+// fp8: the run's FP8 amax history, NULL for a run in another precision.
 static inline void state_file_write(const char *path, const ResumeKeys *keys, const TrainProgress *pr,
-                                    const float *params, const float *m, const float *v, size_t n) {
+                                    const float *params, const float *m, const float *v, size_t n,
+                                    const Fp8History *fp8) {
     int64_t hd[STATE_HEADER_INTS];
     memset(hd, 0, sizeof(hd));
     hd[SH_MAGIC] = STATE_FILE_MAGIC;
@@ -280,6 +306,11 @@ static inline void state_file_write(const char *path, const ResumeKeys *keys, co
     hd[SH_DATA_EPOCH] = pr->data_epoch;
     hd[SH_DATA_NEXT] = pr->data_next;
     hd[SH_KEYS_BYTES] = STATE_KEYS_BYTES;
+    if (fp8) {
+        hd[SH_FP8_TENSORS] = fp8->tensors;
+        hd[SH_FP8_LENGTH] = fp8->length;
+        hd[SH_FP8_STEPS] = fp8->steps;
+    }
     AtomicFile af;
     atomic_open(&af, path);
     atomic_write(&af, hd, sizeof(int64_t), STATE_HEADER_INTS);
@@ -287,12 +318,15 @@ static inline void state_file_write(const char *path, const ResumeKeys *keys, co
     atomic_write(&af, params, sizeof(float), n);
     atomic_write(&af, m, sizeof(float), n);
     atomic_write(&af, v, sizeof(float), n);
+    if (fp8) { atomic_write(&af, fp8->ring, sizeof(float), (size_t)fp8->tensors * fp8->length); }
     atomic_commit(&af);
 }
 
 // Opens a state file and checks it against this run (settings `expect`, n parameters): returns the file
-// positioned at the parameters, and its progress in *pr.
-static inline FILE *state_file_open(const char *path, const ResumeKeys *expect, size_t n, TrainProgress *pr) {
+// positioned at the parameters, its progress in *pr, and its FP8 history's shape and steps in *fp8 (zero tensors
+// where it has none).
+static inline FILE *state_file_open(const char *path, const ResumeKeys *expect, size_t n, TrainProgress *pr,
+                                    Fp8History *fp8) {
     FILE *f = fopen_check(path, "rb");
     int64_t hd[STATE_HEADER_INTS];
     fread_check(hd, sizeof(int64_t), STATE_HEADER_INTS, f, path);
@@ -309,7 +343,17 @@ static inline FILE *state_file_open(const char *path, const ResumeKeys *expect, 
         fail("checkpoint '%s' holds %lld parameters but this run's model has %zu", path, (long long)hd[SH_NUM_PARAMS],
              n);
     }
-    long long want = (long long)(sizeof(hd) + STATE_KEYS_BYTES + 3 * n * sizeof(float));
+    memset(fp8, 0, sizeof(*fp8));
+    if (hd[SH_FP8_TENSORS] < 0 || hd[SH_FP8_TENSORS] > INT32_MAX || hd[SH_FP8_LENGTH] < 0 ||
+        hd[SH_FP8_LENGTH] > INT32_MAX || hd[SH_FP8_STEPS] < 0) {
+        fail("checkpoint '%s' has a corrupt FP8 history header (%lld tensors, length %lld, %lld steps)", path,
+             (long long)hd[SH_FP8_TENSORS], (long long)hd[SH_FP8_LENGTH], (long long)hd[SH_FP8_STEPS]);
+    }
+    fp8->tensors = (int)hd[SH_FP8_TENSORS];
+    fp8->length = (int)hd[SH_FP8_LENGTH];
+    fp8->steps = hd[SH_FP8_STEPS];
+    long long want = (long long)(sizeof(hd) + STATE_KEYS_BYTES + 3 * n * sizeof(float)) +
+                     (long long)fp8->tensors * fp8->length * (long long)sizeof(float);
     long long have = file_size_or_neg(path);
     if (have != want) {
         fail("checkpoint '%s' is %lld bytes, expected %lld; the file is truncated or corrupt", path, have, want);
@@ -317,22 +361,43 @@ static inline FILE *state_file_open(const char *path, const ResumeKeys *expect, 
     pr->step = (int)hd[SH_STEP];
     pr->data_epoch = hd[SH_DATA_EPOCH];
     pr->data_next = hd[SH_DATA_NEXT];
+    if (!resume_keys_get(&keys, PRECISION_KEY, pr->precision, sizeof(pr->precision))) { pr->precision[0] = '\0'; }
     return f;
 }
 
 // Fails unless the state file can resume this run; reads only its header.
 static inline void state_file_check(const char *path, const ResumeKeys *expect, size_t n) {
     TrainProgress pr;
-    fclose(state_file_open(path, expect, n, &pr));
+    Fp8History shape;
+    fclose(state_file_open(path, expect, n, &pr, &shape));
 }
 
+/*
+ * Reads a checkpoint's state. fp8: the run's history (fp8_history_init's shape), NULL for a run in another
+ * precision. An fp8 run's history is the checkpoint's where it was written in fp8 (the same settings, so the same
+ * shape), and empty otherwise (steps 0: the first step scales like current scaling). A history the run has no use for
+ * is not read.
+ */
 static inline TrainProgress state_file_read(const char *path, const ResumeKeys *expect, float *params, float *m,
-                                            float *v, size_t n) {
+                                            float *v, size_t n, Fp8History *fp8) {
     TrainProgress pr;
-    FILE *f = state_file_open(path, expect, n, &pr);
+    Fp8History saved;
+    FILE *f = state_file_open(path, expect, n, &pr, &saved);
     fread_check(params, sizeof(float), n, f, path);
     fread_check(m, sizeof(float), n, f, path);
     fread_check(v, sizeof(float), n, f, path);
+    if (fp8) {
+        fp8->steps = 0;
+        if (saved.tensors > 0) {
+            if (saved.tensors != fp8->tensors || saved.length != fp8->length) {
+                fail("checkpoint '%s' holds an FP8 history of %d tensors x %d steps but this run keeps %d x %d; resume "
+                     "with the checkpoint's model and --fp8-amax-history",
+                     path, saved.tensors, saved.length, fp8->tensors, fp8->length);
+            }
+            fread_check(fp8->ring, sizeof(float), (size_t)saved.tensors * saved.length, f, path);
+            fp8->steps = saved.steps;
+        }
+    }
     fclose(f);
     return pr;
 }
@@ -379,13 +444,14 @@ static inline int checkpoint_find_latest(const char *out_dir) {
 
 // Writes checkpoint pr->step: the model file, then the state file that marks it complete.
 static inline void checkpoint_write(const char *out_dir, const GPTConfig *c, const ResumeKeys *keys,
-                                    const TrainProgress *pr, const float *params, const float *m, const float *v) {
+                                    const TrainProgress *pr, const float *params, const float *m, const float *v,
+                                    const Fp8History *fp8) {
     ParamLayout p;
     param_layout(c, &p);
     char model_path[CKPT_PATH_LEN], state_path[CKPT_PATH_LEN];
     checkpoint_paths(out_dir, pr->step, model_path, state_path);
     model_file_write(model_path, c, params);
-    state_file_write(state_path, keys, pr, params, m, v, p.total);
+    state_file_write(state_path, keys, pr, params, m, v, p.total, fp8);
 }
 
 #endif // LLMC_CHECKPOINT_H

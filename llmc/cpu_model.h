@@ -13,6 +13,9 @@
  * reductions (LayerNorm statistics, softmax sums, the loss, the gradient norm) accumulate in double in both,
  * so the float build stays close to the exact answer the GPU build is compared with. Every output element is
  * computed by one thread in a fixed order, so results do not depend on the number of OpenMP threads.
+ *
+ * With FP8 on (cpu_model_enable_fp8, --precision fp8) the block linear layers multiply FP8-rounded operands exactly
+ * as the GPU build's FP8 GEMMs do, with the same scales and recipe (llmc/fp8.h): the GPU run's reference.
  */
 #ifndef LLMC_CPU_MODEL_H
 #define LLMC_CPU_MODEL_H
@@ -21,6 +24,7 @@
 #include <stddef.h>
 
 #include "config.h"
+#include "fp8.h"
 #include "init.h"
 #include "model_ops.h"
 #include "utils.h"
@@ -50,11 +54,11 @@ static inline int imin(int a, int b) { return a < b ? a : b; }
 #define GEMM_NR 32
 #define TRANSPOSE_TILE 32
 
-// c[i, j] += sum_k a[i, k] b[k, j] on one mr x nr tile, with a addressed through strides (so a transposed
+// c[i, j] += scale * sum_k a[i, k] b[k, j] on one mr x nr tile, with a addressed through strides (so a transposed
 // operand costs nothing) and b row-major. The sum over k runs in order from zero and is then added to c, so an
-// element's value does not depend on the tile it falls in.
+// element's value does not depend on the tile it falls in. scale is 1 but for FP8 operands (their scale_inv's).
 static inline void gemm_tile(cpu_real *c, size_t ldc, const cpu_real *a, size_t a_rs, size_t a_cs,
-                             const cpu_real *b, size_t ldb, int mr, int nr, int K) {
+                             const cpu_real *b, size_t ldb, int mr, int nr, int K, cpu_real scale) {
     cpu_real acc[GEMM_MR][GEMM_NR] = {{0}};
     for (int k = 0; k < K; k++) {
         const cpu_real *bk = b + (size_t)k * ldb;
@@ -64,13 +68,13 @@ static inline void gemm_tile(cpu_real *c, size_t ldc, const cpu_real *a, size_t 
         }
     }
     for (int i = 0; i < mr; i++) {
-        for (int j = 0; j < nr; j++) { c[(size_t)i * ldc + j] += acc[i][j]; }
+        for (int j = 0; j < nr; j++) { c[(size_t)i * ldc + j] += scale * acc[i][j]; }
     }
 }
 
-// C (M x N, row stride ldc) += A (M x K, element (i,k) at a[i*a_rs + k*a_cs]) times B (K x N, row-major).
+// C (M x N, row stride ldc) += scale A (M x K, element (i,k) at a[i*a_rs + k*a_cs]) times B (K x N, row-major).
 static void gemm_acc(cpu_real *c, size_t ldc, const cpu_real *a, size_t a_rs, size_t a_cs, const cpu_real *b,
-                     size_t ldb, int M, int N, int K) {
+                     size_t ldb, int M, int N, int K, cpu_real scale) {
     int mtiles = ceil_div_int(M, GEMM_MR), ntiles = ceil_div_int(N, GEMM_NR);
     // Column tiles outermost: a thread's consecutive tiles share the same panel of B, which stays in cache.
 #pragma omp parallel for collapse(2) schedule(static)
@@ -81,9 +85,9 @@ static void gemm_acc(cpu_real *c, size_t ldc, const cpu_real *a, size_t a_rs, si
             const cpu_real *at = a + (size_t)i0 * a_rs, *bt = b + j0;
             int mr = imin(GEMM_MR, M - i0), nr = imin(GEMM_NR, N - j0);
             if (mr == GEMM_MR && nr == GEMM_NR) { // constant sizes: the compiler keeps the tile in registers
-                gemm_tile(ct, ldc, at, a_rs, a_cs, bt, ldb, GEMM_MR, GEMM_NR, K);
+                gemm_tile(ct, ldc, at, a_rs, a_cs, bt, ldb, GEMM_MR, GEMM_NR, K, scale);
             } else {
-                gemm_tile(ct, ldc, at, a_rs, a_cs, bt, ldb, mr, nr, K);
+                gemm_tile(ct, ldc, at, a_rs, a_cs, bt, ldb, mr, nr, K, scale);
             }
         }
     }
@@ -186,18 +190,23 @@ static void matmul_forward(cpu_real *out, const cpu_real *inp, const cpu_real *w
     for (int n = 0; n < N; n++) {
         for (int o = 0; o < OC; o++) { out[(size_t)n * OC + o] = bias ? bias[o] : 0; }
     }
-    gemm_acc(out, OC, inp, C, 1, wt, OC, N, OC, C);
+    gemm_acc(out, OC, inp, C, 1, wt, OC, N, OC, C, 1);
+}
+
+// dbias += column sums of dout (N, OC); nothing where dbias is NULL.
+static void bias_backward(cpu_real *dbias, const cpu_real *dout, int N, int OC) {
+    if (!dbias) { return; }
+    for (int n = 0; n < N; n++) {
+        for (int o = 0; o < OC; o++) { dbias[o] += dout[(size_t)n * OC + o]; }
+    }
 }
 
 // dinp += dout weight; dweight += dout^T inp; dbias += column sums of dout (dbias may be NULL).
 static void matmul_backward(cpu_real *dinp, cpu_real *dweight, cpu_real *dbias, const cpu_real *dout,
                             const cpu_real *inp, const cpu_real *weight, int N, int C, int OC) {
-    gemm_acc(dinp, C, dout, OC, 1, weight, C, N, C, OC);
-    gemm_acc(dweight, C, dout, 1, OC, inp, C, OC, C, N);
-    if (!dbias) { return; }
-    for (int n = 0; n < N; n++) {
-        for (int o = 0; o < OC; o++) { dbias[o] += dout[(size_t)n * OC + o]; }
-    }
+    gemm_acc(dinp, C, dout, OC, 1, weight, C, N, C, OC, 1);
+    gemm_acc(dweight, C, dout, 1, OC, inp, C, OC, C, N, 1);
+    bias_backward(dbias, dout, N, OC);
 }
 
 // Causal multi-head attention. qkv is (B, T, 3, NH, HS): row (b,t) holds q, then k, then v, each C wide, head h
@@ -385,6 +394,23 @@ typedef struct {
     cpu_real *res3;
 } CpuLayerActs;
 
+/*
+ * FP8 emulation: the block linear layers' GEMMs on FP8 values, as the GPU build runs them. Each operand is cast with
+ * its tensor's scale (q = fp8(x * scale), kept as the float value of the code); the GEMM sums products of those,
+ * exact in fp32 as on the tensor cores, in order, and multiplies the sum by the two operands' scale_inv. Biases, and
+ * the bias gradients (column sums of the unrounded output gradient, as the GPU takes them), stay in fp32.
+ */
+typedef struct {
+    Fp8Recipe recipe;
+    Fp8History history;
+    float *amax_step;  // (tensors) the largest |x| of each tensor in this optimizer step (fp8_amax_merge)
+    float *amax_scale; // (tensors) delayed scaling: the largest amax in the history, which the scales come from
+    float *scale;      // (tensors) the scale of each tensor's latest cast
+    cpu_real *weights; // the FP8 values of the block linear weights, at their offsets in the parameter layout
+    cpu_real *qa, *qb; // a GEMM's two FP8 operands (up to N x 4C each)
+    int weights_stale; // the weights changed since they were cast (cast at the next forward)
+} CpuFp8;
+
 typedef struct {
     GPTConfig config;
     ParamLayout layout;
@@ -395,6 +421,8 @@ typedef struct {
     int B, T;                       // of the last forward
     int *inputs, *targets;          // of the last forward
     int has_probs;                  // the last forward had targets and its probabilities are still intact
+    CpuFp8 *fp8;                    // NULL: every GEMM in fp32
+    int training;                   // the forward and backward of a training micro-step: FP8 casts record their amax
 } CpuModel;
 
 static void cpu_acts_alloc(CpuModel *m) {
@@ -451,6 +479,16 @@ static CpuModel *cpu_model_create(const GPTConfig *config, int maxB, int maxT) {
 }
 
 static void cpu_model_free(CpuModel *m) {
+    if (m->fp8) {
+        fp8_history_free(&m->fp8->history);
+        free(m->fp8->amax_step);
+        free(m->fp8->amax_scale);
+        free(m->fp8->scale);
+        free(m->fp8->weights);
+        free(m->fp8->qa);
+        free(m->fp8->qb);
+        free(m->fp8);
+    }
     free(m->params);
     free(m->grads);
     free(m->adam_m);
@@ -506,6 +544,140 @@ static cpu_real *cpu_layer_input(const CpuModel *m, int l) {
     return l == 0 ? m->acts.encoded : cpu_layer_acts(m, l - 1).res3;
 }
 
+static void zero_real(cpu_real *x, size_t n) { memset(x, 0, n * sizeof(cpu_real)); }
+
+// ----------------------------------------------------------------------------------------------------------
+// FP8 emulation
+
+// Turns the FP8 recipe on: the block linear layers of the blocks fp8_block names multiply in FP8 from now on.
+static void cpu_model_enable_fp8(CpuModel *m, const Fp8Recipe *recipe) {
+    size_t N = (size_t)m->maxB * m->maxT, C = (size_t)m->config.channels;
+    CpuFp8 *f = (CpuFp8 *)calloc_check(1, sizeof(CpuFp8), "FP8 state");
+    f->recipe = *recipe;
+    fp8_history_init(&f->history, m->config.num_layers, recipe->history);
+    size_t T = (size_t)f->history.tensors;
+    f->amax_step = (float *)calloc_check(T, sizeof(float), "FP8 amaxes");
+    f->amax_scale = (float *)calloc_check(T, sizeof(float), "FP8 amaxes");
+    f->scale = (float *)calloc_check(T, sizeof(float), "FP8 scales");
+    f->weights = (cpu_real *)calloc_check(m->layout.total, sizeof(cpu_real), "FP8 weights");
+    f->qa = (cpu_real *)calloc_check(N * 4 * C, sizeof(cpu_real), "FP8 operands");
+    f->qb = (cpu_real *)calloc_check(N * 4 * C, sizeof(cpu_real), "FP8 operands");
+    f->weights_stale = 1;
+    m->fp8 = f;
+}
+
+static int cpu_fp8_block(const CpuModel *m, int l) {
+    return m->fp8 && fp8_block(&m->fp8->recipe, l, m->config.num_layers);
+}
+
+static void cpu_fp8_quantize(cpu_real *q, const cpu_real *x, size_t n, float scale, Fp8Format f) {
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) { q[i] = (cpu_real)fp8_round((float)x[i], scale, f); }
+}
+
+// Casts x (n values) to tensor t's FP8 values in q, as the GPU's cast kernels do: the scale from the tensor's own
+// amax (current scaling, or delayed scaling before any step is recorded) or from its history; the amax recorded
+// for the step where `record`.
+static void cpu_fp8_cast(CpuFp8 *f, int t, cpu_real *q, const cpu_real *x, size_t n, int record) {
+    Fp8Format fmt = fp8_role_format(t % FP8_ROLES);
+    float amax = 0.0f;
+    for (size_t i = 0; i < n; i++) { amax = fp8_amax_merge(amax, fabsf((float)x[i])); }
+    int current = f->recipe.scaling == FP8_CURRENT || f->history.steps == 0;
+    f->scale[t] = fp8_scale_of(current ? amax : f->amax_scale[t], fmt, f->recipe.margin_scale);
+    cpu_fp8_quantize(q, x, n, f->scale[t], fmt);
+    if (record) { f->amax_step[t] = fp8_amax_merge(f->amax_step[t], amax); }
+}
+
+// The weights of the FP8 blocks, once per update (and after set_params): a weight's amax always enters the step.
+static void cpu_fp8_cast_weights(CpuModel *m) {
+    CpuFp8 *f = m->fp8;
+    const ParamLayout *p = &m->layout;
+    size_t L = (size_t)m->config.num_layers;
+    for (int l = 0; l < (int)L; l++) {
+        if (!cpu_fp8_block(m, l)) { continue; }
+        for (int lin = 0; lin < FP8_LINEARS; lin++) {
+            int pt = FP8_LINEAR_WEIGHTS[lin];
+            size_t n = p->size[pt] / L, off = p->offset[pt] + (size_t)l * n;
+            cpu_fp8_cast(f, fp8_tensor(l, lin, FP8_WEIGHT), f->weights + off, m->params + off, n, 1);
+        }
+    }
+    f->weights_stale = 0;
+}
+
+// The product of two FP8 operands' scale_inv (1 / scale), as the GEMM applies it.
+static cpu_real cpu_fp8_unscale(const CpuFp8 *f, int ta, int tb) {
+    return (cpu_real)((1.0f / f->scale[ta]) * (1.0f / f->scale[tb]));
+}
+
+// Layer l's linear `lin`: out (N, OC) = inp (N, C) W^T + bias, in FP8 when its block is an FP8 one.
+static void cpu_linear_forward(CpuModel *m, int l, int lin, cpu_real *out, const cpu_real *inp, const cpu_real *weight,
+                               const cpu_real *bias, int N, int C, int OC) {
+    if (!cpu_fp8_block(m, l)) {
+        matmul_forward(out, inp, weight, bias, m->acts.wt, N, C, OC);
+        return;
+    }
+    CpuFp8 *f = m->fp8;
+    int tx = fp8_tensor(l, lin, FP8_INPUT), tw = fp8_tensor(l, lin, FP8_WEIGHT);
+    cpu_fp8_cast(f, tx, f->qa, inp, (size_t)N * C, m->training);
+    transpose(m->acts.wt, f->weights + (weight - m->params), OC, C);
+    zero_real(out, (size_t)N * OC);
+    gemm_acc(out, OC, f->qa, C, 1, m->acts.wt, OC, N, OC, C, cpu_fp8_unscale(f, tx, tw));
+    if (!bias) { return; }
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        for (int o = 0; o < OC; o++) { out[(size_t)n * OC + o] += bias[o]; }
+    }
+}
+
+// Its backward (matmul_backward's contract). In FP8: the output gradient cast in E5M2, the input cast again as the
+// forward cast it (its scale kept from then: the same values).
+static void cpu_linear_backward(CpuModel *m, int l, int lin, cpu_real *dinp, cpu_real *dweight, cpu_real *dbias,
+                                const cpu_real *dout, const cpu_real *inp, const cpu_real *weight, int N, int C,
+                                int OC) {
+    if (!cpu_fp8_block(m, l)) {
+        matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+        return;
+    }
+    CpuFp8 *f = m->fp8;
+    int tx = fp8_tensor(l, lin, FP8_INPUT), tw = fp8_tensor(l, lin, FP8_WEIGHT), tg = fp8_tensor(l, lin, FP8_GRAD);
+    cpu_fp8_cast(f, tg, f->qb, dout, (size_t)N * OC, m->training);
+    gemm_acc(dinp, C, f->qb, OC, 1, f->weights + (weight - m->params), C, N, C, OC, cpu_fp8_unscale(f, tg, tw));
+    cpu_fp8_quantize(f->qa, inp, (size_t)N * C, f->scale[tx], FP8_E4M3);
+    gemm_acc(dweight, C, f->qb, 1, OC, f->qa, C, OC, C, N, cpu_fp8_unscale(f, tg, tx));
+    bias_backward(dbias, dout, N, OC);
+}
+
+// The end of an optimizer step (before its AdamW update, the 1-based `step`): the step's amaxes enter the history (a
+// non-finite one stops the run, naming the tensor) and the next step's delayed scales follow from it.
+static void cpu_fp8_end_step(CpuFp8 *f, int step) {
+    Fp8History *h = &f->history;
+    int bad = fp8_first_nonfinite(f->amax_step, h->tensors);
+    if (bad >= 0) { fp8_fail_nonfinite(bad, f->amax_step[bad], step); }
+    for (int t = 0; t < h->tensors; t++) {
+        f->amax_scale[t] = fp8_history_push(h->ring + (size_t)t * h->length, h->length, h->steps, f->amax_step[t]);
+        f->amax_step[t] = 0.0f;
+    }
+    h->steps++;
+    f->weights_stale = 1;
+}
+
+static void cpu_model_get_fp8_history(const CpuModel *m, Fp8History *out) {
+    const Fp8History *h = &m->fp8->history;
+    memcpy(out->ring, h->ring, (size_t)h->tensors * h->length * sizeof(float));
+    out->steps = h->steps;
+}
+
+static void cpu_model_set_fp8_history(CpuModel *m, const Fp8History *in) {
+    CpuFp8 *f = m->fp8;
+    Fp8History *h = &f->history;
+    memcpy(h->ring, in->ring, (size_t)h->tensors * h->length * sizeof(float));
+    h->steps = in->steps;
+    for (int t = 0; t < h->tensors; t++) {
+        f->amax_scale[t] = fp8_history_max(h->ring + (size_t)t * h->length, h->length, h->steps);
+    }
+    f->weights_stale = 1;
+}
+
 static void check_tokens(const int *tokens, int n, int V, const char *what) {
     for (int i = 0; i < n; i++) {
         if (tokens[i] < 0 || tokens[i] >= V) {
@@ -532,20 +704,21 @@ static double cpu_model_forward(CpuModel *m, const int *inputs, const int *targe
     cpu_real *wte = m->params + p->offset[P_WTE], *wpe = m->params + p->offset[P_WPE];
     CpuActs *a = &m->acts;
 
+    if (m->fp8 && m->fp8->weights_stale) { cpu_fp8_cast_weights(m); }
     encoder_forward(a->encoded, inputs, wte, wpe, B, T, C);
     for (int l = 0; l < L; l++) {
         CpuLayer w = cpu_layer(m, m->params, l);
         CpuLayerActs x = cpu_layer_acts(m, l);
         cpu_real *res = cpu_layer_input(m, l);
         layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, res, w.ln1w, w.ln1b, N, C);
-        matmul_forward(x.qkv, x.ln1, w.qkvw, w.qkvb, a->wt, N, C, 3 * C);
+        cpu_linear_forward(m, l, FP8_QKV, x.qkv, x.ln1, w.qkvw, w.qkvb, N, C, 3 * C);
         attention_forward(x.atty, x.att, x.qkv, B, T, C, NH);
-        matmul_forward(a->proj, x.atty, w.attprojw, w.attprojb, a->wt, N, C, C);
+        cpu_linear_forward(m, l, FP8_ATTPROJ, a->proj, x.atty, w.attprojw, w.attprojb, N, C, C);
         residual_forward(x.res2, res, a->proj, (size_t)N * C);
         layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, w.ln2w, w.ln2b, N, C);
-        matmul_forward(x.fch, x.ln2, w.fcw, w.fcb, a->wt, N, C, 4 * C);
+        cpu_linear_forward(m, l, FP8_FC, x.fch, x.ln2, w.fcw, w.fcb, N, C, 4 * C);
         gelu_forward(x.fch_gelu, x.fch, (size_t)N * 4 * C);
-        matmul_forward(a->proj, x.fch_gelu, w.fcprojw, w.fcprojb, a->wt, N, 4 * C, C);
+        cpu_linear_forward(m, l, FP8_FCPROJ, a->proj, x.fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);
         residual_forward(x.res3, x.res2, a->proj, (size_t)N * C);
     }
     layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, cpu_layer_input(m, L), m->params + p->offset[P_LNFW],
@@ -561,8 +734,6 @@ static double cpu_model_forward(CpuModel *m, const int *inputs, const int *targe
     for (int n = 0; n < N; n++) { sum += a->losses[n]; }
     return sum / N;
 }
-
-static void zero_real(cpu_real *x, size_t n) { memset(x, 0, n * sizeof(cpu_real)); }
 
 // Backward of the last forward (which had targets): adds the gradients of loss_scale * (sum of the per-token
 // losses) to m->grads.
@@ -589,18 +760,20 @@ static void cpu_model_backward(CpuModel *m, cpu_real loss_scale) {
         CpuLayer w = cpu_layer(m, m->params, l), g = cpu_layer(m, m->grads, l);
         CpuLayerActs x = cpu_layer_acts(m, l);
         zero_real(a->dfch_gelu, 4 * NC);
-        matmul_backward(a->dfch_gelu, g.fcprojw, g.fcprojb, a->dres, x.fch_gelu, w.fcprojw, N, 4 * C, C);
+        cpu_linear_backward(m, l, FP8_FCPROJ, a->dfch_gelu, g.fcprojw, g.fcprojb, a->dres, x.fch_gelu, w.fcprojw, N,
+                            4 * C, C);
         zero_real(a->dfch, 4 * NC);
         gelu_backward(a->dfch, x.fch, a->dfch_gelu, 4 * NC);
         zero_real(a->dln, NC);
-        matmul_backward(a->dln, g.fcw, g.fcb, a->dfch, x.ln2, w.fcw, N, C, 4 * C);
+        cpu_linear_backward(m, l, FP8_FC, a->dln, g.fcw, g.fcb, a->dfch, x.ln2, w.fcw, N, C, 4 * C);
         layernorm_backward(a->dres, g.ln2w, g.ln2b, a->dln, x.res2, w.ln2w, x.ln2_mean, x.ln2_rstd, N, C);
         zero_real(a->datty, NC);
-        matmul_backward(a->datty, g.attprojw, g.attprojb, a->dres, x.atty, w.attprojw, N, C, C);
+        cpu_linear_backward(m, l, FP8_ATTPROJ, a->datty, g.attprojw, g.attprojb, a->dres, x.atty, w.attprojw, N, C,
+                            C);
         zero_real(a->dqkv, 3 * NC);
         attention_backward(a->dqkv, a->datty, x.qkv, x.att, B, T, C, NH);
         zero_real(a->dln, NC);
-        matmul_backward(a->dln, g.qkvw, g.qkvb, a->dqkv, x.ln1, w.qkvw, N, C, 3 * C);
+        cpu_linear_backward(m, l, FP8_QKV, a->dln, g.qkvw, g.qkvb, a->dqkv, x.ln1, w.qkvw, N, C, 3 * C);
         layernorm_backward(a->dres, g.ln1w, g.ln1b, a->dln, cpu_layer_input(m, l), w.ln1w, x.ln1_mean,
                            x.ln1_rstd, N, C);
     }
@@ -630,6 +803,7 @@ static double sum_squares(const cpu_real *x, size_t n) {
 // Global gradient norm, clipping and AdamW exactly as dev/NOTES.md defines them. Clipping scales the gradient
 // as AdamW reads it; the gradient buffers keep the unclipped values. Returns the norm before clipping.
 static float cpu_model_update(CpuModel *m, const UpdateArgs *u) {
+    if (m->fp8) { cpu_fp8_end_step(m->fp8, u->t); }
     double norm = sqrt(sum_squares(m->grads, m->layout.total));
     cpu_real clip = (u->grad_clip > 0 && norm > u->grad_clip) ? (cpu_real)(u->grad_clip / norm) : 1;
     cpu_real b1 = u->beta1, b2 = u->beta2, lr = u->lr, eps = u->eps;

@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 
+#include "fp8.h"
 #include "mesh.h"
 
 typedef struct {
@@ -53,6 +54,11 @@ typedef struct {
     // Milliseconds the compute stream stood still waiting for collectives since the last call (exposed
     // communication, for the log line); < 0 where there is no communication. NULL in the CPU build.
     double (*exposed_comm_ms)(void *ctx);
+    // The FP8 recipe's amax history (llmc/fp8.h), the same on every rank, for checkpoints: get copies it into h (of
+    // the run's shape, fp8_history_init), set makes h the model's (the next forward scales by it). Both NULL where the
+    // model runs no FP8.
+    void (*get_fp8_history)(void *ctx, Fp8History *h);
+    void (*set_fp8_history)(void *ctx, const Fp8History *h);
 } ModelOps;
 
 /*

@@ -46,7 +46,11 @@ typedef struct {
     int log_every;
     // reproducibility and precision
     long long seed;
-    char precision[OPT_STR_LEN]; // fp32 | bf16 (fp8 comes with the FP8 recipe)
+    char precision[OPT_STR_LEN]; // fp32 | bf16 | fp8
+    // the FP8 recipe (llmc/fp8.h), --precision fp8 only
+    char fp8_recipe[OPT_STR_LEN]; // delayed | current
+    int fp8_amax_history, fp8_margin, fp8_bf16_blocks, fp8_fast_accum;
+    char fp8_activations[OPT_STR_LEN]; // GPU build: bf16 | fp32 around the FP8 GEMMs
     int keep_gelu_layers;        // GPU build: layers (from the first) whose gelu(fc) is kept for backward
     // parallel layout (world = DP x GTP x TP)
     int tp, gtp, sequence_parallel, zero;
@@ -120,8 +124,22 @@ static const OptionSpec OPTION_SPECS[] = {
     {"log-every", OPT_INT, OPT_FIELD(log_every), "1", 1, INT_MAX, NULL, "print a log line every N steps"},
     {"seed", OPT_I64, OPT_FIELD(seed), "1337", 0, 9.0e18, NULL,
      "seed of initialization, data shuffling and sampling"},
-    {"precision", OPT_STR, OPT_FIELD(precision), "bf16", 0, 0, "fp32|bf16",
-     "activation and GEMM precision (master weights are always fp32)"},
+    {"precision", OPT_STR, OPT_FIELD(precision), "bf16", 0, 0, "fp32|bf16|fp8",
+     "activation and GEMM precision (master weights are always fp32); fp8: bf16 with the block linear layers' GEMMs "
+     "in FP8 (the CPU build emulates them)"},
+    {"fp8-recipe", OPT_STR, OPT_FIELD(fp8_recipe), "delayed", 0, 0, "delayed|current",
+     "fp8: a tensor's scale from its largest amax of the last --fp8-amax-history steps (delayed), or from its own "
+     "amax before each cast (current)"},
+    {"fp8-amax-history", OPT_INT, OPT_FIELD(fp8_amax_history), "16", 1, 1024, NULL,
+     "fp8, delayed scaling: optimizer steps of amax history"},
+    {"fp8-margin", OPT_INT, OPT_FIELD(fp8_margin), "0", 0, 8, NULL,
+     "fp8: binades of headroom, scale = fp8 max / amax / 2^margin"},
+    {"fp8-bf16-blocks", OPT_INT, OPT_FIELD(fp8_bf16_blocks), "0", 0, MAX_LAYERS / 2, NULL,
+     "fp8: the first and the last N blocks keep their linear layers in bf16"},
+    {"fp8-fast-accum", OPT_INT, OPT_FIELD(fp8_fast_accum), "0", 0, 1, NULL,
+     "fp8, GPU build: 1 = forward GEMMs accumulate with cuBLASLt's fast FP8 accumulation (less exact)"},
+    {"fp8-activations", OPT_STR, OPT_FIELD(fp8_activations), "bf16", 0, 0, "bf16|fp32",
+     "fp8, GPU build: activation type around the FP8 GEMMs; fp32 (slower) is for checking against the CPU build"},
     {"keep-gelu-layers", OPT_INT, OPT_FIELD(keep_gelu_layers), "0", 0, MAX_LAYERS, NULL,
      "GPU build: layers (from the first) that keep their MLP's GELU output for backward (faster, more memory); "
      "the others recompute it"},
@@ -251,6 +269,57 @@ static inline int options_grad_accum(const Options *o, int dp) {
     return (int)(total / per_micro);
 }
 
+// The option's value as text. A float gets the short form when it reads back as the same float, else 9
+// significant digits (always exact), so the text identifies the value (the state file compares it on resume).
+static inline void option_format(const Options *o, const OptionSpec *s, char *buf, size_t cap) {
+    const char *p = (const char *)o + s->offset;
+    switch (s->type) {
+    case OPT_INT: snprintf(buf, cap, "%d", *(const int *)p); break;
+    case OPT_I64: snprintf(buf, cap, "%lld", *(const long long *)p); break;
+    case OPT_FLOAT:
+        snprintf(buf, cap, "%g", *(const float *)p);
+        if ((float)strtod(buf, NULL) != *(const float *)p) { snprintf(buf, cap, "%.9g", *(const float *)p); }
+        break;
+    case OPT_STR: snprintf(buf, cap, "%s", p); break;
+    }
+}
+
+// FP8 GEMMs on Hopper read 16-byte rows of both operands, and the weight gradient's operands have a row per token.
+#define FP8_ALIGN 16
+
+static inline int options_fp8(const Options *o) { return strcmp(o->precision, "fp8") == 0; }
+
+// The FP8 options apply to --precision fp8 only: another precision refuses them rather than ignore them. In fp8, the
+// model's shape must suit the FP8 GEMMs (mesh_validate checks a tensor-parallel rank's slices too).
+static inline void options_validate_fp8(const Options *o) {
+    if (!options_fp8(o)) {
+        for (int i = 0; i < NUM_OPTIONS; i++) {
+            const OptionSpec *s = &OPTION_SPECS[i];
+            char value[OPT_STR_LEN];
+            option_format(o, s, value, sizeof(value));
+            if (strncmp(s->name, "fp8-", 4) == 0 && strcmp(value, s->def) != 0) {
+                fail("--%s %s applies to --precision fp8 only, but --precision is %s; drop it or pass --precision fp8",
+                     s->name, value, o->precision);
+            }
+        }
+        return;
+    }
+    GPTConfig c = options_model_config(o);
+    if (2 * o->fp8_bf16_blocks >= c.num_layers) {
+        fail("--fp8-bf16-blocks %d keeps the first and last %d of the %d blocks in bf16, leaving none in FP8; lower it "
+             "below %d", o->fp8_bf16_blocks, o->fp8_bf16_blocks, c.num_layers, (c.num_layers + 1) / 2);
+    }
+    if (c.channels % FP8_ALIGN != 0) {
+        fail("--precision fp8 needs --width to be a multiple of %d (the FP8 GEMMs read 16-byte rows), but it is %d; "
+             "choose another width or --precision bf16", FP8_ALIGN, c.channels);
+    }
+    if (((long long)o->batch_size * o->seq_len) % FP8_ALIGN != 0) {
+        fail("--precision fp8 needs --batch-size x --seq-len (%d x %d) to be a multiple of %d (the FP8 weight gradient "
+             "reads rows of one per token); change --batch-size or --seq-len",
+             o->batch_size, o->seq_len, FP8_ALIGN);
+    }
+}
+
 // Cross-option checks, before any work: fail() with one line on the first problem.
 static inline void options_validate(const Options *o, int dp) {
     if (o->gtp != 1) {
@@ -268,24 +337,10 @@ static inline void options_validate(const Options *o, int dp) {
     if (o->warmup_steps > o->steps) {
         fail("--warmup-steps %d is more than --steps %d; lower --warmup-steps", o->warmup_steps, o->steps);
     }
+    options_validate_fp8(o);
     if (o->sample_every > 0 && o->sample_tokens >= o->seq_len) {
         fail("--sample-tokens %d must be less than --seq-len %d (a sample lives in one context window); lower "
              "--sample-tokens or pass --sample-every 0", o->sample_tokens, o->seq_len);
-    }
-}
-
-// The option's value as text. A float gets the short form when it reads back as the same float, else 9
-// significant digits (always exact), so the text identifies the value (the state file compares it on resume).
-static inline void option_format(const Options *o, const OptionSpec *s, char *buf, size_t cap) {
-    const char *p = (const char *)o + s->offset;
-    switch (s->type) {
-    case OPT_INT: snprintf(buf, cap, "%d", *(const int *)p); break;
-    case OPT_I64: snprintf(buf, cap, "%lld", *(const long long *)p); break;
-    case OPT_FLOAT:
-        snprintf(buf, cap, "%g", *(const float *)p);
-        if ((float)strtod(buf, NULL) != *(const float *)p) { snprintf(buf, cap, "%.9g", *(const float *)p); }
-        break;
-    case OPT_STR: snprintf(buf, cap, "%s", p); break;
     }
 }
 

@@ -23,7 +23,7 @@
 #include "utils.h"
 
 #define REFSTATE_MAGIC 20251122
-#define REFSTATE_VERSION 1
+#define REFSTATE_VERSION 2
 #define REFSTATE_PARAM_STEPS 3 // the first steps whose updated weights are recorded
 
 typedef struct {
@@ -32,10 +32,11 @@ typedef struct {
     int32_t B, T, accum, steps;
     int64_t seed;
     float weight_decay, beta1, beta2, eps, grad_clip; // AdamW and clipping, as in UpdateArgs
-    int32_t unused;                                   // keeps num_params 8-byte aligned, no hidden padding
+    int32_t fp8;                                      // 1: the reference ran --precision fp8 with this recipe
+    int32_t fp8_scaling, fp8_history, fp8_margin, fp8_bf16_blocks; // llmc/fp8.h's Fp8Recipe
     int64_t num_params;
 } RefHeader;
-typedef char refheader_has_no_padding[sizeof(RefHeader) == 88 ? 1 : -1];
+typedef char refheader_has_no_padding[sizeof(RefHeader) == 104 ? 1 : -1];
 
 typedef struct {
     RefHeader h;
@@ -68,7 +69,6 @@ static inline void refstate_write_begin(RefWriter *w, const char *path, const Re
     w->h = *h;
     w->h.magic = REFSTATE_MAGIC;
     w->h.version = REFSTATE_VERSION;
-    w->h.unused = 0;
     w->step = 0;
     atomic_open(&w->af, path);
     atomic_write(&w->af, &w->h, sizeof(RefHeader), 1);

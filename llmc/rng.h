@@ -13,11 +13,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#ifdef __CUDACC__
-#define HOST_DEVICE __host__ __device__
-#else
-#define HOST_DEVICE
-#endif
+#include "utils.h"
 
 // Streams: the high bits of the counter that separate independent uses of one seed.
 #define RNG_STREAM_PARAMS 0u   // + tensor index (0..15)

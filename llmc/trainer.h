@@ -141,6 +141,13 @@ static inline void trainer_open_data(Trainer *tr) {
     tr->targets = (int *)malloc_check(bt * sizeof(int), "target tokens");
 }
 
+// The model's FP8 amax history in *h (allocated here: fp8_history_free), or NULL where it runs no FP8.
+static inline Fp8History *trainer_fp8_history(Trainer *tr, Fp8History *h) {
+    if (!tr->ops.get_fp8_history) { return NULL; }
+    fp8_history_init(h, tr->config.num_layers, tr->o.fp8_amax_history);
+    return h;
+}
+
 // Loads checkpoint `step` into the model and the training loader.
 static inline void trainer_resume(Trainer *tr, int step) {
     size_t n = tr->layout.total;
@@ -149,15 +156,25 @@ static inline void trainer_resume(Trainer *tr, int step) {
     float *v = (float *)malloc_check(n * sizeof(float), "checkpoint AdamW v");
     char model_path[CKPT_PATH_LEN], state_path[CKPT_PATH_LEN];
     checkpoint_paths(tr->o.out_dir, step, model_path, state_path);
-    TrainProgress pr = state_file_read(state_path, &tr->keys, params, m, v, n);
+    Fp8History hist;
+    Fp8History *fp8 = trainer_fp8_history(tr, &hist);
+    TrainProgress pr = state_file_read(state_path, &tr->keys, params, m, v, n, fp8);
     tr->ops.set_params(tr->ops.ctx, params);
     tr->ops.set_opt_state(tr->ops.ctx, m, v);
+    if (fp8) {
+        tr->ops.set_fp8_history(tr->ops.ctx, fp8);
+        fp8_history_free(fp8);
+    }
     DataLoaderState ds = {pr.data_epoch, pr.data_next};
     dataloader_set_state(&tr->train, ds);
     free(params);
     free(m);
     free(v);
     logger_line(&tr->log, "resumed from '%s' at step %d\n", state_path, pr.step);
+    if (strcmp(pr.precision, tr->o.precision) != 0) {
+        logger_line(&tr->log, "the checkpoint was written in %s and continues in %s: weights and optimizer state carry "
+                    "over%s\n", pr.precision, tr->o.precision, fp8 ? ", the FP8 amax history starts empty" : "");
+    }
 }
 
 static inline void trainer_init_from(Trainer *tr) {
@@ -308,8 +325,12 @@ static inline void trainer_checkpoint(Trainer *tr, int step) {
     // The loader's position is the same on every rank (each is at the same step of its stride), so rank 0's
     // state file resumes them all.
     DataLoaderState ds = dataloader_get_state(&tr->train);
-    TrainProgress pr = {step, ds.epoch, ds.next};
-    if (tr->is_root) { checkpoint_write(tr->o.out_dir, &tr->config, &tr->keys, &pr, params, m, v); }
+    TrainProgress pr = {step, ds.epoch, ds.next, ""};
+    Fp8History hist;
+    Fp8History *fp8 = trainer_fp8_history(tr, &hist);
+    if (fp8) { tr->ops.get_fp8_history(tr->ops.ctx, fp8); }
+    if (tr->is_root) { checkpoint_write(tr->o.out_dir, &tr->config, &tr->keys, &pr, params, m, v, fp8); }
+    if (fp8) { fp8_history_free(fp8); }
     free(params);
     free(m);
     free(v);

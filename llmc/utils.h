@@ -22,6 +22,13 @@ static int g_rank = 0; // this process's world rank, named in every error messag
 
 static inline void set_error_rank(int rank) { g_rank = rank; }
 
+// Functions both the host and the GPU kernels call (the same arithmetic on both: init.h, rng.h, fp8.h).
+#ifdef __CUDACC__
+#define HOST_DEVICE __host__ __device__
+#else
+#define HOST_DEVICE
+#endif
+
 #if defined(__GNUC__)
 #define LLMC_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #define LLMC_NORETURN __attribute__((noreturn))

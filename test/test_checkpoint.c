@@ -5,6 +5,8 @@
  *   with one line naming the file;
  * - state file: round trip of progress, params and AdamW moments; a setting or a shape that differs is
  *   refused naming the file, the setting and both values; a constant schedule may change --steps;
+ * - fp8: the amax history round trip; an fp8 checkpoint continues in bf16 and a bf16 one in fp8 (with an empty
+ *   history); the FP8 settings must match between fp8 runs; a truncated history is refused;
  * - atomic writes leave no temporary file; the latest complete checkpoint ignores a model file without its
  *   state file and temporary files.
  */
@@ -236,14 +238,14 @@ static void test_state_round_trip(void) {
     ResumeKeys keys = resume_keys_make(&o, &c, 4096);
     float *params = random_floats(p.total, 5), *m = random_floats(p.total, 6), *v = random_floats(p.total, 7);
     zero_padded_rows(&c, params);
-    TrainProgress pr = {42, 3, 123456789012LL};
-    checkpoint_write(g_dir, &c, &keys, &pr, params, m, v);
+    TrainProgress pr = {42, 3, 123456789012LL, ""};
+    checkpoint_write(g_dir, &c, &keys, &pr, params, m, v, NULL);
     check(!dir_has_tmp_file(), "checkpoint_write_atomic_no_tmp", "a temporary file was left in '%s'", g_dir);
     float *p2 = (float *)calloc_check(p.total, 4, "p"), *m2 = (float *)calloc_check(p.total, 4, "m"),
           *v2 = (float *)calloc_check(p.total, 4, "v");
     char model_path[CKPT_PATH_LEN], state_path[CKPT_PATH_LEN];
     checkpoint_paths(g_dir, 42, model_path, state_path);
-    TrainProgress back = state_file_read(state_path, &keys, p2, m2, v2, p.total);
+    TrainProgress back = state_file_read(state_path, &keys, p2, m2, v2, p.total, NULL);
     size_t bytes = p.total * sizeof(float);
     check(back.step == 42 && back.data_epoch == 3 && back.data_next == 123456789012LL && !memcmp(params, p2, bytes) &&
               !memcmp(m, m2, bytes) && !memcmp(v, v2, bytes),
@@ -278,8 +280,8 @@ static void test_state_mismatch(void) {
     float *zeros = (float *)calloc_check(p.total, sizeof(float), "zeros");
     Options o = run_options(1337, "cosine", 100);
     ResumeKeys keys = resume_keys_make(&o, &c, 4096);
-    TrainProgress pr = {5, 0, 0};
-    checkpoint_write(g_dir, &c, &keys, &pr, zeros, zeros, zeros);
+    TrainProgress pr = {5, 0, 0, ""};
+    checkpoint_write(g_dir, &c, &keys, &pr, zeros, zeros, zeros, NULL);
 
     StateCheckArgs a;
     char model_path[CKPT_PATH_LEN];
@@ -308,7 +310,7 @@ static void test_state_mismatch(void) {
     Options oc = run_options(1337, "constant", 100), oc2 = run_options(1337, "constant", 300);
     ResumeKeys kc = resume_keys_make(&oc, &c, 4096);
     pr.step = 6;
-    checkpoint_write(g_dir, &c, &kc, &pr, zeros, zeros, zeros);
+    checkpoint_write(g_dir, &c, &kc, &pr, zeros, zeros, zeros, NULL);
     checkpoint_paths(g_dir, 6, model_path, a.path);
     a.keys = resume_keys_make(&oc2, &c, 4096);
     a.n = p.total;
@@ -319,6 +321,83 @@ static void test_state_mismatch(void) {
     if (truncate(a.path, file_size_or_neg(a.path) - 1) != 0) { perror("truncate"); }
     expect_child_error("state_truncated", check_state_child, &a, "state_00000006.bin", "truncated or corrupt");
     free(zeros);
+}
+
+static Options fp8_options(int history) {
+    Options o = run_options(1337, "cosine", 100);
+    snprintf(o.precision, sizeof(o.precision), "fp8");
+    o.fp8_amax_history = history;
+    return o;
+}
+
+typedef struct {
+    char path[CKPT_PATH_LEN];
+    ResumeKeys keys;
+    size_t n;
+    int layers, history; // of the reading run's FP8 history
+} Fp8ReadArgs;
+
+static void read_fp8_child(void *arg) {
+    Fp8ReadArgs *a = (Fp8ReadArgs *)arg;
+    float *buf = (float *)malloc_check(a->n * sizeof(float), "state");
+    Fp8History h;
+    fp8_history_init(&h, a->layers, a->history);
+    state_file_read(a->path, &a->keys, buf, buf, buf, a->n, &h);
+    fp8_history_free(&h);
+    free(buf);
+}
+
+static void test_state_fp8(void) {
+    GPTConfig c = tiny_config(2, 16);
+    ParamLayout p;
+    param_layout(&c, &p);
+    float *params = random_floats(p.total, 8);
+    Options o8 = fp8_options(4), o16 = run_options(1337, "cosine", 100);
+    ResumeKeys k8 = resume_keys_make(&o8, &c, 4096), k16 = resume_keys_make(&o16, &c, 4096);
+    Fp8History h, back;
+    fp8_history_init(&h, c.num_layers, 4);
+    for (int i = 0; i < h.tensors * h.length; i++) { h.ring[i] = fabsf(rng_normal(TEST_SEED, 9, (uint64_t)i)); }
+    h.steps = 7;
+    TrainProgress pr = {8, 0, 0, ""};
+    checkpoint_write(g_dir, &c, &k8, &pr, params, params, params, &h);
+    char model_path[CKPT_PATH_LEN], state_path[CKPT_PATH_LEN];
+    checkpoint_paths(g_dir, 8, model_path, state_path);
+    float *buf = (float *)malloc_check(p.total * sizeof(float), "state");
+
+    fp8_history_init(&back, c.num_layers, 4);
+    TrainProgress r = state_file_read(state_path, &k8, buf, buf, buf, p.total, &back);
+    check(back.steps == 7 && !memcmp(back.ring, h.ring, (size_t)h.tensors * h.length * sizeof(float)) &&
+              strcmp(r.precision, "fp8") == 0,
+          "state_fp8_history_round_trip", "steps %lld, precision '%s', or the ring differs", back.steps, r.precision);
+    r = state_file_read(state_path, &k16, buf, buf, buf, p.total, NULL);
+    check(r.step == 8 && strcmp(r.precision, "fp8") == 0, "state_fp8_continues_in_bf16", "step %d precision '%s'",
+          r.step, r.precision);
+
+    pr.step = 9;
+    checkpoint_write(g_dir, &c, &k16, &pr, params, params, params, NULL);
+    checkpoint_paths(g_dir, 9, model_path, state_path);
+    back.steps = 5;
+    r = state_file_read(state_path, &k8, buf, buf, buf, p.total, &back);
+    check(back.steps == 0 && strcmp(r.precision, "bf16") == 0, "state_bf16_continues_in_fp8",
+          "history steps %lld (want 0: empty), precision '%s'", back.steps, r.precision);
+
+    Fp8ReadArgs a;
+    checkpoint_paths(g_dir, 8, model_path, a.path);
+    a.n = p.total;
+    a.layers = c.num_layers;
+    a.history = 8;
+    Options o8b = fp8_options(8);
+    a.keys = resume_keys_make(&o8b, &c, 4096);
+    expect_child_error("state_fp8_settings_must_match", read_fp8_child, &a, "state_00000008.bin",
+                       "was written with --fp8-amax-history 4 but this run has --fp8-amax-history 8");
+    a.history = 4;
+    a.keys = k8;
+    if (truncate(a.path, file_size_or_neg(a.path) - 4) != 0) { perror("truncate"); }
+    expect_child_error("state_fp8_truncated", read_fp8_child, &a, "state_00000008.bin", "truncated or corrupt");
+    fp8_history_free(&h);
+    fp8_history_free(&back);
+    free(buf);
+    free(params);
 }
 
 static void touch(const char *name) {
@@ -356,6 +435,7 @@ int main(void) {
     test_model_errors();
     test_state_round_trip();
     test_state_mismatch();
+    test_state_fp8();
     test_find_latest();
     clear_dir();
     rmdir(g_dir);

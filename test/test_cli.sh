@@ -5,7 +5,9 @@
 # - a folder holding a run is refused without --resume 1 and left unchanged; a checkpoint or model file of
 #   another shape is refused;
 # - exact resume: a tiny model trained 6 steps with a checkpoint at 3, against a copy cut back to checkpoint 3
-#   and resumed: the same loss lines and byte-identical final model and state files.
+#   and resumed: the same loss lines and byte-identical final model and state files;
+# - the same in fp8 (the FP8 emulation and its amax history), which differs from fp32; a checkpoint continues in
+#   another precision with a line saying so; an fp8 checkpoint refuses other FP8 settings.
 # Needs ./train_gpt_cpu (make) and the default shards (make data): without them this FAILS, it does not skip.
 set -u
 cd "$(dirname "$0")/.."
@@ -119,5 +121,45 @@ if train cli_train_6_steps "$full" --steps 6 --checkpoint-every 3 --val-every 3;
         "${TINY[@]}" --width 128 --steps 6 --resume 1 --out-dir "$full"
     expect_error cli_init_from_other_shape "has layers 2 but this run's model has 3" \
         "${TINY[@]}" --depth 3 --init-from "$full/model_00000006.bin"
+
+    # --- fp8 --------------------------------------------------------------------------------------------------
+    f8=$tmp/fp8 p8=$tmp/fp8_part
+    if train cli_fp8_train_6_steps "$f8" --precision fp8 --steps 6 --checkpoint-every 3 --val-every 3; then
+        if diff -q <(grep '^s:' "$full/log.txt") <(grep '^s:' "$f8/log.txt") >/dev/null; then
+            fail_check cli_fp8_is_not_fp32 "the fp8 run logged the fp32 run's losses: no FP8 rounding happened"
+        else
+            pass cli_fp8_is_not_fp32
+        fi
+        mkdir -p "$p8"
+        cp "$f8/model_00000003.bin" "$f8/state_00000003.bin" "$p8/"
+        awk -F'[: ]' '/^s:/ && $2 <= 3' "$f8/log.txt" >"$p8/log.txt"
+        if train cli_fp8_resume_from_3 "$p8" --precision fp8 --steps 6 --checkpoint-every 3 --val-every 3 \
+            --resume 1; then
+            if diff <(grep '^s:' "$f8/log.txt") <(grep '^s:' "$p8/log.txt") >"$tmp/diff" &&
+                cmp -s "$f8/model_00000006.bin" "$p8/model_00000006.bin" &&
+                cmp -s "$f8/state_00000006.bin" "$p8/state_00000006.bin"; then
+                pass cli_fp8_resume_identical
+            else
+                fail_check cli_fp8_resume_identical "losses or the files of step 6 differ after resume: $(head -3 "$tmp/diff")"
+            fi
+        fi
+        expect_error cli_fp8_settings_must_match "was written with --fp8-amax-history 16 but this run has --fp8-amax-history 8" \
+            "${TINY[@]}" --precision fp8 --fp8-amax-history 8 --steps 6 --resume 1 --out-dir "$f8"
+        # another precision continues a checkpoint, and says so
+        for pair in "fp8:fp32:$f8" "fp32:fp8:$full"; do
+            from=${pair%%:*} rest=${pair#*:}
+            to=${rest%%:*} src=${rest#*:}
+            dir=$tmp/${from}_to_$to
+            mkdir -p "$dir"
+            cp "$src/model_00000003.bin" "$src/state_00000003.bin" "$dir/"
+            if train "cli_${from}_continues_in_$to" "$dir" --precision "$to" --steps 6 --val-every 3 --resume 1; then
+                if grep -q "the checkpoint was written in $from and continues in $to" "$dir.stdout"; then
+                    pass "cli_${from}_to_${to}_says_so"
+                else
+                    fail_check "cli_${from}_to_${to}_says_so" "no line on the change of precision"
+                fi
+            fi
+        done
+    fi
 fi
 exit 0

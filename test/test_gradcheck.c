@@ -480,6 +480,19 @@ static double double_model_grads(const GPTConfig *c, const float *params, const 
 #define cpu_model_zero_grad cpu_model_zero_grad_f
 #define sum_squares sum_squares_f
 #define cpu_model_update cpu_model_update_f
+#define bias_backward bias_backward_f
+#define CpuFp8 CpuFp8_f
+#define cpu_model_enable_fp8 cpu_model_enable_fp8_f
+#define cpu_fp8_block cpu_fp8_block_f
+#define cpu_fp8_quantize cpu_fp8_quantize_f
+#define cpu_fp8_cast cpu_fp8_cast_f
+#define cpu_fp8_cast_weights cpu_fp8_cast_weights_f
+#define cpu_fp8_unscale cpu_fp8_unscale_f
+#define cpu_linear_forward cpu_linear_forward_f
+#define cpu_linear_backward cpu_linear_backward_f
+#define cpu_fp8_end_step cpu_fp8_end_step_f
+#define cpu_model_get_fp8_history cpu_model_get_fp8_history_f
+#define cpu_model_set_fp8_history cpu_model_set_fp8_history_f
 #include "../llmc/cpu_model.h"
 #include <omp.h>
 

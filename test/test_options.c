@@ -11,7 +11,7 @@
 #include "../llmc/options.h"
 #include "test_util.h"
 
-#define MAX_ARGS 16
+#define MAX_ARGS 24
 #define CHILD_TIMEOUT_S 10.0
 
 typedef struct {
@@ -137,6 +137,24 @@ static void test_validate(void) {
     expect_error("heads_divide_width", "--heads 5 must be >= 1 and divide --width 64", "--width", "64", "--heads",
                  "5", NULL);
     expect_error("empty_train_data", "--train-data is empty", "--train-data=", NULL);
+    expect_error("choice_fp8_recipe", "--fp8-recipe: 'late' is not one of delayed|current", "--fp8-recipe", "late",
+                 NULL);
+    expect_error("fp8_option_needs_fp8", "--fp8-recipe current applies to --precision fp8 only, but --precision is bf16",
+                 "--fp8-recipe", "current", NULL);
+    expect_error("fp8_option_needs_fp8_int", "--fp8-margin 2 applies to --precision fp8 only", "--precision", "fp32",
+                 "--fp8-margin", "2", NULL);
+    expect_error("fp8_bf16_blocks_leave_none", "--fp8-bf16-blocks 1 keeps the first and last 1 of the 2 blocks in bf16",
+                 "--precision", "fp8", "--depth", "2", "--fp8-bf16-blocks", "1", NULL);
+    expect_error("fp8_width_alignment", "--precision fp8 needs --width to be a multiple of 16", "--precision", "fp8",
+                 "--width", "72", "--heads", "4", NULL);
+    expect_error("fp8_token_alignment", "--precision fp8 needs --batch-size x --seq-len (1 x 100) to be a multiple of 16",
+                 "--precision", "fp8", "--batch-size", "1", "--seq-len", "100", "--total-batch-tokens", "0",
+                 "--sample-every", "0", NULL);
+    Options f = parse("--precision", "fp8", "--fp8-recipe", "current", "--fp8-bf16-blocks", "1", "--depth", "3",
+                      "--sample-every", "0", "--batch-size", "4", "--seq-len", "64", "--total-batch-tokens", "256", NULL);
+    options_validate(&f, 1); // exits with the reason if refused
+    check(options_fp8(&f) && strcmp(f.fp8_recipe, "current") == 0 && f.fp8_bf16_blocks == 1, "fp8_accepted",
+          "precision %s recipe %s bf16 blocks %d", f.precision, f.fp8_recipe, f.fp8_bf16_blocks);
 
     Options z = parse("--zero", "1", "--sample-every", "0", "--batch-size", "4", "--seq-len", "64", "--total-batch-tokens", "1024", NULL);
     options_validate(&z, 2); // exits with the reason if refused
