@@ -595,8 +595,8 @@ static void cpu_fp8_cast_weights(CpuModel *m) {
     size_t L = (size_t)m->config.num_layers;
     for (int l = 0; l < (int)L; l++) {
         if (!cpu_fp8_block(m, l)) { continue; }
-        for (int lin = 0; lin < FP8_LINEARS; lin++) {
-            int pt = FP8_LINEAR_WEIGHTS[lin];
+        for (int lin = 0; lin < BLOCK_LINEARS; lin++) {
+            int pt = BLOCK_LINEAR_WEIGHT[lin];
             size_t n = p->size[pt] / L, off = p->offset[pt] + (size_t)l * n;
             cpu_fp8_cast(f, fp8_tensor(l, lin, FP8_WEIGHT), f->weights + off, m->params + off, n, 1);
         }
@@ -711,14 +711,14 @@ static double cpu_model_forward(CpuModel *m, const int *inputs, const int *targe
         CpuLayerActs x = cpu_layer_acts(m, l);
         cpu_real *res = cpu_layer_input(m, l);
         layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, res, w.ln1w, w.ln1b, N, C);
-        cpu_linear_forward(m, l, FP8_QKV, x.qkv, x.ln1, w.qkvw, w.qkvb, N, C, 3 * C);
+        cpu_linear_forward(m, l, LIN_QKV, x.qkv, x.ln1, w.qkvw, w.qkvb, N, C, 3 * C);
         attention_forward(x.atty, x.att, x.qkv, B, T, C, NH);
-        cpu_linear_forward(m, l, FP8_ATTPROJ, a->proj, x.atty, w.attprojw, w.attprojb, N, C, C);
+        cpu_linear_forward(m, l, LIN_ATTPROJ, a->proj, x.atty, w.attprojw, w.attprojb, N, C, C);
         residual_forward(x.res2, res, a->proj, (size_t)N * C);
         layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, w.ln2w, w.ln2b, N, C);
-        cpu_linear_forward(m, l, FP8_FC, x.fch, x.ln2, w.fcw, w.fcb, N, C, 4 * C);
+        cpu_linear_forward(m, l, LIN_FC, x.fch, x.ln2, w.fcw, w.fcb, N, C, 4 * C);
         gelu_forward(x.fch_gelu, x.fch, (size_t)N * 4 * C);
-        cpu_linear_forward(m, l, FP8_FCPROJ, a->proj, x.fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);
+        cpu_linear_forward(m, l, LIN_FCPROJ, a->proj, x.fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);
         residual_forward(x.res3, x.res2, a->proj, (size_t)N * C);
     }
     layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, cpu_layer_input(m, L), m->params + p->offset[P_LNFW],
@@ -760,20 +760,20 @@ static void cpu_model_backward(CpuModel *m, cpu_real loss_scale) {
         CpuLayer w = cpu_layer(m, m->params, l), g = cpu_layer(m, m->grads, l);
         CpuLayerActs x = cpu_layer_acts(m, l);
         zero_real(a->dfch_gelu, 4 * NC);
-        cpu_linear_backward(m, l, FP8_FCPROJ, a->dfch_gelu, g.fcprojw, g.fcprojb, a->dres, x.fch_gelu, w.fcprojw, N,
+        cpu_linear_backward(m, l, LIN_FCPROJ, a->dfch_gelu, g.fcprojw, g.fcprojb, a->dres, x.fch_gelu, w.fcprojw, N,
                             4 * C, C);
         zero_real(a->dfch, 4 * NC);
         gelu_backward(a->dfch, x.fch, a->dfch_gelu, 4 * NC);
         zero_real(a->dln, NC);
-        cpu_linear_backward(m, l, FP8_FC, a->dln, g.fcw, g.fcb, a->dfch, x.ln2, w.fcw, N, C, 4 * C);
+        cpu_linear_backward(m, l, LIN_FC, a->dln, g.fcw, g.fcb, a->dfch, x.ln2, w.fcw, N, C, 4 * C);
         layernorm_backward(a->dres, g.ln2w, g.ln2b, a->dln, x.res2, w.ln2w, x.ln2_mean, x.ln2_rstd, N, C);
         zero_real(a->datty, NC);
-        cpu_linear_backward(m, l, FP8_ATTPROJ, a->datty, g.attprojw, g.attprojb, a->dres, x.atty, w.attprojw, N, C,
+        cpu_linear_backward(m, l, LIN_ATTPROJ, a->datty, g.attprojw, g.attprojb, a->dres, x.atty, w.attprojw, N, C,
                             C);
         zero_real(a->dqkv, 3 * NC);
         attention_backward(a->dqkv, a->datty, x.qkv, x.att, B, T, C, NH);
         zero_real(a->dln, NC);
-        cpu_linear_backward(m, l, FP8_QKV, a->dln, g.qkvw, g.qkvb, a->dqkv, x.ln1, w.qkvw, N, C, 3 * C);
+        cpu_linear_backward(m, l, LIN_QKV, a->dln, g.qkvw, g.qkvb, a->dqkv, x.ln1, w.qkvw, N, C, 3 * C);
         layernorm_backward(a->dres, g.ln1w, g.ln1b, a->dln, cpu_layer_input(m, l), w.ln1w, x.ln1_mean,
                            x.ln1_rstd, N, C);
     }

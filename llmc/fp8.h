@@ -139,22 +139,22 @@ static inline int fp8_block(const Fp8Recipe *r, int layer, int L) {
     return layer >= r->bf16_blocks && layer < L - r->bf16_blocks;
 }
 
-// A block's linear layers and their operands. Tensor (layer, linear, role) is index
-// (layer * FP8_LINEARS + linear) * FP8_ROLES + role of every per-tensor array (every block has its slots; those of
+// The operands of a block's linear layers (config.h's LIN_*). Tensor (layer, linear, role) is index
+// (layer * BLOCK_LINEARS + linear) * FP8_ROLES + role of every per-tensor array (every block has its slots; those of
 // the bf16 blocks stay zero).
-enum { FP8_QKV, FP8_ATTPROJ, FP8_FC, FP8_FCPROJ, FP8_LINEARS };
 enum { FP8_INPUT, FP8_WEIGHT, FP8_GRAD, FP8_ROLES };
-static const char *const FP8_LINEAR_NAMES[FP8_LINEARS] = {"qkv", "attention projection", "fc", "fc projection"};
-static const int FP8_LINEAR_WEIGHTS[FP8_LINEARS] = {P_QKVW, P_ATTPROJW, P_FCW, P_FCPROJW}; // config.h's tensors
+static const char *const FP8_LINEAR_NAMES[BLOCK_LINEARS] = {"qkv", "attention projection", "fc", "fc projection"};
 static const char *const FP8_ROLE_NAMES[FP8_ROLES] = {"input", "weight", "output gradient"};
 
-static inline int fp8_tensor(int layer, int linear, int role) { return (layer * FP8_LINEARS + linear) * FP8_ROLES + role; }
-static inline int fp8_num_tensors(int L) { return L * FP8_LINEARS * FP8_ROLES; }
+static inline int fp8_tensor(int layer, int linear, int role) {
+    return (layer * BLOCK_LINEARS + linear) * FP8_ROLES + role;
+}
+static inline int fp8_num_tensors(int L) { return L * BLOCK_LINEARS * FP8_ROLES; }
 static inline Fp8Format fp8_role_format(int role) { return role == FP8_GRAD ? FP8_E5M2 : FP8_E4M3; }
 
 // "layer 3 fc projection output gradient", for messages.
 static inline void fp8_tensor_name(int t, char *out, size_t cap) {
-    int role = t % FP8_ROLES, linear = (t / FP8_ROLES) % FP8_LINEARS, layer = t / (FP8_ROLES * FP8_LINEARS);
+    int role = t % FP8_ROLES, linear = (t / FP8_ROLES) % BLOCK_LINEARS, layer = t / (FP8_ROLES * BLOCK_LINEARS);
     snprintf(out, cap, "layer %d %s %s", layer, FP8_LINEAR_NAMES[linear], FP8_ROLE_NAMES[role]);
 }
 

@@ -190,7 +190,7 @@ static void test_scale(void) {
 static void test_history(void) {
     Fp8History h;
     fp8_history_init(&h, 2, 3);
-    check(h.tensors == 2 * FP8_LINEARS * FP8_ROLES && h.length == 3 && h.steps == 0 &&
+    check(h.tensors == 2 * BLOCK_LINEARS * FP8_ROLES && h.length == 3 && h.steps == 0 &&
               fp8_history_max(h.ring, h.length, 0) == 0.0f,
           "history_init", "tensors %d length %d", h.tensors, h.length);
     const float amax[6] = {1.0f, 5.0f, 2.0f, 0.5f, 0.25f, 3.0f}, want[6] = {1.0f, 5.0f, 5.0f, 5.0f, 2.0f, 3.0f};
@@ -210,7 +210,7 @@ static void test_history(void) {
 
 static void test_tensors(void) {
     char name[96];
-    int t = fp8_tensor(3, FP8_FCPROJ, FP8_GRAD);
+    int t = fp8_tensor(3, LIN_FCPROJ, FP8_GRAD);
     fp8_tensor_name(t, name, sizeof(name));
     check(t == 47 && strcmp(name, "layer 3 fc projection output gradient") == 0 && fp8_num_tensors(4) == 48 &&
               fp8_role_format(FP8_GRAD) == FP8_E5M2 && fp8_role_format(FP8_INPUT) == FP8_E4M3 &&
