@@ -158,9 +158,29 @@ static inline uint32_t pointer_alignment(const void *p) {
     return align;
 }
 
+/*
+ * One operand of a GEMM, as TransformerEngine's tensors describe one: the matrix as the product is written (ptr), its
+ * element type, and for FP8 the device pointer to its scale_inv (the GEMM multiplies its sum by both operands') and a
+ * transposed copy: Hopper's FP8 GEMMs read only K-major operands ("TN"), so where the product needs the other layout
+ * gemm_lt reads ptr_t (the matrix transposed, its leading dimension the product's k) instead.
+ */
+typedef struct {
+    const void *ptr;        // NULL where only the transposed copy exists
+    const void *ptr_t;      // FP8: the transposed copy, or NULL
+    cudaDataType_t type;
+    const float *scale_inv; // FP8: on the device; NULL otherwise
+} GemmOperand;
+
+static GemmOperand gemm_operand(const void *ptr, cudaDataType_t type) {
+    GemmOperand o = {ptr, NULL, type, NULL};
+    return o;
+}
+
+static bool type_is_fp8(cudaDataType_t t) { return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2; }
+
 typedef struct {
     cublasLtEpilogue_t epilogue;
-    const void *bias; // BIAS / GELU_AUX_BIAS (read)
+    const void *bias; // BIAS / GELU_AUX_BIAS (read), of D's type
     void *aux;        // GELU_AUX_BIAS (written) / DGELU (read); same shape and type as D
 } GemmEpilogue;
 
@@ -175,10 +195,11 @@ static const GemmEpilogue GEMM_PLAIN = {CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL};
 #define GEMM_TUNE_REPS 5  // timed runs per candidate, after one untimed
 typedef struct {
     int m, n, k, transa, transb, lda, ldb;
-    cudaDataType_t ab, dt;
+    cudaDataType_t at, bt, dt; // A, B, and C = D (and the bias)
     cublasLtEpilogue_t epilogue;
     uint32_t align_a, align_b, align_d;
     int has_bias, has_aux;
+    int fast_accum; // FP8: cuBLASLt's fast accumulation (no periodic promotion of the partial sums to fp32)
     // made from the above
     int found; // 0: cuBLASLt has no algorithm for it
     cublasLtMatmulDesc_t desc;
@@ -205,14 +226,23 @@ static int g_num_gemm_loaded = 0;
 
 static int gemm_plan_matches(const GemmPlan *a, const GemmPlan *b) {
     return a->m == b->m && a->n == b->n && a->k == b->k && a->transa == b->transa && a->transb == b->transb &&
-           a->lda == b->lda && a->ldb == b->ldb && a->ab == b->ab && a->dt == b->dt && a->epilogue == b->epilogue &&
-           a->align_a == b->align_a && a->align_b == b->align_b && a->align_d == b->align_d &&
-           a->has_bias == b->has_bias && a->has_aux == b->has_aux;
+           a->lda == b->lda && a->ldb == b->ldb && a->at == b->at && a->bt == b->bt && a->dt == b->dt &&
+           a->epilogue == b->epilogue && a->align_a == b->align_a && a->align_b == b->align_b &&
+           a->align_d == b->align_d && a->has_bias == b->has_bias && a->has_aux == b->has_aux &&
+           a->fast_accum == b->fast_accum;
 }
 
+// The plan's key as text, for the saved choices: GEMMs of one type for A and B (and no fast accumulation) keep the
+// key of the files written before operands had types of their own, so those still resume exactly.
 static void gemm_plan_key(const GemmPlan *p, char *out) {
-    snprintf(out, GEMM_KEY_CHARS, "m%d n%d k%d t%d%d ld%d,%d ab%d d%d e%d al%u,%u,%u b%d x%d", p->m, p->n, p->k,
-             p->transa, p->transb, p->lda, p->ldb, (int)p->ab, (int)p->dt, (int)p->epilogue, p->align_a, p->align_b,
+    char types[48];
+    if (p->at == p->bt && !p->fast_accum) {
+        snprintf(types, sizeof(types), "ab%d", (int)p->at);
+    } else {
+        snprintf(types, sizeof(types), "a%d,b%d fa%d", (int)p->at, (int)p->bt, p->fast_accum);
+    }
+    snprintf(out, GEMM_KEY_CHARS, "m%d n%d k%d t%d%d ld%d,%d %s d%d e%d al%u,%u,%u b%d x%d", p->m, p->n, p->k,
+             p->transa, p->transb, p->lda, p->ldb, types, (int)p->dt, (int)p->epilogue, p->align_a, p->align_b,
              p->align_d, p->has_bias, p->has_aux);
 }
 
@@ -272,8 +302,17 @@ static void gemm_plan_make(GemmPlan *p) {
         cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ldaux,
                                                    sizeof(ldaux)));
     }
-    cublasCheck(cublasLtMatrixLayoutCreate(&p->la, p->ab, p->transa ? p->k : p->m, p->transa ? p->m : p->k, p->lda));
-    cublasCheck(cublasLtMatrixLayoutCreate(&p->lb, p->ab, p->transb ? p->n : p->k, p->transb ? p->k : p->n, p->ldb));
+    if (type_is_fp8(p->at)) {
+        // the bias of an FP8 GEMM is read as D's type (cuBLASLt's default for it is not D's)
+        int8_t fast = (int8_t)p->fast_accum;
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
+        if (p->has_bias) {
+            cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &p->dt,
+                                                       sizeof(p->dt)));
+        }
+    }
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->la, p->at, p->transa ? p->k : p->m, p->transa ? p->m : p->k, p->lda));
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->lb, p->bt, p->transb ? p->n : p->k, p->transb ? p->k : p->n, p->ldb));
     cublasCheck(cublasLtMatrixLayoutCreate(&p->ld, p->dt, p->m, p->n, p->m));
     cublasLtMatmulPreference_t pref;
     cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
@@ -345,17 +384,31 @@ static void gemm_plan_tune(GemmPlan *p, void *d, const void *a, const void *b, f
 
 /*
  * Column-major D (m x n, ld m) = op(A) op(B) + beta D, op(A) m x k, op(B) k x n; A stored k x m when transa,
- * B stored n x k when transb. A and B of type ab, D of type dt, fp32 accumulation. Returns 0 (and does nothing)
- * when cuBLASLt has no algorithm for this epilogue, so the caller can run it unfused.
+ * B stored n x k when transb; D of type dt, fp32 accumulation. FP8 operands are read K-major (A transposed, B not:
+ * their transposed copies where the product as written says otherwise), their sum scaled by both scale_inv's;
+ * fast_accum applies to FP8 only. Returns 0 (and does nothing) when cuBLASLt has no algorithm for this epilogue, so
+ * the caller can run it unfused.
  */
-static int gemm_lt(void *d, cudaDataType_t dt, const void *a, int transa, int lda, const void *b, int transb, int ldb,
-                   cudaDataType_t ab, int m, int n, int k, float beta, GemmEpilogue ep, cudaStream_t stream) {
+static int gemm_lt(void *d, cudaDataType_t dt, GemmOperand a, int transa, int lda, GemmOperand b, int transb, int ldb,
+                   int m, int n, int k, float beta, GemmEpilogue ep, int fast_accum, cudaStream_t stream) {
+    if (type_is_fp8(a.type) && !transa) {
+        a.ptr = a.ptr_t;
+        transa = 1;
+        lda = k;
+    }
+    if (type_is_fp8(b.type) && transb) {
+        b.ptr = b.ptr_t;
+        transb = 0;
+        ldb = k;
+    }
+    if (!a.ptr || !b.ptr) { fail("an FP8 GEMM operand lacks the K-major copy Hopper's FP8 GEMMs read"); }
     GemmPlan key;
     memset(&key, 0, sizeof(key));
     key.m = m; key.n = n; key.k = k; key.transa = transa; key.transb = transb; key.lda = lda; key.ldb = ldb;
-    key.ab = ab; key.dt = dt; key.epilogue = ep.epilogue;
-    key.align_a = pointer_alignment(a); key.align_b = pointer_alignment(b); key.align_d = pointer_alignment(d);
+    key.at = a.type; key.bt = b.type; key.dt = dt; key.epilogue = ep.epilogue;
+    key.align_a = pointer_alignment(a.ptr); key.align_b = pointer_alignment(b.ptr); key.align_d = pointer_alignment(d);
     key.has_bias = ep.bias != NULL; key.has_aux = ep.aux != NULL;
+    key.fast_accum = type_is_fp8(a.type) && fast_accum;
     GemmPlan *plan = NULL;
     for (int i = 0; i < g_num_gemm_plans && !plan; i++) {
         if (gemm_plan_matches(&g_gemm_plans[i], &key)) { plan = &g_gemm_plans[i]; }
@@ -382,8 +435,14 @@ static int gemm_lt(void *d, cudaDataType_t dt, const void *a, int transa, int ld
         cublasCheck(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ep.aux,
                                                    sizeof(ep.aux)));
     }
-    if (plan->candidates > 0) { gemm_plan_tune(plan, d, a, b, beta, stream); }
-    cublasCheck(gemm_run(plan, &plan->algo, d, a, b, beta, stream));
+    if (type_is_fp8(a.type)) {
+        cublasCheck(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a.scale_inv,
+                                                   sizeof(a.scale_inv)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b.scale_inv,
+                                                   sizeof(b.scale_inv)));
+    }
+    if (plan->candidates > 0) { gemm_plan_tune(plan, d, a.ptr, b.ptr, beta, stream); }
+    cublasCheck(gemm_run(plan, &plan->algo, d, a.ptr, b.ptr, beta, stream));
     return 1;
 }
 
@@ -398,17 +457,17 @@ static void linear_rows_forward(const Linear<T> &lin, const T *bias, T *out, con
     int n = r1 - r0;
     if (n <= 0) { return; }
     out += (size_t)r0 * lin.out;
-    inp += (size_t)r0 * lin.in;
+    GemmOperand w = gemm_operand(lin.w, t), x = gemm_operand(inp + (size_t)r0 * lin.in, t);
     GemmEpilogue ep = {bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL};
     if (gelu_aux) {
         gelu_aux += (size_t)r0 * lin.out;
         GemmEpilogue gelu = {bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, bias, gelu_aux};
-        if (gemm_lt(out, t, lin.w, 1, lin.in, inp, 0, lin.in, t, lin.out, n, lin.in, 0.0f, gelu, stream)) { return; }
-        gemm_lt(gelu_aux, t, lin.w, 1, lin.in, inp, 0, lin.in, t, lin.out, n, lin.in, 0.0f, ep, stream);
+        if (gemm_lt(out, t, w, 1, lin.in, x, 0, lin.in, lin.out, n, lin.in, 0.0f, gelu, 0, stream)) { return; }
+        gemm_lt(gelu_aux, t, w, 1, lin.in, x, 0, lin.in, lin.out, n, lin.in, 0.0f, ep, 0, stream);
         gelu_forward(out, gelu_aux, (size_t)n * lin.out, stream);
         return;
     }
-    if (!gemm_lt(out, t, lin.w, 1, lin.in, inp, 0, lin.in, t, lin.out, n, lin.in, 0.0f, ep, stream)) {
+    if (!gemm_lt(out, t, w, 1, lin.in, x, 0, lin.in, lin.out, n, lin.in, 0.0f, ep, 0, stream)) {
         fail("cuBLASLt has no bias epilogue for a %dx%dx%d %s GEMM; check the CUDA/cuBLAS install", lin.out, n, lin.in,
              TypeInfo<T>::name);
     }
@@ -437,13 +496,12 @@ static void linear_forward(const Linear<T> &lin, T *out, const T *inp, T *gelu_a
 template <typename T>
 static void linear_dgrad(const Linear<T> &lin, T *dinp, const T *dout, const T *gelu_aux, int N, cudaStream_t stream) {
     cudaDataType_t t = TypeInfo<T>::cuda;
+    GemmOperand w = gemm_operand(lin.w, t), dy = gemm_operand(dout, t);
     if (gelu_aux) {
         GemmEpilogue dgelu = {CUBLASLT_EPILOGUE_DGELU, NULL, (void *)gelu_aux};
-        if (gemm_lt(dinp, t, lin.w, 0, lin.in, dout, 0, lin.out, t, lin.in, N, lin.out, 0.0f, dgelu, stream)) {
-            return;
-        }
+        if (gemm_lt(dinp, t, w, 0, lin.in, dy, 0, lin.out, lin.in, N, lin.out, 0.0f, dgelu, 0, stream)) { return; }
     }
-    gemm_lt(dinp, t, lin.w, 0, lin.in, dout, 0, lin.out, t, lin.in, N, lin.out, 0.0f, GEMM_PLAIN, stream);
+    gemm_lt(dinp, t, w, 0, lin.in, dy, 0, lin.out, lin.in, N, lin.out, 0.0f, GEMM_PLAIN, 0, stream);
     if (gelu_aux) {
         const int threads = 256;
         size_t n = (size_t)N * lin.in;
@@ -501,8 +559,9 @@ static void linear_backward_input(const Linear<T> &lin, T *dinp, const T *dout, 
 template <typename T>
 static void linear_backward_weight(const Linear<T> &lin, const T *dout, const T *inp, int N, int accumulate,
                                    cudaStream_t stream) {
-    gemm_lt(lin.dw, CUDA_R_32F, inp, 0, lin.in, dout, 1, lin.out, TypeInfo<T>::cuda, lin.in, lin.out, N,
-            accumulate ? 1.0f : 0.0f, GEMM_PLAIN, stream);
+    cudaDataType_t t = TypeInfo<T>::cuda;
+    gemm_lt(lin.dw, CUDA_R_32F, gemm_operand(inp, t), 0, lin.in, gemm_operand(dout, t), 1, lin.out, lin.in, lin.out,
+            N, accumulate ? 1.0f : 0.0f, GEMM_PLAIN, 0, stream);
 }
 
 template <typename T> static void linear_backward_join(const Linear<T> &lin, cudaStream_t stream) {
