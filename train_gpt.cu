@@ -140,6 +140,8 @@ template <typename floatX> struct GPT {
     DataParallel dp;               // the parameter groups, and with DP > 1 the ranks' collectives
     int reduce_grads;              // this backward is the last micro-step's: sum each group over the DP ranks (DP > 1)
                                    // and, under SP, the replicated parameters' gradients over the TP ranks
+    Linear<floatX> *linears;       // (L, BLOCK_LINEARS): every block's linear layers (block_linear)
+    Linear<floatX> head;           // the LM head
     Activations<floatX> acts;
     int *d_tokens;                 // inputs (N) then targets (N)
     int *d_buckets;
@@ -168,25 +170,38 @@ template <typename floatX, typename U> static U *param_slice(const GPT<floatX> *
     return base + g->layout.offset[t] + (size_t)l * (g->layout.size[t] / g->config.num_layers);
 }
 
-// Layer l's linear layer, this rank's in x out features of it (its part under TP). Its bias gradient is summed where
-// the data passes anyway: the attention and MLP projections write the residual stream, whose gradient the LayerNorm
-// backward above them sums; the attention backward sums the QKV output gradient it writes; fc's is summed beside
-// the fc GEMMs (fc_bias_backward).
-template <typename floatX>
-static Linear<floatX> layer_linear(GPT<floatX> *g, int tw, int tb, int l, int in, int out, LinearSplit split) {
-    Linear<floatX> lin = {in, out, param_slice(g, (const floatX *)g->weights, tw, l),
-                          param_slice(g, (const floatX *)g->weights, tb, l), param_slice(g, g->grads, tw, l), split,
-                          &g->tp};
-    return lin;
+// Layer l's linear layer `lin` (config.h's LIN_*), made once by linears_make.
+template <typename floatX> static const Linear<floatX> &block_linear(const GPT<floatX> *g, int l, int lin) {
+    return g->linears[l * BLOCK_LINEARS + lin];
 }
 
-// The LM head: logits = lnf wte^T over the padded vocabulary (this rank's rows of it), no bias (wte is tied to the
-// token embedding).
-template <typename floatX> static Linear<floatX> lm_head(GPT<floatX> *g) {
-    Linear<floatX> lin = {g->config.channels, g->config.padded_vocab_size / g->tp.size,
-                          g->weights + g->layout.offset[P_WTE], NULL, g->grads + g->layout.offset[P_WTE],
-                          LINEAR_COLUMN, &g->tp};
-    return lin;
+/*
+ * Every linear layer, made once, each this rank's in x out features (its part under TP): a block's four, their bias
+ * gradients summed where the data passes anyway (the attention and MLP projections write the residual stream, whose
+ * gradient the LayerNorm backward above them sums; the attention backward sums the QKV output gradient it writes;
+ * fc's is summed beside the fc GEMMs: fc_bias_backward), and the LM head: logits = lnf wte^T over the padded
+ * vocabulary (this rank's rows of it), no bias (wte is tied to the token embedding).
+ */
+template <typename floatX> static void linears_make(GPT<floatX> *g) {
+    int L = g->config.num_layers, C = g->config.channels, A = g->attn, M = g->mlp;
+    const struct {
+        int bias, in, out;
+        LinearSplit split;
+    } spec[BLOCK_LINEARS] = {{P_QKVB, C, 3 * A, LINEAR_COLUMN}, {P_ATTPROJB, A, C, LINEAR_ROW},
+                             {P_FCB, C, M, LINEAR_COLUMN}, {P_FCPROJB, M, C, LINEAR_ROW}};
+    g->linears = (Linear<floatX> *)calloc_check((size_t)L * BLOCK_LINEARS, sizeof(Linear<floatX>), "linear layers");
+    for (int l = 0; l < L; l++) {
+        for (int k = 0; k < BLOCK_LINEARS; k++) {
+            int tw = BLOCK_LINEAR_WEIGHT[k];
+            Linear<floatX> lin = {spec[k].in, spec[k].out, param_slice(g, (const floatX *)g->weights, tw, l),
+                                  param_slice(g, (const floatX *)g->weights, spec[k].bias, l),
+                                  param_slice(g, g->grads, tw, l), spec[k].split, &g->tp};
+            g->linears[l * BLOCK_LINEARS + k] = lin;
+        }
+    }
+    Linear<floatX> head = {C, g->config.padded_vocab_size / g->tp.size, g->weights + g->layout.offset[P_WTE], NULL,
+                           g->grads + g->layout.offset[P_WTE], LINEAR_COLUMN, &g->tp};
+    g->head = head;
 }
 
 // Pointers to layer l's activations.
@@ -340,6 +355,7 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, uin
     param_init_device(g->params, config, mesh, &g->layout, seed, s);
     if constexpr (!std::is_same<floatX, float>::value) { convert_from_float(g->weights, g->params, E, s); }
 
+    linears_make(g);
     norm_groups_make(g);
     activations_alloc(g);
     g->d_tokens = dev_alloc<int>(2 * N, "tokens");
@@ -452,10 +468,8 @@ template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T)
     for (int k = 0; k < K; k++) { gpt_embed(g, T, gpt_chunk(g, B, T, k)); }
     for (int l = 0; l < L; l++) {
         LayerActs<floatX> x = layer_acts(g, l), below = layer_acts(g, l > 0 ? l - 1 : 0);
-        Linear<floatX> qkv = layer_linear(g, P_QKVW, P_QKVB, l, C, 3 * A, LINEAR_COLUMN);
-        Linear<floatX> attproj = layer_linear(g, P_ATTPROJW, P_ATTPROJB, l, A, C, LINEAR_ROW);
-        Linear<floatX> fc = layer_linear(g, P_FCW, P_FCB, l, C, M, LINEAR_COLUMN);
-        Linear<floatX> fcproj = layer_linear(g, P_FCPROJW, P_FCPROJB, l, M, C, LINEAR_ROW);
+        const Linear<floatX> &qkv = block_linear(g, l, LIN_QKV), &attproj = block_linear(g, l, LIN_ATTPROJ);
+        const Linear<floatX> &fc = block_linear(g, l, LIN_FC), &fcproj = block_linear(g, l, LIN_FCPROJ);
         updated_wait(g, l);
         for (int k = 0; k < K; k++) {
             ForwardChunk f = gpt_chunk(g, B, T, k);
@@ -482,7 +496,7 @@ template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T)
         ForwardChunk f = gpt_chunk(g, B, T, k);
         chunk_layernorm(g, f, a.lnf, a.lnf_stats, a.lnf_stats + ns, top.res_out, top.res2, a.proj, w + off[P_LNFW],
                         w + off[P_LNFB]);
-        linear_forward(lm_head(g), a.logits, a.lnf, (floatX *)NULL, f, s);
+        linear_forward(g->head, a.logits, a.lnf, (floatX *)NULL, f, s);
     }
     g->update_pending = 0; // every group was waited for
 }
@@ -623,13 +637,13 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
         cudaCheck(cudaStreamWaitEvent(g_cuda.sums, g->forward_done, 0));
         gelu_recompute(g, L - 1, N);
     }
-    linear_backward(lm_head(g), a.proj, a.logits, a.lnf, (const floatX *)NULL, N, acc, s);
+    linear_backward(g->head, a.proj, a.logits, a.lnf, (const floatX *)NULL, N, acc, s);
     cudaCheck(cudaMemsetAsync(a.dres, 0, (size_t)N * C * sizeof(floatX), s));
     // Each LayerNorm backward also sums the residual gradient it leaves: the bias gradient of the projection below.
     layernorm_backward(a.dres + t0, dw + off[P_LNFW], dw + off[P_LNFB], param_slice(g, dw, P_FCPROJB, L - 1), scratch,
                        a.proj + t0, layer_acts(g, L - 1).res_out, w + off[P_LNFW], a.lnf_stats, a.lnf_stats + ns, ns,
                        C, acc, s);
-    linear_backward_gather(layer_linear(g, P_FCPROJW, P_FCPROJB, L - 1, M, C, LINEAR_ROW), a.dres, N, s);
+    linear_backward_gather(block_linear(g, L - 1, LIN_FCPROJ), a.dres, N, s);
     /*
      * The TP collectives of a block run beside weight gradients, which are put off until then: each column-parallel
      * input gradient's sum (linear_backward_input) beside the weight gradient of the row-parallel layer above it,
@@ -644,8 +658,7 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
         // MLP: a layer that did not keep h4 = gelu(fch) waits for its recompute (gelu_recompute); d fch goes to its
         // own buffer (a.dfch), once the layer above has summed its fc bias gradient there.
         if (l >= g->keep_gelu) { cudaCheck(cudaStreamWaitEvent(s, g->gelu_recomputed, 0)); }
-        Linear<floatX> fcproj = layer_linear(g, P_FCPROJW, P_FCPROJB, l, M, C, LINEAR_ROW);
-        Linear<floatX> fc = layer_linear(g, P_FCW, P_FCB, l, C, M, LINEAR_COLUMN);
+        const Linear<floatX> &fcproj = block_linear(g, l, LIN_FCPROJ), &fc = block_linear(g, l, LIN_FC);
         cudaCheck(cudaStreamWaitEvent(s, g->fc_bias_done, 0));
         linear_backward_input(fcproj, a.dfch, a.dres, x.h4, x.fch, N, s);
         fc_bias_backward(g, param_slice(g, dw, P_FCB, l), a.dfch, N, M, acc);
@@ -658,8 +671,7 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
                            param_slice(g, dw, P_ATTPROJB, l), scratch, a.proj + t0, x.res2,
                            param_slice(g, w, P_LN2W, l), x.ln2_mean, x.ln2_rstd, ns, C, acc, s);
         // attention; its backward also sums dqkv into the QKV bias gradient, while it holds the rows
-        Linear<floatX> attproj = layer_linear(g, P_ATTPROJW, P_ATTPROJB, l, A, C, LINEAR_ROW);
-        Linear<floatX> qkv = layer_linear(g, P_QKVW, P_QKVB, l, C, 3 * A, LINEAR_COLUMN);
+        const Linear<floatX> &attproj = block_linear(g, l, LIN_ATTPROJ), &qkv = block_linear(g, l, LIN_QKV);
         linear_backward_gather(attproj, a.dres, N, s);
         if (sp) { linear_backward_weight(fc, a.dfch, x.ln2, N, acc, s); }
         linear_backward_input(attproj, a.proj, a.dres, x.atty, (const floatX *)NULL, N, s);
@@ -673,7 +685,7 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
                            l > 0 ? param_slice(g, dw, P_FCPROJB, l - 1) : (float *)NULL, scratch, a.proj + t0,
                            x.res_in, param_slice(g, w, P_LN1W, l), x.ln1_mean, x.ln1_rstd, ns, C, acc, s);
         if (l > 0) {
-            linear_backward_gather(layer_linear(g, P_FCPROJW, P_FCPROJB, l - 1, M, C, LINEAR_ROW), a.dres, N, s);
+            linear_backward_gather(block_linear(g, l - 1, LIN_FCPROJ), a.dres, N, s);
         } else if (sp) {
             tp_gather_start(&g->tp, a.dres, (size_t)ns * C, s, embeddings_gather);
         }
