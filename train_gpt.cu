@@ -10,7 +10,11 @@
  * Precision: master weights, gradients and AdamW moments are fp32 always. Activations and the weights the
  * kernels read are of type floatX: float in fp32 mode (the GEMMs read the masters directly; CUBLAS_COMPUTE_32F, no
  * TF32, so the CPU build is matched to ~1e-6), __nv_bfloat16 in bf16 mode (a bf16 copy of the weights that AdamW
- * rewrites each step; the GEMMs accumulate in fp32 and write weight gradients in fp32).
+ * rewrites each step; the GEMMs accumulate in fp32 and write weight gradients in fp32). fp8 is bf16 with the four
+ * linear layers of each block (but --fp8-bf16-blocks at either end) multiplying in FP8 (llmc/fp8.h, llmc/fp8.cuh):
+ * their weights cast after each update into the bf16 copy's room, their inputs and output gradients cast as they
+ * are produced, the amax of every FP8 tensor reduced over all ranks once a step into the scaling history. With
+ * --fp8-activations fp32 the same FP8 GEMMs sit among fp32 activations (the check against the CPU emulation).
  *
  * Every kernel is deterministic (no float atomics): the same run on the same GPU gives the same bits, so a
  * resumed run continues exactly.
@@ -49,25 +53,44 @@
 // ----------------------------------------------------------------------------------------------------------------
 // precision
 
-// fp8 joins as a recipe on top of bf16: the block GEMMs of llmc/matmul.cuh in FP8, everything else bf16.
-typedef enum { PRECISION_FP32, PRECISION_BF16 } Precision;
+// fp8 is a recipe on top of bf16 (or, for checking, fp32): the block GEMMs of llmc/matmul.cuh in FP8.
+typedef enum { PRECISION_FP32, PRECISION_BF16, PRECISION_FP8 } Precision;
 
 static Precision precision_from_options(const Options *o) {
     if (strcmp(o->precision, "fp32") == 0) { return PRECISION_FP32; }
     if (strcmp(o->precision, "bf16") == 0) { return PRECISION_BF16; }
-    fail("--precision '%s' is not supported by the GPU build; use fp32 or bf16", o->precision);
+    if (strcmp(o->precision, "fp8") == 0) { return PRECISION_FP8; }
+    fail("--precision '%s' is not supported by the GPU build; use fp32, bf16 or fp8", o->precision);
 }
 
 // Dense datasheet peaks (FLOP/s) of the GPUs we know, for MFU; 0 (no MFU) for others.
-static double gpu_peak_flops(const char *name, Precision p) {
-    static const struct {
-        const char *match;
-        double bf16, fp32;
-    } PEAKS[] = {{"H100 PCIe", 756e12, 51e12}, {"H100", 989e12, 67e12}, {"H200", 989e12, 67e12}};
+typedef struct {
+    const char *match;
+    double bf16, fp32, fp8;
+} GpuPeaks;
+
+static GpuPeaks gpu_peaks(const char *name) {
+    static const GpuPeaks PEAKS[] = {{"H100 PCIe", 756e12, 51e12, 1513e12},
+                                     {"H100", 989e12, 67e12, 1979e12},
+                                     {"H200", 989e12, 67e12, 1979e12}};
     for (size_t i = 0; i < sizeof(PEAKS) / sizeof(PEAKS[0]); i++) {
-        if (strstr(name, PEAKS[i].match)) { return p == PRECISION_FP32 ? PEAKS[i].fp32 : PEAKS[i].bf16; }
+        if (strstr(name, PEAKS[i].match)) { return PEAKS[i]; }
     }
-    return 0.0;
+    GpuPeaks none = {name, 0.0, 0.0, 0.0};
+    return none;
+}
+
+/*
+ * The peak MFU is taken against. fp8: the FP8 GEMMs' FLOPs at the fp8 peak and the rest at bf16's, as one rate: the
+ * FLOPs of a token over the time the two parts would take at their peaks, so MFU stays "the fraction of the hardware's
+ * peak the step reached" (fp8_flops: the FP8 GEMMs' share of flops, per token).
+ */
+static double mfu_peak(const char *name, Precision p, double flops, double fp8_flops) {
+    GpuPeaks k = gpu_peaks(name);
+    if (k.bf16 == 0.0) { return 0.0; }
+    if (p == PRECISION_FP32) { return k.fp32; }
+    if (p == PRECISION_BF16) { return k.bf16; }
+    return flops / (fp8_flops / k.fp8 + (flops - fp8_flops) / k.bf16);
 }
 
 // ----------------------------------------------------------------------------------------------------------------
@@ -80,7 +103,8 @@ static double gpu_peak_flops(const char *name, Precision p) {
 template <typename floatX> struct Activations {
     floatX *res;                   // (L+1, Ns, C) residual stream: [0] the embeddings, [l+1] the output of block l
     floatX *res2;                  // (L, Ns, C) residual stream after attention
-    floatX *ln1, *ln2;             // (L, N, C)
+    floatX *ln1, *ln2;             // (L, N, C); fp8: a slot for each bf16 block, one the FP8 blocks share (their
+                                   // weight gradients read the FP8 input Fp8Linear::x_t instead)
     float *ln1_stats, *ln2_stats;  // (L, 2, Ns): mean then rstd
     floatX *qkv;                   // (L, N, 3C/TP)
     floatX *atty;                  // (L, N, C/TP) attention output, heads side by side
@@ -88,11 +112,16 @@ template <typename floatX> struct Activations {
     floatX *fch;                   // (L, N, 4C/TP) fc output before GELU
     floatX *h4;                    // gelu(fch): (keep_gelu, N, 4C/TP) for the first layers, which keep it for
                                    // backward, then (N, 4C/TP) for the others, which recompute it there a layer
-                                   // ahead (gelu_recompute): layers L-1, L-3, ... use this slot, L-2, L-4, ... h4_alt
+                                   // ahead (gelu_recompute): the highest (GPT::top_recompute) and every second one
+                                   // below use this slot, the others h4_alt
     floatX *h4_alt;                // (N, 4C/TP) the second buffer of the layers that recompute gelu(fch), so that
                                    // one layer's is written while the layer above still reads its own: inside the
                                    // logits' buffer after d fch where it fits (the logits are dead from the end of
                                    // the LM head's backward to the next forward's LM head), else its own
+                                   // fp8: gelu(fch) is the fc projection's FP8 input; the bf16 blocks keep theirs in
+                                   // h4 (a slot each), the FP8 ones keep it transposed in FP8 (Fp8Linear::x_t) or
+                                   // recompute it into h4t[0] / h4t[1] (the same two places, as FP8 bytes)
+    uint8_t *h4t[2];               // fp8: (4C/TP, N) FP8 gelu(fch) of the layers that recompute it
     floatX *lnf;                   // (N, C)
     float *lnf_stats;              // (2, Ns)
     floatX *logits;                // (N, Vp/TP); backward overwrites it with its gradient
@@ -133,6 +162,8 @@ template <typename floatX> struct GPT {
     Precision precision;
     int maxB, maxT;
     int keep_gelu;                 // --keep-gelu-layers (at most L): see Activations::h4
+    int top_recompute;             // the highest layer that recomputes gelu(fch) (recomputes_gelu), or -1: it and
+                                   // every second one below use the first of the two buffers, the others the second
     float *params, *grads, *m, *v; // fp32, param_layout() order (m, v: this rank's ZeRO-1 slice only)
     int grads_zero;                // the gradients are zero (zero_grad): the next backward writes them, and
                                    // grads holds stale values until then; grads_materialize makes it true
@@ -142,6 +173,9 @@ template <typename floatX> struct GPT {
                                    // and, under SP, the replicated parameters' gradients over the TP ranks
     Linear<floatX> *linears;       // (L, BLOCK_LINEARS): every block's linear layers (block_linear)
     Linear<floatX> head;           // the LM head
+    Fp8Device *fp8;                // --precision fp8: the recipe's state (llmc/fp8.cuh); NULL otherwise
+    Fp8Linear *fp8_linears;        // (L, BLOCK_LINEARS): the FP8 blocks' (Linear::fp8 points here)
+    float *fp8_partials[2];        // amax-pass scratch of the compute stream and of the side stream (weight casts)
     Activations<floatX> acts;
     int *d_tokens;                 // inputs (N) then targets (N)
     int *d_buckets;
@@ -204,6 +238,27 @@ template <typename floatX> static void linears_make(GPT<floatX> *g) {
     g->head = head;
 }
 
+// Whether layer l's linear layers multiply in FP8.
+template <typename floatX> static bool fp8_layer(const GPT<floatX> *g, int l) {
+    return g->fp8 && fp8_block(&g->fp8->recipe, l, g->config.num_layers);
+}
+
+// Whether layer l computes gelu(fch) again for its backward (gelu_recompute) rather than keeping it: past
+// --keep-gelu-layers; in fp8 that is the FP8 blocks' FP8 copy, and the bf16 blocks (few, at the ends) keep theirs.
+template <typename floatX> static bool recomputes_gelu(const GPT<floatX> *g, int l) {
+    return l >= g->keep_gelu && (!g->fp8 || fp8_layer(g, l));
+}
+
+// fp8: the bf16 blocks (the first and last --fp8-bf16-blocks), and layer l's place among them (a bf16 block's).
+template <typename floatX> static int bf16_blocks(const GPT<floatX> *g) {
+    return g->fp8 ? 2 * g->fp8->recipe.bf16_blocks : g->config.num_layers;
+}
+template <typename floatX> static int bf16_block_index(const GPT<floatX> *g, int l) {
+    if (!g->fp8) { return l; }
+    int K = g->fp8->recipe.bf16_blocks;
+    return l < K ? l : l - (g->config.num_layers - 2 * K);
+}
+
 // Pointers to layer l's activations.
 template <typename floatX> struct LayerActs {
     floatX *res_in, *res2, *res_out, *ln1, *ln2, *qkv, *atty, *fch, *h4;
@@ -218,13 +273,18 @@ template <typename floatX> static LayerActs<floatX> layer_acts(const GPT<floatX>
     x.res_in = a.res + l * Ns * C;
     x.res_out = a.res + (l + 1) * Ns * C;
     x.res2 = a.res2 + l * Ns * C;
-    x.ln1 = a.ln1 + l * N * C;
-    x.ln2 = a.ln2 + l * N * C;
+    int slot = fp8_layer(g, l) ? bf16_blocks(g) : bf16_block_index(g, l); // the FP8 blocks share the last
+    x.ln1 = a.ln1 + slot * N * C;
+    x.ln2 = a.ln2 + slot * N * C;
     x.qkv = a.qkv + l * N * 3 * A;
     x.atty = a.atty + l * N * A;
     x.fch = a.fch + l * N * M;
-    int keep = g->keep_gelu, L = g->config.num_layers;
-    x.h4 = l < keep ? a.h4 + l * N * M : (L - 1 - l) % 2 == 0 ? a.h4 + keep * N * M : a.h4_alt;
+    int keep = g->keep_gelu;
+    if (g->fp8) {
+        x.h4 = fp8_layer(g, l) ? NULL : a.h4 + slot * N * M;
+    } else {
+        x.h4 = l < keep ? a.h4 + l * N * M : (g->top_recompute - l) % 2 == 0 ? a.h4 + keep * N * M : a.h4_alt;
+    }
     x.ln1_mean = a.ln1_stats + l * 2 * Ns;
     x.ln1_rstd = x.ln1_mean + Ns;
     x.ln2_mean = a.ln2_stats + l * 2 * Ns;
@@ -249,8 +309,9 @@ template <typename floatX> static void activations_alloc(GPT<floatX> *g) {
     Activations<floatX> &a = g->acts;
     a.res = dev_alloc<floatX>((L + 1) * Ns * C, "the residual stream");
     a.res2 = dev_alloc<floatX>(L * Ns * C, "the residual stream");
-    a.ln1 = dev_alloc<floatX>(L * N * C, "LayerNorm outputs");
-    a.ln2 = dev_alloc<floatX>(L * N * C, "LayerNorm outputs");
+    size_t ln_slots = g->fp8 ? bf16_blocks(g) + 1 : L; // layer_acts
+    a.ln1 = dev_alloc<floatX>(ln_slots * N * C, "LayerNorm outputs");
+    a.ln2 = dev_alloc<floatX>(ln_slots * N * C, "LayerNorm outputs");
     a.ln1_stats = dev_alloc<float>(L * 2 * Ns, "LayerNorm statistics");
     a.ln2_stats = dev_alloc<float>(L * 2 * Ns, "LayerNorm statistics");
     a.qkv = dev_alloc<floatX>(L * N * 3 * A, "QKV activations");
@@ -266,14 +327,24 @@ template <typename floatX> static void activations_alloc(GPT<floatX> *g) {
         g->row_gather = dev_alloc<floatX>(c->padded_vocab_size, "a gathered row of logits");
     }
     a.proj = dev_alloc<floatX>(N * C, "projection scratch");
-    a.h4 = dev_alloc<floatX>((g->keep_gelu + (g->keep_gelu < (int)L)) * N * M, "GELU outputs");
+    int recomputing = 0; // layers that recompute gelu(fch): they alternate between two buffers (layer_acts)
+    for (int l = 0; l < (int)L; l++) { recomputing += recomputes_gelu(g, l); }
+    size_t h4_slots = g->fp8 ? bf16_blocks(g) : g->keep_gelu + (recomputing > 0);
+    a.h4 = dev_alloc<floatX>(h4_slots * N * M, "GELU outputs");
     a.dres = dev_alloc<floatX>(N * C, "residual gradient");
     a.dqkv = dev_alloc<floatX>(N * 3 * A, "QKV gradient");
     a.dfch = Vl >= M ? a.logits : dev_alloc<floatX>(N * M, "MLP gradient");
-    if (g->keep_gelu + 2 <= (int)L) { // two layers or more recompute gelu(fch): they alternate (layer_acts)
-        size_t bytes = N * M * sizeof(floatX), after_dfch = (bytes + SLICE_ALIGN - 1) / SLICE_ALIGN * SLICE_ALIGN;
+    size_t elem = g->fp8 ? 1 : sizeof(floatX), bytes = N * M * elem; // an FP8 recompute is FP8 bytes
+    if (g->fp8 && recomputing > 0) { a.h4t[0] = (uint8_t *)cuda_alloc(bytes, "FP8 GELU outputs"); }
+    if (recomputing > 1) {
+        size_t after_dfch = (N * M * sizeof(floatX) + SLICE_ALIGN - 1) / SLICE_ALIGN * SLICE_ALIGN;
         bool fits = a.dfch == a.logits && after_dfch + bytes <= N * Vl * sizeof(floatX);
-        a.h4_alt = fits ? (floatX *)((char *)a.logits + after_dfch) : dev_alloc<floatX>(N * M, "GELU outputs");
+        void *second = fits ? (void *)((char *)a.logits + after_dfch) : cuda_alloc(bytes, "GELU outputs");
+        if (g->fp8) {
+            a.h4t[1] = (uint8_t *)second;
+        } else {
+            a.h4_alt = (floatX *)second;
+        }
     }
     a.attn_workspace = cuda_alloc(attention_backward_workspace_bytes<floatX>(g->maxB, g->maxT, (int)NHl,
                                                                              c->channels / c->num_heads),
@@ -312,8 +383,8 @@ template <typename floatX> static void norm_groups_make(GPT<floatX> *g) {
 }
 
 template <typename floatX>
-static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, uint64_t seed, int B, int T,
-                               int keep_gelu, const Mesh *mesh, int zero, int sequence_parallel) {
+static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, const Fp8Recipe *fp8, uint64_t seed,
+                               int B, int T, int keep_gelu, const Mesh *mesh, int zero, int sequence_parallel) {
     gpt_check_shape<floatX>(config);
     if (T > config->max_seq_len) { fail("sequence length %d exceeds the model's %d", T, config->max_seq_len); }
     GPT<floatX> *g = (GPT<floatX> *)calloc_check(1, sizeof(GPT<floatX>), "GPU model");
@@ -331,6 +402,10 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, uin
     g->mlp = 4 * config->channels / mesh->tp;
     param_layout_local(config, mesh, &g->layout);
     dp_init(&g->dp, mesh, config, &g->layout, zero);
+    if (fp8) {
+        g->fp8 = (Fp8Device *)calloc_check(1, sizeof(Fp8Device), "FP8 state");
+        fp8_device_init(g->fp8, fp8, config->num_layers);
+    }
     // E = P but under ZeRO-1, where the flat buffers are padded to equal slices; M: the moments this rank keeps.
     size_t P = g->layout.total, E = dp_buffer_elems(&g->dp), M = dp_moment_elems(&g->dp);
     size_t N = (size_t)B * T, V = config->vocab_size;
@@ -340,11 +415,10 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, uin
     g->grads = dev_alloc<float>(E, "gradients");
     g->m = dev_alloc<float>(M, "AdamW first moments");
     g->v = dev_alloc<float>(M, "AdamW second moments");
-    if constexpr (std::is_same<floatX, float>::value) {
-        g->weights = g->params;
-    } else {
-        g->weights = dev_alloc<floatX>(E, "bf16 weights");
-    }
+    // the GEMMs read the masters themselves in fp32; a copy in bf16, and in fp8 (whose FP8 weights live in the room
+    // of the block weights' copy: fp8_make) in any activation type
+    g->weights = std::is_same<floatX, float>::value && !fp8 ? (floatX *)g->params
+                                                           : dev_alloc<floatX>(E, "the weights the GEMMs read");
     g->grads_zero = 1;
     cudaCheck(cudaMemsetAsync(g->m, 0, M * sizeof(float), s));
     cudaCheck(cudaMemsetAsync(g->v, 0, M * sizeof(float), s));
@@ -353,11 +427,14 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, uin
         cudaCheck(cudaMemsetAsync(g->grads + P, 0, (E - P) * sizeof(float), s));
     }
     param_init_device(g->params, config, mesh, &g->layout, seed, s);
-    if constexpr (!std::is_same<floatX, float>::value) { convert_from_float(g->weights, g->params, E, s); }
+    if ((void *)g->weights != (void *)g->params) { convert_from_float(g->weights, g->params, E, s); }
 
     linears_make(g);
     norm_groups_make(g);
+    g->top_recompute = -1;
+    for (int l = 0; l < config->num_layers; l++) { g->top_recompute = recomputes_gelu(g, l) ? l : g->top_recompute; }
     activations_alloc(g);
+    if (g->fp8) { fp8_make(g); }
     g->d_tokens = dev_alloc<int>(2 * N, "tokens");
     g->d_buckets = dev_alloc<int>(3 * N + 1, "token buckets");
     cudaCheck(cudaMallocHost(&g->host.tokens, 2 * N * sizeof(int)));
@@ -379,6 +456,63 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, uin
     snprintf(g->device_name, sizeof(g->device_name), "%s", g_cuda.props.name);
     cudaCheck(cudaStreamSynchronize(s));
     return g;
+}
+
+// ----------------------------------------------------------------------------------------------------------------
+// FP8
+
+/*
+ * Each FP8 block's Fp8Linear (llmc/matmul.cuh): the weights' FP8 copies in the room of their compute-precision copy,
+ * which no GEMM reads then (2 or more bytes an element: W, then W transposed); the inputs' transposed copies, kept per
+ * layer for the weight gradients (the fc projection's in the layers that keep gelu(fch); the others recompute it into
+ * the alternating h4t buffers); the row-major scratch of the inputs and output gradients every layer shares; and a
+ * transposed output gradient per kind of layer (it lives from the input gradient to the weight gradient, and the
+ * backward interleaves a block's two pairs of layers).
+ */
+template <typename floatX> static void fp8_make(GPT<floatX> *g) {
+    int L = g->config.num_layers, C = g->config.channels, A = g->attn, M = g->mlp;
+    size_t N = (size_t)g->maxB * g->maxT;
+    const int in[BLOCK_LINEARS] = {C, A, C, M}, out[BLOCK_LINEARS] = {3 * A, C, M, C};
+    for (int i = 0; i < 2; i++) { g->fp8_partials[i] = dev_alloc<float>(g->fp8->amax_blocks, "FP8 amax scratch"); }
+    int widest = M > 3 * A ? M : 3 * A;
+    widest = widest > C ? widest : C;
+    uint8_t *x = (uint8_t *)cuda_alloc(N * widest, "FP8 inputs"), *dy = (uint8_t *)cuda_alloc(N * widest, "FP8 grads");
+    uint8_t *dy_t[BLOCK_LINEARS];
+    for (int k = 0; k < BLOCK_LINEARS; k++) { dy_t[k] = (uint8_t *)cuda_alloc(N * out[k], "FP8 output gradients"); }
+    g->fp8_linears = (Fp8Linear *)calloc_check((size_t)L * BLOCK_LINEARS, sizeof(Fp8Linear), "FP8 linear layers");
+    for (int l = 0; l < L; l++) {
+        if (!fp8_layer(g, l)) { continue; }
+        for (int k = 0; k < BLOCK_LINEARS; k++) {
+            Fp8Linear *q = &g->fp8_linears[l * BLOCK_LINEARS + k];
+            Linear<floatX> *lin = &g->linears[l * BLOCK_LINEARS + k];
+            q->dev = g->fp8;
+            q->layer = l;
+            q->linear = k;
+            q->w = (uint8_t *)lin->w;
+            q->w_t = q->w + (size_t)lin->out * lin->in;
+            q->x = x;
+            q->dy = dy;
+            q->dy_t = dy_t[k];
+            q->partials = g->fp8_partials[0];
+            q->keeps_input = k != LIN_FCPROJ || !recomputes_gelu(g, l);
+            q->x_t = q->keeps_input ? (uint8_t *)cuda_alloc(N * in[k], "FP8 inputs")
+                                    : g->acts.h4t[(g->top_recompute - l) % 2];
+            lin->fp8 = q;
+        }
+        g->fp8_linears[l * BLOCK_LINEARS + LIN_FC].gelu_consumer = &g->fp8_linears[l * BLOCK_LINEARS + LIN_FCPROJ];
+        g->fp8_linears[l * BLOCK_LINEARS + LIN_FCPROJ].input_from_producer = 1;
+    }
+}
+
+// Layer l's FP8 weights from their fp32 masters (after their update, or once the masters were set), on `stream` with
+// its amax scratch.
+template <typename floatX> static void fp8_cast_layer_weights(GPT<floatX> *g, int l, float *partials, cudaStream_t s) {
+    for (int k = 0; k < BLOCK_LINEARS; k++) {
+        const Linear<floatX> &lin = block_linear(g, l, k);
+        fp8_cast(g->fp8, fp8_tensor_of(lin, FP8_WEIGHT), param_slice(g, (const float *)g->params,
+                 BLOCK_LINEAR_WEIGHT[k], l), lin.out, lin.in, lin.fp8->w, lin.fp8->w_t, lin.out, 0, true, false,
+                 partials, Fp8Identity(), s);
+    }
 }
 
 // ----------------------------------------------------------------------------------------------------------------
@@ -415,8 +549,12 @@ template <typename floatX> static void gpt_load_tokens(GPT<floatX> *g, const int
                               cudaMemcpyHostToDevice, g_cuda.stream));
 }
 
+// The forward's chunks: at most one where every FP8 cast needs its whole tensor's amax first (current scaling).
+template <typename floatX> static int gpt_most_chunks(const GPT<floatX> *g) {
+    return g->fp8 && g->fp8->recipe.scaling == FP8_CURRENT ? 1 : TP_SEQUENCE_CHUNKS;
+}
 template <typename floatX> static ForwardChunk gpt_chunk(const GPT<floatX> *g, int B, int T, int k) {
-    return forward_chunk(&g->mesh, g->tp.sp, B, T, k);
+    return forward_chunk(&g->mesh, g->tp.sp, B, T, gpt_most_chunks(g), k);
 }
 
 // Once chunk f's last collective is in: the fused residual add + LayerNorm of the chunk, out and dx at its LayerNorm
@@ -457,13 +595,20 @@ template <typename floatX> static void gpt_embed(GPT<floatX> *g, int T, const Fo
 // sum (linear_forward) then runs beside the other chunks' work.
 template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T) {
     const GPTConfig *c = &g->config;
-    int C = c->channels, L = c->num_layers, A = g->attn, M = g->mlp, K = forward_chunks(&g->mesh, g->tp.sp, B);
+    int C = c->channels, L = c->num_layers, A = g->attn, M = g->mlp;
+    int K = forward_chunks(&g->mesh, g->tp.sp, B, gpt_most_chunks(g));
     int HS = C / c->num_heads, NHl = g->heads;
     const Activations<floatX> &a = g->acts;
     cudaStream_t s = g_cuda.stream;
     const floatX *w = g->weights;
     const size_t *off = g->layout.offset;
 
+    if (g->fp8 && g->fp8->weights_stale) { // the masters were set from outside (or a tuning pass forgot the casts)
+        for (int l = 0; l < L; l++) {
+            if (fp8_layer(g, l)) { fp8_cast_layer_weights(g, l, g->fp8_partials[0], s); }
+        }
+        g->fp8->weights_stale = 0;
+    }
     updated_wait(g, L);
     for (int k = 0; k < K; k++) { gpt_embed(g, T, gpt_chunk(g, B, T, k)); }
     for (int l = 0; l < L; l++) {
@@ -587,7 +732,7 @@ static void fc_bias_backward(GPT<floatX> *g, float *db, const floatX *dfch, int 
 }
 
 /*
- * gelu(fch) again for layer l, which did not keep it (l >= keep_gelu), on the sums stream a layer ahead: beside the
+ * gelu(fch) again for layer l, which did not keep it (recomputes_gelu), on the sums stream a layer ahead: beside the
  * compute stream's backward of layer l + 1 instead of in line before layer l's fc2 backward (a memory-bound pass,
  * 70 us a layer at 1558M, where the compute-bound GEMMs leave gaps). gpt_backward queues it right behind layer
  * l + 1's fc bias sum (fc_bias_backward), whose wait for dfch_ready orders it after its buffer's last reader
@@ -608,11 +753,19 @@ static void fc_bias_backward(GPT<floatX> *g, float *db, const floatX *dfch, int 
  *     (compute) use it before layer L - 1's dfch_ready, which precedes every recompute into h4_alt. The next
  *     forward writes both buffers after grads_final_join, which is behind all the sums stream's work, and its
  *     LM head the logits after the layers have read h4_alt.
- * gelu_forward is elementwise: the same bits as in line.
+ * gelu_forward is elementwise: the same bits as in line. In fp8 the FP8 blocks recompute their fc projection's
+ * transposed FP8 input instead (the forward's cast again, by the scale it stored: the same bytes), into h4t[0] and
+ * h4t[1], which stand where h4's last slot and h4_alt do, in the same order; the bf16 blocks keep their h4.
  */
 template <typename floatX> static void gelu_recompute(GPT<floatX> *g, int l, int N) {
     LayerActs<floatX> x = layer_acts(g, l);
-    gelu_forward(x.h4, x.fch, (size_t)N * g->mlp, g_cuda.sums);
+    if (g->fp8) { // an FP8 block: the fc projection's transposed FP8 input, as its forward cast it
+        const Linear<floatX> &fcproj = block_linear(g, l, LIN_FCPROJ);
+        fp8_cast(g->fp8, fp8_tensor_of(fcproj, FP8_INPUT), (const floatX *)x.fch, N, g->mlp, (uint8_t *)NULL,
+                 fcproj.fp8->x_t, N, 0, false, true, (float *)NULL, Fp8Gelu(), g_cuda.sums);
+    } else {
+        gelu_forward(x.h4, x.fch, (size_t)N * g->mlp, g_cuda.sums);
+    }
     cudaCheck(cudaEventRecord(g->gelu_recomputed, g_cuda.sums));
 }
 
@@ -632,7 +785,7 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
     const size_t *off = g->layout.offset;
     float *scratch = a.reduce_scratch;
 
-    if (L - 1 >= g->keep_gelu) { // its buffer is not the logits': no need to wait for the LM head's backward
+    if (recomputes_gelu(g, L - 1)) { // its buffer is not the logits': no need to wait for the LM head's backward
         cudaCheck(cudaEventRecord(g->forward_done, s));
         cudaCheck(cudaStreamWaitEvent(g_cuda.sums, g->forward_done, 0));
         gelu_recompute(g, L - 1, N);
@@ -657,12 +810,12 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
         LayerActs<floatX> x = layer_acts(g, l);
         // MLP: a layer that did not keep h4 = gelu(fch) waits for its recompute (gelu_recompute); d fch goes to its
         // own buffer (a.dfch), once the layer above has summed its fc bias gradient there.
-        if (l >= g->keep_gelu) { cudaCheck(cudaStreamWaitEvent(s, g->gelu_recomputed, 0)); }
+        if (recomputes_gelu(g, l)) { cudaCheck(cudaStreamWaitEvent(s, g->gelu_recomputed, 0)); }
         const Linear<floatX> &fcproj = block_linear(g, l, LIN_FCPROJ), &fc = block_linear(g, l, LIN_FC);
         cudaCheck(cudaStreamWaitEvent(s, g->fc_bias_done, 0));
         linear_backward_input(fcproj, a.dfch, a.dres, x.h4, x.fch, N, s);
         fc_bias_backward(g, param_slice(g, dw, P_FCB, l), a.dfch, N, M, acc);
-        if (l - 1 >= g->keep_gelu) { gelu_recompute(g, l - 1, N); }
+        if (l > 0 && recomputes_gelu(g, l - 1)) { gelu_recompute(g, l - 1, N); }
         linear_backward_input(fc, a.proj, a.dfch, x.ln2, (const floatX *)NULL, N, s);
         linear_backward_weight(fcproj, a.dres, x.h4, N, acc, s);
         if (!sp) { linear_backward_weight(fc, a.dfch, x.ln2, N, acc, s); }
@@ -743,6 +896,13 @@ template <typename floatX> static float gpt_update(GPT<floatX> *g, const UpdateA
     if (!g->norm_ready) { // no backward since zero_grad: the same partial sums, taken here
         for (int k = 0; k <= L; k++) { grad_norm_partials(a.norm_scratch + g->norm_first[k], &g->norm_groups[k], s); }
     }
+    if (g->fp8) { // the step's amaxes, the largest over every rank (each holds parts, or other data), into the history
+        if (g_comm.connected) {
+            comm_world_reduce_on_device(g->fp8->amax_step, (size_t)g->fp8->tensors, ncclUint32, ncclMax, s,
+                                        "the all-reduce of the FP8 amaxes");
+        }
+        fp8_end_step(g->fp8, s);
+    }
     grad_norm(g, u->grad_clip);
     g->norm_ready = 0;
     cudaCheck(cudaEventRecord(g->norm_done, s));
@@ -751,28 +911,37 @@ template <typename floatX> static float gpt_update(GPT<floatX> *g, const UpdateA
 
     AdamWStep step = {u->lr, u->beta1, u->beta2, (float)(1.0 - pow(u->beta1, u->t)),
                       (float)(1.0 - pow(u->beta2, u->t)), u->eps};
-    floatX *copy = std::is_same<floatX, float>::value ? NULL : g->weights;
+    floatX *copy = (void *)g->weights == (void *)g->params ? NULL : g->weights;
     cudaStream_t side = g_cuda.side;
     cudaCheck(cudaStreamWaitEvent(side, g->norm_done, 0));
     size_t moments_begin = dp_owned(&g->dp).begin; // the moments hold the owned span only
-    // AdamW of the part of group k this rank owns (all of it without ZeRO-1), then its event.
+    // AdamW of the part of group k this rank owns (all of it without ZeRO-1), then its event. The FP8 weights are
+    // cast from their masters (under ZeRO-1 gathered first) instead of copied; in fp8 the side stream closes every
+    // group, so the last group's event still follows all the others (updated_join).
     auto update_group = [&](int k) {
+        auto fp8_weight = [&](int tensor) { return k < L && fp8_layer(g, k) && param_is_block_weight(tensor); };
         ParamGroup own = dp_owned_group(&g->dp, k);
         AdamWGroup grp;
         memset(&grp, 0, sizeof(grp));
         for (int i = 0; i < own.count; i++) {
             size_t o = own.span[i].begin;
             adamw_group_add(&grp, o, o - moments_begin, own.span[i].count,
-                            param_is_decayed(own.tensor[i]) ? u->weight_decay : 0.0f);
+                            param_is_decayed(own.tensor[i]) ? u->weight_decay : 0.0f, !fp8_weight(own.tensor[i]));
         }
         adamw_update(g->params, copy, g->grads, g->m, g->v, &grp, step, a.scalars + 1, side);
         cudaCheck(cudaEventRecord(g->updated[k], side));
-        if (g->dp.zero) { dp_gather_group(&g->dp, k, g->weights, g->updated[k]); }
+        if (g->dp.zero) { dp_gather_group(&g->dp, k, g->weights, g->params, fp8_weight, g->updated[k]); }
+        if (g->fp8) {
+            cudaCheck(cudaStreamWaitEvent(side, g->updated[k], 0));
+            if (k < L && fp8_layer(g, k)) { fp8_cast_layer_weights(g, k, g->fp8_partials[1], side); }
+            cudaCheck(cudaEventRecord(g->updated[k], side));
+        }
     };
     update_group(L);
     for (int l = 0; l < L; l++) { update_group(l); }
     g->update_pending = 1;
     comm_wait_event(g->scalars_ready, "the gradient norm");
+    if (g->fp8) { fp8_check_step(g->fp8, u->t); }
     return g->host.scalars[1];
 }
 
@@ -798,6 +967,7 @@ static float op_forward_backward(void *ctx, const int *inputs, const int *target
     g->reduce_grads = last && (g->dp.ranks > 1 || g->tp.sp);
     check_batch(g, B, T);
     int N = B * T;
+    if (g->fp8) { g->fp8->recording = 1; } // a training pass: its FP8 casts record their amax
     gpt_load_tokens(g, inputs, targets, N);
     gpt_forward(g, B, T);
     // Built while the GPU runs the forward; copied ahead of the loss, like the tokens, so the staging buffer is
@@ -807,6 +977,7 @@ static float op_forward_backward(void *ctx, const int *inputs, const int *target
                               g_cuda.stream));
     gpt_loss(g, N, loss_scale, 1);
     gpt_backward(g, B, T);
+    if (g->fp8) { g->fp8->recording = 0; }
     // Backward is queued behind the loss; wait only for the loss, so the GPU runs on while the host goes ahead.
     comm_wait_event(g->scalars_ready, "the loss");
     g->eval_B = 0; // the logits now hold gradients
@@ -946,10 +1117,11 @@ template <typename floatX> static void op_set_params(void *ctx, const float *in)
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     updated_join(g);
     tp_scatter_to_device(g, in, g->params, 0, g->layout.total);
-    if constexpr (!std::is_same<floatX, float>::value) {
+    if ((void *)g->weights != (void *)g->params) {
         convert_from_float(g->weights, g->params, g->layout.total, g_cuda.stream);
         comm_wait_stream(g_cuda.stream, "the conversion of the weights");
     }
+    if (g->fp8) { g->fp8->weights_stale = 1; } // the conversion wrote over the FP8 weights' room too
 }
 // Under ZeRO-1, only this rank's slice holds gradients summed over the ranks (and get_opt_state reuses the buffer).
 template <typename floatX> static void op_get_grads(void *ctx, float *out) {
@@ -989,12 +1161,30 @@ template <typename floatX> static double op_exposed_comm_ms(void *ctx) {
     return g_comm.connected ? comm_exposed_ms_take() : -1.0;
 }
 
+// The FP8 amax history (the same on every rank: the step's amaxes are reduced over all of them).
+template <typename floatX> static void op_get_fp8_history(void *ctx, Fp8History *h) {
+    GPT<floatX> *g = (GPT<floatX> *)ctx;
+    updated_join(g);
+    fp8_history_get(g->fp8, h, g_cuda.stream);
+    comm_wait_stream(g_cuda.stream, "the copy of the FP8 amax history");
+}
+template <typename floatX> static void op_set_fp8_history(void *ctx, const Fp8History *h) {
+    GPT<floatX> *g = (GPT<floatX> *)ctx;
+    updated_join(g);
+    fp8_history_set(g->fp8, h, g_cuda.stream);
+}
+
 template <typename floatX> static ModelOps gpt_ops(GPT<floatX> *g) {
     ModelOps ops;
     memset(&ops, 0, sizeof(ops));
     ops.ctx = g;
     ops.device_name = g->device_name;
-    ops.peak_flops = gpu_peak_flops(g->device_name, g->precision);
+    // MFU counts the whole model's FLOPs (flops_per_token), the FP8 blocks' linear layers 6 x 12 C^2 a token each
+    ParamLayout full;
+    param_layout(&g->config, &full);
+    double flops = flops_per_token(&g->config, full.total, g->maxT), fp8_flops = 0.0, C = g->config.channels;
+    for (int l = 0; l < g->config.num_layers; l++) { fp8_flops += fp8_layer(g, l) ? 6.0 * 12.0 * C * C : 0.0; }
+    ops.peak_flops = mfu_peak(g->device_name, g->precision, flops, fp8_flops);
     ops.zero_grad = op_zero_grad<floatX>;
     ops.forward_backward = op_forward_backward<floatX>;
     ops.update = op_update<floatX>;
@@ -1007,6 +1197,10 @@ template <typename floatX> static ModelOps gpt_ops(GPT<floatX> *g) {
     ops.get_opt_state = op_get_opt_state<floatX>;
     ops.set_opt_state = op_set_opt_state<floatX>;
     ops.exposed_comm_ms = op_exposed_comm_ms<floatX>;
+    if (g->fp8) {
+        ops.get_fp8_history = op_get_fp8_history<floatX>;
+        ops.set_fp8_history = op_set_fp8_history<floatX>;
+    }
     return ops;
 }
 
@@ -1049,15 +1243,25 @@ static void choose_gemm_algos(ModelOps *ops, const GPTConfig *config, const char
     }
 }
 
+// The model with its GEMM algorithms chosen; the tuning pass's FP8 amaxes are forgotten.
+template <typename floatX>
+static ModelOps gpt_make(const GPTConfig *config, const Options *opts, Precision p, const Mesh *mesh, int B, int T) {
+    Fp8Recipe recipe = fp8_recipe_from_options(opts);
+    GPT<floatX> *g = gpt_create<floatX>(config, p, p == PRECISION_FP8 ? &recipe : (const Fp8Recipe *)NULL,
+                                        (uint64_t)opts->seed, B, T, opts->keep_gelu_layers, mesh, opts->zero,
+                                        opts->sequence_parallel);
+    ModelOps ops = gpt_ops(g);
+    choose_gemm_algos(&ops, config, opts->out_dir, mesh->rank, B, T);
+    if (g->fp8) { fp8_discard_step(g->fp8, g_cuda.stream); }
+    return ops;
+}
+
 // The one place the precision picks the activation type.
 static ModelOps make_gpu_model(const GPTConfig *config, const Options *opts, const Mesh *mesh, int B, int T) {
     cuda_context_init(); // on the GPU comm_connect chose (the first one for a single process)
     Precision p = precision_from_options(opts);
-    uint64_t seed = (uint64_t)opts->seed;
-    int keep = opts->keep_gelu_layers, zero = opts->zero, sp = opts->sequence_parallel;
-    ModelOps ops = p == PRECISION_FP32 ? gpt_ops(gpt_create<float>(config, p, seed, B, T, keep, mesh, zero, sp))
-                                       : gpt_ops(gpt_create<bf16>(config, p, seed, B, T, keep, mesh, zero, sp));
-    choose_gemm_algos(&ops, config, opts->out_dir, mesh->rank, B, T);
+    bool fp32 = p == PRECISION_FP32 || (p == PRECISION_FP8 && strcmp(opts->fp8_activations, "fp32") == 0);
+    ModelOps ops = fp32 ? gpt_make<float>(config, opts, p, mesh, B, T) : gpt_make<bf16>(config, opts, p, mesh, B, T);
     // A profiler started with --profile-from-start off (dev/kernel_times.sh) sees training, not the tuning pass.
     (void)cudaProfilerStart();
     if (mesh->rank == 0) { printf("peak GPU memory: %.1f GB\n", g_cuda_allocated_bytes / 1e9); }

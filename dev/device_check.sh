@@ -12,7 +12,7 @@ LOGS=${OUT:-/tmp/device_check}
 mkdir -p "$LOGS"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$LOGS/gpu.txt"
 # Only what runs on the GPU machine: its image has no PCRE2 headers for ./tokenize (shards travel with the call).
-make -j"$(nproc)" train_gpt train_gpt_cpu test/gpubin/test_gpu_parity test/gpubin/test_attention \
+make -j"$(nproc)" train_gpt train_gpt_cpu test/gpubin/test_gpu_parity test/gpubin/test_attention test/gpubin/test_fp8_kernels \
     > "$LOGS/build.log" 2>&1 || { tail -20 "$LOGS/build.log"; echo "build failed"; exit 1; }
 status=0
 if [ "$what" = tests ] || [ "$what" = all ]; then

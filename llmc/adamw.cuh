@@ -168,12 +168,13 @@ typedef struct {
     size_t moments[NORM_SLICES_MAX]; // and its first moment (in m and v: the owned slice under ZeRO-1)
     size_t n[NORM_SLICES_MAX];
     float weight_decay[NORM_SLICES_MAX];
+    int copy[NORM_SLICES_MAX];       // write the span's compute-precision copy (not an FP8 weight: its copy is cast)
     int chunk_end[NORM_SLICES_MAX];  // chunk_end_append
     int count;
 } AdamWGroup;
 
 // Appends a span of n parameters (n % 4 == 0) whose moments start at `moments`.
-static void adamw_group_add(AdamWGroup *g, size_t begin, size_t moments, size_t n, float weight_decay) {
+static void adamw_group_add(AdamWGroup *g, size_t begin, size_t moments, size_t n, float weight_decay, int copy) {
     if (g->count == NORM_SLICES_MAX) { fail("an AdamW group holds at most %d spans", NORM_SLICES_MAX); }
     if (n % 4 != 0) { fail("parameter tensor of %zu floats is not a multiple of 4", n); }
     int k = g->count++;
@@ -181,12 +182,14 @@ static void adamw_group_add(AdamWGroup *g, size_t begin, size_t moments, size_t 
     g->moments[k] = moments;
     g->n[k] = n;
     g->weight_decay[k] = weight_decay;
+    g->copy[k] = copy;
     chunk_end_append(g->chunk_end, k, n, ADAMW_CHUNK);
 }
 
 static inline int adamw_group_chunks(const AdamWGroup *g) { return g->count ? g->chunk_end[g->count - 1] : 0; }
 
-// copy (the compute-precision weights) is NULL when the GEMMs read the master weights themselves (fp32 mode).
+// copy (the compute-precision weights) is NULL when the GEMMs read the master weights themselves (fp32 mode); a span
+// without its copy flag leaves it alone.
 template <typename T>
 __global__ void __launch_bounds__(ADAMW_THREADS) adamw_kernel(float *p, T *copy, const float *g, float *m, float *v,
                                                               AdamWGroup grp, AdamWStep a, const float *norm_clip) {
@@ -205,7 +208,7 @@ __global__ void __launch_bounds__(ADAMW_THREADS) adamw_kernel(float *p, T *copy,
         vv[e] = a.beta2 * vv[e] + (1.0f - a.beta2) * gi * gi;
         float mhat = mm[e] / a.bias_corr1, vhat = vv[e] / a.bias_corr2;
         pp[e] -= a.lr * (mhat / (sqrtf(vhat) + a.eps) + grp.weight_decay[k] * pp[e]);
-        if (copy) { copy[i + e] = from_float<T>(pp[e]); }
+        if (copy && grp.copy[k]) { copy[i + e] = from_float<T>(pp[e]); }
     }
     *reinterpret_cast<float4 *>(p + i) = p4;
     *reinterpret_cast<float4 *>(m + mi) = m4;

@@ -80,6 +80,7 @@ typedef struct {
     int watchdog_running, stop, closing; // closing: a normal end, peers may now close their connections
     cudaStream_t dp_stream;
     cudaEvent_t sums_done, barrier_done, stream_done;
+    cudaEvent_t world_in, world_out; // comm_world_reduce_on_device
     double *d_sums, *h_sums;        // sum_over_data_ranks staging (device, pinned host)
     int *d_barrier;
     Tracked tracked[TRACKED_MAX];
@@ -407,6 +408,8 @@ static void comm_connect(const Mesh *m) {
     cudaCheck(cudaEventCreateWithFlags(&c->sums_done, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&c->barrier_done, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&c->stream_done, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&c->world_in, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&c->world_out, cudaEventDisableTiming));
     c->d_sums = (double *)cuda_alloc(COMM_SCALARS_MAX * sizeof(double), "collective scalars");
     c->d_barrier = (int *)cuda_alloc(sizeof(int), "barrier token");
     cudaCheck(cudaMallocHost(&c->h_sums, COMM_SCALARS_MAX * sizeof(double)));
@@ -425,6 +428,20 @@ static void comm_sum_over_data_ranks(double *x, int n) {
     comm_track(c->sums_done, "the all-reduce of the loss over the data-parallel ranks");
     comm_wait_event(c->sums_done, "the loss of the other data-parallel ranks");
     memcpy(x, c->h_sums, (size_t)n * sizeof(double));
+}
+
+// In place on the device, in the compute stream's order: x[0..n) reduced over every rank (on the DP stream; the
+// compute stream's wait for it counts as exposed communication).
+static void comm_world_reduce_on_device(void *x, size_t n, ncclDataType_t type, ncclRedOp_t op, cudaStream_t compute,
+                                        const char *what) {
+    Comm *c = &g_comm;
+    cudaCheck(cudaEventRecord(c->world_in, compute));
+    cudaCheck(cudaStreamWaitEvent(c->dp_stream, c->world_in, 0));
+    ncclCheck(ncclAllReduce(x, x, n, type, op, comm_get(COMM_WORLD), c->dp_stream));
+    comm_settle(comm_get(COMM_WORLD), what, c->timeout_s);
+    cudaCheck(cudaEventRecord(c->world_out, c->dp_stream));
+    comm_track(c->world_out, what);
+    comm_compute_wait(compute, c->world_out);
 }
 
 static void comm_barrier(const char *what, int long_wait) {

@@ -73,6 +73,10 @@ static inline void param_layout(const GPTConfig *c, ParamLayout *p) {
 enum { LIN_QKV, LIN_ATTPROJ, LIN_FC, LIN_FCPROJ, BLOCK_LINEARS };
 static const int BLOCK_LINEAR_WEIGHT[BLOCK_LINEARS] = {P_QKVW, P_ATTPROJW, P_FCW, P_FCPROJW};
 
+static inline int param_is_block_weight(int t) {
+    return t == P_QKVW || t == P_ATTPROJW || t == P_FCW || t == P_FCPROJW;
+}
+
 // Weight decay applies to 2-D weights only (embeddings and linear weights), never to biases or LayerNorm.
 static inline int param_is_decayed(int t) {
     return t == P_WTE || t == P_WPE || t == P_QKVW || t == P_ATTPROJW || t == P_FCW || t == P_FCPROJW;

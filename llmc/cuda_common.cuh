@@ -101,6 +101,20 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
 }
 
 // ----------------------------------------------------------------------------------------------------------------
+// GELU, the tanh approximation: gelu(a) = a/2 (1 + tanh(sqrt(2/pi) (a + 0.044715 a^3))), and its derivative
+
+#define GELU_SCALE 0.7978845608028654f // sqrt(2 / pi)
+#define GELU_CUBIC 0.044715f
+
+__device__ __forceinline__ float gelu_of(float a) {
+    return 0.5f * a * (1.0f + tanhf(GELU_SCALE * (a + GELU_CUBIC * a * a * a)));
+}
+__device__ __forceinline__ float gelu_grad_of(float a) {
+    float th = tanhf(GELU_SCALE * (a + GELU_CUBIC * a * a * a));
+    return 0.5f * (1.0f + th) + 0.5f * a * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * GELU_CUBIC * a * a);
+}
+
+// ----------------------------------------------------------------------------------------------------------------
 // reductions (fixed order within a warp and a block: deterministic)
 
 #define WARP_SIZE 32

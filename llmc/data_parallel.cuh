@@ -68,13 +68,13 @@ static ParamGroup dp_owned_group(const DataParallel *dp, int k) {
     return param_group_owned(&dp->groups[k], dp_owned(dp));
 }
 
-// Calls f(part, owner) for every part of group k's spans that one rank owns under ZeRO-1.
+// Calls f(part, owner, tensor) for every part of group k's spans that one rank owns under ZeRO-1.
 template <typename F> static void dp_for_each_owned_part(const DataParallel *dp, int k, F f) {
     const ParamGroup *g = &dp->groups[k];
     for (int i = 0; i < g->count; i++) {
         for (int r = 0; r < dp->ranks; r++) {
             Span part = span_intersect(g->span[i], zero_padded_slice(&dp->shards, r));
-            if (part.count > 0) { f(part, r); }
+            if (part.count > 0) { f(part, r, g->tensor[i]); }
         }
     }
 }
@@ -96,7 +96,7 @@ static cudaEvent_t dp_reduce_group(DataParallel *dp, int k, float *grads, cudaEv
     cudaCheck(cudaStreamWaitEvent(s, final_event, 0));
     ncclCheck(ncclGroupStart());
     if (dp->zero) {
-        dp_for_each_owned_part(dp, k, [&](Span part, int owner) {
+        dp_for_each_owned_part(dp, k, [&](Span part, int owner, int) {
             float *p = grads + part.begin;
             ncclCheck(ncclReduce(p, p, part.count, ncclFloat32, ncclSum, owner, comm, s));
         });
@@ -118,14 +118,22 @@ static cudaEvent_t dp_reduce_group(DataParallel *dp, int k, float *grads, cudaEv
 
 // ZeRO-1: group k's weights are updated on their owners where `updated` was recorded; each owner broadcasts its
 // parts, and `updated` is recorded again behind that, so whoever waits for it sees the whole group on every rank.
-template <typename T> static void dp_gather_group(DataParallel *dp, int k, T *weights, cudaEvent_t updated) {
+// What is broadcast is the weights the GEMMs read, or for the tensors masters_for(tensor) names the fp32 masters
+// (an FP8 weight: every rank casts it from them).
+template <typename T, typename F>
+static void dp_gather_group(DataParallel *dp, int k, T *weights, float *masters, F masters_for, cudaEvent_t updated) {
     ncclComm_t comm = comm_get(COMM_DP);
     cudaStream_t s = g_comm.dp_stream;
     cudaCheck(cudaStreamWaitEvent(s, updated, 0));
     ncclCheck(ncclGroupStart());
-    dp_for_each_owned_part(dp, k, [&](Span part, int owner) {
-        T *p = weights + part.begin;
-        ncclCheck(ncclBroadcast(p, p, part.count, NcclType<T>::id, owner, comm, s));
+    dp_for_each_owned_part(dp, k, [&](Span part, int owner, int tensor) {
+        if (masters_for(tensor)) {
+            float *p = masters + part.begin;
+            ncclCheck(ncclBroadcast(p, p, part.count, ncclFloat32, owner, comm, s));
+        } else {
+            T *p = weights + part.begin;
+            ncclCheck(ncclBroadcast(p, p, part.count, NcclType<T>::id, owner, comm, s));
+        }
     });
     ncclCheck(ncclGroupEnd());
     char what[TRACKED_WHAT_LEN];

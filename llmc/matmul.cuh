@@ -19,18 +19,40 @@
  * time each candidate and keep the fastest; as algorithms sum in different orders, the choices are saved
  * (gemm_algos_save) and a resumed run loads them (gemm_algos_load), so it computes the same bits.
  * This is the seam for the parallel and low-precision variants: tensor-parallel splits do their collectives here
- * (llmc/tensor_parallel.cuh); the GTP shard gather before a weight is used and the FP8 recipe will change what
- * linear_forward / linear_backward_* do, not their callers.
+ * (llmc/tensor_parallel.cuh), and a Linear with FP8 state runs its three GEMMs in FP8 (llmc/fp8.cuh casts the
+ * operands): forward x (E4M3) W (E4M3), input gradient dy (E5M2) W, weight gradient dy x, each summing in fp32 and
+ * scaled by its operands' scale_inv; the callers are the same in every precision. The GTP shard gather before a
+ * weight is used will change what linear_forward / linear_backward_* do the same way.
  */
 #ifndef LLMC_MATMUL_CUH
 #define LLMC_MATMUL_CUH
 
 #include "cuda_common.cuh"
+#include "fp8.cuh"
 #include "tensor_parallel.cuh"
 
 // How a Linear is split over the TP group (llmc/tensor_parallel.cuh): column-parallel ranks hold rows of W (output
 // features), row-parallel ranks columns (input features; the replicated bias is added by TP rank 0 only).
 typedef enum { LINEAR_WHOLE, LINEAR_COLUMN, LINEAR_ROW } LinearSplit;
+
+/*
+ * A linear layer's FP8 operands (llmc/fp8.cuh), its three tensors fp8_tensor(layer, linear, role): the weight in E4M3
+ * and transposed, cast after every update; the input in E4M3, row-major for the forward GEMM (a scratch every layer
+ * shares) and transposed for the weight gradient (kept from the forward, or cast again in backward); the output
+ * gradient in E5M2, row-major for the input gradient (a shared scratch) and transposed for the weight gradient (from
+ * the input gradient's cast until the weight gradient).
+ */
+typedef struct Fp8Linear {
+    Fp8Device *dev;
+    int layer, linear;
+    uint8_t *w, *w_t;                  // (out, in), (in, out)
+    uint8_t *x, *x_t;                  // (N, in), (in, N)
+    uint8_t *dy, *dy_t;                // (N, out), (out, N)
+    float *partials;                   // the compute stream's amax-pass scratch (Fp8Device::amax_blocks floats)
+    struct Fp8Linear *gelu_consumer;   // fc: the fc projection, whose input gelu(fc's output) fc casts
+    int input_from_producer;           // the fc projection: fc casts its input
+    int keeps_input;                   // the forward writes x_t; else it is cast again before the weight gradient
+} Fp8Linear;
 
 template <typename T> struct Linear {
     int in, out;  // this rank's features (its slice under TP)
@@ -39,7 +61,12 @@ template <typename T> struct Linear {
     float *dw;    // (out, in) fp32 gradient
     LinearSplit split;
     TensorParallel *tp; // NULL (or a group of one): no collectives
+    Fp8Linear *fp8;     // NULL: the GEMMs run in T
 };
+
+template <typename T> static int fp8_tensor_of(const Linear<T> &lin, int role) {
+    return fp8_tensor(lin.fp8->layer, lin.fp8->linear, role);
+}
 
 template <typename T> static bool linear_is(const Linear<T> &lin, LinearSplit split) {
     return lin.split == split && tp_active(lin.tp);
@@ -47,17 +74,6 @@ template <typename T> static bool linear_is(const Linear<T> &lin, LinearSplit sp
 
 // ----------------------------------------------------------------------------------------------------------------
 // GELU kernels: the recompute of gelu(a) in backward, and the unfused epilogues where cuBLASLt offers no fused one
-
-#define GELU_SCALE 0.7978845608028654f // sqrt(2 / pi)
-#define GELU_CUBIC 0.044715f
-
-__device__ __forceinline__ float gelu_of(float a) {
-    return 0.5f * a * (1.0f + tanhf(GELU_SCALE * (a + GELU_CUBIC * a * a * a)));
-}
-__device__ __forceinline__ float gelu_grad_of(float a) {
-    float th = tanhf(GELU_SCALE * (a + GELU_CUBIC * a * a * a));
-    return 0.5f * (1.0f + th) + 0.5f * a * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * GELU_CUBIC * a * a);
-}
 
 // out = gelu(a), one thread per pack. Assumes n % Packed<T>::N == 0.
 template <typename T> __global__ void __launch_bounds__(256) gelu_forward_kernel(T *out, const T *a, size_t n) {
@@ -81,6 +97,17 @@ template <typename T> static void gelu_forward(T *out, const T *a, size_t n, cud
     const int threads = 256;
     gelu_forward_kernel<<<grid_for(n / Packed<T>::N, threads), threads, 0, stream>>>(out, a, n);
     cudaCheckLaunch();
+}
+
+// out (rows, cols) += bias per row, one thread per pack: where cuBLASLt has no bias epilogue for a GEMM (FP8 into
+// fp32). Assumes cols % Packed<T>::N == 0.
+template <typename T>
+__global__ void __launch_bounds__(256) add_bias_kernel(T *out, const T *bias, size_t n, int cols) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * Packed<T>::N;
+    if (i >= n) { return; }
+    Packed<T> y = load_packed(out + i), b = load_packed(bias + i % cols);
+    for (int j = 0; j < Packed<T>::N; j++) { y.set(j, y[j] + b[j]); }
+    store_packed(out + i, y);
 }
 
 // ----------------------------------------------------------------------------------------------------------------
@@ -449,6 +476,19 @@ static int gemm_lt(void *d, cudaDataType_t dt, GemmOperand a, int transa, int ld
 // ----------------------------------------------------------------------------------------------------------------
 // the linear layer
 
+// out (n, lin.out) = x w^T + bias (bias may be NULL), fused where cuBLASLt can.
+template <typename T>
+static void linear_gemm_bias(const Linear<T> &lin, T *out, GemmOperand w, GemmOperand x, const T *bias, int n,
+                             int fast_accum, cudaStream_t stream) {
+    cudaDataType_t t = TypeInfo<T>::cuda;
+    GemmEpilogue ep = {bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL};
+    if (gemm_lt(out, t, w, 1, lin.in, x, 0, lin.in, lin.out, n, lin.in, 0.0f, ep, fast_accum, stream)) { return; }
+    gemm_lt(out, t, w, 1, lin.in, x, 0, lin.in, lin.out, n, lin.in, 0.0f, GEMM_PLAIN, fast_accum, stream);
+    size_t count = (size_t)n * lin.out;
+    add_bias_kernel<<<grid_for(count / Packed<T>::N, 256), 256, 0, stream>>>(out, bias, count, lin.out);
+    cudaCheckLaunch();
+}
+
 // Rows [r0, r1) of out = inp W^T + bias (bias may be NULL), through gelu_aux as linear_forward says.
 template <typename T>
 static void linear_rows_forward(const Linear<T> &lin, const T *bias, T *out, const T *inp, int r0, int r1,
@@ -458,18 +498,41 @@ static void linear_rows_forward(const Linear<T> &lin, const T *bias, T *out, con
     if (n <= 0) { return; }
     out += (size_t)r0 * lin.out;
     GemmOperand w = gemm_operand(lin.w, t), x = gemm_operand(inp + (size_t)r0 * lin.in, t);
-    GemmEpilogue ep = {bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL};
     if (gelu_aux) {
         gelu_aux += (size_t)r0 * lin.out;
         GemmEpilogue gelu = {bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, bias, gelu_aux};
         if (gemm_lt(out, t, w, 1, lin.in, x, 0, lin.in, lin.out, n, lin.in, 0.0f, gelu, 0, stream)) { return; }
-        gemm_lt(gelu_aux, t, w, 1, lin.in, x, 0, lin.in, lin.out, n, lin.in, 0.0f, ep, 0, stream);
+        linear_gemm_bias(lin, gelu_aux, w, x, bias, n, 0, stream);
         gelu_forward(out, gelu_aux, (size_t)n * lin.out, stream);
         return;
     }
-    if (!gemm_lt(out, t, w, 1, lin.in, x, 0, lin.in, lin.out, n, lin.in, 0.0f, ep, 0, stream)) {
-        fail("cuBLASLt has no bias epilogue for a %dx%dx%d %s GEMM; check the CUDA/cuBLAS install", lin.out, n, lin.in,
-             TypeInfo<T>::name);
+    linear_gemm_bias(lin, out, w, x, bias, n, 0, stream);
+}
+
+/*
+ * The same in FP8 (lin.fp8), chunk f's rows: the input cast to E4M3 (row-major into the shared scratch, and into the
+ * kept transposed copy at the chunk's columns), unless fc cast it already, then the GEMM. With gelu_aux (fc), the
+ * GEMM writes the pre-GELU activation there, and gelu of it is cast as the fc projection's input; out is not written.
+ */
+template <typename T>
+static void fp8_linear_rows_forward(const Linear<T> &lin, const T *bias, T *out, const T *inp, T *gelu_aux,
+                                    const ForwardChunk &f, cudaStream_t stream) {
+    Fp8Linear *q = lin.fp8;
+    const Fp8Device *d = q->dev;
+    size_t r0 = (size_t)f.row;
+    int tx = fp8_tensor_of(lin, FP8_INPUT), tw = fp8_tensor_of(lin, FP8_WEIGHT);
+    if (!q->input_from_producer) {
+        fp8_cast(d, tx, inp + r0 * lin.in, f.rows, lin.in, q->x + r0 * lin.in, q->keeps_input ? q->x_t : NULL,
+                 f.tokens, f.row, d->recording, false, q->partials, Fp8Identity(), stream);
+    }
+    GemmOperand w = {q->w, q->w_t, CUDA_R_8F_E4M3, d->scale_inv + tw};
+    GemmOperand x = {q->x + r0 * lin.in, NULL, CUDA_R_8F_E4M3, d->scale_inv + tx};
+    T *y = (gelu_aux ? gelu_aux : out) + r0 * lin.out;
+    linear_gemm_bias(lin, y, w, x, bias, f.rows, d->recipe.fast_accum, stream);
+    if (gelu_aux) {
+        Fp8Linear *c = q->gelu_consumer;
+        fp8_cast(d, fp8_tensor(c->layer, c->linear, FP8_INPUT), y, f.rows, lin.out, c->x + r0 * lin.out,
+                 c->keeps_input ? c->x_t : NULL, f.tokens, f.row, d->recording, false, q->partials, Fp8Gelu(), stream);
     }
 }
 
@@ -485,18 +548,32 @@ static void linear_forward(const Linear<T> &lin, T *out, const T *inp, T *gelu_a
                            cudaStream_t stream) {
     bool row_parallel = linear_is(lin, LINEAR_ROW);
     const T *bias = row_parallel && lin.tp->rank != 0 ? NULL : lin.b;
-    linear_rows_forward(lin, bias, out, inp, f.row, f.row + f.rows, gelu_aux, stream);
+    if (lin.fp8) {
+        fp8_linear_rows_forward(lin, bias, out, inp, gelu_aux, f, stream);
+    } else {
+        linear_rows_forward(lin, bias, out, inp, f.row, f.row + f.rows, gelu_aux, stream);
+    }
     if (row_parallel) {
         const char *what = "the tensor-parallel sum of a row-parallel layer's output";
         tp_chunk_sum(lin.tp, out, (T *)NULL, lin.out, f, stream, what);
     }
 }
 
-// dinp = dout W, times gelu'(gelu_aux) when that is given.
+// dinp = dout W, times gelu'(gelu_aux) when that is given. In FP8 dout is cast first, for this GEMM and (transposed)
+// for the weight gradient.
 template <typename T>
 static void linear_dgrad(const Linear<T> &lin, T *dinp, const T *dout, const T *gelu_aux, int N, cudaStream_t stream) {
     cudaDataType_t t = TypeInfo<T>::cuda;
     GemmOperand w = gemm_operand(lin.w, t), dy = gemm_operand(dout, t);
+    if (lin.fp8) {
+        Fp8Linear *q = lin.fp8;
+        const Fp8Device *d = q->dev;
+        int tg = fp8_tensor_of(lin, FP8_GRAD), tw = fp8_tensor_of(lin, FP8_WEIGHT);
+        fp8_cast(d, tg, dout, N, lin.out, q->dy, q->dy_t, N, 0, d->recording, false, q->partials, Fp8Identity(),
+                 stream);
+        w = {q->w, q->w_t, CUDA_R_8F_E4M3, d->scale_inv + tw};
+        dy = {q->dy, q->dy_t, CUDA_R_8F_E5M2, d->scale_inv + tg};
+    }
     if (gelu_aux) {
         GemmEpilogue dgelu = {CUBLASLT_EPILOGUE_DGELU, NULL, (void *)gelu_aux};
         if (gemm_lt(dinp, t, w, 0, lin.in, dy, 0, lin.out, lin.in, N, lin.out, 0.0f, dgelu, 0, stream)) { return; }
@@ -560,8 +637,14 @@ template <typename T>
 static void linear_backward_weight(const Linear<T> &lin, const T *dout, const T *inp, int N, int accumulate,
                                    cudaStream_t stream) {
     cudaDataType_t t = TypeInfo<T>::cuda;
-    gemm_lt(lin.dw, CUDA_R_32F, gemm_operand(inp, t), 0, lin.in, gemm_operand(dout, t), 1, lin.out, lin.in, lin.out,
-            N, accumulate ? 1.0f : 0.0f, GEMM_PLAIN, 0, stream);
+    GemmOperand x = gemm_operand(inp, t), dy = gemm_operand(dout, t);
+    if (lin.fp8) { // the transposed copies: the input's from the forward (or cast again), dout's from its cast
+        const Fp8Linear *q = lin.fp8;
+        x = {NULL, q->x_t, CUDA_R_8F_E4M3, q->dev->scale_inv + fp8_tensor_of(lin, FP8_INPUT)};
+        dy = {NULL, q->dy_t, CUDA_R_8F_E5M2, q->dev->scale_inv + fp8_tensor_of(lin, FP8_GRAD)};
+    }
+    gemm_lt(lin.dw, CUDA_R_32F, x, 0, lin.in, dy, 1, lin.out, lin.in, lin.out, N, accumulate ? 1.0f : 0.0f,
+            GEMM_PLAIN, 0, stream);
 }
 
 template <typename T> static void linear_backward_join(const Linear<T> &lin, cudaStream_t stream) {

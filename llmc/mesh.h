@@ -237,22 +237,27 @@ static inline size_t tp_global_element(const Mesh *m, const GPTConfig *c, int t,
 #define TP_SEQUENCE_CHUNKS 2
 
 typedef struct {
+    int tokens;          // the micro-batch's, B x T
     int k;               // which chunk
     int row, rows;       // its sequences' tokens: rows [row, row + rows) of the (N, ...) activations
     int ln_row, ln_rows; // rows of the LayerNorm outputs this rank computes: the chunk's, or under SP its own tokens
     int res_row;         // the first of those in this rank's residual stream (all N tokens, or under SP its N/TP)
 } ForwardChunk;
 
-static inline int forward_chunks(const Mesh *m, int sp, int B) {
+// The chunks of a B-sequence micro-batch, at most `most` (1 where every cast of an FP8 tensor needs the amax of the
+// whole tensor first: current scaling).
+static inline int forward_chunks(const Mesh *m, int sp, int B, int most) {
     if (m->tp == 1 || sp) { return 1; }
-    return B < TP_SEQUENCE_CHUNKS ? B : TP_SEQUENCE_CHUNKS;
+    int K = B < TP_SEQUENCE_CHUNKS ? B : TP_SEQUENCE_CHUNKS;
+    return K < most ? K : most;
 }
 
 // Chunk k of a B x T micro-batch as this rank sees it; sp is honoured only under TP (mesh_validate: T % TP == 0).
-static inline ForwardChunk forward_chunk(const Mesh *m, int sp, int B, int T, int k) {
+static inline ForwardChunk forward_chunk(const Mesh *m, int sp, int B, int T, int most, int k) {
     sp = sp && m->tp > 1;
-    int K = forward_chunks(m, sp, B);
+    int K = forward_chunks(m, sp, B, most);
     ForwardChunk f;
+    f.tokens = B * T;
     f.k = k;
     f.row = k * B / K * T;
     f.rows = (k + 1) * B / K * T - f.row;

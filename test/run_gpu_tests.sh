@@ -1,18 +1,25 @@
 #!/usr/bin/env bash
 # GPU tests, on a machine with a GPU (CI compiles them but cannot run them). Builds the trainers and the GPU tests,
-# writes the CPU build's reference state for two small models (head sizes 64 and 128), runs the parity test in fp32
-# and bf16 against each, and the attention kernel test; ends with a summary table and a non-zero exit on any
-# failure. Logs go to $LOG_DIR (default: a fresh temporary folder).
+# writes the CPU build's reference state for small models (head sizes 64 and 128; in fp32, and in fp8 with each
+# scaling recipe), runs the parity test against each (fp32 and bf16; fp8 with fp32 and with bf16 activations), the
+# FP8 kernel test, the attention kernel test and resume bit-exactness in bf16 and fp8; ends with a summary table and
+# a non-zero exit on any failure. Logs go to $LOG_DIR (default: a fresh temporary folder).
 set -u
 cd "$(dirname "$0")/.."
 LOG_DIR=${LOG_DIR:-$(mktemp -d)}
 mkdir -p "$LOG_DIR"
-make -s train_gpt_cpu train_gpt test/gpubin/test_gpu_parity test/gpubin/test_attention || { echo "FAIL build"; exit 1; }
+make -s train_gpt_cpu train_gpt test/gpubin/test_gpu_parity test/gpubin/test_attention test/gpubin/test_fp8_kernels ||
+    { echo "FAIL build"; exit 1; }
 
-# name and CPU options of each reference model: 20 steps of B 4 x T 64, two micro-steps per step. 3 layers in one,
-# so that the parity test's GELU recompute runs both ways (test_gpu_parity.cu: keep_gelu_layers).
+# name, CPU options and GPU modes of each reference model: 20 steps of B 4 x T 64, two micro-steps per step. 3 layers
+# in some, so that the parity test's GELU recompute runs both ways (test_gpu_parity.cu: keep_gelu_layers); in fp8
+# the delayed recipe (its history shorter than the run in one), and the current one with a bf16 block at each end.
 REF_COMMON="--ref-steps 20 --seq-len 64 --batch-size 4 --total-batch-tokens 512 --sample-every 0"
-REFS=("d3_w128_hs64:--depth 3 --width 128 --heads 2" "d2_w256_hs128:--depth 2 --width 256 --heads 2")
+REFS=("d3_w128_hs64:--depth 3 --width 128 --heads 2:fp32 bf16"
+      "d2_w256_hs128:--depth 2 --width 256 --heads 2:fp32 bf16"
+      "d3_w128_hs64_fp8_delayed:--depth 3 --width 128 --heads 2 --precision fp8:fp8-fp32 fp8"
+      "d3_w128_fp8_current_ends:--depth 3 --width 128 --heads 2 --precision fp8 --fp8-recipe current --fp8-bf16-blocks 1 --fp8-margin 1:fp8-fp32 fp8"
+      "d2_w256_hs128_fp8_h4:--depth 2 --width 256 --heads 2 --precision fp8 --fp8-amax-history 4:fp8-fp32 fp8")
 
 rows=(); failed=0
 record() { # name, log, exit status
@@ -24,14 +31,14 @@ record() { # name, log, exit status
 }
 
 for ref in "${REFS[@]}"; do
-    name=${ref%%:*}; opts=${ref#*:}
+    IFS=: read -r name opts modes <<<"$ref"
     file="$LOG_DIR/ref_$name.bin"
     # shellcheck disable=SC2086
     if ! ./train_gpt_cpu --ref-out "$file" $opts $REF_COMMON > "$LOG_DIR/ref_$name.log" 2>&1; then
         echo "FAIL reference $name: train_gpt_cpu failed (see $LOG_DIR/ref_$name.log)"; tail -3 "$LOG_DIR/ref_$name.log"
         failed=$((failed + 1)); continue
     fi
-    for prec in fp32 bf16; do
+    for prec in $modes; do
         log="$LOG_DIR/parity_${name}_$prec.log"
         echo "== parity $name $prec"
         test/gpubin/test_gpu_parity "$file" "$prec" > "$log" 2>&1; rc=$?
@@ -46,6 +53,21 @@ echo "== attention"
 test/gpubin/test_attention > "$log" 2>&1; rc=$?
 grep -v '^PASS ' "$log" | tail -20
 record "attention" "$log" "$rc"
+
+log="$LOG_DIR/fp8_kernels.log"
+echo "== fp8 kernels"
+test/gpubin/test_fp8_kernels > "$log" 2>&1; rc=$?
+grep -v '^PASS ' "$log" | tail -20
+record "fp8 kernels" "$log" "$rc"
+
+for prec in bf16 fp8; do
+    log="$LOG_DIR/resume_$prec.log"
+    echo "== resume $prec"
+    dev/resume_check.sh "$prec" > "$log" 2>&1; rc=$?
+    sed 's/^resume: bit-exact/PASS resume/; s/^resume: FAIL/FAIL resume:/' "$log" > "$log.checks"
+    cat "$log"
+    record "resume $prec" "$log.checks" "$rc"
+done
 
 echo
 printf '%-28s %5s %5s  %s\n' "test" "pass" "fail" "worst errors"

@@ -1,7 +1,12 @@
 /*
  * test_gpu_parity.cu: the GPU build against the CPU build's reference state (llmc/refstate.h).
  *
- *   test/gpubin/test_gpu_parity REF_FILE fp32|bf16
+ *   test/gpubin/test_gpu_parity REF_FILE fp32|bf16|fp8|fp8-fp32
+ *
+ * fp8 and fp8-fp32 take a reference the CPU build wrote with --precision fp8 (its FP8 emulation, with the recipe in
+ * the reference's header); fp8 is the trainer's fp8 (bf16 activations around the FP8 GEMMs), fp8-fp32 the same FP8
+ * GEMMs among fp32 activations (--fp8-activations fp32), which is the CPU emulation's arithmetic but for the order of
+ * the GEMMs' sums.
  *
  * Checks, each as max|gpu - cpu| / max|cpu| per tensor (test_util.h's max_rel_err):
  *   - the GPU's own initialization equals the CPU's initial weights (same Philox draws, on the device);
@@ -18,6 +23,15 @@
  * loss at 1e-2 relative. The gradient norm of every step: 1e-4 in fp32 (measured 3e-7 over 20 steps), 3e-2 in
  * bf16 (measured 2e-3, growing as the trajectories part). The weights after an update: see check_updated (AdamW
  * turns gradients that are zero up to rounding into full-size steps).
+ *
+ * fp8-fp32: the FP8 products are exact in fp32 and the operands are rounded to FP8 with the same scales, so the GPU
+ * differs from the CPU emulation by the fp32 summation order (~1e-6, as fp32) and by what that does to the rounding
+ * to FP8: a value that lands within ~1e-6 of a midpoint between two FP8 codes rounds to the other code on one side,
+ * an error of one FP8 step (2^-4 relative in E4M3, 2^-3 in E5M2) on that element, about one element in 10^5 of each
+ * cast (1e-6 / 2^-4 x 2); its share of a GEMM output is that element's product among K others. Measured on an H100
+ * (dev/NOTES.md, "FP8"): TOL_FP8_FP32 holds it with margin. fp8 (bf16 activations): every activation is rounded to
+ * bf16 (2^-9) before its FP8 cast, so one value in ~2^-9 / 2^-4 = 1/32 lands on the other FP8 code, on top of bf16's
+ * own rounding: held to TOL_FP8, about twice bf16's.
  */
 #define TESTING
 #include "../train_gpt.cu"
@@ -36,6 +50,8 @@ typedef struct {
 
 static const Tolerances TOL_FP32 = {1e-4, 1e-4, 1e-4, 1e-4, 1e-4, FLIP_FRACTION_FP32};
 static const Tolerances TOL_BF16 = {3e-2, 3e-2, 1e-2, 3e-2, 1e-2, FLIP_FRACTION_BF16};
+static const Tolerances TOL_FP8_FP32 = {1e-3, 1e-3, 1e-3, 1e-3, 1e-3, FLIP_FRACTION_BF16};
+static const Tolerances TOL_FP8 = {6e-2, 6e-2, 2e-2, 6e-2, 2e-2, FLIP_FRACTION_BF16};
 
 static double g_worst_logits = 0, g_worst_grads = 0, g_worst_loss = 0, g_worst_params = 0;
 
@@ -92,28 +108,46 @@ static double check_updated(const char *what, const float *gpu, const float *cpu
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: %s REF_FILE fp32|bf16\n", argv[0]);
+    const char *mode = argc == 3 ? argv[2] : "";
+    int fp8 = strncmp(mode, "fp8", 3) == 0;
+    if (argc != 3 || (!fp8 && strcmp(mode, "fp32") != 0 && strcmp(mode, "bf16") != 0) ||
+        (fp8 && strcmp(mode, "fp8") != 0 && strcmp(mode, "fp8-fp32") != 0)) {
+        fprintf(stderr, "usage: %s REF_FILE fp32|bf16|fp8|fp8-fp32\n", argv[0]);
         return 2;
     }
     RefState *ref = refstate_read(argv[1]);
     const RefHeader *h = &ref->h;
+    if (fp8 != h->fp8) {
+        fprintf(stderr, "%s: mode %s needs a reference written %s --precision fp8\n", argv[1], mode,
+                fp8 ? "with" : "without");
+        return 2;
+    }
     Options opts;
     options_defaults(&opts);
-    option_set(&opts, option_find("precision", strlen("precision")), argv[2]);
+    option_set(&opts, option_find("precision", strlen("precision")), fp8 ? "fp8" : mode);
+    if (fp8) { // the reference's recipe
+        snprintf(opts.fp8_recipe, sizeof(opts.fp8_recipe), "%s", h->fp8_scaling == FP8_CURRENT ? "current" : "delayed");
+        opts.fp8_amax_history = h->fp8_history;
+        opts.fp8_margin = h->fp8_margin;
+        opts.fp8_bf16_blocks = h->fp8_bf16_blocks;
+        snprintf(opts.fp8_activations, sizeof(opts.fp8_activations), "%s", strcmp(mode, "fp8") == 0 ? "bf16" : "fp32");
+    }
     opts.seed = h->seed;
     opts.out_dir[0] = '\0'; // no GEMM algorithm file: the test writes nothing
     // The first layer keeps its GELU output, the others recompute it in backward: the last one first, beside the LM
     // head's backward, and (at 3 layers or more) the ones between a layer ahead, into the logits' buffer.
     opts.keep_gelu_layers = 1;
-    const Tolerances *tol = strcmp(argv[2], "fp32") == 0 ? &TOL_FP32 : &TOL_BF16;
+    const Tolerances *tol = strcmp(mode, "fp32") == 0   ? &TOL_FP32
+                            : strcmp(mode, "bf16") == 0 ? &TOL_BF16
+                            : strcmp(mode, "fp8") == 0  ? &TOL_FP8
+                                                        : &TOL_FP8_FP32;
     GPTConfig config = h->config;
     ParamLayout layout;
     param_layout(&config, &layout);
     size_t P = layout.total, n = refstate_tokens(h), Vp = config.padded_vocab_size;
     int B = h->B, T = h->T, A = h->accum;
     printf("reference: %d layers, width %d, %d heads, B %d, T %d, accum %d, %d steps | GPU %s\n", config.num_layers,
-           config.channels, config.num_heads, B, T, A, h->steps, argv[2]);
+           config.channels, config.num_heads, B, T, A, h->steps, mode);
 
     Mesh mesh = mesh_make(1, 0, 1, 1);
     ModelOps ops = make_gpu_model(&config, &opts, &mesh, B, T);
@@ -186,7 +220,7 @@ int main(int argc, char **argv) {
                              flip_bound);
     if (!(e <= g_worst_params)) { g_worst_params = e; }
 
-    printf("parity %s: logits %.2e | grads %.2e | loss %.2e | params %.2e | %s\n", argv[2], g_worst_logits,
+    printf("parity %s: logits %.2e | grads %.2e | loss %.2e | params %.2e | %s\n", mode, g_worst_logits,
            g_worst_grads, g_worst_loss, g_worst_params, g_test_failures ? "FAIL" : "PASS");
     free(buf);
     free(buf2);

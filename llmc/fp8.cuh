@@ -1,0 +1,338 @@
+/*
+ * fp8.cuh: the FP8 recipe on the GPU (llmc/fp8.h has the formats, the scaling and the history, which the CPU build's
+ * emulation shares): the recipe's state on the device, the kernels that cast activations, output gradients and
+ * weights to FP8, the amax pass of current scaling, and the update of the history at the end of a step.
+ *
+ * A cast writes, in one pass over a (rows, cols) tensor, its FP8 codes row-major and/or transposed: Hopper's FP8 GEMMs
+ * read only K-major operands, so the weight gradient (whose k is the token) needs the input and the output gradient
+ * transposed, and the input gradient needs the weight transposed (TransformerEngine's cast-transpose). Each value is
+ * q = fp8(x * scale), rounded to nearest even and saturated by cvt.rn.satfinite: the bytes of llmc/fp8.h's
+ * fp8_encode (test_fp8_kernels checks every kernel against it). The scale comes from an amax (fp8_scale_of): the
+ * history's (delayed scaling) or the tensor's own, from a pass over it first (fp8_amax_pass: current scaling, and
+ * delayed scaling until the history holds a step), or is the one an earlier cast of the same values took (a
+ * recompute in backward). Block (0, 0) writes the tensor's scale and scale_inv (what the GEMMs read). A cast that
+ * records takes max |x| into the tensor's step amax with an atomic max on the float's bits: exact and order-free, so
+ * deterministic, and a NaN (whose bits exceed infinity's) wins, which the end of the step reports by name.
+ */
+#ifndef LLMC_FP8_CUH
+#define LLMC_FP8_CUH
+
+#include <cuda_fp8.h>
+
+#include "cuda_common.cuh"
+#include "fp8.h"
+
+// The first tensor (fp8_tensor) whose step amax was not finite, and that amax; tensor == tensors: none.
+typedef struct {
+    int tensor;
+    float amax;
+} Fp8Verdict;
+
+// The recipe's state on the device: per tensor t (fp8_tensor(layer, linear, role)) the amax delayed scales come from,
+// the step's recorded amax, the scale and scale_inv of its latest cast, and the history.
+typedef struct {
+    Fp8Recipe recipe;
+    int tensors, length;
+    long long steps;          // optimizer steps in the history (host side; the same on every rank)
+    float *amax_scale;        // (tensors) the history's largest amax
+    unsigned *amax_step;      // (tensors) this step's amax, as the bits of a non-negative float
+    float *scale, *scale_inv; // (tensors)
+    float *ring;              // (tensors, length) Fp8History's ring
+    Fp8Verdict *verdict, *host_verdict; // the end of the step's check (host_verdict pinned)
+    int amax_blocks;          // blocks of an amax pass: partial maxima per pass
+    int recording;            // a training pass: the casts of activations and output gradients record their amax
+    int weights_stale;        // the weights changed since they were cast: cast them before the next forward
+} Fp8Device;
+
+static void fp8_device_init(Fp8Device *d, const Fp8Recipe *r, int L) {
+    memset(d, 0, sizeof(*d));
+    d->recipe = *r;
+    d->tensors = fp8_num_tensors(L);
+    d->length = r->history;
+    size_t T = (size_t)d->tensors;
+    d->amax_scale = (float *)cuda_alloc(T * sizeof(float), "FP8 amaxes");
+    d->amax_step = (unsigned *)cuda_alloc(T * sizeof(unsigned), "FP8 amaxes");
+    d->scale = (float *)cuda_alloc(T * sizeof(float), "FP8 scales");
+    d->scale_inv = (float *)cuda_alloc(T * sizeof(float), "FP8 scales");
+    d->ring = (float *)cuda_alloc(T * d->length * sizeof(float), "FP8 amax history");
+    d->verdict = (Fp8Verdict *)cuda_alloc(sizeof(Fp8Verdict), "FP8 check");
+    cudaCheck(cudaMallocHost(&d->host_verdict, sizeof(Fp8Verdict)));
+    d->amax_blocks = 2 * g_cuda.props.multiProcessorCount;
+    cudaCheck(cudaMemset(d->amax_step, 0, T * sizeof(unsigned)));
+    cudaCheck(cudaMemset(d->amax_scale, 0, T * sizeof(float)));
+    cudaCheck(cudaMemset(d->ring, 0, T * d->length * sizeof(float)));
+    d->weights_stale = 1;
+}
+
+// Whether the next casts take their scales from the tensors themselves.
+static bool fp8_scales_current(const Fp8Device *d) { return d->recipe.scaling == FP8_CURRENT || d->steps == 0; }
+
+// ----------------------------------------------------------------------------------------------------------------
+// kernels
+
+#define FP8_CAST_THREADS 256
+#define FP8_TILE_ROWS 64   // a cast block's tile: 64 rows (64 bytes of each transposed row)
+#define FP8_TILE_COLS 128  // by 128 columns
+#define FP8_VEC 8          // values a thread converts at once (one 16-byte load of bf16, two of fp32)
+#define FP8_TRANSPOSED_SEGMENT 16 // bytes of a transposed row a thread stores at once
+
+// Where a cast's scale comes from: count amaxes at amax (their largest), or (count 0) the tensor's scale as an
+// earlier cast of the same values left it.
+typedef struct {
+    const float *amax;
+    int count;
+} Fp8ScaleFrom;
+
+typedef struct {
+    uint8_t *rows;            // (rows, cols) row-major, or NULL
+    uint8_t *cols_t;          // (cols, ld_t): source row r lands in column col0 + r; or NULL
+    int ld_t, col0;
+    float *scale, *scale_inv; // the tensor's
+    unsigned *amax_step;      // the tensor's step amax, where the cast records; else NULL
+    Fp8ScaleFrom from;
+    float margin_scale;
+    Fp8Format format;
+} Fp8CastArgs;
+
+// The identity and GELU as what a cast applies to each value it reads (fc's output is cast as gelu of itself).
+struct Fp8Identity {
+    __device__ __forceinline__ float operator()(float x) const { return x; }
+};
+struct Fp8Gelu {
+    __device__ __forceinline__ float operator()(float x) const { return gelu_of(x); }
+};
+
+// FP8_VEC consecutive values from p (16-byte aligned), as floats, through op.
+template <typename T, typename Op> __device__ __forceinline__ void fp8_load(float *v, const T *p, Op op) {
+    constexpr int PN = Packed<T>::N;
+#pragma unroll
+    for (int h = 0; h < FP8_VEC / PN; h++) {
+        Packed<T> x = load_packed(p + h * PN);
+#pragma unroll
+        for (int j = 0; j < PN; j++) { v[h * PN + j] = op(x[j]); }
+    }
+}
+
+// Two FP8 codes (a in the low byte), rounded to nearest even and saturated.
+__device__ __forceinline__ uint16_t fp8_pair(float a, float b, Fp8Format f) {
+    return f == FP8_E4M3 ? __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3)
+                         : __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E5M2);
+}
+
+__device__ __forceinline__ unsigned abs_bits(float x) { return __float_as_uint(fabsf(x)); }
+
+// The largest of x over the block (blockDim.x a multiple of 32), on thread 0; shared holds 32 values.
+__device__ __forceinline__ unsigned block_max_bits(unsigned x, unsigned *shared) {
+    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    x = __reduce_max_sync(0xffffffffu, x);
+    if (lane == 0) { shared[warp] = x; }
+    __syncthreads();
+    x = lane < (int)(blockDim.x / WARP_SIZE) ? shared[lane] : 0u;
+    return __reduce_max_sync(0xffffffffu, x);
+}
+
+// The scale of a cast, computed by warp 0 (every lane returns it).
+__device__ __forceinline__ float fp8_cast_scale(const Fp8CastArgs &a) {
+    if (a.from.count == 0) { return *a.scale; }
+    unsigned m = 0;
+    for (int i = threadIdx.x; i < a.from.count; i += WARP_SIZE) { m = max(m, __float_as_uint(a.from.amax[i])); }
+    m = __reduce_max_sync(0xffffffffu, m);
+    return fp8_scale_of(__uint_as_float(m), a.format, a.margin_scale);
+}
+
+/*
+ * The cast (see the top of the file) of src (rows, cols), cols % FP8_VEC == 0, rows 16-byte aligned. Grid (column
+ * tiles, row tiles), FP8_CAST_THREADS threads: a thread converts FP8_VEC values of a row at a time (16 of a tile's
+ * rows at once), stores them row-major and into the tile in shared memory, then stores FP8_TRANSPOSED_SEGMENT bytes of
+ * a transposed row (16-byte stores where the destination is aligned, else byte by byte).
+ */
+template <typename T, typename Op>
+__global__ void __launch_bounds__(FP8_CAST_THREADS) fp8_cast_kernel(const T *src, int rows, int cols, Fp8CastArgs a,
+                                                                    Op op) {
+    constexpr int THREADS_PER_ROW = FP8_TILE_COLS / FP8_VEC, ROWS_AT_ONCE = FP8_CAST_THREADS / THREADS_PER_ROW;
+    // +16 bytes a row: a warp's transposed reads (32 columns of one row) then fall into distinct 4-byte words
+    __shared__ alignas(16) uint8_t tile[FP8_TILE_ROWS][FP8_TILE_COLS + 16];
+    __shared__ float s_scale;
+    __shared__ unsigned s_max[WARP_SIZE];
+    const int r0 = blockIdx.y * FP8_TILE_ROWS, c0 = blockIdx.x * FP8_TILE_COLS;
+    if (threadIdx.x < WARP_SIZE) {
+        float sc = fp8_cast_scale(a);
+        if (threadIdx.x == 0) {
+            s_scale = sc;
+            if (a.from.count > 0 && blockIdx.x == 0 && blockIdx.y == 0) {
+                *a.scale = sc;
+                *a.scale_inv = 1.0f / sc;
+            }
+        }
+    }
+    __syncthreads();
+    const float scale = s_scale;
+    const int tc = (threadIdx.x % THREADS_PER_ROW) * FP8_VEC, c = c0 + tc;
+    unsigned amax = 0;
+    for (int tr = threadIdx.x / THREADS_PER_ROW; tr < FP8_TILE_ROWS; tr += ROWS_AT_ONCE) {
+        int r = r0 + tr;
+        uint2 q = make_uint2(0u, 0u);
+        if (r < rows && c < cols) {
+            float v[FP8_VEC];
+            fp8_load(v, src + (size_t)r * cols + c, op);
+            uint16_t p[FP8_VEC / 2];
+#pragma unroll
+            for (int j = 0; j < FP8_VEC; j += 2) {
+                amax = max(amax, max(abs_bits(v[j]), abs_bits(v[j + 1])));
+                p[j / 2] = fp8_pair(v[j] * scale, v[j + 1] * scale, a.format);
+            }
+            q = make_uint2((unsigned)p[0] | (unsigned)p[1] << 16, (unsigned)p[2] | (unsigned)p[3] << 16);
+            if (a.rows) { *reinterpret_cast<uint2 *>(a.rows + (size_t)r * cols + c) = q; }
+        }
+        *reinterpret_cast<uint2 *>(&tile[tr][tc]) = q;
+    }
+    amax = block_max_bits(amax, s_max); // its barrier also makes the tile whole for the transposed stores
+    if (threadIdx.x == 0 && a.amax_step) { atomicMax(a.amax_step, amax); }
+    if (!a.cols_t) { return; }
+    constexpr int SEGMENTS = FP8_TILE_ROWS / FP8_TRANSPOSED_SEGMENT;
+    for (int i = threadIdx.x; i < FP8_TILE_COLS * SEGMENTS; i += FP8_CAST_THREADS) {
+        int j = i % FP8_TILE_COLS, seg = (i / FP8_TILE_COLS) * FP8_TRANSPOSED_SEGMENT;
+        int oc = c0 + j, n = min(FP8_TRANSPOSED_SEGMENT, rows - (r0 + seg));
+        if (oc >= cols || n <= 0) { continue; }
+        uint8_t *dst = a.cols_t + (size_t)oc * a.ld_t + a.col0 + r0 + seg;
+        if (n == FP8_TRANSPOSED_SEGMENT && (reinterpret_cast<uintptr_t>(dst) % 16) == 0) {
+            unsigned w[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                w[k] = (unsigned)tile[seg + 4 * k][j] | (unsigned)tile[seg + 4 * k + 1][j] << 8 |
+                       (unsigned)tile[seg + 4 * k + 2][j] << 16 | (unsigned)tile[seg + 4 * k + 3][j] << 24;
+            }
+            *reinterpret_cast<uint4 *>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+        } else {
+            for (int k = 0; k < n; k++) { dst[k] = tile[seg + k][j]; }
+        }
+    }
+}
+
+// partials[block] = the largest |op(x)| of the block's grid-strided share of src (n values, n % FP8_VEC == 0).
+template <typename T, typename Op>
+__global__ void __launch_bounds__(FP8_CAST_THREADS) fp8_amax_kernel(const T *src, size_t n, float *partials, Op op) {
+    __shared__ unsigned s_max[WARP_SIZE];
+    unsigned m = 0;
+    size_t stride = (size_t)gridDim.x * blockDim.x * FP8_VEC;
+    for (size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * FP8_VEC; i < n; i += stride) {
+        float v[FP8_VEC];
+        fp8_load(v, src + i, op);
+#pragma unroll
+        for (int j = 0; j < FP8_VEC; j++) { m = max(m, abs_bits(v[j])); }
+    }
+    m = block_max_bits(m, s_max);
+    if (threadIdx.x == 0) { partials[blockIdx.x] = __uint_as_float(m); }
+}
+
+// One block: every tensor's step amax enters its history (fp8_history_push) and is reset; the first non-finite one
+// goes to the verdict.
+#define FP8_HISTORY_THREADS 1024
+__global__ void __launch_bounds__(FP8_HISTORY_THREADS)
+    fp8_history_kernel(float *amax_scale, unsigned *amax_step, float *ring, int tensors, int length, long long step,
+                       Fp8Verdict *verdict) {
+    __shared__ unsigned s_min[WARP_SIZE];
+    unsigned bad = (unsigned)tensors;
+    for (int t = threadIdx.x; t < tensors; t += blockDim.x) {
+        float a = __uint_as_float(amax_step[t]);
+        if (!isfinite(a)) { bad = min(bad, (unsigned)t); }
+        amax_scale[t] = fp8_history_push(ring + (size_t)t * length, length, step, a);
+        amax_step[t] = 0u;
+    }
+    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    bad = __reduce_min_sync(0xffffffffu, bad);
+    if (lane == 0) { s_min[warp] = bad; }
+    __syncthreads();
+    if (warp != 0) { return; }
+    bad = __reduce_min_sync(0xffffffffu, lane < (int)(blockDim.x / WARP_SIZE) ? s_min[lane] : (unsigned)tensors);
+    if (lane == 0) {
+        verdict->tensor = (int)bad;
+        verdict->amax = bad < (unsigned)tensors ? ring[(size_t)bad * length + step % length] : 0.0f;
+    }
+}
+
+// ----------------------------------------------------------------------------------------------------------------
+// host side
+
+/*
+ * Casts tensor t's values src (rows, cols) to FP8 (see the top of the file): row-major into rows_out and/or
+ * transposed into t_out (source row r at column col0 + r of rows ld_t long); either may be NULL. again: the same values
+ * as an earlier cast of t (its scale). Otherwise the scale is t's own amax's (an amax pass first, into partials:
+ * d->amax_blocks floats, a scratch of the stream's own) or its history's. record: the tensor's amax enters the step.
+ */
+template <typename T, typename Op>
+static void fp8_cast(const Fp8Device *d, int t, const T *src, int rows, int cols, uint8_t *rows_out, uint8_t *t_out,
+                     int ld_t, int col0, bool record, bool again, float *partials, Op op, cudaStream_t stream) {
+    if (rows <= 0) { return; }
+    Fp8CastArgs a;
+    a.rows = rows_out;
+    a.cols_t = t_out;
+    a.ld_t = ld_t;
+    a.col0 = col0;
+    a.scale = d->scale + t;
+    a.scale_inv = d->scale_inv + t;
+    a.amax_step = record ? d->amax_step + t : NULL;
+    a.margin_scale = d->recipe.margin_scale;
+    a.format = fp8_role_format(t % FP8_ROLES);
+    if (again) {
+        a.from = {NULL, 0};
+    } else if (fp8_scales_current(d)) {
+        fp8_amax_kernel<<<d->amax_blocks, FP8_CAST_THREADS, 0, stream>>>(src, (size_t)rows * cols, partials, op);
+        cudaCheckLaunch();
+        a.from = {partials, d->amax_blocks};
+    } else {
+        a.from = {d->amax_scale + t, 1};
+    }
+    dim3 grid(ceil_div_int(cols, FP8_TILE_COLS), ceil_div_int(rows, FP8_TILE_ROWS));
+    fp8_cast_kernel<<<grid, FP8_CAST_THREADS, 0, stream>>>(src, rows, cols, a, op);
+    cudaCheckLaunch();
+}
+
+// The end of an optimizer step (its 1-based number `step`): the step's amaxes, already reduced over the ranks, enter
+// the history; the next casts scale by it. The verdict is copied to the host behind it on `stream`; the caller checks
+// it (fp8_check_step) once the stream has passed there.
+static void fp8_end_step(Fp8Device *d, cudaStream_t stream) {
+    fp8_history_kernel<<<1, FP8_HISTORY_THREADS, 0, stream>>>(d->amax_scale, d->amax_step, d->ring, d->tensors,
+                                                              d->length, d->steps, d->verdict);
+    cudaCheckLaunch();
+    cudaCheck(cudaMemcpyAsync(d->host_verdict, d->verdict, sizeof(Fp8Verdict), cudaMemcpyDeviceToHost, stream));
+    d->steps++;
+}
+
+static void fp8_check_step(const Fp8Device *d, int step) {
+    if (d->host_verdict->tensor < d->tensors) {
+        fp8_fail_nonfinite(d->host_verdict->tensor, d->host_verdict->amax, step);
+    }
+}
+
+// The history to the host (h of fp8_history_init's shape for this model), queued on `stream`: the caller waits for
+// it before reading h.
+static void fp8_history_get(const Fp8Device *d, Fp8History *h, cudaStream_t stream) {
+    cudaCheck(cudaMemcpyAsync(h->ring, d->ring, (size_t)d->tensors * d->length * sizeof(float),
+                              cudaMemcpyDeviceToHost, stream));
+    h->steps = d->steps;
+}
+
+// h becomes the history, and each tensor's delayed amax its largest; queued on `stream` (the copies from pageable host
+// memory are staged before cudaMemcpyAsync returns, so h and the scratch may go at once).
+static void fp8_history_set(Fp8Device *d, const Fp8History *h, cudaStream_t stream) {
+    size_t n = (size_t)d->tensors * d->length;
+    float *amax = (float *)malloc_check(d->tensors * sizeof(float), "FP8 amaxes");
+    for (int t = 0; t < d->tensors; t++) {
+        amax[t] = fp8_history_max(h->ring + (size_t)t * d->length, d->length, h->steps);
+    }
+    cudaCheck(cudaMemcpyAsync(d->ring, h->ring, n * sizeof(float), cudaMemcpyHostToDevice, stream));
+    cudaCheck(cudaMemcpyAsync(d->amax_scale, amax, d->tensors * sizeof(float), cudaMemcpyHostToDevice, stream));
+    free(amax);
+    d->steps = h->steps;
+    d->weights_stale = 1;
+}
+
+// Forget what the casts since the last step recorded (a pass whose results are discarded: the GEMM tuning pass); the
+// weights are cast again, recording their amax, before the next forward.
+static void fp8_discard_step(Fp8Device *d, cudaStream_t stream) {
+    cudaCheck(cudaMemsetAsync(d->amax_step, 0, d->tensors * sizeof(unsigned), stream));
+    d->weights_stale = 1;
+}
+
+#endif // LLMC_FP8_CUH

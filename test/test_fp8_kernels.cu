@@ -1,0 +1,333 @@
+/*
+ * test_fp8_kernels.cu: llmc/fp8.cuh's kernels and the FP8 GEMMs of llmc/matmul.cuh against llmc/fp8.h on the host.
+ * - every bf16 value (a 256 x 256 tensor of all 65536 bit patterns, NaNs and infinities included) cast at scale 1
+ *   gives exactly fp8_encode's byte, in both formats, row-major and transposed, and the recorded amax is NaN;
+ * - casts of random fp32 and bf16 tensors, plain and through GELU, at shapes that leave partial tiles, with the
+ *   transposed copy at an unaligned column of a wider matrix and at an aligned one: every byte equals fp8_encode of
+ *   the value times the scale the recipe gives (current scaling: the tensor's own amax through the amax pass; delayed
+ *   scaling: a given amax; a cast again: the stored scale), the bytes around the written region are untouched, and
+ *   the scale, scale_inv and recorded amax are the host's;
+ * - the history kernel against fp8_history_push over steps, and its verdict on a NaN amax;
+ * - FP8 GEMMs in the three layouts the linear layers use (forward; input gradient through W's transposed copy; weight
+ *   gradient through both transposed copies, accumulating into fp32): the FP8 products are exact, so against an fp64
+ *   sum of the same products times both scale_inv's only the fp32 summation differs (1e-5).
+ */
+#include <vector>
+
+#include "llmc/matmul.cuh"
+#include "test/test_util.h"
+
+#define POISON 0xA5
+#define GEMM_TOL 1e-5
+
+static const char *const FMT_NAMES[] = {"e4m3", "e5m2"};
+
+static uint32_t g_rng = 12345u;
+static float rand_uniform(void) { // (-1, 1)
+    g_rng = g_rng * 1664525u + 1013904223u;
+    return (float)((double)(g_rng >> 8) / (double)(1u << 24) * 2.0 - 1.0);
+}
+
+template <typename T> static T to_type(float x);
+template <> float to_type<float>(float x) { return x; }
+template <> bf16 to_type<bf16>(float x) { return __float2bfloat16_rn(x); }
+static float host_float(float x) { return x; }
+static float host_float(bf16 x) { return __bfloat162float(x); }
+
+template <typename T> static T *to_device(const std::vector<T> &h) {
+    T *d = NULL;
+    cudaCheck(cudaMalloc(&d, h.size() * sizeof(T)));
+    cudaCheck(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+    return d;
+}
+template <typename T> static std::vector<T> to_host(const T *d, size_t n) {
+    std::vector<T> h(n);
+    cudaCheck(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+}
+
+static unsigned host_bits(float x) {
+    unsigned u;
+    memcpy(&u, &x, sizeof(u));
+    return u;
+}
+
+// gelu as the GPU computes it (its tanhf), so the cast is checked, not libm
+__global__ void gelu_values_kernel(float *out, const float *in, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { out[i] = gelu_of(in[i]); }
+}
+
+// A cast of tensor t of d on (rows, cols) values; returns (rows bytes, transposed matrix of cols x ld_t bytes).
+template <typename T, typename Op>
+static void run_cast(Fp8Device *d, int t, const T *src, int rows, int cols, uint8_t *rows_out, uint8_t *t_out,
+                     int ld_t, int col0, bool again, float *partials, Op op) {
+    fp8_cast(d, t, src, rows, cols, rows_out, t_out, ld_t, col0, true, again, partials, op, g_cuda.stream);
+    cudaCheck(cudaStreamSynchronize(g_cuda.stream));
+}
+
+static Fp8Recipe recipe(Fp8Scaling scaling, int margin) {
+    Fp8Recipe r = {scaling, 4, margin, ldexpf(1.0f, -margin), 0, 0};
+    return r;
+}
+
+// All 65536 bf16 bit patterns as a 256 x 256 tensor at scale 1 (delayed scaling from an amax of the format's max).
+static void test_every_bf16(void) {
+    const int R = 256, Cn = 256;
+    std::vector<bf16> h(R * Cn);
+    for (int i = 0; i < R * Cn; i++) {
+        __nv_bfloat16_raw raw;
+        raw.x = (unsigned short)i;
+        h[i] = bf16(raw);
+    }
+    bf16 *src = to_device(h);
+    uint8_t *rows, *cols;
+    cudaCheck(cudaMalloc(&rows, R * Cn));
+    cudaCheck(cudaMalloc(&cols, R * Cn));
+    for (int f = FP8_E4M3; f <= FP8_E5M2; f++) {
+        Fp8Recipe r = recipe(FP8_DELAYED, 0);
+        Fp8Device d;
+        fp8_device_init(&d, &r, 1);
+        d.steps = 1;
+        int t = fp8_tensor(0, LIN_QKV, f == FP8_E4M3 ? FP8_INPUT : FP8_GRAD);
+        float mx = fp8_max((Fp8Format)f);
+        cudaCheck(cudaMemcpy(d.amax_scale + t, &mx, sizeof(float), cudaMemcpyHostToDevice));
+        run_cast(&d, t, src, R, Cn, rows, cols, R, 0, false, (float *)NULL, Fp8Identity());
+        std::vector<uint8_t> qr = to_host(rows, R * Cn), qc = to_host(cols, R * Cn);
+        int bad = 0, bad_t = 0, first = -1;
+        for (int i = 0; i < R * Cn; i++) {
+            uint8_t want = fp8_encode(__bfloat162float(h[i]), (Fp8Format)f);
+            if (qr[i] != want) {
+                bad++;
+                if (first < 0) { first = i; }
+            }
+            bad_t += qc[(size_t)(i % Cn) * R + i / Cn] != qr[i];
+        }
+        unsigned amax = to_host(d.amax_step + t, 1)[0];
+        float scale = to_host(d.scale + t, 1)[0];
+        char name[64];
+        snprintf(name, sizeof(name), "every_bf16_%s", FMT_NAMES[f]);
+        check(bad == 0 && bad_t == 0 && scale == 1.0f, name,
+              "%d bytes differ from fp8_encode (first bf16 0x%04x: 0x%02x, want 0x%02x), %d transposed, scale %g", bad,
+              first, first >= 0 ? qr[first] : 0, first >= 0 ? fp8_encode(__bfloat162float(h[first]), (Fp8Format)f) : 0,
+              bad_t, scale);
+        float a;
+        memcpy(&a, &amax, sizeof(a));
+        snprintf(name, sizeof(name), "every_bf16_%s_amax_nan", FMT_NAMES[f]);
+        check(isnan(a), name, "recorded amax %g (bits 0x%08x): a NaN in the tensor must reach it", a, amax);
+    }
+    cudaCheck(cudaFree(src));
+    cudaCheck(cudaFree(rows));
+    cudaCheck(cudaFree(cols));
+}
+
+/*
+ * One cast of a random (rows, cols) tensor of T, through GELU or not, in one of three ways (current: the tensor's
+ * amax; delayed: a given amax; again: a given scale), with the transposed copy at column col0 of rows ld_t long.
+ */
+typedef enum { CAST_CURRENT, CAST_DELAYED, CAST_AGAIN } CastWay;
+static const char *const WAY_NAMES[] = {"current", "delayed", "again"};
+
+template <typename T, typename Op>
+static void check_cast(const char *what, int rows, int cols, int col0, int ld_t, Fp8Format f, CastWay way, bool gelu,
+                       Op op, int margin) {
+    size_t n = (size_t)rows * cols;
+    std::vector<T> h(n);
+    for (size_t i = 0; i < n; i++) { h[i] = to_type<T>(3.0f * rand_uniform()); }
+    h[n / 2] = to_type<T>(-7.5f); // the amax, negative
+    T *src = to_device(h);
+    // the values the cast sees, as floats (GELU as the GPU computes it)
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; i++) { v[i] = host_float(h[i]); }
+    if (gelu) {
+        float *dv = to_device(v), *dg;
+        cudaCheck(cudaMalloc(&dg, n * sizeof(float)));
+        gelu_values_kernel<<<grid_for(n, 256), 256>>>(dg, dv, n);
+        v = to_host(dg, n);
+        cudaCheck(cudaFree(dv));
+        cudaCheck(cudaFree(dg));
+    }
+    float amax = 0.0f;
+    for (size_t i = 0; i < n; i++) { amax = fp8_amax_merge(amax, fabsf(v[i])); }
+    Fp8Recipe r = recipe(way == CAST_CURRENT ? FP8_CURRENT : FP8_DELAYED, margin);
+    Fp8Device d;
+    fp8_device_init(&d, &r, 1);
+    d.steps = 1;
+    int t = fp8_tensor(0, LIN_FC, f == FP8_E4M3 ? FP8_INPUT : FP8_GRAD);
+    float given = 2.5f, scale = fp8_scale_of(amax, f, r.margin_scale);
+    if (way == CAST_DELAYED) {
+        cudaCheck(cudaMemcpy(d.amax_scale + t, &given, sizeof(float), cudaMemcpyHostToDevice));
+        scale = fp8_scale_of(given, f, r.margin_scale);
+    }
+    if (way == CAST_AGAIN) {
+        scale = 37.25f;
+        cudaCheck(cudaMemcpy(d.scale + t, &scale, sizeof(float), cudaMemcpyHostToDevice));
+    }
+    size_t tbytes = (size_t)cols * ld_t;
+    uint8_t *rows_out, *t_out;
+    float *partials;
+    cudaCheck(cudaMalloc(&rows_out, n));
+    cudaCheck(cudaMalloc(&t_out, tbytes));
+    cudaCheck(cudaMalloc(&partials, d.amax_blocks * sizeof(float)));
+    cudaCheck(cudaMemset(t_out, POISON, tbytes));
+    run_cast(&d, t, src, rows, cols, rows_out, t_out, ld_t, col0, way == CAST_AGAIN, partials, op);
+    std::vector<uint8_t> qr = to_host(rows_out, n), qt = to_host(t_out, tbytes);
+    long bad = 0, bad_t = 0, touched = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t want = fp8_encode(v[i] * scale, f);
+        bad += qr[i] != want;
+        bad_t += qt[(i % cols) * ld_t + col0 + i / cols] != want;
+    }
+    for (size_t c = 0; c < (size_t)cols; c++) {
+        for (int j = 0; j < ld_t; j++) { touched += (j < col0 || j >= col0 + rows) && qt[c * ld_t + j] != POISON; }
+    }
+    float got_scale = to_host(d.scale + t, 1)[0], got_inv = to_host(d.scale_inv + t, 1)[0];
+    unsigned got_amax = to_host(d.amax_step + t, 1)[0];
+    bool scale_ok = got_scale == scale && (way == CAST_AGAIN || got_inv == 1.0f / scale);
+    char name[160];
+    snprintf(name, sizeof(name), "cast_%s_%s_%s%s_%dx%d_col%d_ld%d", what, FMT_NAMES[f], WAY_NAMES[way],
+             gelu ? "_gelu" : "", rows, cols, col0, ld_t);
+    check(bad == 0 && bad_t == 0 && touched == 0 && scale_ok && got_amax == host_bits(amax), name,
+          "%ld row-major and %ld transposed bytes differ from fp8_encode, %ld bytes outside the copy written; scale "
+          "%g (want %g), scale_inv %g, amax bits 0x%08x (want 0x%08x)",
+          bad, bad_t, touched, got_scale, scale, got_inv, got_amax, host_bits(amax));
+    cudaCheck(cudaFree(src));
+    cudaCheck(cudaFree(rows_out));
+    cudaCheck(cudaFree(t_out));
+    cudaCheck(cudaFree(partials));
+}
+
+static void test_casts(void) {
+    const int shapes[][4] = {{200, 336, 3, 219}, {64, 128, 0, 64}, {1, 16, 5, 32}, {130, 4800, 16, 160},
+                             {1000, 768, 0, 1000}};
+    for (const auto &sh : shapes) {
+        for (int f = FP8_E4M3; f <= FP8_E5M2; f++) {
+            for (int w = CAST_CURRENT; w <= CAST_AGAIN; w++) {
+                check_cast<bf16>("bf16", sh[0], sh[1], sh[2], sh[3], (Fp8Format)f, (CastWay)w, false, Fp8Identity(), 0);
+                check_cast<float>("fp32", sh[0], sh[1], sh[2], sh[3], (Fp8Format)f, (CastWay)w, false, Fp8Identity(),
+                                  1);
+            }
+        }
+        check_cast<bf16>("bf16", sh[0], sh[1], sh[2], sh[3], FP8_E4M3, CAST_CURRENT, true, Fp8Gelu(), 0);
+        check_cast<float>("fp32", sh[0], sh[1], sh[2], sh[3], FP8_E4M3, CAST_DELAYED, true, Fp8Gelu(), 2);
+    }
+}
+
+// The history kernel against fp8_history_push: 3 layers' tensors, history 4, six steps; a NaN at the last.
+static void test_history(void) {
+    Fp8Recipe r = recipe(FP8_DELAYED, 0);
+    Fp8Device d;
+    fp8_device_init(&d, &r, 3);
+    Fp8History h;
+    fp8_history_init(&h, 3, 4);
+    std::vector<float> want_scale(d.tensors);
+    int bad = 0;
+    for (int s = 0; s < 6; s++) {
+        std::vector<unsigned> step(d.tensors);
+        for (int t = 0; t < d.tensors; t++) {
+            float a = fabsf(rand_uniform()) * (float)(1 + t);
+            if (s == 5 && t == 7) { a = NAN; }
+            step[t] = host_bits(a);
+            want_scale[t] = fp8_history_push(h.ring + (size_t)t * h.length, h.length, s, a);
+        }
+        cudaCheck(cudaMemcpy(d.amax_step, step.data(), d.tensors * sizeof(unsigned), cudaMemcpyHostToDevice));
+        fp8_end_step(&d, g_cuda.stream);
+        cudaCheck(cudaStreamSynchronize(g_cuda.stream));
+        std::vector<float> got = to_host(d.amax_scale, d.tensors);
+        std::vector<unsigned> reset = to_host(d.amax_step, d.tensors);
+        for (int t = 0; t < d.tensors; t++) { bad += host_bits(got[t]) != host_bits(want_scale[t]) || reset[t] != 0; }
+        int want_bad = s == 5 ? 7 : d.tensors;
+        bad += d.host_verdict->tensor != want_bad;
+    }
+    std::vector<float> ring = to_host(d.ring, (size_t)d.tensors * d.length);
+    bad += memcmp(ring.data(), h.ring, ring.size() * sizeof(float)) != 0;
+    check(bad == 0 && d.steps == 6 && isnan(d.host_verdict->amax), "history_kernel",
+          "%d mismatches against fp8_history_push over 6 steps (verdict tensor %d amax %g)", bad,
+          d.host_verdict->tensor, d.host_verdict->amax);
+    fp8_history_free(&h);
+}
+
+/*
+ * D = op(A) op(B) in FP8 through gemm_lt, in the layouts of the linear layers (matmul.cuh), against an fp64 sum of
+ * the same FP8 products times the two scale_inv's. A's values are E4M3 codes, B's E5M2 (the backward's) or E4M3.
+ */
+static void check_gemm(const char *name, int m, int n, int k, bool a_t_only, bool b_t_only, Fp8Format bf,
+                       cudaDataType_t dt, float beta) {
+    // logical A (m x k) and B (k x n), as random codes of their formats
+    std::vector<uint8_t> A(m * k), B(k * n);
+    for (auto &x : A) { x = fp8_encode(4.0f * rand_uniform(), FP8_E4M3); }
+    for (auto &x : B) { x = fp8_encode(4.0f * rand_uniform(), bf); }
+    // stored as the linear layers store them: A column-major k x m transposed (transa), i.e. rows of k; its copy m x k
+    std::vector<uint8_t> a_kmajor(m * k), a_mmajor(m * k), b_kmajor(k * n), b_nmajor(k * n);
+    for (int i = 0; i < m; i++) {
+        for (int j = 0; j < k; j++) {
+            a_kmajor[(size_t)i * k + j] = A[(size_t)i * k + j];
+            a_mmajor[(size_t)j * m + i] = A[(size_t)i * k + j];
+        }
+    }
+    for (int j = 0; j < n; j++) {
+        for (int i = 0; i < k; i++) {
+            b_kmajor[(size_t)j * k + i] = B[(size_t)i * n + j];
+            b_nmajor[(size_t)i * n + j] = B[(size_t)i * n + j];
+        }
+    }
+    float sa = 0.125f, sb = 3.0f; // scale_inv's
+    float *d_sa = to_device(std::vector<float>{sa}), *d_sb = to_device(std::vector<float>{sb});
+    uint8_t *ak = to_device(a_kmajor), *am = to_device(a_mmajor), *bk = to_device(b_kmajor), *bn = to_device(b_nmajor);
+    cudaDataType_t bt = bf == FP8_E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+    // as written: A not transposed when only its transposed copy is K-major (the input gradient, the weight gradient)
+    GemmOperand ga = a_t_only ? GemmOperand{am, ak, CUDA_R_8F_E4M3, d_sa} : GemmOperand{ak, NULL, CUDA_R_8F_E4M3, d_sa};
+    GemmOperand gb = b_t_only ? GemmOperand{bn, bk, bt, d_sb} : GemmOperand{bk, NULL, bt, d_sb};
+    int transa = a_t_only ? 0 : 1, lda = a_t_only ? m : k, transb = b_t_only ? 1 : 0, ldb = b_t_only ? n : k;
+    size_t esz = dt == CUDA_R_32F ? 4 : 2;
+    std::vector<float> d0(m * n);
+    for (auto &x : d0) { x = rand_uniform(); }
+    void *dd;
+    cudaCheck(cudaMalloc(&dd, (size_t)m * n * esz));
+    if (dt == CUDA_R_32F) {
+        cudaCheck(cudaMemcpy(dd, d0.data(), (size_t)m * n * 4, cudaMemcpyHostToDevice));
+    }
+    gemm_lt(dd, dt, ga, transa, lda, gb, transb, ldb, m, n, k, beta, GEMM_PLAIN, 0, g_cuda.stream);
+    cudaCheck(cudaStreamSynchronize(g_cuda.stream));
+    std::vector<float> got(m * n);
+    if (dt == CUDA_R_32F) {
+        got = to_host((float *)dd, (size_t)m * n);
+    } else {
+        std::vector<bf16> gb16 = to_host((bf16 *)dd, (size_t)m * n);
+        for (size_t i = 0; i < got.size(); i++) { got[i] = __bfloat162float(gb16[i]); }
+    }
+    std::vector<float> want(m * n);
+    for (int j = 0; j < n; j++) {
+        for (int i = 0; i < m; i++) {
+            double s = 0.0;
+            for (int p = 0; p < k; p++) {
+                s += (double)fp8_decode(A[(size_t)i * k + p], FP8_E4M3) * fp8_decode(B[(size_t)p * n + j], bf);
+            }
+            want[(size_t)j * m + i] = (float)(s * sa * sb + (beta != 0.0f ? d0[(size_t)j * m + i] : 0.0));
+        }
+    }
+    double e = max_rel_err(got.data(), want.data(), got.size()), tol = dt == CUDA_R_32F ? GEMM_TOL : 1e-2;
+    check(e <= tol, name, "max rel err %.3e > %.1e", e, tol);
+    for (void *p : {(void *)d_sa, (void *)d_sb, (void *)ak, (void *)am, (void *)bk, (void *)bn, dd}) {
+        cudaCheck(cudaFree(p));
+    }
+}
+
+static void test_gemms(void) {
+    // forward: y^T (out x n) = W (A, K-major rows) x (B, K-major rows), into bf16 (the output's rounding: 1e-2)
+    check_gemm("gemm_fp8_forward_e4m3_e4m3_bf16", 96, 80, 64, false, false, FP8_E4M3, CUDA_R_16BF, 0.0f);
+    check_gemm("gemm_fp8_forward_e4m3_e4m3_fp32", 96, 80, 64, false, false, FP8_E4M3, CUDA_R_32F, 0.0f);
+    // input gradient: W read through its transposed copy, dy (E5M2) K-major
+    check_gemm("gemm_fp8_dgrad_w_transposed_e5m2", 64, 112, 96, true, false, FP8_E5M2, CUDA_R_32F, 0.0f);
+    // weight gradient: both through transposed copies, accumulating into an fp32 gradient (beta 1)
+    check_gemm("gemm_fp8_wgrad_both_transposed_accumulate", 48, 96, 256, true, true, FP8_E5M2, CUDA_R_32F, 1.0f);
+}
+
+int main(void) {
+    cuda_context_init();
+    test_every_bf16();
+    test_casts();
+    test_history();
+    test_gemms();
+    return test_exit();
+}
