@@ -7,7 +7,10 @@ import collections, re, sys
 
 def family(name):
     n = name.lower()
-    for key, fam in (("gemm", "GEMM (cuBLAS)"), ("nvjet", "GEMM (cuBLAS)"), ("xmma", "GEMM (cuBLAS)"),
+    if "fp8_cast_kernel" in n:
+        return "FP8 cast" + (" of gelu" if "fp8gelu" in n else "") + (" from fp32" if "<float" in n else "")
+    for key, fam in (("fp8_amax", "FP8 amax passes"), ("fp8_history", "FP8 history"),
+                     ("e4m3", "GEMM FP8 (cuBLAS)"), ("e5m2", "GEMM FP8 (cuBLAS)"), ("gemm", "GEMM (cuBLAS)"), ("nvjet", "GEMM (cuBLAS)"), ("xmma", "GEMM (cuBLAS)"),
                      ("cutlass", "GEMM (cuBLAS)"), ("attention", None), ("adamw", "AdamW"),
                      ("layernorm_backward", "LayerNorm backward"), ("layernorm_forward", "LayerNorm forward"),
                      ("gelu", "GELU (recompute / fallback)"), ("sum_squares", "gradient norm partials"),
@@ -74,3 +77,9 @@ for s, e, st, n in win:
 print(f"kernel time per step by family (sum {per(sum(fam.values())):.2f} ms; streams overlap):")
 for f, t in fam.most_common():
     print(f"  {per(t):8.2f} ms {cnt[f] / steps_wanted:6.0f}x  {f}")
+names = collections.Counter()
+for s_, e, st, n in win:
+    names[n[:90]] += e - s_
+print("the 12 longest kernels by name (ms a step):")
+for n, t in names.most_common(12):
+    print(f"  {per(t):8.2f} ms  {n}")

@@ -36,13 +36,19 @@ typedef struct {
     long long steps;          // optimizer steps in the history (host side; the same on every rank)
     float *amax_scale;        // (tensors) the history's largest amax
     unsigned *amax_step;      // (tensors) this step's amax, as the bits of a non-negative float
-    float *scale, *scale_inv; // (tensors)
+    float *scale, *scale_inv; // (tensors, FP8_SCALE_STRIDE): fp8_scale / fp8_scale_inv
     float *ring;              // (tensors, length) Fp8History's ring
     Fp8Verdict *verdict, *host_verdict; // the end of the step's check (host_verdict pinned)
     int amax_blocks;          // blocks of an amax pass: partial maxima per pass
     int recording;            // a training pass: the casts of activations and output gradients record their amax
     int weights_stale;        // the weights changed since they were cast: cast them before the next forward
 } Fp8Device;
+
+// Tensor t's scale and scale_inv (what its GEMMs read), each in a 16-byte slot of its own: cuBLASLt refuses (not
+// supported) an FP8 GEMM whose scale pointer is not 16-byte aligned.
+#define FP8_SCALE_STRIDE 4
+static float *fp8_scale(const Fp8Device *d, int t) { return d->scale + (size_t)t * FP8_SCALE_STRIDE; }
+static float *fp8_scale_inv(const Fp8Device *d, int t) { return d->scale_inv + (size_t)t * FP8_SCALE_STRIDE; }
 
 static void fp8_device_init(Fp8Device *d, const Fp8Recipe *r, int L) {
     memset(d, 0, sizeof(*d));
@@ -52,8 +58,8 @@ static void fp8_device_init(Fp8Device *d, const Fp8Recipe *r, int L) {
     size_t T = (size_t)d->tensors;
     d->amax_scale = (float *)cuda_alloc(T * sizeof(float), "FP8 amaxes");
     d->amax_step = (unsigned *)cuda_alloc(T * sizeof(unsigned), "FP8 amaxes");
-    d->scale = (float *)cuda_alloc(T * sizeof(float), "FP8 scales");
-    d->scale_inv = (float *)cuda_alloc(T * sizeof(float), "FP8 scales");
+    d->scale = (float *)cuda_alloc(T * FP8_SCALE_STRIDE * sizeof(float), "FP8 scales");
+    d->scale_inv = (float *)cuda_alloc(T * FP8_SCALE_STRIDE * sizeof(float), "FP8 scales");
     d->ring = (float *)cuda_alloc(T * d->length * sizeof(float), "FP8 amax history");
     d->verdict = (Fp8Verdict *)cuda_alloc(sizeof(Fp8Verdict), "FP8 check");
     cudaCheck(cudaMallocHost(&d->host_verdict, sizeof(Fp8Verdict)));
@@ -269,8 +275,8 @@ static void fp8_cast(const Fp8Device *d, int t, const T *src, int rows, int cols
     a.cols_t = t_out;
     a.ld_t = ld_t;
     a.col0 = col0;
-    a.scale = d->scale + t;
-    a.scale_inv = d->scale_inv + t;
+    a.scale = fp8_scale(d, t);
+    a.scale_inv = fp8_scale_inv(d, t);
     a.amax_step = record ? d->amax_step + t : NULL;
     a.margin_scale = d->recipe.margin_scale;
     a.format = fp8_role_format(t % FP8_ROLES);

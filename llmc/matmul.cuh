@@ -429,6 +429,9 @@ static int gemm_lt(void *d, cudaDataType_t dt, GemmOperand a, int transa, int ld
         ldb = k;
     }
     if (!a.ptr || !b.ptr) { fail("an FP8 GEMM operand lacks the K-major copy Hopper's FP8 GEMMs read"); }
+    if (type_is_fp8(a.type) && (pointer_alignment(a.scale_inv) < 16 || pointer_alignment(b.scale_inv) < 16)) {
+        fail("an FP8 GEMM's scale_inv is not 16-byte aligned, which cuBLASLt requires (llmc/fp8.cuh: fp8_scale_inv)");
+    }
     GemmPlan key;
     memset(&key, 0, sizeof(key));
     key.m = m; key.n = n; key.k = k; key.transa = transa; key.transb = transb; key.lda = lda; key.ldb = ldb;
@@ -469,7 +472,18 @@ static int gemm_lt(void *d, cudaDataType_t dt, GemmOperand a, int transa, int ld
                                                    sizeof(b.scale_inv)));
     }
     if (plan->candidates > 0) { gemm_plan_tune(plan, d, a.ptr, b.ptr, beta, stream); }
-    cublasCheck(gemm_run(plan, &plan->algo, d, a.ptr, b.ptr, beta, stream));
+    cublasStatus_t st = gemm_run(plan, &plan->algo, d, a.ptr, b.ptr, beta, stream);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED && ep.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+        // the heuristic offered an algorithm that then refuses these operands (FP8 with some epilogues): unfused
+        plan->found = 0;
+        plan->chosen = 0;
+        return 0;
+    }
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        char key[GEMM_KEY_CHARS];
+        gemm_plan_key(plan, key);
+        fail("cuBLAS error %d running a GEMM (%s); the shape or the cuBLASLt version is not supported", (int)st, key);
+    }
     return 1;
 }
 
@@ -525,8 +539,8 @@ static void fp8_linear_rows_forward(const Linear<T> &lin, const T *bias, T *out,
         fp8_cast(d, tx, inp + r0 * lin.in, f.rows, lin.in, q->x + r0 * lin.in, q->keeps_input ? q->x_t : NULL,
                  f.tokens, f.row, d->recording, false, q->partials, Fp8Identity(), stream);
     }
-    GemmOperand w = {q->w, q->w_t, CUDA_R_8F_E4M3, d->scale_inv + tw};
-    GemmOperand x = {q->x + r0 * lin.in, NULL, CUDA_R_8F_E4M3, d->scale_inv + tx};
+    GemmOperand w = {q->w, q->w_t, CUDA_R_8F_E4M3, fp8_scale_inv(d, tw)};
+    GemmOperand x = {q->x + r0 * lin.in, NULL, CUDA_R_8F_E4M3, fp8_scale_inv(d, tx)};
     T *y = (gelu_aux ? gelu_aux : out) + r0 * lin.out;
     linear_gemm_bias(lin, y, w, x, bias, f.rows, d->recipe.fast_accum, stream);
     if (gelu_aux) {
@@ -571,8 +585,8 @@ static void linear_dgrad(const Linear<T> &lin, T *dinp, const T *dout, const T *
         int tg = fp8_tensor_of(lin, FP8_GRAD), tw = fp8_tensor_of(lin, FP8_WEIGHT);
         fp8_cast(d, tg, dout, N, lin.out, q->dy, q->dy_t, N, 0, d->recording, false, q->partials, Fp8Identity(),
                  stream);
-        w = {q->w, q->w_t, CUDA_R_8F_E4M3, d->scale_inv + tw};
-        dy = {q->dy, q->dy_t, CUDA_R_8F_E5M2, d->scale_inv + tg};
+        w = {q->w, q->w_t, CUDA_R_8F_E4M3, fp8_scale_inv(d, tw)};
+        dy = {q->dy, q->dy_t, CUDA_R_8F_E5M2, fp8_scale_inv(d, tg)};
     }
     if (gelu_aux) {
         GemmEpilogue dgelu = {CUBLASLT_EPILOGUE_DGELU, NULL, (void *)gelu_aux};
@@ -640,8 +654,8 @@ static void linear_backward_weight(const Linear<T> &lin, const T *dout, const T 
     GemmOperand x = gemm_operand(inp, t), dy = gemm_operand(dout, t);
     if (lin.fp8) { // the transposed copies: the input's from the forward (or cast again), dout's from its cast
         const Fp8Linear *q = lin.fp8;
-        x = {NULL, q->x_t, CUDA_R_8F_E4M3, q->dev->scale_inv + fp8_tensor_of(lin, FP8_INPUT)};
-        dy = {NULL, q->dy_t, CUDA_R_8F_E5M2, q->dev->scale_inv + fp8_tensor_of(lin, FP8_GRAD)};
+        x = {NULL, q->x_t, CUDA_R_8F_E4M3, fp8_scale_inv(q->dev, fp8_tensor_of(lin, FP8_INPUT))};
+        dy = {NULL, q->dy_t, CUDA_R_8F_E5M2, fp8_scale_inv(q->dev, fp8_tensor_of(lin, FP8_GRAD))};
     }
     gemm_lt(lin.dw, CUDA_R_32F, x, 0, lin.in, dy, 1, lin.out, lin.in, lin.out, N, accumulate ? 1.0f : 0.0f,
             GEMM_PLAIN, 0, stream);

@@ -24,14 +24,18 @@
  * bf16 (measured 2e-3, growing as the trajectories part). The weights after an update: see check_updated (AdamW
  * turns gradients that are zero up to rounding into full-size steps).
  *
- * fp8-fp32: the FP8 products are exact in fp32 and the operands are rounded to FP8 with the same scales, so the GPU
- * differs from the CPU emulation by the fp32 summation order (~1e-6, as fp32) and by what that does to the rounding
- * to FP8: a value that lands within ~1e-6 of a midpoint between two FP8 codes rounds to the other code on one side,
- * an error of one FP8 step (2^-4 relative in E4M3, 2^-3 in E5M2) on that element, about one element in 10^5 of each
- * cast (1e-6 / 2^-4 x 2); its share of a GEMM output is that element's product among K others. Measured on an H100
- * (dev/NOTES.md, "FP8"): TOL_FP8_FP32 holds it with margin. fp8 (bf16 activations): every activation is rounded to
- * bf16 (2^-9) before its FP8 cast, so one value in ~2^-9 / 2^-4 = 1/32 lands on the other FP8 code, on top of bf16's
- * own rounding: held to TOL_FP8, about twice bf16's.
+ * fp8: the FP8 products are exact and both builds round the same operands with the same scales, but Hopper's FP8
+ * tensor cores do not sum them in fp32: their accumulator keeps ~14 bits between promotions, so an FP8 GEMM differs
+ * from the exact sum by ~1.5e-4 relative (test_fp8_kernels measures it), not the ~1e-6 of an fp32 sum. That is
+ * enough to move a value of the next cast across a midpoint between two FP8 codes: about 1.5e-4 / 2^-4 ~ 0.25% of
+ * them round to the other code, an error of a whole FP8 step (6-12% of the value in E4M3, 12-25% in E5M2), and the
+ * next GEMM sums a few such among its K products, ~1e-2 of its output; layer after layer the two runs become two
+ * realizations of FP8's rounding noise. So the elementwise checks (logits, gradients, weights) hold to what that
+ * noise reaches: measured on an H100 (dev/NOTES.md, "FP8") logits 1.4e-2..3.4e-2, gradients 2.8e-2..8.6e-2 with fp32
+ * activations, 2.0e-2..5.2e-2 and 4.4e-2..9.5e-2 with bf16 (E5M2 gradients: two mantissa bits); while the loss, an
+ * average over every token, stays within 2e-5..1.2e-4 (fp32 activations) and 1.4e-4..3.2e-4 (bf16) over 20 steps, and
+ * the gradient norm within 1.7e-3 and 4.5e-3: those are the sharp checks here, as tight as bf16's or tighter. A
+ * wrong layout, scale or operand shows as O(1) in all of them (test_fp8_kernels checks each GEMM layout to 5e-4).
  */
 #define TESTING
 #include "../train_gpt.cu"
@@ -50,8 +54,8 @@ typedef struct {
 
 static const Tolerances TOL_FP32 = {1e-4, 1e-4, 1e-4, 1e-4, 1e-4, FLIP_FRACTION_FP32};
 static const Tolerances TOL_BF16 = {3e-2, 3e-2, 1e-2, 3e-2, 1e-2, FLIP_FRACTION_BF16};
-static const Tolerances TOL_FP8_FP32 = {1e-3, 1e-3, 1e-3, 1e-3, 1e-3, FLIP_FRACTION_BF16};
-static const Tolerances TOL_FP8 = {6e-2, 6e-2, 2e-2, 6e-2, 2e-2, FLIP_FRACTION_BF16};
+static const Tolerances TOL_FP8_FP32 = {1e-1, 1.5e-1, 5e-4, 1e-2, 2e-1, FLIP_FRACTION_BF16};
+static const Tolerances TOL_FP8 = {1e-1, 2e-1, 1e-3, 1.5e-2, 3e-1, FLIP_FRACTION_BF16};
 
 static double g_worst_logits = 0, g_worst_grads = 0, g_worst_loss = 0, g_worst_params = 0;
 
