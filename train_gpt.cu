@@ -479,6 +479,7 @@ template <typename floatX> static void fp8_make(GPT<floatX> *g) {
     uint8_t *x = (uint8_t *)cuda_alloc(N * widest, "FP8 inputs"), *dy = (uint8_t *)cuda_alloc(N * widest, "FP8 grads");
     uint8_t *dy_t[BLOCK_LINEARS];
     for (int k = 0; k < BLOCK_LINEARS; k++) { dy_t[k] = (uint8_t *)cuda_alloc(N * out[k], "FP8 output gradients"); }
+    float *dbias = dev_alloc<float>(fp8_col_sums_floats((int)N, M), "fc bias gradient partial sums");
     g->fp8_linears = (Fp8Linear *)calloc_check((size_t)L * BLOCK_LINEARS, sizeof(Fp8Linear), "FP8 linear layers");
     for (int l = 0; l < L; l++) {
         if (!fp8_layer(g, l)) { continue; }
@@ -499,8 +500,13 @@ template <typename floatX> static void fp8_make(GPT<floatX> *g) {
                                     : g->acts.h4t[(g->top_recompute - l) % 2];
             lin->fp8 = q;
         }
-        g->fp8_linears[l * BLOCK_LINEARS + LIN_FC].gelu_consumer = &g->fp8_linears[l * BLOCK_LINEARS + LIN_FCPROJ];
-        g->fp8_linears[l * BLOCK_LINEARS + LIN_FCPROJ].input_from_producer = 1;
+        Fp8Linear *fc = &g->fp8_linears[l * BLOCK_LINEARS + LIN_FC];
+        Fp8Linear *fcproj = &g->fp8_linears[l * BLOCK_LINEARS + LIN_FCPROJ];
+        fc->gelu_consumer = fcproj;
+        fc->grad_from_consumer = 1;
+        fc->dbias_partials = dbias;
+        fcproj->gelu_producer = fc;
+        fcproj->input_from_producer = 1;
     }
 }
 
@@ -509,9 +515,9 @@ template <typename floatX> static void fp8_make(GPT<floatX> *g) {
 template <typename floatX> static void fp8_cast_layer_weights(GPT<floatX> *g, int l, float *partials, cudaStream_t s) {
     for (int k = 0; k < BLOCK_LINEARS; k++) {
         const Linear<floatX> &lin = block_linear(g, l, k);
-        fp8_cast(g->fp8, fp8_tensor_of(lin, FP8_WEIGHT), param_slice(g, (const float *)g->params,
-                 BLOCK_LINEAR_WEIGHT[k], l), lin.out, lin.in, lin.fp8->w, lin.fp8->w_t, lin.out, 0, true, false,
-                 partials, Fp8Identity(), s);
+        Fp8CastOut o = {lin.fp8->w, lin.fp8->w_t, lin.out, 0, NULL};
+        Fp8Plain<float> master = {param_slice(g, (const float *)g->params, BLOCK_LINEAR_WEIGHT[k], l)};
+        fp8_cast(g->fp8, fp8_tensor_of(lin, FP8_WEIGHT), master, lin.out, lin.in, o, true, false, partials, s);
     }
 }
 
@@ -721,13 +727,22 @@ template <typename floatX> static void grads_final_join(GPT<floatX> *g) {
  * d fch too. Only cuBLAS reads d fch on the compute stream, so no kernel can sum it in passing (cuBLASLt's DGELU_BGRAD
  * epilogue runs at a third of the GEMM's speed), and in line the pass cost ~35 us a layer at 1558M (1.7 ms a step).
  * d fch lives in one buffer (acts.dfch) that every layer's backward writes: the compute stream waits for
- * fc_bias_done before writing it again; grads_final makes the group's gradients final behind this sum too.
+ * fc_bias_done before writing it again; grads_final makes the group's gradients final behind this sum too. In an FP8
+ * block the cast of d fch, which computes it (acts.dfch holds the fc projection's input gradient there, before gelu'),
+ * takes its column sums per tile of rows as it goes, and this adds those up: the same events, a smaller pass.
  */
 template <typename floatX>
-static void fc_bias_backward(GPT<floatX> *g, float *db, const floatX *dfch, int N, int cols, int accumulate) {
+static void fc_bias_backward(GPT<floatX> *g, int l, int N, int accumulate) {
+    float *db = param_slice(g, g->grads, P_FCB, l);
     cudaCheck(cudaEventRecord(g->dfch_ready, g_cuda.stream));
     cudaCheck(cudaStreamWaitEvent(g_cuda.sums, g->dfch_ready, 0));
-    column_sum(db, g->acts.sums_scratch, dfch, N, cols, accumulate, g_cuda.sums);
+    const Fp8Linear *fc = block_linear(g, l, LIN_FC).fp8;
+    if (fc) { // the column sums come from the cast of d fch (fp8_linear_dgrad): their rows, in order
+        PartialSumDsts dst = {{db}};
+        add_partial_sums(dst, 1, fc->dbias_partials, fp8_col_sums_parts(N), g->mlp, g->mlp, accumulate, g_cuda.sums);
+    } else {
+        column_sum(db, g->acts.sums_scratch, g->acts.dfch, N, g->mlp, accumulate, g_cuda.sums);
+    }
     cudaCheck(cudaEventRecord(g->fc_bias_done, g_cuda.sums));
 }
 
@@ -761,8 +776,9 @@ template <typename floatX> static void gelu_recompute(GPT<floatX> *g, int l, int
     LayerActs<floatX> x = layer_acts(g, l);
     if (g->fp8) { // an FP8 block: the fc projection's transposed FP8 input, as its forward cast it
         const Linear<floatX> &fcproj = block_linear(g, l, LIN_FCPROJ);
-        fp8_cast(g->fp8, fp8_tensor_of(fcproj, FP8_INPUT), (const floatX *)x.fch, N, g->mlp, (uint8_t *)NULL,
-                 fcproj.fp8->x_t, N, 0, false, true, (float *)NULL, Fp8Gelu(), g_cuda.sums);
+        Fp8CastOut o = {NULL, fcproj.fp8->x_t, N, 0, NULL};
+        fp8_cast(g->fp8, fp8_tensor_of(fcproj, FP8_INPUT), Fp8GeluOf<floatX>{x.fch}, N, g->mlp, o, false, true,
+                 (float *)NULL, g_cuda.sums);
     } else {
         gelu_forward(x.h4, x.fch, (size_t)N * g->mlp, g_cuda.sums);
     }
@@ -814,7 +830,7 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
         const Linear<floatX> &fcproj = block_linear(g, l, LIN_FCPROJ), &fc = block_linear(g, l, LIN_FC);
         cudaCheck(cudaStreamWaitEvent(s, g->fc_bias_done, 0));
         linear_backward_input(fcproj, a.dfch, a.dres, x.h4, x.fch, N, s);
-        fc_bias_backward(g, param_slice(g, dw, P_FCB, l), a.dfch, N, M, acc);
+        fc_bias_backward(g, l, N, acc);
         if (l > 0 && recomputes_gelu(g, l - 1)) { gelu_recompute(g, l - 1, N); }
         linear_backward_input(fc, a.proj, a.dfch, x.ln2, (const floatX *)NULL, N, s);
         linear_backward_weight(fcproj, a.dres, x.h4, N, acc, s);

@@ -93,6 +93,7 @@ typedef struct {
     uint8_t *rows;            // (rows, cols) row-major, or NULL
     uint8_t *cols_t;          // (cols, ld_t): source row r lands in column col0 + r; or NULL
     int ld_t, col0;
+    float *col_sums;          // (row tiles, cols): each tile's column sums of the values (a bias gradient), or NULL
     float *scale, *scale_inv; // the tensor's
     unsigned *amax_step;      // the tensor's step amax, where the cast records; else NULL
     Fp8ScaleFrom from;
@@ -100,24 +101,60 @@ typedef struct {
     Fp8Format format;
 } Fp8CastArgs;
 
-// The identity and GELU as what a cast applies to each value it reads (fc's output is cast as gelu of itself).
-struct Fp8Identity {
-    __device__ __forceinline__ float operator()(float x) const { return x; }
-};
-struct Fp8Gelu {
-    __device__ __forceinline__ float operator()(float x) const { return gelu_of(x); }
-};
+/*
+ * GELU and its derivative with the hardware's tanh (tanh.approx.f32, relative error ~2^-11): what a cast computes from
+ * the fc output, whose result it then rounds to FP8 (steps of 2^-4 and more), where libm's tanhf would make the cast
+ * compute-bound (3x slower at GPT-2 1558M's shapes).
+ */
+__device__ __forceinline__ float tanh_fast(float x) {
+    float y;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ float gelu_fast(float a) {
+    return 0.5f * a * (1.0f + tanh_fast(GELU_SCALE * (a + GELU_CUBIC * a * a * a)));
+}
+__device__ __forceinline__ float gelu_grad_fast(float a) {
+    float th = tanh_fast(GELU_SCALE * (a + GELU_CUBIC * a * a * a));
+    return 0.5f * (1.0f + th) + 0.5f * a * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * GELU_CUBIC * a * a);
+}
 
-// FP8_VEC consecutive values from p (16-byte aligned), as floats, through op.
-template <typename T, typename Op> __device__ __forceinline__ void fp8_load(float *v, const T *p, Op op) {
+// FP8_VEC consecutive values of p at element i (16-byte aligned), as floats.
+template <typename T> __device__ __forceinline__ void fp8_load(float *v, const T *p) {
     constexpr int PN = Packed<T>::N;
 #pragma unroll
     for (int h = 0; h < FP8_VEC / PN; h++) {
         Packed<T> x = load_packed(p + h * PN);
 #pragma unroll
-        for (int j = 0; j < PN; j++) { v[h * PN + j] = op(x[j]); }
+        for (int j = 0; j < PN; j++) { v[h * PN + j] = x[j]; }
     }
 }
+
+// What a cast reads, FP8_VEC consecutive values at element i of a row-major tensor at a time: a tensor itself, gelu of
+// it (fc's output, cast as the fc projection's input), or the GELU backward dy gelu'(pre) (the fc projection's input
+// gradient, cast as fc's output gradient).
+template <typename T> struct Fp8Plain {
+    const T *x;
+    __device__ __forceinline__ void operator()(float *v, size_t i) const { fp8_load(v, x + i); }
+};
+template <typename T> struct Fp8GeluOf {
+    const T *x;
+    __device__ __forceinline__ void operator()(float *v, size_t i) const {
+        fp8_load(v, x + i);
+#pragma unroll
+        for (int j = 0; j < FP8_VEC; j++) { v[j] = gelu_fast(v[j]); }
+    }
+};
+template <typename T> struct Fp8DgeluOf {
+    const T *dy, *pre;
+    __device__ __forceinline__ void operator()(float *v, size_t i) const {
+        float p[FP8_VEC];
+        fp8_load(v, dy + i);
+        fp8_load(p, pre + i);
+#pragma unroll
+        for (int j = 0; j < FP8_VEC; j++) { v[j] *= gelu_grad_fast(p[j]); }
+    }
+};
 
 // Two FP8 codes (a in the low byte), rounded to nearest even and saturated.
 __device__ __forceinline__ uint16_t fp8_pair(float a, float b, Fp8Format f) {
@@ -147,19 +184,21 @@ __device__ __forceinline__ float fp8_cast_scale(const Fp8CastArgs &a) {
 }
 
 /*
- * The cast (see the top of the file) of src (rows, cols), cols % FP8_VEC == 0, rows 16-byte aligned. Grid (column
- * tiles, row tiles), FP8_CAST_THREADS threads: a thread converts FP8_VEC values of a row at a time (16 of a tile's
- * rows at once), stores them row-major and into the tile in shared memory, then stores FP8_TRANSPOSED_SEGMENT bytes of
- * a transposed row (16-byte stores where the destination is aligned, else byte by byte).
+ * The cast (see the top of the file) of src's (rows, cols) values, cols % FP8_VEC == 0, rows 16-byte aligned. Grid
+ * (column tiles, row tiles), FP8_CAST_THREADS threads: a thread converts FP8_VEC values of a row at a time (16 of a
+ * tile's rows at once), stores them row-major and into the tile in shared memory, then stores FP8_TRANSPOSED_SEGMENT
+ * bytes of a transposed row (16-byte stores where the destination is aligned, else byte by byte). With col_sums, the
+ * tile's column sums of the values (before rounding), in a fixed order.
  */
-template <typename T, typename Op>
-__global__ void __launch_bounds__(FP8_CAST_THREADS) fp8_cast_kernel(const T *src, int rows, int cols, Fp8CastArgs a,
-                                                                    Op op) {
-    constexpr int THREADS_PER_ROW = FP8_TILE_COLS / FP8_VEC, ROWS_AT_ONCE = FP8_CAST_THREADS / THREADS_PER_ROW;
+#define FP8_ROWS_AT_ONCE (FP8_CAST_THREADS / (FP8_TILE_COLS / FP8_VEC))
+template <typename Src>
+__global__ void __launch_bounds__(FP8_CAST_THREADS) fp8_cast_kernel(Src src, int rows, int cols, Fp8CastArgs a) {
+    constexpr int THREADS_PER_ROW = FP8_TILE_COLS / FP8_VEC, ROWS_AT_ONCE = FP8_ROWS_AT_ONCE;
     // +16 bytes a row: a warp's transposed reads (32 columns of one row) then fall into distinct 4-byte words
     __shared__ alignas(16) uint8_t tile[FP8_TILE_ROWS][FP8_TILE_COLS + 16];
     __shared__ float s_scale;
     __shared__ unsigned s_max[WARP_SIZE];
+    __shared__ float s_sums[FP8_ROWS_AT_ONCE][FP8_TILE_COLS];
     const int r0 = blockIdx.y * FP8_TILE_ROWS, c0 = blockIdx.x * FP8_TILE_COLS;
     if (threadIdx.x < WARP_SIZE) {
         float sc = fp8_cast_scale(a);
@@ -173,27 +212,39 @@ __global__ void __launch_bounds__(FP8_CAST_THREADS) fp8_cast_kernel(const T *src
     }
     __syncthreads();
     const float scale = s_scale;
-    const int tc = (threadIdx.x % THREADS_PER_ROW) * FP8_VEC, c = c0 + tc;
+    const int tc = (threadIdx.x % THREADS_PER_ROW) * FP8_VEC, c = c0 + tc, tr0 = threadIdx.x / THREADS_PER_ROW;
     unsigned amax = 0;
-    for (int tr = threadIdx.x / THREADS_PER_ROW; tr < FP8_TILE_ROWS; tr += ROWS_AT_ONCE) {
+    float sums[FP8_VEC] = {0.0f};
+    for (int tr = tr0; tr < FP8_TILE_ROWS; tr += ROWS_AT_ONCE) {
         int r = r0 + tr;
         uint2 q = make_uint2(0u, 0u);
         if (r < rows && c < cols) {
             float v[FP8_VEC];
-            fp8_load(v, src + (size_t)r * cols + c, op);
+            src(v, (size_t)r * cols + c);
             uint16_t p[FP8_VEC / 2];
 #pragma unroll
             for (int j = 0; j < FP8_VEC; j += 2) {
                 amax = max(amax, max(abs_bits(v[j]), abs_bits(v[j + 1])));
                 p[j / 2] = fp8_pair(v[j] * scale, v[j + 1] * scale, a.format);
+                sums[j] += v[j];
+                sums[j + 1] += v[j + 1];
             }
             q = make_uint2((unsigned)p[0] | (unsigned)p[1] << 16, (unsigned)p[2] | (unsigned)p[3] << 16);
             if (a.rows) { *reinterpret_cast<uint2 *>(a.rows + (size_t)r * cols + c) = q; }
         }
         *reinterpret_cast<uint2 *>(&tile[tr][tc]) = q;
     }
-    amax = block_max_bits(amax, s_max); // its barrier also makes the tile whole for the transposed stores
+    if (a.col_sums) {
+#pragma unroll
+        for (int j = 0; j < FP8_VEC; j++) { s_sums[tr0][tc + j] = sums[j]; }
+    }
+    amax = block_max_bits(amax, s_max); // its barrier also makes the tile and the sums whole for what follows
     if (threadIdx.x == 0 && a.amax_step) { atomicMax(a.amax_step, amax); }
+    if (a.col_sums && threadIdx.x < FP8_TILE_COLS && c0 + threadIdx.x < cols) {
+        float t = 0.0f;
+        for (int k = 0; k < ROWS_AT_ONCE; k++) { t += s_sums[k][threadIdx.x]; }
+        a.col_sums[(size_t)blockIdx.y * cols + c0 + threadIdx.x] = t;
+    }
     if (!a.cols_t) { return; }
     constexpr int SEGMENTS = FP8_TILE_ROWS / FP8_TRANSPOSED_SEGMENT;
     for (int i = threadIdx.x; i < FP8_TILE_COLS * SEGMENTS; i += FP8_CAST_THREADS) {
@@ -215,15 +266,15 @@ __global__ void __launch_bounds__(FP8_CAST_THREADS) fp8_cast_kernel(const T *src
     }
 }
 
-// partials[block] = the largest |op(x)| of the block's grid-strided share of src (n values, n % FP8_VEC == 0).
-template <typename T, typename Op>
-__global__ void __launch_bounds__(FP8_CAST_THREADS) fp8_amax_kernel(const T *src, size_t n, float *partials, Op op) {
+// partials[block] = the largest |value| of the block's grid-strided share of src's n values (n % FP8_VEC == 0).
+template <typename Src>
+__global__ void __launch_bounds__(FP8_CAST_THREADS) fp8_amax_kernel(Src src, size_t n, float *partials) {
     __shared__ unsigned s_max[WARP_SIZE];
     unsigned m = 0;
     size_t stride = (size_t)gridDim.x * blockDim.x * FP8_VEC;
     for (size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * FP8_VEC; i < n; i += stride) {
         float v[FP8_VEC];
-        fp8_load(v, src + i, op);
+        src(v, i);
 #pragma unroll
         for (int j = 0; j < FP8_VEC; j++) { m = max(m, abs_bits(v[j])); }
     }
@@ -260,21 +311,33 @@ __global__ void __launch_bounds__(FP8_HISTORY_THREADS)
 // ----------------------------------------------------------------------------------------------------------------
 // host side
 
+// Where a cast puts its FP8 codes: row-major (rows), transposed (cols_t: source row r at column col0 + r of rows ld_t
+// long), either NULL; and col_sums, for the column sums of the values (fp8_col_sums_floats).
+typedef struct {
+    uint8_t *rows, *cols_t;
+    int ld_t, col0;
+    float *col_sums;
+} Fp8CastOut;
+
+// Floats of a cast's col_sums: a row of column sums per tile of rows.
+static size_t fp8_col_sums_floats(int rows, int cols) { return (size_t)ceil_div_int(rows, FP8_TILE_ROWS) * cols; }
+static int fp8_col_sums_parts(int rows) { return ceil_div_int(rows, FP8_TILE_ROWS); }
+
 /*
- * Casts tensor t's values src (rows, cols) to FP8 (see the top of the file): row-major into rows_out and/or
- * transposed into t_out (source row r at column col0 + r of rows ld_t long); either may be NULL. again: the same values
- * as an earlier cast of t (its scale). Otherwise the scale is t's own amax's (an amax pass first, into partials:
+ * Casts tensor t's (rows, cols) values, as src reads them, to FP8 (see the top of the file), into out. again: the same
+ * values as an earlier cast of t (its scale). Otherwise the scale is t's own amax's (an amax pass first, into partials:
  * d->amax_blocks floats, a scratch of the stream's own) or its history's. record: the tensor's amax enters the step.
  */
-template <typename T, typename Op>
-static void fp8_cast(const Fp8Device *d, int t, const T *src, int rows, int cols, uint8_t *rows_out, uint8_t *t_out,
-                     int ld_t, int col0, bool record, bool again, float *partials, Op op, cudaStream_t stream) {
+template <typename Src>
+static void fp8_cast(const Fp8Device *d, int t, Src src, int rows, int cols, Fp8CastOut out, bool record, bool again,
+                     float *partials, cudaStream_t stream) {
     if (rows <= 0) { return; }
     Fp8CastArgs a;
-    a.rows = rows_out;
-    a.cols_t = t_out;
-    a.ld_t = ld_t;
-    a.col0 = col0;
+    a.rows = out.rows;
+    a.cols_t = out.cols_t;
+    a.ld_t = out.ld_t;
+    a.col0 = out.col0;
+    a.col_sums = out.col_sums;
     a.scale = fp8_scale(d, t);
     a.scale_inv = fp8_scale_inv(d, t);
     a.amax_step = record ? d->amax_step + t : NULL;
@@ -283,14 +346,14 @@ static void fp8_cast(const Fp8Device *d, int t, const T *src, int rows, int cols
     if (again) {
         a.from = {NULL, 0};
     } else if (fp8_scales_current(d)) {
-        fp8_amax_kernel<<<d->amax_blocks, FP8_CAST_THREADS, 0, stream>>>(src, (size_t)rows * cols, partials, op);
+        fp8_amax_kernel<<<d->amax_blocks, FP8_CAST_THREADS, 0, stream>>>(src, (size_t)rows * cols, partials);
         cudaCheckLaunch();
         a.from = {partials, d->amax_blocks};
     } else {
         a.from = {d->amax_scale + t, 1};
     }
     dim3 grid(ceil_div_int(cols, FP8_TILE_COLS), ceil_div_int(rows, FP8_TILE_ROWS));
-    fp8_cast_kernel<<<grid, FP8_CAST_THREADS, 0, stream>>>(src, rows, cols, a, op);
+    fp8_cast_kernel<<<grid, FP8_CAST_THREADS, 0, stream>>>(src, rows, cols, a);
     cudaCheckLaunch();
 }
 

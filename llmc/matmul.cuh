@@ -49,8 +49,13 @@ typedef struct Fp8Linear {
     uint8_t *x, *x_t;                  // (N, in), (in, N)
     uint8_t *dy, *dy_t;                // (N, out), (out, N)
     float *partials;                   // the compute stream's amax-pass scratch (Fp8Device::amax_blocks floats)
-    struct Fp8Linear *gelu_consumer;   // fc: the fc projection, whose input gelu(fc's output) fc casts
-    int input_from_producer;           // the fc projection: fc casts its input
+    // fc and the fc projection, whose input is gelu(fc's output): fc casts that input (gelu_consumer), and the fc
+    // projection casts fc's output gradient, its own input gradient times gelu' (gelu_producer), with the column sums
+    // that make fc's bias gradient (dbias_partials, fp8_col_sums_floats(N, out)), where cuBLASLt would run gelu' as a
+    // slow pass of its own after an FP8 GEMM
+    struct Fp8Linear *gelu_consumer, *gelu_producer;
+    int input_from_producer, grad_from_consumer;
+    float *dbias_partials;
     int keeps_input;                   // the forward writes x_t; else it is cast again before the weight gradient
 } Fp8Linear;
 
@@ -536,17 +541,18 @@ static void fp8_linear_rows_forward(const Linear<T> &lin, const T *bias, T *out,
     size_t r0 = (size_t)f.row;
     int tx = fp8_tensor_of(lin, FP8_INPUT), tw = fp8_tensor_of(lin, FP8_WEIGHT);
     if (!q->input_from_producer) {
-        fp8_cast(d, tx, inp + r0 * lin.in, f.rows, lin.in, q->x + r0 * lin.in, q->keeps_input ? q->x_t : NULL,
-                 f.tokens, f.row, d->recording, false, q->partials, Fp8Identity(), stream);
+        Fp8CastOut o = {q->x + r0 * lin.in, q->keeps_input ? q->x_t : NULL, f.tokens, f.row, NULL};
+        fp8_cast(d, tx, Fp8Plain<T>{inp + r0 * lin.in}, f.rows, lin.in, o, d->recording, false, q->partials, stream);
     }
     GemmOperand w = {q->w, q->w_t, CUDA_R_8F_E4M3, fp8_scale_inv(d, tw)};
     GemmOperand x = {q->x + r0 * lin.in, NULL, CUDA_R_8F_E4M3, fp8_scale_inv(d, tx)};
     T *y = (gelu_aux ? gelu_aux : out) + r0 * lin.out;
     linear_gemm_bias(lin, y, w, x, bias, f.rows, d->recipe.fast_accum, stream);
     if (gelu_aux) {
-        Fp8Linear *c = q->gelu_consumer;
-        fp8_cast(d, fp8_tensor(c->layer, c->linear, FP8_INPUT), y, f.rows, lin.out, c->x + r0 * lin.out,
-                 c->keeps_input ? c->x_t : NULL, f.tokens, f.row, d->recording, false, q->partials, Fp8Gelu(), stream);
+        const Fp8Linear *c = q->gelu_consumer;
+        Fp8CastOut o = {c->x + r0 * lin.out, c->keeps_input ? c->x_t : NULL, f.tokens, f.row, NULL};
+        fp8_cast(d, fp8_tensor(c->layer, c->linear, FP8_INPUT), Fp8GeluOf<T>{y}, f.rows, lin.out, o, d->recording,
+                 false, q->partials, stream);
     }
 }
 
@@ -573,21 +579,41 @@ static void linear_forward(const Linear<T> &lin, T *out, const T *inp, T *gelu_a
     }
 }
 
-// dinp = dout W, times gelu'(gelu_aux) when that is given. In FP8 dout is cast first, for this GEMM and (transposed)
-// for the weight gradient.
+/*
+ * In FP8: dout cast first (for this GEMM, and transposed for the weight gradient), unless the layer above cast it
+ * (fc: grad_from_consumer); the product, and for the fc projection (gelu_aux) gelu' of it cast as fc's output gradient
+ * with the column sums of fc's bias gradient: dinp holds the product, not times gelu'.
+ */
+template <typename T>
+static void fp8_linear_dgrad(const Linear<T> &lin, T *dinp, const T *dout, const T *gelu_aux, int N,
+                             cudaStream_t stream) {
+    const Fp8Linear *q = lin.fp8;
+    const Fp8Device *d = q->dev;
+    int tg = fp8_tensor_of(lin, FP8_GRAD), tw = fp8_tensor_of(lin, FP8_WEIGHT);
+    if (!q->grad_from_consumer) {
+        Fp8CastOut o = {q->dy, q->dy_t, N, 0, NULL};
+        fp8_cast(d, tg, Fp8Plain<T>{dout}, N, lin.out, o, d->recording, false, q->partials, stream);
+    }
+    GemmOperand w = {q->w, q->w_t, CUDA_R_8F_E4M3, fp8_scale_inv(d, tw)};
+    GemmOperand dy = {q->dy, q->dy_t, CUDA_R_8F_E5M2, fp8_scale_inv(d, tg)};
+    gemm_lt(dinp, TypeInfo<T>::cuda, w, 0, lin.in, dy, 0, lin.out, lin.in, N, lin.out, 0.0f, GEMM_PLAIN, 0, stream);
+    if (gelu_aux) {
+        const Fp8Linear *p = q->gelu_producer;
+        Fp8CastOut o = {p->dy, p->dy_t, N, 0, p->dbias_partials};
+        fp8_cast(d, fp8_tensor(p->layer, p->linear, FP8_GRAD), Fp8DgeluOf<T>{dinp, gelu_aux}, N, lin.in, o,
+                 d->recording, false, q->partials, stream);
+    }
+}
+
+// dinp = dout W, times gelu'(gelu_aux) when that is given (but in FP8: fp8_linear_dgrad).
 template <typename T>
 static void linear_dgrad(const Linear<T> &lin, T *dinp, const T *dout, const T *gelu_aux, int N, cudaStream_t stream) {
+    if (lin.fp8) {
+        fp8_linear_dgrad(lin, dinp, dout, gelu_aux, N, stream);
+        return;
+    }
     cudaDataType_t t = TypeInfo<T>::cuda;
     GemmOperand w = gemm_operand(lin.w, t), dy = gemm_operand(dout, t);
-    if (lin.fp8) {
-        Fp8Linear *q = lin.fp8;
-        const Fp8Device *d = q->dev;
-        int tg = fp8_tensor_of(lin, FP8_GRAD), tw = fp8_tensor_of(lin, FP8_WEIGHT);
-        fp8_cast(d, tg, dout, N, lin.out, q->dy, q->dy_t, N, 0, d->recording, false, q->partials, Fp8Identity(),
-                 stream);
-        w = {q->w, q->w_t, CUDA_R_8F_E4M3, fp8_scale_inv(d, tw)};
-        dy = {q->dy, q->dy_t, CUDA_R_8F_E5M2, fp8_scale_inv(d, tg)};
-    }
     if (gelu_aux) {
         GemmEpilogue dgelu = {CUBLASLT_EPILOGUE_DGELU, NULL, (void *)gelu_aux};
         if (gemm_lt(dinp, t, w, 0, lin.in, dy, 0, lin.out, lin.in, N, lin.out, 0.0f, dgelu, 0, stream)) { return; }

@@ -2,9 +2,9 @@
  * test_fp8_kernels.cu: llmc/fp8.cuh's kernels and the FP8 GEMMs of llmc/matmul.cuh against llmc/fp8.h on the host.
  * - every bf16 value (a 256 x 256 tensor of all 65536 bit patterns, NaNs and infinities included) cast at scale 1
  *   gives exactly fp8_encode's byte, in both formats, row-major and transposed, and the recorded amax is NaN;
- * - casts of random fp32 and bf16 tensors, plain and through GELU, at shapes that leave partial tiles, with the
- *   transposed copy at an unaligned column of a wider matrix and at an aligned one: every byte equals fp8_encode of
- *   the value times the scale the recipe gives (current scaling: the tensor's own amax through the amax pass; delayed
+ * - casts of random fp32 and bf16 tensors, plain, through GELU and as a GELU backward (with its column sums, against
+ *   fp64), at shapes that leave partial tiles, with the transposed copy at an unaligned column of a wider matrix and
+ *   at an aligned one: every byte equals fp8_encode of the value times the scale the recipe gives (current scaling: the tensor's own amax through the amax pass; delayed
  *   scaling: a given amax; a cast again: the stored scale), the bytes around the written region are untouched, and
  *   the scale, scale_inv and recorded amax are the host's;
  * - the history kernel against fp8_history_push over steps, and its verdict on a NaN amax;
@@ -57,17 +57,16 @@ static unsigned host_bits(float x) {
     return u;
 }
 
-// gelu as the GPU computes it (its tanhf), so the cast is checked, not libm
-__global__ void gelu_values_kernel(float *out, const float *in, size_t n) {
+// gelu, and dy gelu'(pre), as the casts compute them (fp8.cuh's gelu_fast), so the cast is checked, not the tanh
+__global__ void gelu_values_kernel(float *out, const float *in, const float *dy, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) { out[i] = gelu_of(in[i]); }
+    if (i < n) { out[i] = dy ? dy[i] * gelu_grad_fast(in[i]) : gelu_fast(in[i]); }
 }
 
 // A cast of tensor t of d on (rows, cols) values; returns (rows bytes, transposed matrix of cols x ld_t bytes).
-template <typename T, typename Op>
-static void run_cast(Fp8Device *d, int t, const T *src, int rows, int cols, uint8_t *rows_out, uint8_t *t_out,
-                     int ld_t, int col0, bool again, float *partials, Op op) {
-    fp8_cast(d, t, src, rows, cols, rows_out, t_out, ld_t, col0, true, again, partials, op, g_cuda.stream);
+template <typename Src>
+static void run_cast(Fp8Device *d, int t, Src src, int rows, int cols, Fp8CastOut out, bool again, float *partials) {
+    fp8_cast(d, t, src, rows, cols, out, true, again, partials, g_cuda.stream);
     cudaCheck(cudaStreamSynchronize(g_cuda.stream));
 }
 
@@ -97,7 +96,8 @@ static void test_every_bf16(void) {
         int t = fp8_tensor(0, LIN_QKV, f == FP8_E4M3 ? FP8_INPUT : FP8_GRAD);
         float mx = fp8_max((Fp8Format)f);
         cudaCheck(cudaMemcpy(d.amax_scale + t, &mx, sizeof(float), cudaMemcpyHostToDevice));
-        run_cast(&d, t, src, R, Cn, rows, cols, R, 0, false, (float *)NULL, Fp8Identity());
+        Fp8CastOut o = {rows, cols, R, 0, NULL};
+        run_cast(&d, t, Fp8Plain<bf16>{src}, R, Cn, o, false, (float *)NULL);
         std::vector<uint8_t> qr = to_host(rows, R * Cn), qc = to_host(cols, R * Cn);
         int bad = 0, bad_t = 0, first = -1;
         for (int i = 0; i < R * Cn; i++) {
@@ -127,30 +127,38 @@ static void test_every_bf16(void) {
 }
 
 /*
- * One cast of a random (rows, cols) tensor of T, through GELU or not, in one of three ways (current: the tensor's
- * amax; delayed: a given amax; again: a given scale), with the transposed copy at column col0 of rows ld_t long.
+ * One cast of a random (rows, cols) tensor of T, plain, through GELU, or as the GELU backward of a second one (with
+ * the column sums), in one of three ways (current: the tensor's amax; delayed: a given amax; again: a given scale),
+ * with the transposed copy at column col0 of rows ld_t long.
  */
 typedef enum { CAST_CURRENT, CAST_DELAYED, CAST_AGAIN } CastWay;
 static const char *const WAY_NAMES[] = {"current", "delayed", "again"};
+typedef enum { SRC_PLAIN, SRC_GELU, SRC_DGELU } SrcKind;
+static const char *const SRC_NAMES[] = {"", "_gelu", "_dgelu_colsums"};
 
-template <typename T, typename Op>
-static void check_cast(const char *what, int rows, int cols, int col0, int ld_t, Fp8Format f, CastWay way, bool gelu,
-                       Op op, int margin) {
+template <typename T>
+static void check_cast(const char *what, int rows, int cols, int col0, int ld_t, Fp8Format f, CastWay way,
+                       SrcKind kind, int margin) {
     size_t n = (size_t)rows * cols;
-    std::vector<T> h(n);
-    for (size_t i = 0; i < n; i++) { h[i] = to_type<T>(3.0f * rand_uniform()); }
+    std::vector<T> h(n), h2(n);
+    for (size_t i = 0; i < n; i++) {
+        h[i] = to_type<T>(3.0f * rand_uniform());
+        h2[i] = to_type<T>(rand_uniform());
+    }
     h[n / 2] = to_type<T>(-7.5f); // the amax, negative
-    T *src = to_device(h);
+    T *src = to_device(h), *src2 = to_device(h2);
     // the values the cast sees, as floats (GELU as the GPU computes it)
-    std::vector<float> v(n);
-    for (size_t i = 0; i < n; i++) { v[i] = host_float(h[i]); }
-    if (gelu) {
-        float *dv = to_device(v), *dg;
+    std::vector<float> v(n), v2(n);
+    for (size_t i = 0; i < n; i++) {
+        v[i] = host_float(h[i]);
+        v2[i] = host_float(h2[i]);
+    }
+    if (kind != SRC_PLAIN) {
+        float *dv = to_device(v), *dv2 = to_device(v2), *dg;
         cudaCheck(cudaMalloc(&dg, n * sizeof(float)));
-        gelu_values_kernel<<<grid_for(n, 256), 256>>>(dg, dv, n);
+        gelu_values_kernel<<<grid_for(n, 256), 256>>>(dg, dv, kind == SRC_DGELU ? dv2 : (float *)NULL, n);
         v = to_host(dg, n);
-        cudaCheck(cudaFree(dv));
-        cudaCheck(cudaFree(dg));
+        for (float *p : {dv, dv2, dg}) { cudaCheck(cudaFree(p)); }
     }
     float amax = 0.0f;
     for (size_t i = 0; i < n; i++) { amax = fp8_amax_merge(amax, fabsf(v[i])); }
@@ -168,14 +176,18 @@ static void check_cast(const char *what, int rows, int cols, int col0, int ld_t,
         scale = 37.25f;
         cudaCheck(cudaMemcpy(fp8_scale(&d, t), &scale, sizeof(float), cudaMemcpyHostToDevice));
     }
-    size_t tbytes = (size_t)cols * ld_t;
+    size_t tbytes = (size_t)cols * ld_t, nsums = fp8_col_sums_floats(rows, cols);
     uint8_t *rows_out, *t_out;
-    float *partials;
+    float *partials, *sums;
     cudaCheck(cudaMalloc(&rows_out, n));
     cudaCheck(cudaMalloc(&t_out, tbytes));
     cudaCheck(cudaMalloc(&partials, d.amax_blocks * sizeof(float)));
+    cudaCheck(cudaMalloc(&sums, nsums * sizeof(float)));
     cudaCheck(cudaMemset(t_out, POISON, tbytes));
-    run_cast(&d, t, src, rows, cols, rows_out, t_out, ld_t, col0, way == CAST_AGAIN, partials, op);
+    Fp8CastOut o = {rows_out, t_out, ld_t, col0, kind == SRC_DGELU ? sums : (float *)NULL};
+    if (kind == SRC_PLAIN) { run_cast(&d, t, Fp8Plain<T>{src}, rows, cols, o, way == CAST_AGAIN, partials); }
+    if (kind == SRC_GELU) { run_cast(&d, t, Fp8GeluOf<T>{src}, rows, cols, o, way == CAST_AGAIN, partials); }
+    if (kind == SRC_DGELU) { run_cast(&d, t, Fp8DgeluOf<T>{src2, src}, rows, cols, o, way == CAST_AGAIN, partials); }
     std::vector<uint8_t> qr = to_host(rows_out, n), qt = to_host(t_out, tbytes);
     long bad = 0, bad_t = 0, touched = 0;
     for (size_t i = 0; i < n; i++) {
@@ -186,20 +198,30 @@ static void check_cast(const char *what, int rows, int cols, int col0, int ld_t,
     for (size_t c = 0; c < (size_t)cols; c++) {
         for (int j = 0; j < ld_t; j++) { touched += (j < col0 || j >= col0 + rows) && qt[c * ld_t + j] != POISON; }
     }
+    double sums_err = 0.0;
+    if (kind == SRC_DGELU) { // the tiles' column sums, added up, against fp64 column sums
+        std::vector<float> got = to_host(sums, nsums), col(cols, 0.0f), want(cols, 0.0f);
+        for (int c = 0; c < cols; c++) {
+            double w = 0.0;
+            for (int i = 0; i < rows; i++) { w += v[(size_t)i * cols + c]; }
+            want[c] = (float)w;
+            for (int p = 0; p < fp8_col_sums_parts(rows); p++) { col[c] += got[(size_t)p * cols + c]; }
+        }
+        sums_err = max_rel_err(col.data(), want.data(), cols);
+    }
     float got_scale = to_host(fp8_scale(&d, t), 1)[0], got_inv = to_host(fp8_scale_inv(&d, t), 1)[0];
     unsigned got_amax = to_host(d.amax_step + t, 1)[0];
     bool scale_ok = got_scale == scale && (way == CAST_AGAIN || got_inv == 1.0f / scale);
     char name[160];
     snprintf(name, sizeof(name), "cast_%s_%s_%s%s_%dx%d_col%d_ld%d", what, FMT_NAMES[f], WAY_NAMES[way],
-             gelu ? "_gelu" : "", rows, cols, col0, ld_t);
-    check(bad == 0 && bad_t == 0 && touched == 0 && scale_ok && got_amax == host_bits(amax), name,
+             SRC_NAMES[kind], rows, cols, col0, ld_t);
+    check(bad == 0 && bad_t == 0 && touched == 0 && scale_ok && got_amax == host_bits(amax) && sums_err <= 1e-5, name,
           "%ld row-major and %ld transposed bytes differ from fp8_encode, %ld bytes outside the copy written; scale "
-          "%g (want %g), scale_inv %g, amax bits 0x%08x (want 0x%08x)",
-          bad, bad_t, touched, got_scale, scale, got_inv, got_amax, host_bits(amax));
-    cudaCheck(cudaFree(src));
-    cudaCheck(cudaFree(rows_out));
-    cudaCheck(cudaFree(t_out));
-    cudaCheck(cudaFree(partials));
+          "%g (want %g), scale_inv %g, amax bits 0x%08x (want 0x%08x), column sums rel err %.2e",
+          bad, bad_t, touched, got_scale, scale, got_inv, got_amax, host_bits(amax), sums_err);
+    for (void *p : {(void *)src, (void *)src2, (void *)rows_out, (void *)t_out, (void *)partials, (void *)sums}) {
+        cudaCheck(cudaFree(p));
+    }
 }
 
 static void test_casts(void) {
@@ -208,13 +230,14 @@ static void test_casts(void) {
     for (const auto &sh : shapes) {
         for (int f = FP8_E4M3; f <= FP8_E5M2; f++) {
             for (int w = CAST_CURRENT; w <= CAST_AGAIN; w++) {
-                check_cast<bf16>("bf16", sh[0], sh[1], sh[2], sh[3], (Fp8Format)f, (CastWay)w, false, Fp8Identity(), 0);
-                check_cast<float>("fp32", sh[0], sh[1], sh[2], sh[3], (Fp8Format)f, (CastWay)w, false, Fp8Identity(),
-                                  1);
+                check_cast<bf16>("bf16", sh[0], sh[1], sh[2], sh[3], (Fp8Format)f, (CastWay)w, SRC_PLAIN, 0);
+                check_cast<float>("fp32", sh[0], sh[1], sh[2], sh[3], (Fp8Format)f, (CastWay)w, SRC_PLAIN, 1);
             }
         }
-        check_cast<bf16>("bf16", sh[0], sh[1], sh[2], sh[3], FP8_E4M3, CAST_CURRENT, true, Fp8Gelu(), 0);
-        check_cast<float>("fp32", sh[0], sh[1], sh[2], sh[3], FP8_E4M3, CAST_DELAYED, true, Fp8Gelu(), 2);
+        check_cast<bf16>("bf16", sh[0], sh[1], sh[2], sh[3], FP8_E4M3, CAST_CURRENT, SRC_GELU, 0);
+        check_cast<float>("fp32", sh[0], sh[1], sh[2], sh[3], FP8_E4M3, CAST_DELAYED, SRC_GELU, 2);
+        check_cast<bf16>("bf16", sh[0], sh[1], sh[2], sh[3], FP8_E5M2, CAST_CURRENT, SRC_DGELU, 0);
+        check_cast<float>("fp32", sh[0], sh[1], sh[2], sh[3], FP8_E5M2, CAST_DELAYED, SRC_DGELU, 0);
     }
 }
 
