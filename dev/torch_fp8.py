@@ -10,7 +10,6 @@ attention, AdamW, torch.compile of the whole model) is torch_gpt.py's.
     python3 dev/torch_fp8.py PATH/torch_gpt.py --data SHARD.bin --layers 12 --channels 768 --batch 32
 Prints torch_gpt.py's line.
 """
-import runpy
 import sys
 
 import torch
@@ -65,4 +64,6 @@ if __name__ == "__main__":
     script = sys.argv[1]
     sys.argv = [script] + sys.argv[2:]
     nn.Linear = Float8Linear  # torch_gpt.py makes exactly the four block linears with nn.Linear
-    runpy.run_path(script, run_name="__main__")
+    # run it in this module's namespace: torch.compile's guards look up what the compiled code reads (E4M3, ...) in
+    # the globals of __main__, which a second __main__ (runpy) would not have
+    exec(compile(open(script).read(), script, "exec"), globals())

@@ -69,6 +69,17 @@ for r in win:
 for st, rs in sorted(by_stream.items(), key=lambda kv: -sum(r[1] - r[0] for r in kv[1])):
     b, _ = union(rs)
     print(f"stream {st:>4}: busy {per(b):7.2f} ms a step, {len(rs) / steps_wanted:5.0f} launches")
+# the busiest stream (the compute stream): where it stood still, by the kernel it went on with (what it waited for is
+# usually another stream's work ahead of that kernel: AdamW's update, a recompute, a collective)
+main = max(by_stream, key=lambda k: sum(r[1] - r[0] for r in by_stream[k]))
+rs = sorted(by_stream[main])
+waits = collections.Counter()
+for (s0, e0, _, n0), (s1, e1, _, n1) in zip(rs, rs[1:]):
+    if s1 - e0 > 5000:
+        waits[family(n1)] += s1 - e0
+print(f"stream {main} stood still (gaps over 5 us) {per(sum(waits.values())):.2f} ms a step, before:")
+for f, t in waits.most_common(8):
+    print(f"  {per(t):8.2f} ms  {f}")
 fam = collections.Counter()
 cnt = collections.Counter()
 for s, e, st, n in win:

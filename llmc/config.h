@@ -73,8 +73,12 @@ static inline void param_layout(const GPTConfig *c, ParamLayout *p) {
 enum { LIN_QKV, LIN_ATTPROJ, LIN_FC, LIN_FCPROJ, BLOCK_LINEARS };
 static const int BLOCK_LINEAR_WEIGHT[BLOCK_LINEARS] = {P_QKVW, P_ATTPROJW, P_FCW, P_FCPROJW};
 
-static inline int param_is_block_weight(int t) {
-    return t == P_QKVW || t == P_ATTPROJW || t == P_FCW || t == P_FCPROJW;
+// Which of a block's linear layers tensor t is the weight of (LIN_*), or -1.
+static inline int block_linear_of_weight(int t) {
+    for (int k = 0; k < BLOCK_LINEARS; k++) {
+        if (BLOCK_LINEAR_WEIGHT[k] == t) { return k; }
+    }
+    return -1;
 }
 
 // Weight decay applies to 2-D weights only (embeddings and linear weights), never to biases or LayerNorm.

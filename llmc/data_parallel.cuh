@@ -118,22 +118,21 @@ static cudaEvent_t dp_reduce_group(DataParallel *dp, int k, float *grads, cudaEv
 
 // ZeRO-1: group k's weights are updated on their owners where `updated` was recorded; each owner broadcasts its
 // parts, and `updated` is recorded again behind that, so whoever waits for it sees the whole group on every rank.
-// What is broadcast is the weights the GEMMs read, or for the tensors masters_for(tensor) names the fp32 masters
-// (an FP8 weight: every rank casts it from them).
-template <typename T, typename F>
-static void dp_gather_group(DataParallel *dp, int k, T *weights, float *masters, F masters_for, cudaEvent_t updated) {
+// part_buffer(part, tensor) says what a part is broadcast as (DpPart): the weights the GEMMs read, or for an FP8 weight
+// its FP8 codes or its fp32 masters (the ranks cast them).
+typedef struct {
+    void *ptr; // the part's first element
+    ncclDataType_t type;
+} DpPart;
+
+template <typename F> static void dp_gather_group(DataParallel *dp, int k, F part_buffer, cudaEvent_t updated) {
     ncclComm_t comm = comm_get(COMM_DP);
     cudaStream_t s = g_comm.dp_stream;
     cudaCheck(cudaStreamWaitEvent(s, updated, 0));
     ncclCheck(ncclGroupStart());
     dp_for_each_owned_part(dp, k, [&](Span part, int owner, int tensor) {
-        if (masters_for(tensor)) {
-            float *p = masters + part.begin;
-            ncclCheck(ncclBroadcast(p, p, part.count, ncclFloat32, owner, comm, s));
-        } else {
-            T *p = weights + part.begin;
-            ncclCheck(ncclBroadcast(p, p, part.count, NcclType<T>::id, owner, comm, s));
-        }
+        DpPart b = part_buffer(part, tensor);
+        ncclCheck(ncclBroadcast(b.ptr, b.ptr, part.count, b.type, owner, comm, s));
     });
     ncclCheck(ncclGroupEnd());
     char what[TRACKED_WHAT_LEN];
