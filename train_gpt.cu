@@ -943,9 +943,10 @@ template <typename floatX> static float gpt_update(GPT<floatX> *g, const UpdateA
     /*
      * AdamW of the part of group k this rank owns (all of it without ZeRO-1), then its event. FP8 weights get no
      * compute-precision copy: under delayed scaling AdamW writes their FP8 codes itself (their scale is the history's),
-     * and their transposes, which only the backward reads, follow all groups (fp8_transposed); under current scaling
-     * they are cast from their masters (under ZeRO-1 gathered first), scale and all. In fp8 the side stream closes
-     * every group, so the last group's event still follows all the others (updated_join).
+     * and their transposes, which only the backward reads, are made on the sums stream, idle until then
+     * (fp8_transposed); under current scaling they are cast from their masters (under ZeRO-1 gathered first), scale
+     * and all. In fp8 the side stream closes every group, so the last group's event still follows all the others
+     * (updated_join).
      */
     bool fused_fp8 = g->fp8 && !fp8_scales_current(g->fp8);
     AdamWFp8 f8;
@@ -983,17 +984,18 @@ template <typename floatX> static float gpt_update(GPT<floatX> *g, const UpdateA
             if (!fused_fp8 && fp8_layer(g, k)) { fp8_cast_layer_weights(g, k, g->fp8_partials[1], side); }
             cudaCheck(cudaEventRecord(g->updated[k], side));
         }
+        if (fused_fp8 && k < L && fp8_layer(g, k)) { // on the sums stream, idle until the backward
+            cudaCheck(cudaStreamWaitEvent(g_cuda.sums, g->updated[k], 0));
+            for (int j = 0; j < BLOCK_LINEARS; j++) {
+                const Linear<floatX> &lin = block_linear(g, k, j);
+                fp8_transpose(lin.fp8->w, lin.fp8->w_t, lin.out, lin.in, g_cuda.sums);
+            }
+        }
     };
     update_group(L);
     for (int l = 0; l < L; l++) { update_group(l); }
     if (fused_fp8) {
-        for (int l = 0; l < L; l++) {
-            for (int k = 0; k < BLOCK_LINEARS && fp8_layer(g, l); k++) {
-                const Linear<floatX> &lin = block_linear(g, l, k);
-                fp8_transpose(lin.fp8->w, lin.fp8->w_t, lin.out, lin.in, side);
-            }
-        }
-        cudaCheck(cudaEventRecord(g->fp8_transposed, side));
+        cudaCheck(cudaEventRecord(g->fp8_transposed, g_cuda.sums));
         g->fp8_transposes_pending = 1;
     }
     g->update_pending = 1;
