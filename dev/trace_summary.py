@@ -76,10 +76,10 @@ rs = sorted(by_stream[main])
 waits = collections.Counter()
 for (s0, e0, _, n0), (s1, e1, _, n1) in zip(rs, rs[1:]):
     if s1 - e0 > 5000:
-        waits[family(n1)] += s1 - e0
-print(f"stream {main} stood still (gaps over 5 us) {per(sum(waits.values())):.2f} ms a step, before:")
-for f, t in waits.most_common(8):
-    print(f"  {per(t):8.2f} ms  {f}")
+        waits[(family(n0), family(n1))] += s1 - e0
+print(f"stream {main} stood still (gaps over 5 us) {per(sum(waits.values())):.2f} ms a step, between:")
+for (a, b), t in waits.most_common(10):
+    print(f"  {per(t):8.2f} ms  {a} -> {b}")
 fam = collections.Counter()
 cnt = collections.Counter()
 for s, e, st, n in win:
