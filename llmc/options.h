@@ -136,8 +136,9 @@ static const OptionSpec OPTION_SPECS[] = {
      "fp8: binades of headroom, scale = fp8 max / amax / 2^margin"},
     {"fp8-bf16-blocks", OPT_INT, OPT_FIELD(fp8_bf16_blocks), "0", 0, MAX_LAYERS / 2, NULL,
      "fp8: the first and the last N blocks keep their linear layers in bf16"},
-    {"fp8-fast-accum", OPT_INT, OPT_FIELD(fp8_fast_accum), "0", 0, 1, NULL,
-     "fp8, GPU build: 1 = forward GEMMs accumulate with cuBLASLt's fast FP8 accumulation (less exact)"},
+    {"fp8-fast-accum", OPT_INT, OPT_FIELD(fp8_fast_accum), "1", 0, 1, NULL,
+     "fp8, GPU build: 1 = the forward GEMMs accumulate with cuBLASLt's fast FP8 accumulation (the input and weight "
+     "gradients never do)"},
     {"fp8-activations", OPT_STR, OPT_FIELD(fp8_activations), "bf16", 0, 0, "bf16|fp32",
      "fp8, GPU build: activation type around the FP8 GEMMs; fp32 (slower) is for checking against the CPU build"},
     {"keep-gelu-layers", OPT_INT, OPT_FIELD(keep_gelu_layers), "0", 0, MAX_LAYERS, NULL,

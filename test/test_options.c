@@ -143,6 +143,8 @@ static void test_validate(void) {
                  "--fp8-recipe", "current", NULL);
     expect_error("fp8_option_needs_fp8_int", "--fp8-margin 2 applies to --precision fp8 only", "--precision", "fp32",
                  "--fp8-margin", "2", NULL);
+    expect_error("fp8_fast_accum_off_needs_fp8", "--fp8-fast-accum 0 applies to --precision fp8 only", "--fp8-fast-accum",
+                 "0", NULL);
     expect_error("fp8_bf16_blocks_leave_none", "--fp8-bf16-blocks 1 keeps the first and last 1 of the 2 blocks in bf16",
                  "--precision", "fp8", "--depth", "2", "--fp8-bf16-blocks", "1", NULL);
     expect_error("fp8_width_alignment", "--precision fp8 needs --width to be a multiple of 16", "--precision", "fp8",
