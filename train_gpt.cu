@@ -176,6 +176,8 @@ template <typename floatX> struct GPT {
     Fp8Device *fp8;                // --precision fp8: the recipe's state (llmc/fp8.cuh); NULL otherwise
     Fp8Linear *fp8_linears;        // (L, BLOCK_LINEARS): the FP8 blocks' (Linear::fp8 points here)
     float *fp8_partials[2];        // amax-pass scratch of the compute stream and of the side stream (weight casts)
+    cudaEvent_t fp8_transposed;    // the FP8 weights' transposes of the last update are made (gpt_update)
+    int fp8_transposes_pending;    // and the next backward waits for them
     Activations<floatX> acts;
     int *d_tokens;                 // inputs (N) then targets (N)
     int *d_buckets;
@@ -447,7 +449,8 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, con
     cudaCheck(cudaEventCreateWithFlags(&g->scalars_ready, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&g->grads_final_event, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&g->side_done, cudaEventDisableTiming));
-    for (cudaEvent_t *e : {&g->dfch_ready, &g->fc_bias_done, &g->sums_final, &g->forward_done, &g->gelu_recomputed}) {
+    for (cudaEvent_t *e : {&g->dfch_ready, &g->fc_bias_done, &g->sums_final, &g->forward_done, &g->gelu_recomputed,
+                           &g->fp8_transposed}) {
         cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
     }
     cudaCheck(cudaEventCreateWithFlags(&g->norm_done, cudaEventDisableTiming));
@@ -803,6 +806,10 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
     const size_t *off = g->layout.offset;
     float *scratch = a.reduce_scratch;
 
+    if (g->fp8_transposes_pending) { // the first input gradients read the FP8 weights' transposes
+        cudaCheck(cudaStreamWaitEvent(s, g->fp8_transposed, 0));
+        g->fp8_transposes_pending = 0;
+    }
     if (recomputes_gelu(g, L - 1)) { // its buffer is not the logits': no need to wait for the LM head's backward
         cudaCheck(cudaEventRecord(g->forward_done, s));
         cudaCheck(cudaStreamWaitEvent(g_cuda.sums, g->forward_done, 0));
@@ -935,52 +942,62 @@ template <typename floatX> static float gpt_update(GPT<floatX> *g, const UpdateA
     size_t moments_begin = dp_owned(&g->dp).begin; // the moments hold the owned span only
     /*
      * AdamW of the part of group k this rank owns (all of it without ZeRO-1), then its event. FP8 weights get no
-     * compute-precision copy. Under delayed scaling their scale is the history's, so their update is the source of
-     * their cast (Fp8AdamWOf: one pass writes the weight, its moments and its FP8 codes, row-major and transposed);
-     * under current scaling, or ZeRO-1 (a rank updates part of a tensor), they are cast from their masters after the
-     * update (under ZeRO-1 gathered first), where the side stream closes every group, so the last group's event still
-     * follows all the others (updated_join).
+     * compute-precision copy: under delayed scaling AdamW writes their FP8 codes itself (their scale is the history's),
+     * and their transposes, which only the backward reads, are made on the sums stream, idle until then
+     * (fp8_transposed); under current scaling they are cast from their masters (under ZeRO-1 gathered first), scale
+     * and all. In fp8 the side stream closes every group, so the last group's event still follows all the others
+     * (updated_join).
      */
-    bool fused_fp8 = g->fp8 && !g->dp.zero && !fp8_scales_current(g->fp8);
+    bool fused_fp8 = g->fp8 && !fp8_scales_current(g->fp8);
+    AdamWFp8 f8;
+    memset(&f8, 0, sizeof(f8));
+    if (g->fp8) { f8 = adamw_fp8_of(g->fp8); }
     auto update_group = [&](int k) {
         auto fp8_weight = [&](int tensor) { return k < L && fp8_layer(g, k) && block_linear_of_weight(tensor) >= 0; };
+        // the FP8 codes of element e of an FP8 weight of this layer
+        auto fp8_code = [&](int tensor, size_t e) {
+            return block_linear(g, k, block_linear_of_weight(tensor)).fp8->w + (e - param_slice_begin(g, tensor, k));
+        };
         ParamGroup own = dp_owned_group(&g->dp, k);
         AdamWGroup grp;
         memset(&grp, 0, sizeof(grp));
         for (int i = 0; i < own.count; i++) {
             size_t o = own.span[i].begin;
             int t = own.tensor[i];
-            if (fused_fp8 && fp8_weight(t)) { continue; }
             adamw_group_add(&grp, o, o - moments_begin, own.span[i].count,
                             param_is_decayed(t) ? u->weight_decay : 0.0f, !fp8_weight(t));
-        }
-        adamw_update(g->params, copy, g->grads, g->m, g->v, &grp, step, a.scalars + 1, side);
-        if (fused_fp8 && k < L && fp8_layer(g, k)) {
-            for (int j = 0; j < BLOCK_LINEARS; j++) {
-                const Linear<floatX> &lin = block_linear(g, k, j);
-                size_t b = param_slice_begin(g, BLOCK_LINEAR_WEIGHT[j], k);
-                Fp8AdamWOf update = {g->params + b, g->m + b, g->v + b, g->grads + b, step, a.scalars + 1,
-                                     u->weight_decay};
-                Fp8CastOut o = {lin.fp8->w, lin.fp8->w_t, lin.out, 0, NULL};
-                fp8_cast(g->fp8, fp8_tensor_of(lin, FP8_WEIGHT), update, lin.out, lin.in, o, true, false,
-                         (float *)NULL, side);
+            if (fused_fp8 && fp8_weight(t)) {
+                adamw_group_fp8(&grp, fp8_code(t, o), fp8_tensor(k, block_linear_of_weight(t), FP8_WEIGHT));
             }
         }
+        adamw_update(g->params, copy, g->grads, g->m, g->v, &grp, step, a.scalars + 1, f8, side);
         cudaCheck(cudaEventRecord(g->updated[k], side));
         if (g->dp.zero) {
             dp_gather_group(&g->dp, k, [&](Span part, int tensor) -> DpPart {
-                if (fp8_weight(tensor)) { return {g->params + part.begin, ncclFloat32}; }
-                return {g->weights + part.begin, NcclType<floatX>::id};
+                if (!fp8_weight(tensor)) { return {g->weights + part.begin, NcclType<floatX>::id}; }
+                if (fused_fp8) { return {fp8_code(tensor, part.begin), ncclUint8}; }
+                return {g->params + part.begin, ncclFloat32};
             }, g->updated[k]);
         }
-        if (g->fp8 && !fused_fp8) {
+        if (g->fp8) {
             cudaCheck(cudaStreamWaitEvent(side, g->updated[k], 0));
-            if (k < L && fp8_layer(g, k)) { fp8_cast_layer_weights(g, k, g->fp8_partials[1], side); }
+            if (!fused_fp8 && fp8_layer(g, k)) { fp8_cast_layer_weights(g, k, g->fp8_partials[1], side); }
             cudaCheck(cudaEventRecord(g->updated[k], side));
+        }
+        if (fused_fp8 && k < L && fp8_layer(g, k)) { // on the sums stream, idle until the backward
+            cudaCheck(cudaStreamWaitEvent(g_cuda.sums, g->updated[k], 0));
+            for (int j = 0; j < BLOCK_LINEARS; j++) {
+                const Linear<floatX> &lin = block_linear(g, k, j);
+                fp8_transpose(lin.fp8->w, lin.fp8->w_t, lin.out, lin.in, g_cuda.sums);
+            }
         }
     };
     update_group(L);
     for (int l = 0; l < L; l++) { update_group(l); }
+    if (fused_fp8) {
+        cudaCheck(cudaEventRecord(g->fp8_transposed, g_cuda.sums));
+        g->fp8_transposes_pending = 1;
+    }
     g->update_pending = 1;
     comm_wait_event(g->scalars_ready, "the gradient norm");
     if (g->fp8) { fp8_check_step(g->fp8, u->t); }

@@ -7,7 +7,7 @@
  * The norm is a two-pass reduction (a partial sum per fixed chunk, then the chunks in order, in double), so it is
  * deterministic; it stays on the GPU, where AdamW reads the clip factor, and the host copies it only to log it.
  * Master weights, gradients and moments are fp32; in bf16 mode AdamW also writes the bf16 copy the GEMMs read, and
- * in fp8 under delayed scaling an FP8 weight's update is the source of its cast (Fp8AdamWOf).
+ * in fp8 under delayed scaling the FP8 codes of the weights whose GEMMs run in FP8 (AdamWFp8).
  */
 #ifndef LLMC_ADAMW_CUH
 #define LLMC_ADAMW_CUH
@@ -171,9 +171,29 @@ typedef struct {
     size_t n[NORM_SLICES_MAX];
     float weight_decay[NORM_SLICES_MAX];
     int copy[NORM_SLICES_MAX];       // write the span's compute-precision copy (not an FP8 weight: its copy is cast)
+    uint8_t *fp8[NORM_SLICES_MAX];   // an FP8 weight under delayed scaling: its E4M3 codes (adamw_group_fp8), or NULL
+    int fp8_tensor[NORM_SLICES_MAX]; // and its tensor (fp8_tensor)
     int chunk_end[NORM_SLICES_MAX];  // chunk_end_append
     int count;
 } AdamWGroup;
+
+/*
+ * The FP8 side of an update under delayed scaling (llmc/fp8.cuh): a weight's scale is its history's, known before the
+ * update, so AdamW writes the E4M3 codes of the updated weights as it goes (the bytes fp8_cast would write from the
+ * masters: the same product and conversion), records their amax, and sets the tensor's scale; the transposed copy is
+ * made later (fp8_transpose), where the backward needs it.
+ */
+typedef struct {
+    const float *amax_scale;
+    unsigned *amax_step;
+    float *scale, *scale_inv;
+    float margin_scale;
+} AdamWFp8;
+
+static AdamWFp8 adamw_fp8_of(const Fp8Device *d) {
+    AdamWFp8 f = {d->amax_scale, d->amax_step, d->scale, d->scale_inv, d->recipe.margin_scale};
+    return f;
+}
 
 // Appends a span of n parameters (n % 4 == 0) whose moments start at `moments`.
 static void adamw_group_add(AdamWGroup *g, size_t begin, size_t moments, size_t n, float weight_decay, int copy) {
@@ -190,79 +210,68 @@ static void adamw_group_add(AdamWGroup *g, size_t begin, size_t moments, size_t 
 
 static inline int adamw_group_chunks(const AdamWGroup *g) { return g->count ? g->chunk_end[g->count - 1] : 0; }
 
-
-// One parameter's update (the definition at the top), the same arithmetic in every kernel that updates.
-__device__ __forceinline__ void adamw_param(float &p, float g, float &m, float &v, const AdamWStep &a, float clip,
-                                            float weight_decay) {
-    float gi = g * clip;
-    m = a.beta1 * m + (1.0f - a.beta1) * gi;
-    v = a.beta2 * v + (1.0f - a.beta2) * gi * gi;
-    float mhat = m / a.bias_corr1, vhat = v / a.bias_corr2;
-    p -= a.lr * (mhat / (sqrtf(vhat) + a.eps) + weight_decay * p);
+// The last span added writes the E4M3 codes of tensor t (fp8_tensor) to codes (its first element's byte; 4-aligned).
+static void adamw_group_fp8(AdamWGroup *g, uint8_t *codes, int t) {
+    g->fp8[g->count - 1] = codes;
+    g->fp8_tensor[g->count - 1] = t;
 }
 
 // copy (the compute-precision weights) is NULL when the GEMMs read the master weights themselves (fp32 mode); a span
 // without its copy flag leaves it alone.
 template <typename T>
 __global__ void __launch_bounds__(ADAMW_THREADS) adamw_kernel(float *p, T *copy, const float *g, float *m, float *v,
-                                                              AdamWGroup grp, AdamWStep a, const float *norm_clip) {
+                                                              AdamWGroup grp, AdamWStep a, const float *norm_clip,
+                                                              AdamWFp8 f8) {
+    __shared__ unsigned s_max[WARP_SIZE];
     const float clip = norm_clip[1];
     const int2 sc = block_span_chunk(grp);
     const int k = sc.x;
     size_t j = (size_t)sc.y * ADAMW_CHUNK + threadIdx.x * 4;
-    if (j >= grp.n[k]) { return; }
-    size_t i = grp.begin[k] + j, mi = grp.moments[k] + j;
-    float4 p4 = *reinterpret_cast<float4 *>(p + i), g4 = *reinterpret_cast<const float4 *>(g + i);
-    float4 m4 = *reinterpret_cast<float4 *>(m + mi), v4 = *reinterpret_cast<float4 *>(v + mi);
-    float *pp = &p4.x, *gg = &g4.x, *mm = &m4.x, *vv = &v4.x;
-    for (int e = 0; e < 4; e++) {
-        adamw_param(pp[e], gg[e], mm[e], vv[e], a, clip, grp.weight_decay[k]);
-        if (copy && grp.copy[k]) { copy[i + e] = from_float<T>(pp[e]); }
-    }
-    *reinterpret_cast<float4 *>(p + i) = p4;
-    *reinterpret_cast<float4 *>(m + mi) = m4;
-    *reinterpret_cast<float4 *>(v + mi) = v4;
-}
-
-// An empty group (a ZeRO-1 rank that owns none of it) launches nothing.
-template <typename T>
-static void adamw_update(float *p, T *copy, const float *g, float *m, float *v, const AdamWGroup *grp,
-                         AdamWStep a, const float *norm_clip, cudaStream_t stream) {
-    int blocks = adamw_group_chunks(grp);
-    if (blocks == 0) { return; }
-    adamw_kernel<<<blocks, ADAMW_THREADS, 0, stream>>>(p, copy, g, m, v, *grp, a, norm_clip);
-    cudaCheckLaunch();
-}
-
-/*
- * An FP8 weight's update as the source of its cast (llmc/fp8.cuh's fp8_cast): under delayed scaling its scale is the
- * history's, known before the update, so one pass updates the weight, its moments and master (adamw_param, as
- * adamw_kernel), and casts the new values to FP8, row-major and transposed: the bytes a cast of the updated masters
- * gives, without reading them again or transposing the codes in a pass of its own. p, g, m, v: the tensor's (layer
- * slice's) first element in each buffer (all of it on this rank: not under ZeRO-1).
- */
-struct Fp8AdamWOf {
-    float *p, *m, *v;
-    const float *g;
-    AdamWStep a;
-    const float *norm_clip;
-    float weight_decay;
-    __device__ __forceinline__ void operator()(float *out, size_t i) const {
-        const float clip = norm_clip[1];
-#pragma unroll
-        for (int h = 0; h < FP8_VEC; h += 4) {
-            float4 p4 = *reinterpret_cast<float4 *>(p + i + h), g4 = *reinterpret_cast<const float4 *>(g + i + h);
-            float4 m4 = *reinterpret_cast<float4 *>(m + i + h), v4 = *reinterpret_cast<float4 *>(v + i + h);
-            float *pp = &p4.x, *gg = &g4.x, *mm = &m4.x, *vv = &v4.x;
-            for (int e = 0; e < 4; e++) {
-                adamw_param(pp[e], gg[e], mm[e], vv[e], a, clip, weight_decay);
-                out[h + e] = pp[e];
+    unsigned amax = 0;
+    if (j < grp.n[k]) {
+        size_t i = grp.begin[k] + j, mi = grp.moments[k] + j;
+        float4 p4 = *reinterpret_cast<float4 *>(p + i), g4 = *reinterpret_cast<const float4 *>(g + i);
+        float4 m4 = *reinterpret_cast<float4 *>(m + mi), v4 = *reinterpret_cast<float4 *>(v + mi);
+        float *pp = &p4.x, *gg = &g4.x, *mm = &m4.x, *vv = &v4.x;
+        for (int e = 0; e < 4; e++) {
+            float gi = gg[e] * clip;
+            mm[e] = a.beta1 * mm[e] + (1.0f - a.beta1) * gi;
+            vv[e] = a.beta2 * vv[e] + (1.0f - a.beta2) * gi * gi;
+            float mhat = mm[e] / a.bias_corr1, vhat = vv[e] / a.bias_corr2;
+            pp[e] -= a.lr * (mhat / (sqrtf(vhat) + a.eps) + grp.weight_decay[k] * pp[e]);
+            if (copy && grp.copy[k]) { copy[i + e] = from_float<T>(pp[e]); }
+        }
+        *reinterpret_cast<float4 *>(p + i) = p4;
+        *reinterpret_cast<float4 *>(m + mi) = m4;
+        *reinterpret_cast<float4 *>(v + mi) = v4;
+        if (grp.fp8[k]) {
+            int t = grp.fp8_tensor[k];
+            float scale = fp8_scale_of(f8.amax_scale[t], FP8_E4M3, f8.margin_scale);
+            unsigned lo = fp8_pair(pp[0] * scale, pp[1] * scale, FP8_E4M3);
+            unsigned hi = fp8_pair(pp[2] * scale, pp[3] * scale, FP8_E4M3);
+            *reinterpret_cast<unsigned *>(grp.fp8[k] + j) = lo | hi << 16;
+            amax = max(max(abs_bits(pp[0]), abs_bits(pp[1])), max(abs_bits(pp[2]), abs_bits(pp[3])));
+            if (j == 0) {
+                f8.scale[(size_t)t * FP8_SCALE_STRIDE] = scale;
+                f8.scale_inv[(size_t)t * FP8_SCALE_STRIDE] = 1.0f / scale;
             }
-            *reinterpret_cast<float4 *>(p + i + h) = p4;
-            *reinterpret_cast<float4 *>(m + i + h) = m4;
-            *reinterpret_cast<float4 *>(v + i + h) = v4;
         }
     }
-};
+    if (grp.fp8[k]) { // a block works in one span only
+        amax = block_max_bits(amax, s_max);
+        if (threadIdx.x == 0) { atomicMax(f8.amax_step + grp.fp8_tensor[k], amax); }
+    }
+}
+
+// An empty group (a ZeRO-1 rank that owns none of it) launches nothing. f8: where the spans with FP8 codes
+// (adamw_group_fp8) get their scales.
+template <typename T>
+static void adamw_update(float *p, T *copy, const float *g, float *m, float *v, const AdamWGroup *grp,
+                         AdamWStep a, const float *norm_clip, AdamWFp8 f8, cudaStream_t stream) {
+    int blocks = adamw_group_chunks(grp);
+    if (blocks == 0) { return; }
+    adamw_kernel<<<blocks, ADAMW_THREADS, 0, stream>>>(p, copy, g, m, v, *grp, a, norm_clip, f8);
+    cudaCheckLaunch();
+}
 
 #endif // LLMC_ADAMW_CUH

@@ -266,6 +266,37 @@ __global__ void __launch_bounds__(FP8_CAST_THREADS) fp8_cast_kernel(Src src, int
     }
 }
 
+// cols_t (cols, rows) = the transpose of the FP8 codes in (rows, cols) (row counts and cols % 16 == 0): 64 x 64 byte
+// tiles through shared memory, 16-byte loads and stores. Grid (column tiles, row tiles), FP8_TRANSPOSE_THREADS.
+#define FP8_TRANSPOSE_TILE 64
+#define FP8_TRANSPOSE_THREADS 256
+__global__ void __launch_bounds__(FP8_TRANSPOSE_THREADS)
+    fp8_transpose_kernel(const uint8_t *in, uint8_t *cols_t, int rows, int cols) {
+    constexpr int SEG = 16, SEGS = FP8_TRANSPOSE_TILE / SEG; // a thread's 16 bytes; 4 of them a tile row
+    __shared__ uint8_t tile[FP8_TRANSPOSE_TILE][FP8_TRANSPOSE_TILE + 4];
+    const int r0 = blockIdx.y * FP8_TRANSPOSE_TILE, c0 = blockIdx.x * FP8_TRANSPOSE_TILE;
+    int tr = threadIdx.x / SEGS, tc = (threadIdx.x % SEGS) * SEG;
+    if (r0 + tr < rows && c0 + tc < cols) {
+        uint4 v = *reinterpret_cast<const uint4 *>(in + (size_t)(r0 + tr) * cols + c0 + tc);
+        const uint8_t *b = reinterpret_cast<const uint8_t *>(&v);
+        for (int k = 0; k < SEG; k++) { tile[tr][tc + k] = b[k]; }
+    }
+    __syncthreads();
+    // output row c0 + tr: its bytes tc .. tc + 15 are input rows r0 + tc .. r0 + tc + 15
+    if (c0 + tr < cols && r0 + tc < rows) {
+        uint4 v;
+        uint8_t *b = reinterpret_cast<uint8_t *>(&v);
+        for (int k = 0; k < SEG; k++) { b[k] = tile[tc + k][tr]; }
+        *reinterpret_cast<uint4 *>(cols_t + (size_t)(c0 + tr) * rows + r0 + tc) = v;
+    }
+}
+
+static void fp8_transpose(const uint8_t *in, uint8_t *cols_t, int rows, int cols, cudaStream_t stream) {
+    dim3 grid(ceil_div_int(cols, FP8_TRANSPOSE_TILE), ceil_div_int(rows, FP8_TRANSPOSE_TILE));
+    fp8_transpose_kernel<<<grid, FP8_TRANSPOSE_THREADS, 0, stream>>>(in, cols_t, rows, cols);
+    cudaCheckLaunch();
+}
+
 // partials[block] = the largest |value| of the block's grid-strided share of src's n values (n % FP8_VEC == 0).
 template <typename Src>
 __global__ void __launch_bounds__(FP8_CAST_THREADS) fp8_amax_kernel(Src src, size_t n, float *partials) {

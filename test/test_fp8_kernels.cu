@@ -7,7 +7,7 @@
  *   at an aligned one: every byte equals fp8_encode of the value times the scale the recipe gives (current scaling: the tensor's own amax through the amax pass; delayed
  *   scaling: a given amax; a cast again: the stored scale), the bytes around the written region are untouched, and
  *   the scale, scale_inv and recorded amax are the host's;
- * - an FP8 weight's update as its cast's source against AdamW and then a cast of the updated masters;
+ * - the byte transpose; AdamW writing a weight's FP8 codes (delayed scaling) against a cast of the updated masters;
  * - the history kernel against fp8_history_push over steps, and its verdict on a NaN amax;
  * - FP8 GEMMs in the three layouts the linear layers use (forward; input gradient through W's transposed copy; weight
  *   gradient through both transposed copies, accumulating into fp32), against an fp64 sum of the same products times
@@ -243,21 +243,40 @@ static void test_casts(void) {
     }
 }
 
-// An FP8 weight's update as its cast's source (adamw.cuh's Fp8AdamWOf) against adamw_kernel then a cast of the updated
-// masters (delayed scaling): the same weights and moments, bytes, scale and amax.
-static void test_adamw_cast(void) {
-    const int R = 200, Cn = 336; // partial tiles
-    const size_t n = (size_t)R * Cn;
-    std::vector<float> p(n), gr(n), m(n), v(n);
+// fp8_transpose against the host's transpose, at shapes that leave partial tiles.
+static void test_transpose(void) {
+    const int shapes[][2] = {{64, 64}, {80, 48}, {4800, 1600}, {16, 1024}};
+    for (const auto &sh : shapes) {
+        int R = sh[0], Cn = sh[1];
+        std::vector<uint8_t> h((size_t)R * Cn);
+        for (auto &x : h) { x = (uint8_t)(rand_uniform() * 127.0f + 128.0f); }
+        uint8_t *in = to_device(h), *out;
+        cudaCheck(cudaMalloc(&out, h.size()));
+        fp8_transpose(in, out, R, Cn, g_cuda.stream);
+        std::vector<uint8_t> got = to_host(out, h.size());
+        long bad = 0;
+        for (int r = 0; r < R; r++) {
+            for (int c = 0; c < Cn; c++) { bad += got[(size_t)c * R + r] != h[(size_t)r * Cn + c]; }
+        }
+        char name[64];
+        snprintf(name, sizeof(name), "transpose_%dx%d", R, Cn);
+        check(bad == 0, name, "%ld bytes misplaced", bad);
+        cudaCheck(cudaFree(in));
+        cudaCheck(cudaFree(out));
+    }
+}
+
+// AdamW writing a weight's FP8 codes (delayed scaling) gives the bytes, scale and amax of a cast of the updated
+// masters with the same history amax.
+static void test_adamw_fp8(void) {
+    const size_t n = 3 * 64 * 1024 + 512; // a span of several chunks, the last partial
+    std::vector<float> p(n), gr(n), z(n, 0.0f);
     for (size_t i = 0; i < n; i++) {
         p[i] = 0.05f * rand_uniform();
         gr[i] = 0.01f * rand_uniform();
-        m[i] = 1e-3f * rand_uniform();
-        v[i] = 1e-6f * fabsf(rand_uniform());
     }
-    float *p1 = to_device(p), *g1 = to_device(gr), *m1 = to_device(m), *v1 = to_device(v);
-    float *p2 = to_device(p), *m2 = to_device(m), *v2 = to_device(v);
-    float *clip = to_device(std::vector<float>{0.0f, 0.7f});
+    float *dp = to_device(p), *dg = to_device(gr), *dm = to_device(z), *dv = to_device(z);
+    float *clip = to_device(std::vector<float>{0.0f, 1.0f});
     Fp8Recipe r = recipe(FP8_DELAYED, 0);
     Fp8Device d;
     fp8_device_init(&d, &r, 1);
@@ -265,35 +284,27 @@ static void test_adamw_cast(void) {
     int t = fp8_tensor(0, LIN_QKV, FP8_WEIGHT);
     float hist = 0.04f;
     cudaCheck(cudaMemcpy(d.amax_scale + t, &hist, sizeof(float), cudaMemcpyHostToDevice));
-    uint8_t *rows[2], *cols[2];
-    for (int i = 0; i < 2; i++) {
-        cudaCheck(cudaMalloc(&rows[i], n));
-        cudaCheck(cudaMalloc(&cols[i], n));
-    }
-    AdamWStep step = {1e-3f, 0.9f, 0.95f, 0.1f, 0.05f, 1e-8f};
-    // 1. the fused update
-    Fp8AdamWOf update = {p1, m1, v1, g1, step, clip, 0.1f};
-    Fp8CastOut o1 = {rows[0], cols[0], R, 0, NULL};
-    run_cast(&d, t, update, R, Cn, o1, false, (float *)NULL);
-    unsigned amax1 = to_host(d.amax_step + t, 1)[0];
-    float scale1 = to_host(fp8_scale(&d, t), 1)[0];
-    cudaCheck(cudaMemset(d.amax_step + t, 0, sizeof(unsigned)));
-    // 2. AdamW, then a cast of the masters
+    uint8_t *codes, *cast;
+    cudaCheck(cudaMalloc(&codes, n));
+    cudaCheck(cudaMalloc(&cast, n));
     AdamWGroup grp;
     memset(&grp, 0, sizeof(grp));
     adamw_group_add(&grp, 0, 0, n, 0.1f, 0);
-    adamw_update(p2, (bf16 *)NULL, g1, m2, v2, &grp, step, clip, g_cuda.stream);
-    Fp8CastOut o2 = {rows[1], cols[1], R, 0, NULL};
-    run_cast(&d, t, Fp8Plain<float>{p2}, R, Cn, o2, false, (float *)NULL);
-    unsigned amax2 = to_host(d.amax_step + t, 1)[0];
-    bool same = to_host(p1, n) == to_host(p2, n) && to_host(m1, n) == to_host(m2, n) &&
-                to_host(v1, n) == to_host(v2, n) && to_host(rows[0], n) == to_host(rows[1], n) &&
-                to_host(cols[0], n) == to_host(cols[1], n);
-    check(same && amax1 == amax2 && scale1 == fp8_scale_of(hist, FP8_E4M3, 1.0f), "adamw_as_cast_source",
-          "weights, moments or codes %s; amax bits 0x%08x vs 0x%08x; scale %g", same ? "equal" : "differ", amax1, amax2,
-          scale1);
-    for (void *q : {(void *)p1, (void *)g1, (void *)m1, (void *)v1, (void *)p2, (void *)m2, (void *)v2, (void *)clip,
-                    (void *)rows[0], (void *)rows[1], (void *)cols[0], (void *)cols[1]}) {
+    adamw_group_fp8(&grp, codes, t);
+    AdamWStep step = {1e-3f, 0.9f, 0.95f, 0.1f, 0.05f, 1e-8f};
+    adamw_update(dp, (bf16 *)NULL, dg, dm, dv, &grp, step, clip, adamw_fp8_of(&d), g_cuda.stream);
+    cudaCheck(cudaStreamSynchronize(g_cuda.stream));
+    float scale = to_host(fp8_scale(&d, t), 1)[0];
+    unsigned amax = to_host(d.amax_step + t, 1)[0];
+    cudaCheck(cudaMemset(d.amax_step + t, 0, sizeof(unsigned)));
+    Fp8CastOut o = {cast, NULL, 0, 0, NULL};
+    run_cast(&d, t, Fp8Plain<float>{dp}, 1, (int)n, o, false, (float *)NULL);
+    std::vector<uint8_t> a = to_host(codes, n), b = to_host(cast, n);
+    unsigned amax_cast = to_host(d.amax_step + t, 1)[0];
+    check(a == b && amax == amax_cast && scale == fp8_scale_of(hist, FP8_E4M3, 1.0f), "adamw_writes_fp8_codes",
+          "codes %s, amax bits 0x%08x vs the cast's 0x%08x, scale %g", a == b ? "equal" : "differ", amax, amax_cast,
+          scale);
+    for (void *q : {(void *)dp, (void *)dg, (void *)dm, (void *)dv, (void *)clip, (void *)codes, (void *)cast}) {
         cudaCheck(cudaFree(q));
     }
 }
@@ -444,7 +455,8 @@ int main(void) {
     cuda_context_init();
     test_every_bf16();
     test_casts();
-    test_adamw_cast();
+    test_transpose();
+    test_adamw_fp8();
     test_history();
     test_gemms();
     return test_exit();
