@@ -27,7 +27,7 @@ record() { # name, log, exit status
     p=$(grep -c '^PASS ' "$2"); f=$(grep -c '^FAIL ' "$2")
     if [ "$3" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
     [ "$f" -eq 0 ] || failed=$((failed + 1))
-    rows+=("$(printf '%-28s %5d %5d  %s' "$1" "$p" "$f" "$(grep -h '^parity' "$2" | sed 's/^parity [a-z0-9]*: //')")")
+    rows+=("$(printf '%-44s %5d %5d  %s' "$1" "$p" "$f" "$(grep -h '^parity' "$2" | sed 's/^parity [a-z0-9-]*: //')")")
 }
 
 for ref in "${REFS[@]}"; do
@@ -70,7 +70,7 @@ for prec in bf16 fp8; do
 done
 
 echo
-printf '%-28s %5s %5s  %s\n' "test" "pass" "fail" "worst errors"
+printf '%-44s %5s %5s  %s\n' "test" "pass" "fail" "worst errors"
 for r in "${rows[@]}"; do echo "$r"; done
 [ "$failed" -eq 0 ] && echo "all GPU tests passed" || echo "$failed GPU test(s) failed"
 [ "$failed" -eq 0 ]
