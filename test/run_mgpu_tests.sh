@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Multi-GPU tests (make mgpu-test), on a machine with 2 or more GPUs. PASS/FAIL/SKIP lines, a parity table, and
 # last a summary line "N passed, N failed, N skipped"; non-zero exit on any failure.
-# 1. parity: a small model (2 layers, width 256, 4 heads of 64: TP=4 splits the heads and the padded vocabulary
+# 1. parity (fp32, bf16, fp8): a small model (2 layers, width 256, 4 heads of 64: TP=4 splits the heads and the padded vocabulary
 #    50304), 20 steps with the same global batch and seed on one GPU and on each parallel layout of the LAYOUTS
 #    table that this machine has the GPUs for (the others print SKIP), compared by test/bin/compare_runs: the train
 #    loss and the gradient norm of every step, the settings, and every final weight tensor (see its header: the
@@ -26,6 +26,16 @@
 #      bug), norm 1e-2 (5x that; gradients summed twice are 1.0 off, not summed 0.3), weights 1e-2 with a stray
 #      fraction 5e-2 (as the GPU-vs-CPU parity test; the half-batch bug puts 20-95% of every tensor but the
 #      LayerNorm weights beyond 1e-2).
+#    fp8: FP8 rounds every GEMM operand to 3 (E4M3) or 2 (E5M2) mantissa bits, so a last-bit difference that moves
+#      a value across a rounding boundary changes it by up to 2^-4 (2^-3), and the runs drift apart far faster than
+#      in bf16. Measured with the CPU build's exact FP8 emulation (fp32 around the FP8 GEMMs, so no bf16 on top),
+#      this test's model, micro-batches of 4 against 2 sequences (the gradient sums reordered as DP reorders them):
+#      loss 1.1e-4, norm 2.4e-3, weights apart by up to 19% of a matrix's largest element and 82% of a bias's (all
+#      within the sign-flip bound); beyond 1e-2: 2-14% of a matrix's elements, 9-47% of a bias's; beyond 5e-2: at
+#      most 5.9% of any tensor (fp32 under the same reordering: loss 1e-7, weights 1.7e-4). Half the batch (the
+#      not-summed bug) in fp8: loss 4.0e-2, norm 0.29; beyond 5e-2: 40-72% of every bias, 25-27% of the projection
+#      matrices. So: loss 2e-3 (18x the reordering, room for the GPU's bf16 roundings; 20x below the bug), norm
+#      2e-2 (8x; 15x below the bug), weights 5e-2 with a stray fraction 1.5e-1 (2.5x the reordering's 5.9%).
 # 2. resume (bf16, under mpirun): TP=2, TP=2+SP and DP=2+ZeRO-1 runs checkpointed at step 10 and resumed must end
 #    with the same step-20 model file, byte for byte, as the same run straight through.
 # 3. faults (2 ranks): kill -9 of one rank mid-run (rank 1, then rank 0): the other exits non-zero within
@@ -42,6 +52,7 @@ NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
 STEPS=20
 LOSS_TOL_FP32=1e-5; NORM_TOL_FP32=1e-5; WEIGHT_TOL_FP32=1e-5; STRAY_FP32=5e-2
 LOSS_TOL_BF16=1e-3; NORM_TOL_BF16=1e-2; WEIGHT_TOL_BF16=1e-2; STRAY_BF16=5e-2
+LOSS_TOL_FP8=2e-3; NORM_TOL_FP8=2e-2; WEIGHT_TOL_FP8=5e-2; STRAY_FP8=1.5e-1
 FAULT_LIMIT_S=60
 RUN_TIMEOUT_S=600
 PORT_BASE=${PORT_BASE:-29600}
@@ -101,11 +112,11 @@ wait_all() {
 # compare NAME PREC REF_DIR: compare_runs of $LOG_DIR/NAME against REF_DIR; counts its checks, adds a table row.
 compare() {
     local name=$1 prec=$2 ref=$3 out rc p
-    if [ "$prec" = fp32 ]; then
-        p=("$LOSS_TOL_FP32" "$NORM_TOL_FP32" "$WEIGHT_TOL_FP32" "$STRAY_FP32")
-    else
-        p=("$LOSS_TOL_BF16" "$NORM_TOL_BF16" "$WEIGHT_TOL_BF16" "$STRAY_BF16")
-    fi
+    case $prec in
+        fp32) p=("$LOSS_TOL_FP32" "$NORM_TOL_FP32" "$WEIGHT_TOL_FP32" "$STRAY_FP32") ;;
+        bf16) p=("$LOSS_TOL_BF16" "$NORM_TOL_BF16" "$WEIGHT_TOL_BF16" "$STRAY_BF16") ;;
+        fp8) p=("$LOSS_TOL_FP8" "$NORM_TOL_FP8" "$WEIGHT_TOL_FP8" "$STRAY_FP8") ;;
+    esac
     out=$(test/bin/compare_runs "$ref" "$LOG_DIR/$name" "$STEPS" "${p[@]}" 2>&1); rc=$?
     passed=$((passed + $(grep -c '^PASS ' <<<"$out"))); failed=$((failed + $(grep -c '^FAIL ' <<<"$out")))
     grep -v '^PASS ' <<<"$out"
@@ -160,7 +171,7 @@ run_layout() {
 echo "GPUs: $NGPU"
 PORT=$PORT_BASE
 if command -v mpirun > /dev/null; then LAUNCH=mpi; else LAUNCH=tcp; fi
-for prec in fp32 bf16; do
+for prec in fp32 bf16 fp8; do
     ref="$LOG_DIR/single_$prec"
     if ! timeout "$RUN_TIMEOUT_S" ./train_gpt "${COMMON[@]}" --precision "$prec" --out-dir "$ref" > "$ref.out" 2>&1; then
         fail_check "single_$prec" "the one-GPU run failed (see $ref.out)"
