@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Multi-GPU tests (make mgpu-test), on a machine with 2 or more GPUs. PASS/FAIL/SKIP lines, a parity table, and
 # last a summary line "N passed, N failed, N skipped"; non-zero exit on any failure.
-# 1. parity (fp32, bf16, fp8): a small model (2 layers, width 256, 4 heads of 64: TP=4 splits the heads and the padded vocabulary
-#    50304), 20 steps with the same global batch and seed on one GPU and on each parallel layout of the LAYOUTS
+# 1. parity (fp32, bf16, fp8): a small model (2 layers, width 256, 4 heads of 64: TP=4 splits the heads and the
+#    padded vocabulary 50304), 20 steps with the same global batch and seed on one GPU and on each parallel layout of the LAYOUTS
 #    table that this machine has the GPUs for (the others print SKIP), compared by test/bin/compare_runs: the train
 #    loss and the gradient norm of every step, the settings, and every final weight tensor (see its header: the
 #    key biases are held to AdamW's sign-flip bound, other elements to WEIGHT_TOL but for a stray fraction).
