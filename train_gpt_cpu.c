@@ -82,6 +82,7 @@ static void cpu_set_opt_state(void *ctx, const float *mi, const float *vi) {
 
 static void cpu_get_fp8_history(void *ctx, Fp8History *h) { cpu_model_get_fp8_history((CpuModel *)ctx, h); }
 static void cpu_set_fp8_history(void *ctx, const Fp8History *h) { cpu_model_set_fp8_history((CpuModel *)ctx, h); }
+static void cpu_destroy(void *ctx) { cpu_model_free((CpuModel *)ctx); }
 
 // The model for micro-batches of B x T, initialized from --seed (the trainer then loads --init-from or a
 // checkpoint over it where asked).
@@ -104,6 +105,7 @@ static ModelOps make_cpu_model(const GPTConfig *config, const Options *opts, con
     ops.get_grads = cpu_get_grads;
     ops.get_opt_state = cpu_get_opt_state;
     ops.set_opt_state = cpu_set_opt_state;
+    ops.destroy = cpu_destroy;
     if (options_fp8(opts)) {
         Fp8Recipe r = fp8_recipe_from_options(opts);
         cpu_model_enable_fp8(m, &r);

@@ -59,6 +59,9 @@ typedef struct {
     // model runs no FP8.
     void (*get_fp8_history)(void *ctx, Fp8History *h);
     void (*set_fp8_history)(void *ctx, const Fp8History *h);
+    // Frees the model at the end of a run; NULL where the process's exit releases it (the GPU build: the driver
+    // frees device memory at exit, and tearing down streams and communicators first only delays it).
+    void (*destroy)(void *ctx);
 } ModelOps;
 
 /*

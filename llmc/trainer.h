@@ -369,6 +369,7 @@ static inline Launcher single_process_launch(void) {
 }
 
 static inline void trainer_free(Trainer *tr) {
+    if (tr->ops.destroy) { tr->ops.destroy(tr->ops.ctx); }
     dataloader_free(&tr->train);
     if (tr->has_val) { dataloader_free(&tr->val); }
     if (tr->has_tok) { tokenizer_free(&tr->tok); }

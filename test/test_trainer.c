@@ -99,6 +99,15 @@ static void toy_set_opt_state(void *ctx, const float *m, const float *v) {
     memcpy(t->v, v, t->n * sizeof(float));
 }
 
+static void toy_destroy(void *ctx) {
+    Toy *t = (Toy *)ctx;
+    free(t->params);
+    free(t->grads);
+    free(t->m);
+    free(t->v);
+    free(t);
+}
+
 static ModelOps toy_factory(const GPTConfig *c, const Options *o, const Mesh *mesh, int B, int T) {
     (void)mesh;
     (void)B;
@@ -126,6 +135,7 @@ static ModelOps toy_factory(const GPTConfig *c, const Options *o, const Mesh *me
     ops.set_params = toy_set_params;
     ops.get_opt_state = toy_get_opt_state;
     ops.set_opt_state = toy_set_opt_state;
+    ops.destroy = toy_destroy;
     return ops;
 }
 
