@@ -601,7 +601,7 @@ template <typename floatX> static void gpt_embed(GPT<floatX> *g, int T, const Fo
 }
 
 // Logits of B x T tokens (already on the GPU) into acts.logits. The micro-batch runs in chunks of whole sequences
-// (llmc/mesh.h's forward_chunk); each half-block (attention, MLP) runs chunk after chunk and begins, once the chunk's
+// (llmc/forward_chunks.h); each half-block (attention, MLP) runs chunk after chunk and begins, once the chunk's
 // last TP sum is in, with the residual add of the half-block below fused into its LayerNorm. A chunk's row-parallel
 // sum (linear_forward) then runs beside the other chunks' work.
 template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T) {

@@ -16,7 +16,7 @@
  * Collectives run on the TP stream (high priority), ordered after the compute stream's work by an event (tp_fork);
  * the compute stream waits for them through comm_compute_wait (tp_join, tp_chunk_wait), which times how long it
  * stood still: the exposed communication the log line reports. Overlap comes from the callers' order:
- *   forward: gpt_forward runs the micro-batch in chunks of whole sequences (llmc/mesh.h's forward_chunk), each
+ *   forward: gpt_forward runs the micro-batch in chunks of whole sequences (llmc/forward_chunks.h), each
  *     half-block (attention, MLP) chunk after chunk. A chunk's collectives (the sum of its row-parallel output;
  *     under SP, one chunk, also the gather of its LayerNorm output) are marked with the chunk's event
  *     (tp_chunk_mark) and waited for only where that chunk reads them, so a sum runs beside the other chunks'
@@ -29,6 +29,7 @@
 #define LLMC_TENSOR_PARALLEL_CUH
 
 #include "comm.cuh"
+#include "forward_chunks.h"
 
 typedef struct {
     int size, rank;     // the TP group
@@ -106,7 +107,7 @@ template <typename T> static void tp_reduce_scatter(TensorParallel *tp, const T 
 }
 
 /*
- * Forward chunk f's rows of buf (cols wide; llmc/mesh.h), summed over the TP group behind the compute stream's work
+ * Forward chunk f's rows of buf (cols wide; llmc/forward_chunks.h), summed over the TP group behind the compute stream's work
  * so far and marked as the chunk's collective: all-reduced in place, or under SP (one chunk, the whole micro-batch)
  * reduce-scattered onto each rank's tokens, in place or at mine if given.
  */
