@@ -4,7 +4,7 @@
  * gpu_launch() finds this process's place in the job (llmc/bootstrap.h) and gives the trainer its Launcher.
  * comm_connect(), once every rank has checked its options: this rank's GPU (local rank modulo the visible GPUs),
  * rank 0's ncclUniqueId to every rank over the bootstrap, the world communicator (ncclCommInitRankConfig), and
- * the TP, GTP and DP groups by ncclCommSplit with llmc/mesh.h's colors and keys. One world is one process: then
+ * the TP, GTP, DP and data groups by ncclCommSplit with llmc/mesh.h's colors and keys. One world is one process: then
  * nothing here runs and no NCCL call is made.
  *
  * No wait is unbounded. Communicators are non-blocking (ncclConfig_t.blocking = 0), and every NCCL call is
@@ -43,7 +43,7 @@
 #define TRACKED_MAX 256              // collectives in flight that a timeout can name
 #define TRACKED_WHAT_LEN 128
 
-typedef enum { COMM_WORLD, COMM_TP, COMM_GTP, COMM_DP, NUM_COMMS } CommId;
+typedef enum { COMM_WORLD, COMM_TP, COMM_GTP, COMM_DP, COMM_DATA, NUM_COMMS } CommId;
 
 template <typename T> struct NcclType;
 template <> struct NcclType<float> {
@@ -60,7 +60,7 @@ template <> struct NcclType<double> {
 typedef struct {
     cudaEvent_t begin, end;
 } WaitTimer;
-static const char *const COMM_NAMES[NUM_COMMS] = {"world", "tp", "gtp", "dp"};
+static const char *const COMM_NAMES[NUM_COMMS] = {"world", "tp", "gtp", "dp", "data"};
 
 typedef struct {
     cudaEvent_t done;
@@ -392,8 +392,8 @@ static void comm_connect(const Mesh *m) {
     ncclCheck(ncclCommInitRankConfig(&c->comms[COMM_WORLD], m->world, id, m->rank, &cfg));
     comm_settle(c->comms[COMM_WORLD], "creating the world communicator", init_timeout);
     comm_publish(COMM_WORLD);
-    const CommId ids[NUM_GROUPS] = {COMM_TP, COMM_GTP, COMM_DP};
-    const MeshGroup groups[NUM_GROUPS] = {GROUP_TP, GROUP_GTP, GROUP_DP};
+    const CommId ids[NUM_GROUPS] = {COMM_TP, COMM_GTP, COMM_DP, COMM_DATA};
+    const MeshGroup groups[NUM_GROUPS] = {GROUP_TP, GROUP_GTP, GROUP_DP, GROUP_DATA};
     for (int g = 0; g < NUM_GROUPS; g++) {
         ncclComm_t *dst = &c->comms[ids[g]];
         ncclCheck(ncclCommSplit(c->comms[COMM_WORLD], mesh_group_color(m, groups[g]), mesh_group_key(m, groups[g]),
@@ -421,8 +421,8 @@ static void comm_sum_over_data_ranks(double *x, int n) {
     if (n > COMM_SCALARS_MAX) { fail("sum_over_data_ranks of %d values; at most %d", n, COMM_SCALARS_MAX); }
     memcpy(c->h_sums, x, (size_t)n * sizeof(double));
     cudaCheck(cudaMemcpyAsync(c->d_sums, c->h_sums, (size_t)n * sizeof(double), cudaMemcpyHostToDevice, c->dp_stream));
-    ncclCheck(ncclAllReduce(c->d_sums, c->d_sums, (size_t)n, ncclFloat64, ncclSum, comm_get(COMM_DP), c->dp_stream));
-    comm_settle(comm_get(COMM_DP), "the all-reduce of the loss", c->timeout_s);
+    ncclCheck(ncclAllReduce(c->d_sums, c->d_sums, (size_t)n, ncclFloat64, ncclSum, comm_get(COMM_DATA), c->dp_stream));
+    comm_settle(comm_get(COMM_DATA), "the all-reduce of the loss", c->timeout_s);
     cudaCheck(cudaMemcpyAsync(c->h_sums, c->d_sums, (size_t)n * sizeof(double), cudaMemcpyDeviceToHost, c->dp_stream));
     cudaCheck(cudaEventRecord(c->sums_done, c->dp_stream));
     comm_track(c->sums_done, "the all-reduce of the loss over the data-parallel ranks");

@@ -7,8 +7,11 @@
  *   TP  group: same (dp, gtp), tp varies    color = dp * GTP + gtp   key = tp
  *   GTP group: same (dp, tp),  gtp varies   color = dp * TP + tp     key = gtp
  *   DP  group: same (gtp, tp), dp varies    color = gtp * TP + tp    key = dp
+ *   data group: same tp, dp and gtp vary    color = tp               key = dp * GTP + gtp (the data rank)
  * The data loader sees DP x GTP data-parallel ranks, data rank = dp * GTP + gtp (the TP color): the ranks of
- * a TP group read the same tokens, any two ranks of different TP groups read different ones.
+ * a TP group read the same tokens, any two ranks of different TP groups read different ones. Whatever sums over
+ * the tokens of a global batch (the loss, validation, the gradients of the tensors GTP leaves whole) sums over the
+ * data group; the DP group only replicates GTP's shards.
  *
  * Sharding, per layer (a linear weight is (out, in) row-major and computes y = x W^T + b):
  *   column-parallel (fc; wte / LM head over the padded vocabulary): rank tp holds rows
@@ -60,15 +63,16 @@ static inline int mesh_rank_of(const Mesh *m, int dp_rank, int gtp_rank, int tp_
 // ---------------------------------------------------------------------------------------------------------
 // Communicator groups: arguments of ncclCommSplit(world, color, key, ...).
 
-typedef enum { GROUP_TP, GROUP_GTP, GROUP_DP, NUM_GROUPS } MeshGroup;
+typedef enum { GROUP_TP, GROUP_GTP, GROUP_DP, GROUP_DATA, NUM_GROUPS } MeshGroup;
 
-static const char *const GROUP_NAMES[NUM_GROUPS] = {"tp", "gtp", "dp"};
+static const char *const GROUP_NAMES[NUM_GROUPS] = {"tp", "gtp", "dp", "data"};
 
 static inline int mesh_group_color(const Mesh *m, MeshGroup g) {
     switch (g) {
     case GROUP_TP: return m->dp_rank * m->gtp + m->gtp_rank;
     case GROUP_GTP: return m->dp_rank * m->tp + m->tp_rank;
-    case GROUP_DP: default: return m->gtp_rank * m->tp + m->tp_rank;
+    case GROUP_DP: return m->gtp_rank * m->tp + m->tp_rank;
+    case GROUP_DATA: default: return m->tp_rank;
     }
 }
 
@@ -76,7 +80,8 @@ static inline int mesh_group_key(const Mesh *m, MeshGroup g) {
     switch (g) {
     case GROUP_TP: return m->tp_rank;
     case GROUP_GTP: return m->gtp_rank;
-    case GROUP_DP: default: return m->dp_rank;
+    case GROUP_DP: return m->dp_rank;
+    case GROUP_DATA: default: return m->data_rank;
     }
 }
 
@@ -84,7 +89,8 @@ static inline int mesh_group_size(const Mesh *m, MeshGroup g) {
     switch (g) {
     case GROUP_TP: return m->tp;
     case GROUP_GTP: return m->gtp;
-    case GROUP_DP: default: return m->dp;
+    case GROUP_DP: return m->dp;
+    case GROUP_DATA: default: return m->data_size;
     }
 }
 

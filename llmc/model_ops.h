@@ -73,7 +73,7 @@ typedef struct {
     // Once every rank has checked its options and inputs: the communicators of the mesh. All ranks take part, so
     // it is also the barrier after which rank 0 may write to the output folder.
     void (*connect)(const Mesh *mesh);
-    // In place: every rank gets the sums of x[0..n) over its data-parallel group.
+    // In place: every rank gets the sums of x[0..n) over its data group (DP x GTP: the ranks that read other tokens).
     void (*sum_over_data_ranks)(double *x, int n);
     // Waits for every rank; `what` names the wait in an error, long_wait allows slow work before it (a checkpoint
     // that rank 0 writes while the others wait).

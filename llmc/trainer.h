@@ -42,7 +42,7 @@ typedef struct {
     Launcher launcher;
     Mesh mesh;
     int is_root;               // rank 0: the one that prints and writes files
-    int dp, accum;             // data-parallel ranks (the loader's data size), micro-steps per optimizer step
+    int data_ranks, accum;     // ranks that read different tokens (DP x GTP, the data group), micro-steps a step
     long long tokens_per_step; // over all ranks
     DataLoader train, val;
     int has_val;
@@ -127,12 +127,12 @@ static inline void trainer_open_data(Trainer *tr) {
     const Options *o = &tr->o;
     long long windows_per_step = tr->tokens_per_step / o->seq_len;
     int data_rank = tr->mesh.data_rank;
-    dataloader_init(&tr->train, o->train_data, o->batch_size, o->seq_len, data_rank, tr->dp, windows_per_step,
-                    (uint64_t)o->seed, 1, tr->config.vocab_size);
+    dataloader_init(&tr->train, o->train_data, o->batch_size, o->seq_len, data_rank, tr->data_ranks,
+                    windows_per_step, (uint64_t)o->seed, 1, tr->config.vocab_size);
     tr->has_val = o->val_every > 0 && o->val_data[0] != '\0';
     if (tr->has_val) {
-        dataloader_init(&tr->val, o->val_data, o->batch_size, o->seq_len, data_rank, tr->dp,
-                        (long long)o->batch_size * tr->dp, (uint64_t)o->seed, 0, tr->config.vocab_size);
+        dataloader_init(&tr->val, o->val_data, o->batch_size, o->seq_len, data_rank, tr->data_ranks,
+                        (long long)o->batch_size * tr->data_ranks, (uint64_t)o->seed, 0, tr->config.vocab_size);
     }
     tr->has_tok = o->sample_every > 0;
     if (tr->has_tok) { tokenizer_init(&tr->tok, o->vocab_dir); }
@@ -197,7 +197,7 @@ static inline void trainer_print_config(const Trainer *tr) {
            c->num_layers, c->channels, c->num_heads, c->max_seq_len, c->vocab_size, c->padded_vocab_size,
            (double)tr->layout.total / 1e6);
     printf("batch: B %d x T %d x %d micro-steps x %d data-parallel ranks = %lld tokens per step | %d steps\n",
-           o->batch_size, o->seq_len, tr->accum, tr->dp, tr->tokens_per_step, o->steps);
+           o->batch_size, o->seq_len, tr->accum, tr->data_ranks, tr->tokens_per_step, o->steps);
     printf("options:\n");
     options_print(stdout, o);
     fflush(stdout);
@@ -206,7 +206,7 @@ static inline void trainer_print_config(const Trainer *tr) {
 // ----------------------------------------------------------------------------------------------------------
 // one optimizer step, validation, samples
 
-// *x summed over the data-parallel ranks (itself on one process).
+// *x summed over the data group (DP x GTP ranks; itself on one process).
 static inline void trainer_sum_over_data_ranks(const Trainer *tr, double *x) {
     if (tr->launcher.sum_over_data_ranks) { tr->launcher.sum_over_data_ranks(x, 1); }
 }
@@ -215,7 +215,7 @@ static inline void trainer_sum_over_data_ranks(const Trainer *tr, double *x) {
 static inline StepStats trainer_step(Trainer *tr, int step) {
     const Options *o = &tr->o;
     double t0 = wall_seconds();
-    float loss_scale = 1.0f / (float)((double)o->batch_size * o->seq_len * tr->accum * tr->dp);
+    float loss_scale = 1.0f / (float)((double)o->batch_size * o->seq_len * tr->accum * tr->data_ranks);
     tr->ops.zero_grad(tr->ops.ctx);
     double loss = 0.0;
     for (int micro = 0; micro < tr->accum; micro++) {
@@ -231,7 +231,7 @@ static inline StepStats trainer_step(Trainer *tr, int step) {
     StepStats s;
     s.step = step + 1;
     s.steps = o->steps;
-    s.loss = (float)(loss / ((double)tr->accum * tr->dp));
+    s.loss = (float)(loss / ((double)tr->accum * tr->data_ranks));
     s.lr = args.lr;
     s.norm = norm;
     s.ms = seconds * 1e3;
@@ -250,7 +250,7 @@ static inline StepStats trainer_step(Trainer *tr, int step) {
 static inline float trainer_validate(Trainer *tr) {
     const Options *o = &tr->o;
     dataloader_reset(&tr->val);
-    long long available = dataloader_num_windows(&tr->val) / ((long long)o->batch_size * tr->dp);
+    long long available = dataloader_num_windows(&tr->val) / ((long long)o->batch_size * tr->data_ranks);
     int batches = available < o->val_batches ? (int)available : o->val_batches;
     double sum = 0.0;
     for (int i = 0; i < batches; i++) {
@@ -258,7 +258,7 @@ static inline float trainer_validate(Trainer *tr) {
         sum += tr->ops.eval_loss(tr->ops.ctx, tr->inputs, tr->targets, o->batch_size, o->seq_len);
     }
     trainer_sum_over_data_ranks(tr, &sum);
-    return (float)(sum / ((double)batches * tr->dp));
+    return (float)(sum / ((double)batches * tr->data_ranks));
 }
 
 // Draws from softmax(logits[0..V)) with the uniform number u, by inverting the cumulative distribution.
@@ -396,13 +396,13 @@ static inline int train_main(int argc, char **argv, LaunchFn launch, ModelFactor
     tr.is_root = tr.launcher.rank == 0;
     tr.mesh = mesh_make(tr.launcher.world, tr.launcher.rank, o->tp, o->gtp);
     mesh_check_world(&tr.mesh);
-    tr.dp = tr.mesh.data_size;
-    options_validate(o, tr.dp);
+    tr.data_ranks = tr.mesh.data_size;
+    options_validate(o, tr.data_ranks);
     tr.config = options_model_config(o);
     mesh_validate(&tr.mesh, &tr.config, o);
     param_layout(&tr.config, &tr.layout);
-    tr.accum = options_grad_accum(o, tr.dp);
-    tr.tokens_per_step = (long long)o->batch_size * o->seq_len * tr.accum * tr.dp;
+    tr.accum = options_grad_accum(o, tr.data_ranks);
+    tr.tokens_per_step = (long long)o->batch_size * o->seq_len * tr.accum * tr.data_ranks;
     if (o->init_from[0] != '\0') {
         ModelFileHeader h = model_file_header(o->init_from);
         model_file_check_fits(o->init_from, &h, &tr.config);

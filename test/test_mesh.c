@@ -40,9 +40,11 @@ static void test_coordinates(void) {
           "%d errors over %d layouts", bad, layouts);
 }
 
+// Whether a and b agree on every coordinate that group kind g does not vary (the data group varies dp and gtp).
 static int other_coords_equal(const Mesh *a, const Mesh *b, MeshGroup g) {
-    return (g == GROUP_TP || a->tp_rank == b->tp_rank) && (g == GROUP_GTP || a->gtp_rank == b->gtp_rank) &&
-           (g == GROUP_DP || a->dp_rank == b->dp_rank);
+    int varies_dp = g == GROUP_DP || g == GROUP_DATA, varies_gtp = g == GROUP_GTP || g == GROUP_DATA;
+    return (g == GROUP_TP || a->tp_rank == b->tp_rank) && (varies_gtp || a->gtp_rank == b->gtp_rank) &&
+           (varies_dp || a->dp_rank == b->dp_rank);
 }
 
 // For each group kind: (color, key) maps the world one-to-one onto [0, world/size) x [0, size), and two ranks
@@ -76,7 +78,7 @@ static void test_groups(void) {
             }
         }
     }
-    check(bad == 0, "tp/gtp/dp groups partition the world (color, key) one-to-one", "%d errors", bad);
+    check(bad == 0, "tp/gtp/dp/data groups partition the world (color, key) one-to-one", "%d errors", bad);
 }
 
 // ---------------------------------------------------------------------------------------------------------
