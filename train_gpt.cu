@@ -201,12 +201,45 @@ template <typename floatX> struct GPT {
     char device_name[256];
 };
 
-// Where layer l's slice of tensor t begins in a flat buffer (parameters, weights or gradients), and the slice.
-template <typename floatX> static size_t param_slice_begin(const GPT<floatX> *g, int t, int l) {
-    return g->layout.offset[t] + (size_t)l * (g->layout.size[t] / g->config.num_layers);
+/*
+ * The one provider of parameter tensors: every reader of a weight, a master weight or a gradient (LayerNorms,
+ * biases, linear layers, embedding, LM head, AdamW's FP8 codes) takes its pointer from a view, as activations come
+ * from layer_acts. A view holds, for layer l, that layer's slice of each of the 12 per-layer tensors (NULL for wte,
+ * wpe and the final LayerNorm), or for MODEL_TENSORS those three whole (NULL for the per-layer ones), in one flat
+ * buffer of the layout (config.h's tensor-major order: layer l's slice of tensor t is the l-th of L equal parts).
+ */
+#define MODEL_TENSORS (-1)
+
+template <typename U> struct ParamView {
+    U *p[NUM_PARAM_TENSORS];
+    U *operator[](int t) const { return p[t]; }
+};
+
+// Where layer l's (or MODEL_TENSORS') part of tensor t begins in a flat buffer; (size_t)-1 where it has none.
+template <typename floatX> static size_t param_view_begin(const GPT<floatX> *g, int t, int l) {
+    if (param_is_per_layer(t) != (l != MODEL_TENSORS)) { return (size_t)-1; }
+    size_t layer = l == MODEL_TENSORS ? 0 : (size_t)l;
+    return g->layout.offset[t] + layer * (g->layout.size[t] / param_num_layers(&g->config, t));
 }
-template <typename floatX, typename U> static U *param_slice(const GPT<floatX> *g, U *base, int t, int l) {
-    return base + param_slice_begin(g, t, l);
+
+template <typename floatX, typename U> static ParamView<U> param_view(const GPT<floatX> *g, U *base, int l) {
+    ParamView<U> v;
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+        size_t b = param_view_begin(g, t, l);
+        v.p[t] = b == (size_t)-1 ? NULL : base + b;
+    }
+    return v;
+}
+
+// What the kernels read (the masters themselves in fp32, else their copy), the fp32 masters, the fp32 gradients.
+template <typename floatX> static ParamView<const floatX> weights_of(const GPT<floatX> *g, int l) {
+    return param_view(g, (const floatX *)g->weights, l);
+}
+template <typename floatX> static ParamView<const float> masters_of(const GPT<floatX> *g, int l) {
+    return param_view(g, (const float *)g->params, l);
+}
+template <typename floatX> static ParamView<float> grads_of(const GPT<floatX> *g, int l) {
+    return param_view(g, g->grads, l);
 }
 
 // Layer l's linear layer `lin` (config.h's LIN_*), made once by linears_make.
@@ -230,16 +263,16 @@ template <typename floatX> static void linears_make(GPT<floatX> *g) {
                              {P_FCB, C, M, LINEAR_COLUMN}, {P_FCPROJB, M, C, LINEAR_ROW}};
     g->linears = (Linear<floatX> *)calloc_check((size_t)L * BLOCK_LINEARS, sizeof(Linear<floatX>), "linear layers");
     for (int l = 0; l < L; l++) {
+        ParamView<const floatX> w = weights_of(g, l);
+        ParamView<float> dw = grads_of(g, l);
         for (int k = 0; k < BLOCK_LINEARS; k++) {
             int tw = BLOCK_LINEAR_WEIGHT[k];
-            Linear<floatX> lin = {spec[k].in, spec[k].out, param_slice(g, (const floatX *)g->weights, tw, l),
-                                  param_slice(g, (const floatX *)g->weights, spec[k].bias, l),
-                                  param_slice(g, g->grads, tw, l), spec[k].split, &g->tp};
+            Linear<floatX> lin = {spec[k].in, spec[k].out, w[tw], w[spec[k].bias], dw[tw], spec[k].split, &g->tp};
             g->linears[l * BLOCK_LINEARS + k] = lin;
         }
     }
-    Linear<floatX> head = {C, g->config.padded_vocab_size / g->tp.size, g->weights + g->layout.offset[P_WTE], NULL,
-                           g->grads + g->layout.offset[P_WTE], LINEAR_COLUMN, &g->tp};
+    Linear<floatX> head = {C, g->config.padded_vocab_size / g->tp.size, weights_of(g, MODEL_TENSORS)[P_WTE], NULL,
+                           grads_of(g, MODEL_TENSORS)[P_WTE], LINEAR_COLUMN, &g->tp};
     g->head = head;
 }
 
@@ -521,7 +554,7 @@ template <typename floatX> static void fp8_cast_layer_weights(GPT<floatX> *g, in
     for (int k = 0; k < BLOCK_LINEARS; k++) {
         const Linear<floatX> &lin = block_linear(g, l, k);
         Fp8CastOut o = {lin.fp8->w, lin.fp8->w_t, lin.out, 0, NULL};
-        Fp8Plain<float> master = {param_slice(g, (const float *)g->params, BLOCK_LINEAR_WEIGHT[k], l)};
+        Fp8Plain<float> master = {masters_of(g, l)[BLOCK_LINEAR_WEIGHT[k]]};
         fp8_cast(g->fp8, fp8_tensor_of(lin, FP8_WEIGHT), master, lin.out, lin.in, o, true, false, partials, s);
     }
 }
@@ -592,10 +625,10 @@ static void chunk_layernorm(GPT<floatX> *g, const ForwardChunk &f, floatX *out, 
 template <typename floatX> static void gpt_embed(GPT<floatX> *g, int T, const ForwardChunk &f) {
     const Activations<floatX> &a = g->acts;
     int C = g->config.channels;
-    const floatX *w = g->weights;
+    ParamView<const floatX> w = weights_of(g, MODEL_TENSORS);
     floatX *dst = g->tp.sp ? a.proj : a.res;
-    encoder_forward(dst + (size_t)f.row * C, g->d_tokens + f.row, w + g->layout.offset[P_WTE],
-                    w + g->layout.offset[P_WPE], f.rows / T, T, C, g->emb, g_cuda.stream);
+    encoder_forward(dst + (size_t)f.row * C, g->d_tokens + f.row, w[P_WTE], w[P_WPE], f.rows / T, T, C, g->emb,
+                    g_cuda.stream);
     tp_chunk_sum(&g->tp, dst, g->tp.sp ? a.res : (floatX *)NULL, C, f, g_cuda.stream,
                  "the tensor-parallel sum of the embeddings");
 }
@@ -611,8 +644,6 @@ template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T)
     int HS = C / c->num_heads, NHl = g->heads;
     const Activations<floatX> &a = g->acts;
     cudaStream_t s = g_cuda.stream;
-    const floatX *w = g->weights;
-    const size_t *off = g->layout.offset;
 
     if (g->fp8 && g->fp8->weights_stale) { // the masters were set from outside (or a tuning pass forgot the casts)
         for (int l = 0; l < L; l++) {
@@ -624,6 +655,7 @@ template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T)
     for (int k = 0; k < K; k++) { gpt_embed(g, T, gpt_chunk(g, B, T, k)); }
     for (int l = 0; l < L; l++) {
         LayerActs<floatX> x = layer_acts(g, l), below = layer_acts(g, l > 0 ? l - 1 : 0);
+        ParamView<const floatX> w = weights_of(g, l);
         const Linear<floatX> &qkv = block_linear(g, l, LIN_QKV), &attproj = block_linear(g, l, LIN_ATTPROJ);
         const Linear<floatX> &fc = block_linear(g, l, LIN_FC), &fcproj = block_linear(g, l, LIN_FCPROJ);
         updated_wait(g, l);
@@ -633,25 +665,25 @@ template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T)
             // block l - 1's output = its attention output + its MLP's (in proj); none below the first block
             chunk_layernorm(g, f, x.ln1, x.ln1_mean, x.ln1_rstd, l > 0 ? x.res_in : (floatX *)NULL,
                             l > 0 ? below.res2 : x.res_in, l > 0 ? a.proj : (const floatX *)NULL,
-                            param_slice(g, w, P_LN1W, l), param_slice(g, w, P_LN1B, l));
+                            w[P_LN1W], w[P_LN1B]);
             linear_forward(qkv, x.qkv, x.ln1, (floatX *)NULL, f, s);
             attention_forward(x.atty + r * A, x.lse + r * NHl, x.qkv + r * 3 * A, f.rows / T, T, NHl, HS, s);
             linear_forward(attproj, a.proj, x.atty, (floatX *)NULL, f, s);
         }
         for (int k = 0; k < K; k++) {
             ForwardChunk f = gpt_chunk(g, B, T, k);
-            chunk_layernorm(g, f, x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, x.res_in, a.proj,
-                            param_slice(g, w, P_LN2W, l), param_slice(g, w, P_LN2B, l));
+            chunk_layernorm(g, f, x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, x.res_in, a.proj, w[P_LN2W], w[P_LN2B]);
             linear_forward(fc, x.h4, x.ln2, x.fch, f, s);
             linear_forward(fcproj, a.proj, x.h4, (floatX *)NULL, f, s);
         }
     }
     LayerActs<floatX> top = layer_acts(g, L - 1);
+    ParamView<const floatX> w = weights_of(g, MODEL_TENSORS);
     int ns = tp_local_tokens(&g->tp, B * T);
     for (int k = 0; k < K; k++) {
         ForwardChunk f = gpt_chunk(g, B, T, k);
-        chunk_layernorm(g, f, a.lnf, a.lnf_stats, a.lnf_stats + ns, top.res_out, top.res2, a.proj, w + off[P_LNFW],
-                        w + off[P_LNFB]);
+        chunk_layernorm(g, f, a.lnf, a.lnf_stats, a.lnf_stats + ns, top.res_out, top.res2, a.proj, w[P_LNFW],
+                        w[P_LNFB]);
         linear_forward(g->head, a.logits, a.lnf, (floatX *)NULL, f, s);
     }
     g->update_pending = 0; // every group was waited for
@@ -738,7 +770,7 @@ template <typename floatX> static void grads_final_join(GPT<floatX> *g) {
  */
 template <typename floatX>
 static void fc_bias_backward(GPT<floatX> *g, int l, int N, int accumulate) {
-    float *db = param_slice(g, g->grads, P_FCB, l);
+    float *db = grads_of(g, l)[P_FCB];
     cudaCheck(cudaEventRecord(g->dfch_ready, g_cuda.stream));
     cudaCheck(cudaStreamWaitEvent(g_cuda.sums, g->dfch_ready, 0));
     const Fp8Linear *fc = block_linear(g, l, LIN_FC).fp8;
@@ -801,9 +833,8 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
     size_t t0 = (size_t)tp_first_token(&g->tp, N) * C;
     const Activations<floatX> &a = g->acts;
     cudaStream_t s = g_cuda.stream;
-    const floatX *w = g->weights;
-    float *dw = g->grads;
-    const size_t *off = g->layout.offset;
+    ParamView<const floatX> wm = weights_of(g, MODEL_TENSORS);
+    ParamView<float> dwm = grads_of(g, MODEL_TENSORS);
     float *scratch = a.reduce_scratch;
 
     if (g->fp8_transposes_pending) { // the first input gradients read the FP8 weights' transposes
@@ -818,9 +849,8 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
     linear_backward(g->head, a.proj, a.logits, a.lnf, (const floatX *)NULL, N, acc, s);
     cudaCheck(cudaMemsetAsync(a.dres, 0, (size_t)N * C * sizeof(floatX), s));
     // Each LayerNorm backward also sums the residual gradient it leaves: the bias gradient of the projection below.
-    layernorm_backward(a.dres + t0, dw + off[P_LNFW], dw + off[P_LNFB], param_slice(g, dw, P_FCPROJB, L - 1), scratch,
-                       a.proj + t0, layer_acts(g, L - 1).res_out, w + off[P_LNFW], a.lnf_stats, a.lnf_stats + ns, ns,
-                       C, acc, s);
+    layernorm_backward(a.dres + t0, dwm[P_LNFW], dwm[P_LNFB], grads_of(g, L - 1)[P_FCPROJB], scratch, a.proj + t0,
+                       layer_acts(g, L - 1).res_out, wm[P_LNFW], a.lnf_stats, a.lnf_stats + ns, ns, C, acc, s);
     linear_backward_gather(block_linear(g, L - 1, LIN_FCPROJ), a.dres, N, s);
     /*
      * The TP collectives of a block run beside weight gradients, which are put off until then: each column-parallel
@@ -833,6 +863,8 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
     const char *embeddings_gather = "the tensor-parallel all-gather of the embeddings' gradient";
     for (int l = L - 1; l >= 0; l--) {
         LayerActs<floatX> x = layer_acts(g, l);
+        ParamView<const floatX> w = weights_of(g, l);
+        ParamView<float> dw = grads_of(g, l);
         // MLP: a layer that did not keep h4 = gelu(fch) waits for its recompute (gelu_recompute); d fch goes to its
         // own buffer (a.dfch), once the layer above has summed its fc bias gradient there.
         if (recomputes_gelu(g, l)) { cudaCheck(cudaStreamWaitEvent(s, g->gelu_recomputed, 0)); }
@@ -845,23 +877,21 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
         linear_backward_weight(fcproj, a.dres, x.h4, N, acc, s);
         if (!sp) { linear_backward_weight(fc, a.dfch, x.ln2, N, acc, s); }
         linear_backward_join(fc, s);
-        layernorm_backward(a.dres + t0, param_slice(g, dw, P_LN2W, l), param_slice(g, dw, P_LN2B, l),
-                           param_slice(g, dw, P_ATTPROJB, l), scratch, a.proj + t0, x.res2,
-                           param_slice(g, w, P_LN2W, l), x.ln2_mean, x.ln2_rstd, ns, C, acc, s);
+        layernorm_backward(a.dres + t0, dw[P_LN2W], dw[P_LN2B], dw[P_ATTPROJB], scratch, a.proj + t0, x.res2, w[P_LN2W],
+                           x.ln2_mean, x.ln2_rstd, ns, C, acc, s);
         // attention; its backward also sums dqkv into the QKV bias gradient, while it holds the rows
         const Linear<floatX> &attproj = block_linear(g, l, LIN_ATTPROJ), &qkv = block_linear(g, l, LIN_QKV);
         linear_backward_gather(attproj, a.dres, N, s);
         if (sp) { linear_backward_weight(fc, a.dfch, x.ln2, N, acc, s); }
         linear_backward_input(attproj, a.proj, a.dres, x.atty, (const floatX *)NULL, N, s);
-        attention_backward(a.dqkv, param_slice(g, dw, P_QKVB, l), a.proj, x.atty, x.qkv, x.lse, a.attn_workspace, B,
-                           T, g->heads, HS, acc, s);
+        attention_backward(a.dqkv, dw[P_QKVB], a.proj, x.atty, x.qkv, x.lse, a.attn_workspace, B, T, g->heads, HS, acc,
+                           s);
         linear_backward_input(qkv, a.proj, a.dqkv, x.ln1, (const floatX *)NULL, N, s);
         linear_backward_weight(attproj, a.dres, x.atty, N, acc, s);
         if (!sp) { linear_backward_weight(qkv, a.dqkv, x.ln1, N, acc, s); }
         linear_backward_join(qkv, s);
-        layernorm_backward(a.dres + t0, param_slice(g, dw, P_LN1W, l), param_slice(g, dw, P_LN1B, l),
-                           l > 0 ? param_slice(g, dw, P_FCPROJB, l - 1) : (float *)NULL, scratch, a.proj + t0,
-                           x.res_in, param_slice(g, w, P_LN1W, l), x.ln1_mean, x.ln1_rstd, ns, C, acc, s);
+        layernorm_backward(a.dres + t0, dw[P_LN1W], dw[P_LN1B], l > 0 ? grads_of(g, l - 1)[P_FCPROJB] : (float *)NULL,
+                           scratch, a.proj + t0, x.res_in, w[P_LN1W], x.ln1_mean, x.ln1_rstd, ns, C, acc, s);
         if (l > 0) {
             linear_backward_gather(block_linear(g, l - 1, LIN_FCPROJ), a.dres, N, s);
         } else if (sp) {
@@ -871,7 +901,7 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
         grads_final(g, l);
     }
     if (sp) { tp_join(&g->tp, s, embeddings_gather); }
-    encoder_backward(dw + off[P_WTE], dw + off[P_WPE], a.dres, &g->buckets, g->d_buckets, B, T, c->max_seq_len, C,
+    encoder_backward(dwm[P_WTE], dwm[P_WPE], a.dres, &g->buckets, g->d_buckets, B, T, c->max_seq_len, C,
                      acc, s);
     grads_final(g, L);
     grads_final_join(g);
@@ -956,7 +986,7 @@ template <typename floatX> static float gpt_update(GPT<floatX> *g, const UpdateA
         auto fp8_weight = [&](int tensor) { return k < L && fp8_layer(g, k) && block_linear_of_weight(tensor) >= 0; };
         // the FP8 codes of element e of an FP8 weight of this layer
         auto fp8_code = [&](int tensor, size_t e) {
-            return block_linear(g, k, block_linear_of_weight(tensor)).fp8->w + (e - param_slice_begin(g, tensor, k));
+            return block_linear(g, k, block_linear_of_weight(tensor)).fp8->w + (e - param_view_begin(g, tensor, k));
         };
         ParamGroup own = dp_owned_group(&g->dp, k);
         AdamWGroup grp;
