@@ -822,20 +822,112 @@ template <typename floatX> static void gelu_recompute(GPT<floatX> *g, int l, int
     cudaCheck(cudaEventRecord(g->gelu_recomputed, g_cuda.sums));
 }
 
+/*
+ * Weight gradients wait in a queue from their layer's input gradient until a collective is in flight, and run beside
+ * it: they are the backward's only GEMMs that nothing later in the block reads, so they are what fills the time of
+ * the TP sums and gathers (and, with GTP, of weight gathers and gradient reduce-scatters). wgrad_overlap runs the
+ * oldest `most` of them at each such point (the point is the same without TP, where no collective runs). A deferred
+ * GEMM reads its dout and inp when it runs, so every point where one of those buffers is written again comes after
+ * a point that drains the queue (block_backward says which).
+ */
+#define WGRAD_ALL BLOCK_LINEARS
+static const char *const EMBEDDINGS_GATHER = "the tensor-parallel all-gather of the embeddings' gradient";
+
+template <typename floatX> struct WgradQueue {
+    const Linear<floatX> *lin[BLOCK_LINEARS];
+    const floatX *dout[BLOCK_LINEARS], *inp[BLOCK_LINEARS];
+    int count, N, accumulate;
+};
+
+template <typename floatX>
+static void wgrad_defer(WgradQueue<floatX> *q, const Linear<floatX> &lin, const floatX *dout, const floatX *inp) {
+    if (q->count == BLOCK_LINEARS) { fail("wgrad_defer: more than %d weight gradients deferred", BLOCK_LINEARS); }
+    q->lin[q->count] = &lin;
+    q->dout[q->count] = dout;
+    q->inp[q->count] = inp;
+    q->count++;
+}
+
+template <typename floatX> static void wgrad_overlap(WgradQueue<floatX> *q, int most, cudaStream_t s) {
+    int n = q->count < most ? q->count : most;
+    for (int i = 0; i < n; i++) { linear_backward_weight(*q->lin[i], q->dout[i], q->inp[i], q->N, q->accumulate, s); }
+    for (int i = n; i < q->count; i++) {
+        q->lin[i - n] = q->lin[i];
+        q->dout[i - n] = q->dout[i];
+        q->inp[i - n] = q->inp[i];
+    }
+    q->count -= n;
+}
+
+/*
+ * Block l's backward: dres holds the gradient of its output (all N tokens where the fc projection reads it: gathered
+ * under SP); leaves the gradient of its input there (this rank's tokens under SP, their gather started for the layer
+ * below), and its parameters' gradients final (grads_final). Each column-parallel input gradient's TP sum runs beside
+ * deferred weight gradients: all of them beside an all-reduce, the oldest one beside SP's reduce-scatter (half the
+ * time), the rest beside the all-gather of the residual gradient that the LayerNorm backward after the sum leaves
+ * (the row-parallel layer below reads every token's, and so do the embeddings). The queue is empty again at the end.
+ */
+template <typename floatX> static void block_backward(GPT<floatX> *g, int l, int B, int T, WgradQueue<floatX> *q) {
+    const GPTConfig *c = &g->config;
+    int C = c->channels, N = B * T, acc = !g->grads_zero, ns = tp_local_tokens(&g->tp, N), HS = C / c->num_heads;
+    size_t t0 = (size_t)tp_first_token(&g->tp, N) * C;
+    const Activations<floatX> &a = g->acts;
+    cudaStream_t s = g_cuda.stream;
+    LayerActs<floatX> x = layer_acts(g, l);
+    ParamView<const floatX> w = weights_of(g, l);
+    ParamView<float> dw = grads_of(g, l);
+    const Linear<floatX> &qkv = block_linear(g, l, LIN_QKV), &attproj = block_linear(g, l, LIN_ATTPROJ);
+    const Linear<floatX> &fc = block_linear(g, l, LIN_FC), &fcproj = block_linear(g, l, LIN_FCPROJ);
+    int beside_sum = g->tp.sp ? 1 : WGRAD_ALL;
+
+    // MLP: a layer that did not keep h4 = gelu(fch) waits for its recompute (gelu_recompute); d fch goes to its own
+    // buffer (a.dfch), once the layer above has summed its fc bias gradient there.
+    if (recomputes_gelu(g, l)) { cudaCheck(cudaStreamWaitEvent(s, g->gelu_recomputed, 0)); }
+    cudaCheck(cudaStreamWaitEvent(s, g->fc_bias_done, 0));
+    linear_backward_input(fcproj, a.dfch, a.dres, x.h4, x.fch, N, s);
+    wgrad_defer(q, fcproj, a.dres, x.h4);
+    fc_bias_backward(g, l, N, acc);
+    if (l > 0 && recomputes_gelu(g, l - 1)) { gelu_recompute(g, l - 1, N); }
+    linear_backward_input(fc, a.proj, a.dfch, x.ln2, (const floatX *)NULL, N, s);
+    wgrad_defer(q, fc, a.dfch, x.ln2);
+    wgrad_overlap(q, beside_sum, s);
+    linear_backward_join(fc, s);
+    layernorm_backward(a.dres + t0, dw[P_LN2W], dw[P_LN2B], dw[P_ATTPROJB], a.reduce_scratch, a.proj + t0, x.res2,
+                       w[P_LN2W], x.ln2_mean, x.ln2_rstd, ns, C, acc, s); // dres written: fcproj's ran
+    // attention; its backward also sums dqkv into the QKV bias gradient, while it holds the rows
+    linear_backward_gather(attproj, a.dres, N, s);
+    wgrad_overlap(q, WGRAD_ALL, s); // before the next layer writes d fch
+    linear_backward_input(attproj, a.proj, a.dres, x.atty, (const floatX *)NULL, N, s);
+    wgrad_defer(q, attproj, a.dres, x.atty);
+    attention_backward(a.dqkv, dw[P_QKVB], a.proj, x.atty, x.qkv, x.lse, a.attn_workspace, B, T, g->heads, HS, acc,
+                       s);
+    linear_backward_input(qkv, a.proj, a.dqkv, x.ln1, (const floatX *)NULL, N, s);
+    wgrad_defer(q, qkv, a.dqkv, x.ln1);
+    wgrad_overlap(q, beside_sum, s);
+    linear_backward_join(qkv, s);
+    layernorm_backward(a.dres + t0, dw[P_LN1W], dw[P_LN1B], l > 0 ? grads_of(g, l - 1)[P_FCPROJB] : (float *)NULL,
+                       a.reduce_scratch, a.proj + t0, x.res_in, w[P_LN1W], x.ln1_mean, x.ln1_rstd, ns, C, acc, s);
+    if (l > 0) {
+        linear_backward_gather(block_linear(g, l - 1, LIN_FCPROJ), a.dres, N, s);
+    } else if (g->tp.sp) {
+        tp_gather_start(&g->tp, a.dres, (size_t)ns * C, s, EMBEDDINGS_GATHER);
+    }
+    wgrad_overlap(q, WGRAD_ALL, s); // the block's gradients are final after this
+    grads_final(g, l);
+}
+
 // Gradients of the last forward's loss (whose gradient gpt_loss left in the logits) are added to g->grads, or
 // written there when they are zero (g->grads_zero: the first micro-step of an optimizer step), which saves a pass
 // that zeroes them. Every micro-step takes the norm's partial sums (grads_final), as the GPU cannot tell the last
 // one; those of the last are what the update reads, and the others cost only memory traffic beside the GEMMs.
 template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T) {
     const GPTConfig *c = &g->config;
-    int C = c->channels, L = c->num_layers, A = g->attn, M = g->mlp, N = B * T, acc = !g->grads_zero;
-    int ns = tp_local_tokens(&g->tp, N), HS = C / c->num_heads;
+    int C = c->channels, L = c->num_layers, N = B * T, acc = !g->grads_zero, ns = tp_local_tokens(&g->tp, N);
     size_t t0 = (size_t)tp_first_token(&g->tp, N) * C;
     const Activations<floatX> &a = g->acts;
     cudaStream_t s = g_cuda.stream;
-    ParamView<const floatX> wm = weights_of(g, MODEL_TENSORS);
-    ParamView<float> dwm = grads_of(g, MODEL_TENSORS);
-    float *scratch = a.reduce_scratch;
+    ParamView<const floatX> w = weights_of(g, MODEL_TENSORS);
+    ParamView<float> dw = grads_of(g, MODEL_TENSORS);
 
     if (g->fp8_transposes_pending) { // the first input gradients read the FP8 weights' transposes
         cudaCheck(cudaStreamWaitEvent(s, g->fp8_transposed, 0));
@@ -849,60 +941,17 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
     linear_backward(g->head, a.proj, a.logits, a.lnf, (const floatX *)NULL, N, acc, s);
     cudaCheck(cudaMemsetAsync(a.dres, 0, (size_t)N * C * sizeof(floatX), s));
     // Each LayerNorm backward also sums the residual gradient it leaves: the bias gradient of the projection below.
-    layernorm_backward(a.dres + t0, dwm[P_LNFW], dwm[P_LNFB], grads_of(g, L - 1)[P_FCPROJB], scratch, a.proj + t0,
-                       layer_acts(g, L - 1).res_out, wm[P_LNFW], a.lnf_stats, a.lnf_stats + ns, ns, C, acc, s);
+    layernorm_backward(a.dres + t0, dw[P_LNFW], dw[P_LNFB], grads_of(g, L - 1)[P_FCPROJB], a.reduce_scratch,
+                       a.proj + t0, layer_acts(g, L - 1).res_out, w[P_LNFW], a.lnf_stats, a.lnf_stats + ns, ns, C, acc,
+                       s);
     linear_backward_gather(block_linear(g, L - 1, LIN_FCPROJ), a.dres, N, s);
-    /*
-     * The TP collectives of a block run beside weight gradients, which are put off until then: each column-parallel
-     * input gradient's sum (linear_backward_input) beside the weight gradient of the row-parallel layer above it,
-     * and without SP (an all-reduce, twice a reduce-scatter's time) beside its own layer's too; under SP that one
-     * goes beside the all-gather of the residual gradient that the LayerNorm backward after the sum leaves
-     * (linear_backward_gather: the row-parallel layer below reads every token's, and so do the embeddings).
-     */
-    const bool sp = g->tp.sp;
-    const char *embeddings_gather = "the tensor-parallel all-gather of the embeddings' gradient";
-    for (int l = L - 1; l >= 0; l--) {
-        LayerActs<floatX> x = layer_acts(g, l);
-        ParamView<const floatX> w = weights_of(g, l);
-        ParamView<float> dw = grads_of(g, l);
-        // MLP: a layer that did not keep h4 = gelu(fch) waits for its recompute (gelu_recompute); d fch goes to its
-        // own buffer (a.dfch), once the layer above has summed its fc bias gradient there.
-        if (recomputes_gelu(g, l)) { cudaCheck(cudaStreamWaitEvent(s, g->gelu_recomputed, 0)); }
-        const Linear<floatX> &fcproj = block_linear(g, l, LIN_FCPROJ), &fc = block_linear(g, l, LIN_FC);
-        cudaCheck(cudaStreamWaitEvent(s, g->fc_bias_done, 0));
-        linear_backward_input(fcproj, a.dfch, a.dres, x.h4, x.fch, N, s);
-        fc_bias_backward(g, l, N, acc);
-        if (l > 0 && recomputes_gelu(g, l - 1)) { gelu_recompute(g, l - 1, N); }
-        linear_backward_input(fc, a.proj, a.dfch, x.ln2, (const floatX *)NULL, N, s);
-        linear_backward_weight(fcproj, a.dres, x.h4, N, acc, s);
-        if (!sp) { linear_backward_weight(fc, a.dfch, x.ln2, N, acc, s); }
-        linear_backward_join(fc, s);
-        layernorm_backward(a.dres + t0, dw[P_LN2W], dw[P_LN2B], dw[P_ATTPROJB], scratch, a.proj + t0, x.res2, w[P_LN2W],
-                           x.ln2_mean, x.ln2_rstd, ns, C, acc, s);
-        // attention; its backward also sums dqkv into the QKV bias gradient, while it holds the rows
-        const Linear<floatX> &attproj = block_linear(g, l, LIN_ATTPROJ), &qkv = block_linear(g, l, LIN_QKV);
-        linear_backward_gather(attproj, a.dres, N, s);
-        if (sp) { linear_backward_weight(fc, a.dfch, x.ln2, N, acc, s); }
-        linear_backward_input(attproj, a.proj, a.dres, x.atty, (const floatX *)NULL, N, s);
-        attention_backward(a.dqkv, dw[P_QKVB], a.proj, x.atty, x.qkv, x.lse, a.attn_workspace, B, T, g->heads, HS, acc,
-                           s);
-        linear_backward_input(qkv, a.proj, a.dqkv, x.ln1, (const floatX *)NULL, N, s);
-        linear_backward_weight(attproj, a.dres, x.atty, N, acc, s);
-        if (!sp) { linear_backward_weight(qkv, a.dqkv, x.ln1, N, acc, s); }
-        linear_backward_join(qkv, s);
-        layernorm_backward(a.dres + t0, dw[P_LN1W], dw[P_LN1B], l > 0 ? grads_of(g, l - 1)[P_FCPROJB] : (float *)NULL,
-                           scratch, a.proj + t0, x.res_in, w[P_LN1W], x.ln1_mean, x.ln1_rstd, ns, C, acc, s);
-        if (l > 0) {
-            linear_backward_gather(block_linear(g, l - 1, LIN_FCPROJ), a.dres, N, s);
-        } else if (sp) {
-            tp_gather_start(&g->tp, a.dres, (size_t)ns * C, s, embeddings_gather);
-        }
-        if (sp) { linear_backward_weight(qkv, a.dqkv, x.ln1, N, acc, s); }
-        grads_final(g, l);
-    }
-    if (sp) { tp_join(&g->tp, s, embeddings_gather); }
-    encoder_backward(dwm[P_WTE], dwm[P_WPE], a.dres, &g->buckets, g->d_buckets, B, T, c->max_seq_len, C,
-                     acc, s);
+    WgradQueue<floatX> q;
+    memset(&q, 0, sizeof(q));
+    q.N = N;
+    q.accumulate = acc;
+    for (int l = L - 1; l >= 0; l--) { block_backward(g, l, B, T, &q); }
+    if (g->tp.sp) { tp_join(&g->tp, s, EMBEDDINGS_GATHER); }
+    encoder_backward(dw[P_WTE], dw[P_WPE], a.dres, &g->buckets, g->d_buckets, B, T, c->max_seq_len, C, acc, s);
     grads_final(g, L);
     grads_final_join(g);
     g->grads_zero = 0;
