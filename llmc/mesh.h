@@ -24,9 +24,9 @@
  *   row-parallel (fc2): rank tp holds columns [tp * in/TP, (tp+1) * in/TP); attn proj: the columns of its heads,
  *     [h0 hs, (h0 + nh) hs). The bias is replicated (added once, after the all-reduce).
  *   replicated: wpe, the LayerNorms, the row-parallel biases.
- * GTP then splits every TP-local tensor (rows x cols) along its first dimension: rank gtp keeps rows
- *   [gtp * rows/GTP, (gtp+1) * rows/GTP), one contiguous block of rows/GTP * cols elements.
- * mesh_validate() checks that every one of these splits is exact before any work starts.
+ * GTP then splits the block linear layers' TP-local weight matrices along their first dimension, padded where it
+ * does not divide (llmc/gtp_plan.h).
+ * mesh_validate() checks that every TP split is exact before any work starts.
  */
 #ifndef LLMC_MESH_H
 #define LLMC_MESH_H
@@ -151,9 +151,6 @@ static inline Span tp_cols(const Mesh *m, const GPTConfig *c, int t, size_t cols
     return t == P_ATTPROJW ? tp_attention_channels(m, c) : tp_row_parallel_cols(m, cols);
 }
 
-// The GTP shard of a TP-local tensor with `rows` rows: the rows this rank keeps.
-static inline Span gtp_shard_rows(const Mesh *m, size_t rows) { return even_split(rows, m->gtp, m->gtp_rank); }
-
 typedef enum { TP_REPLICATED, TP_ROWS, TP_QKV_ROWS, TP_COLS } TPSplit;
 
 static inline TPSplit param_tp_split(int t) {
@@ -256,14 +253,6 @@ static inline void mesh_validate(const Mesh *m, const GPTConfig *c, const Option
              "or set --sequence-parallel 0", o->seq_len, m->tp);
     }
     options_grad_accum(o, m->data_size);
-    for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
-        size_t rows, cols;
-        param_tp_shape(c, m, t, &rows, &cols);
-        if (rows % (size_t)m->gtp != 0) {
-            fail("%s: its TP-local first dimension %zu is not divisible by --gtp %d: choose a --gtp that divides "
-                 "it or change the model size / --seq-len", PARAM_NAMES[t], rows, m->gtp);
-        }
-    }
 }
 
 #endif // LLMC_MESH_H

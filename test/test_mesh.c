@@ -1,10 +1,10 @@
 /*
  * test_mesh.c: the process mesh and sharding arithmetic of llmc/mesh.h.
  * - rank <-> (dp, gtp, tp) round trip, data ranks, for every layout of worlds 1..MAX_WORLD;
- * - the TP, GTP and DP groups (ncclCommSplit color, key) partition the world into groups of the right size;
+ * - the TP, GTP, DP and data groups (ncclCommSplit color, key) partition the world into groups of the right size;
  * - mesh_validate(): each failure is one line with the values and exit status 1 (run in a child process);
- * - sharding: over one DP replica (TP x GTP ranks) the shards of every tensor cover each element of the full
- *   tensor exactly once (TP-replicated tensors: once per TP rank); the QKV split gives each rank its heads.
+ * - sharding: over one TP group the slices of every tensor cover each element of the full tensor exactly once
+ *   (TP-replicated tensors: once per TP rank); the QKV split gives each rank its heads. (GTP: test_gtp_plan.)
  */
 #include "../llmc/mesh.h"
 #include "test_util.h"
@@ -164,23 +164,19 @@ static void test_validation(void) {
     expect_validate("validate: sequence parallel needs seq-len % tp", sp,
                     "--seq-len 62 is not divisible by --tp 4, which sequence parallelism needs");
     sp.options.sequence_parallel = 0;
-    sp.config.max_seq_len = 64; // keeps wpe's rows divisible by gtp (1 here anyway)
+    sp.config.max_seq_len = 64;
     expect_validate("validate: same seq-len without sequence parallel passes", sp, NULL);
     ValidateCase batch = small_case(12, 2, 2); // data ranks = dp x gtp = 3 x 2 = 6
     batch.options.total_batch_tokens = 2 * 64 * 4;
     expect_validate("validate: global batch over data ranks", batch,
                     "--total-batch-tokens 512 is not a multiple of batch-size x seq-len x data-parallel ranks = "
                     "2 x 64 x 6 = 768");
-    ValidateCase qkv = small_case(128, 2, 64); // TP-local rows: wte 64, wpe 64, LayerNorm 64, qkvw 96
-    expect_validate("validate: gtp split of the TP-local qkv weight", qkv,
-                    "qkvw: its TP-local first dimension 96 is not divisible by --gtp 64");
 }
 
 // ---------------------------------------------------------------------------------------------------------
 // Sharding.
 
-// C = 48, 6 heads of 8, Vp = 96, T = 16: divisible by tp in {1, 2, 3, 4, 6} (heads by 4 unevenly); every TP-local first dimension
-// then by gtp in {1, 2, 4}.
+// C = 48, 6 heads of 8, Vp = 96, T = 16: divisible by tp in {1, 2, 3, 4, 6} (heads by 4 unevenly).
 static GPTConfig tiny_config(void) {
     GPTConfig c;
     c.max_seq_len = 16;
@@ -192,9 +188,9 @@ static GPTConfig tiny_config(void) {
     return c;
 }
 
-// Over the tp x gtp ranks of one DP replica, count how often each element of every full tensor is held
-// (TP-local slice, then the rank's GTP shard of it). Split tensors: exactly once; replicated: once per TP rank.
-static int check_tiling(const GPTConfig *c, int tp, int gtp) {
+// Over the ranks of one TP group, count how often each element of every full tensor is held. Split tensors: exactly
+// once; replicated: once per TP rank. (GTP's shards of these: test_gtp_plan.)
+static int check_tiling(const GPTConfig *c, int tp) {
     ParamLayout p;
     param_layout(c, &p);
     int bad = 0;
@@ -203,12 +199,11 @@ static int check_tiling(const GPTConfig *c, int tp, int gtp) {
         size_t rows, cols, full_rows, full_cols;
         param_layer_shape(c, t, &full_rows, &full_cols);
         int layers = (int)(p.size[t] / (full_rows * full_cols));
-        for (int r = 0; r < tp * gtp; r++) {
-            Mesh m = mesh_make(tp * gtp, r, tp, gtp);
+        for (int r = 0; r < tp; r++) {
+            Mesh m = mesh_make(tp, r, tp, 1);
             param_tp_shape(c, &m, t, &rows, &cols);
-            Span shard = gtp_shard_rows(&m, rows);
             for (int l = 0; l < layers; l++) {
-                for (size_t i = shard.begin; i < shard.begin + shard.count; i++) {
+                for (size_t i = 0; i < rows; i++) {
                     for (size_t k = 0; k < cols; k++) {
                         size_t e = tp_global_element(&m, c, t, l, i, k);
                         if (e >= p.size[t]) { bad++; } else { seen[e]++; }
@@ -225,16 +220,14 @@ static int check_tiling(const GPTConfig *c, int tp, int gtp) {
 
 static void test_tiling(void) {
     GPTConfig c = tiny_config();
-    int tps[] = {1, 2, 3, 4, 6}, gtps[] = {1, 2, 4}; // tp 4: 6 heads split 2, 2, 1, 1
+    int tps[] = {1, 2, 3, 4, 6}; // tp 4: 6 heads split 2, 2, 1, 1
     int bad = 0;
     for (int i = 0; i < 5; i++) {
-        for (int j = 0; j < 3; j++) {
-            int b = check_tiling(&c, tps[i], gtps[j]);
-            if (b) { printf("  tp %d gtp %d: %d elements covered the wrong number of times\n", tps[i], gtps[j], b); }
-            bad += b;
-        }
+        int b = check_tiling(&c, tps[i]);
+        if (b) { printf("  tp %d: %d elements covered the wrong number of times\n", tps[i], b); }
+        bad += b;
     }
-    check(bad == 0, "tp x gtp shards tile every tensor exactly once", "%d errors", bad);
+    check(bad == 0, "tp slices tile every tensor exactly once", "%d errors", bad);
 }
 
 // Each rank's local QKV rows are [q; k; v] of exactly its heads, in head order.
@@ -268,16 +261,15 @@ static void test_qkv_heads(void) {
 
 static void test_spans(void) {
     GPTConfig c = tiny_config();
-    Mesh m = mesh_make(12, 7, 3, 2), g1 = mesh_make(12, 9, 3, 2); // (dp, gtp, tp) = (1, 0, 1) and (1, 1, 0)
+    Mesh m = mesh_make(12, 7, 3, 2); // (dp, gtp, tp) = (1, 0, 1)
     Span vocab = tp_vocab_rows(&m, &c), fc = tp_column_parallel_rows(&m, 4 * 48), proj = tp_row_parallel_cols(&m, 4 * 48);
-    Span shard = gtp_shard_rows(&g1, 64);
     int ok = vocab.begin == 32 && vocab.count == 32 && fc.begin == 64 && fc.count == 64 && proj.begin == 64 &&
-             proj.count == 64 && shard.begin == 32 && shard.count == 32;
+             proj.count == 64;
     size_t rows, cols;
     param_tp_shape(&c, &m, P_FCPROJW, &rows, &cols);
     ok = ok && rows == 48 && cols == 64 && tp_global_col(&m, &c, P_FCPROJW, 5) == 69 && tp_global_col(&m, &c, P_FCW, 5) == 5;
-    check(ok, "vocab, column-, row-parallel and gtp spans at known values", "vocab %zu+%zu fc %zu+%zu proj %zu+%zu gtp %zu+%zu",
-          vocab.begin, vocab.count, fc.begin, fc.count, proj.begin, proj.count, shard.begin, shard.count);
+    check(ok, "vocab, column- and row-parallel spans at known values", "vocab %zu+%zu fc %zu+%zu proj %zu+%zu",
+          vocab.begin, vocab.count, fc.begin, fc.count, proj.begin, proj.count);
 }
 
 int main(void) {

@@ -1,0 +1,213 @@
+/*
+ * gtp_plan.h: the arithmetic of GTP weight sharding (llmc/mesh.h's GTP group): which rows of which tensor each rank
+ * keeps, the rank's flat buffer, the maps to and from the TP-local tensors, and the prefetch chain that materializes
+ * each sharded weight just before a pass uses it. Plain C: the GPU build runs it, the CPU tests check it.
+ *
+ * Shards. The block linear layers' weight matrices (qkv, attention projection, fc, fc projection; TP-local
+ * (rows, cols) = (out, in) features of this TP rank) are split along their first dimension, output features, over
+ * the G ranks of the GTP group: rank g keeps rows [g S, (g + 1) S) with S = ceil(rows / G). Where G does not divide
+ * rows, the rows past the end are padding: zeros in the weights, their gradients and AdamW's moments, which stay
+ * zero (AdamW moves an element by its gradient and by decay of its own value, both zero), so the all-gather of the
+ * G shards is always G equal blocks and the materialized weight is its first rows x cols elements. Every other
+ * tensor (LayerNorms, biases, wte, wpe) stays whole on every GTP rank, as in Megatron's GTP: small, or (wte) read by
+ * both the embedding and the LM head, so it would be gathered twice a pass.
+ *
+ * Layout. A GTP rank's flat buffer holds the 16 tensors in config.h's order, each its TP-local one (llmc/tp_layout.h)
+ * but for the sharded matrices, whose layer l is S x cols elements (its shard, padding included): layer-major as
+ * before, so a layer's shard is one contiguous block and param_group() (llmc/dp_plan.h) sees the same structure.
+ *
+ * Chain. A pass (forward or backward) uses the sharded weights in a fixed order (gtp_chain_use); a pool of
+ * depth + 1 buffers holds materialized weights, use i in buffer i % (depth + 1). A pass starts by gathering its first
+ * depth + 1 weights; when use i is released (its last GEMM is queued: the GPU records an event there), the gather of
+ * use i + depth + 1 is issued into the same buffer, behind that event. So up to depth gathers run ahead of the
+ * weight in use, and a buffer is overwritten only after its last reader. Uses are released in order; the forward
+ * interleaves two weights at a time (a half-block's two linear layers run chunk after chunk: llmc/forward_chunks.h),
+ * so the depth must be at least 1 (gtp_chain_check says why the chain would stall otherwise).
+ */
+#ifndef LLMC_GTP_PLAN_H
+#define LLMC_GTP_PLAN_H
+
+#include "tp_layout.h"
+
+#define GTP_PREFETCH_MAX 8 // --gtp-prefetch's largest value: more buffers than that only cost memory
+
+// Whether tensor t is sharded over the GTP group: the block linear layers' weight matrices.
+static inline int gtp_sharded(int t) { return block_linear_of_weight(t) >= 0; }
+
+// One layer of a tensor as GTP sees it: the TP-local (rows, cols), the rows a rank keeps, the gathered rows.
+typedef struct {
+    size_t rows, cols;
+    size_t shard_rows;  // S = ceil(rows / G) for a sharded tensor; rows for a whole one
+    size_t padded_rows; // G x S: the rows of the gathered buffer (rows for a whole tensor)
+} GtpShape;
+
+static inline GtpShape gtp_shape(const GPTConfig *c, const Mesh *m, int t) {
+    GtpShape s;
+    param_tp_shape(c, m, t, &s.rows, &s.cols);
+    int G = gtp_sharded(t) ? m->gtp : 1;
+    s.shard_rows = (s.rows + (size_t)G - 1) / (size_t)G;
+    s.padded_rows = s.shard_rows * (size_t)G;
+    return s;
+}
+
+// The real (not padding) TP-local rows that GTP rank g keeps of a tensor of this shape: [begin, begin + count).
+static inline Span gtp_shard_real_rows(const GtpShape *s, int g) {
+    size_t begin = (size_t)g * s->shard_rows, end = begin + s->shard_rows;
+    end = end < s->rows ? end : s->rows;
+    Span r = {begin, end > begin ? end - begin : 0};
+    return r;
+}
+
+// Sizes and offsets of this rank's tensors in its flat buffer (gtp = 1: param_layout_local()).
+static inline void param_layout_gtp(const GPTConfig *c, const Mesh *m, ParamLayout *local) {
+    size_t off = 0;
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+        GtpShape s = gtp_shape(c, m, t);
+        local->size[t] = param_num_layers(c, t) * s.shard_rows * s.cols;
+        local->offset[t] = off;
+        off += local->size[t];
+    }
+    local->total = off;
+}
+
+#define GTP_PADDING ((size_t)-1)
+
+// Element i of this rank's tensor t (counted from the tensor's offset) -> its element of the TP-local tensor t
+// (param_layout_local()'s, counted the same way), or GTP_PADDING for a padding element.
+static inline size_t gtp_local_to_tp(const GPTConfig *c, const Mesh *m, int t, size_t i) {
+    GtpShape s = gtp_shape(c, m, t);
+    size_t per_layer = s.shard_rows * s.cols, l = i / per_layer, r = (i % per_layer) / s.cols, k = i % s.cols;
+    size_t row = gtp_sharded(t) ? (size_t)m->gtp_rank * s.shard_rows + r : r;
+    if (row >= s.rows) { return GTP_PADDING; }
+    return (l * s.rows + row) * s.cols + k;
+}
+
+// Copies between this rank's flat buffer (gtp) and a buffer of its TP-local tensors (tp, param_layout_local()), one
+// shard row at a time: tp -> gtp when to_gtp (padding rows set to zero), else gtp -> tp. Whole tensors are copied
+// only when with_whole (a gather takes them from one rank: GTP keeps them identical on every rank).
+static inline void param_copy_gtp(const GPTConfig *c, const Mesh *m, float *gtp, float *tp, int to_gtp,
+                                  int with_whole) {
+    ParamLayout pg, pt;
+    param_layout_gtp(c, m, &pg);
+    param_layout_local(c, m, &pt);
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+        if (!gtp_sharded(t) && !with_whole) { continue; }
+        GtpShape s = gtp_shape(c, m, t);
+        long long n = (long long)(param_num_layers(c, t) * s.shard_rows);
+#pragma omp parallel for
+        for (long long j = 0; j < n; j++) {
+            float *g = gtp + pg.offset[t] + (size_t)j * s.cols;
+            size_t e = gtp_local_to_tp(c, m, t, (size_t)j * s.cols);
+            if (e == GTP_PADDING) {
+                if (to_gtp) { memset(g, 0, s.cols * sizeof(float)); }
+                continue;
+            }
+            float *x = tp + pt.offset[t] + e;
+            memcpy(to_gtp ? g : x, to_gtp ? x : g, s.cols * sizeof(float));
+        }
+    }
+}
+
+// The TP-local buffer from the flat buffers of GTP ranks 0..G-1 of one TP rank (local[g] is rank g's; m is any rank
+// of that TP rank's GTP group): what the TP gather then assembles into the whole model. Whole tensors from rank 0.
+static inline void param_gather_gtp(const GPTConfig *c, const Mesh *m, const float *const *local, float *tp) {
+    for (int g = 0; g < m->gtp; g++) {
+        Mesh r = mesh_make(m->world, mesh_rank_of(m, m->dp_rank, g, m->tp_rank), m->tp, m->gtp);
+        param_copy_gtp(c, &r, (float *)local[g], tp, 0, g == 0);
+    }
+}
+
+// This rank's flat buffer cut from its TP-local tensors (--init-from, a resumed checkpoint).
+static inline void param_slice_gtp(const GPTConfig *c, const Mesh *m, const float *tp, float *local) {
+    param_copy_gtp(c, m, local, (float *)tp, 1, 1);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The prefetch chain
+
+typedef enum { GTP_FORWARD, GTP_BACKWARD } GtpPass;
+
+// The sharded weights a pass of an L-layer model uses, in the order it first uses each.
+static inline int gtp_chain_uses(int L) { return L * BLOCK_LINEARS; }
+
+// Use i of a pass: its layer and linear layer (config.h's LIN_*). The forward runs layers up, each qkv, attention
+// projection, fc, fc projection; the backward runs layers down, each's input gradients from the fc projection down
+// to qkv (weight gradients read no weight).
+typedef struct {
+    int layer, linear;
+} GtpUse;
+
+static inline GtpUse gtp_chain_use(int L, GtpPass pass, int i) {
+    GtpUse u;
+    int block = i / BLOCK_LINEARS, k = i % BLOCK_LINEARS;
+    u.layer = pass == GTP_FORWARD ? block : L - 1 - block;
+    u.linear = pass == GTP_FORWARD ? k : BLOCK_LINEARS - 1 - k;
+    return u;
+}
+
+// The position of (layer, linear) in a pass's chain: gtp_chain_use's inverse.
+static inline int gtp_chain_index(int L, GtpPass pass, int layer, int linear) {
+    return pass == GTP_FORWARD ? layer * BLOCK_LINEARS + linear
+                               : (L - 1 - layer) * BLOCK_LINEARS + (BLOCK_LINEARS - 1 - linear);
+}
+
+typedef struct {
+    int uses;     // the pass's weights
+    int slots;    // buffers in the pool: depth + 1
+    int issued;   // gathers issued: uses [0, issued)
+    int acquired; // uses [0, acquired) acquired (a use is acquired before its first GEMM)
+    int released; // uses [0, released) released (after its last GEMM), in order
+} GtpChain;
+
+// A pass of `uses` weights with `depth` gathers ahead; returns how many gathers to issue now: uses 0 .. n-1.
+static inline int gtp_chain_start(GtpChain *ch, int uses, int depth) {
+    ch->uses = uses;
+    ch->slots = depth + 1;
+    ch->issued = uses < ch->slots ? uses : ch->slots;
+    ch->acquired = 0;
+    ch->released = 0;
+    return ch->issued;
+}
+
+static inline int gtp_chain_slot(const GtpChain *ch, int i) { return i % ch->slots; }
+
+/*
+ * Whether use i may be acquired now: its gather was issued (else the pool is too small for the uses live at once:
+ * the gather of i waits for the release of i - slots, which the caller has not reached), and it was not released.
+ * Acquiring twice (a weight used by several chunks) is fine.
+ */
+static inline int gtp_chain_check(const GtpChain *ch, int i) { return i >= 0 && i < ch->issued && i >= ch->released; }
+
+// Use i's buffer, for its GEMMs; fails where gtp_chain_check does.
+static inline int gtp_chain_acquire(GtpChain *ch, int i) {
+    if (!gtp_chain_check(ch, i)) {
+        fail("GTP chain: weight %d of %d is used before its gather was issued (gathered up to %d, released up to %d): "
+             "raise --gtp-prefetch", i, ch->uses, ch->issued, ch->released);
+    }
+    if (i >= ch->acquired) { ch->acquired = i + 1; }
+    return gtp_chain_slot(ch, i);
+}
+
+// Use i's last GEMM is queued: its buffer may be overwritten after that. Returns the use whose gather goes into the
+// buffer now (behind the release), or -1 when the pass has none left.
+static inline int gtp_chain_release(GtpChain *ch, int i) {
+    if (i != ch->released || i >= ch->acquired) {
+        fail("GTP chain: weight %d released out of order (next to release: %d, acquired up to %d)", i, ch->released,
+             ch->acquired);
+    }
+    ch->released++;
+    if (ch->issued == ch->uses) { return -1; }
+    return ch->issued++;
+}
+
+// Bytes a rank receives in one pass's gathers: (G - 1) shards of every sharded weight, elem_bytes per element.
+static inline size_t gtp_pass_gather_bytes(const GPTConfig *c, const Mesh *m, size_t elem_bytes) {
+    size_t bytes = 0;
+    for (int k = 0; k < BLOCK_LINEARS; k++) {
+        GtpShape s = gtp_shape(c, m, BLOCK_LINEAR_WEIGHT[k]);
+        bytes += (size_t)c->num_layers * (size_t)(m->gtp - 1) * s.shard_rows * s.cols * elem_bytes;
+    }
+    return bytes;
+}
+
+#endif // LLMC_GTP_PLAN_H

@@ -1,0 +1,263 @@
+/*
+ * test_gtp_plan.c: the GTP sharding arithmetic and the prefetch chain of llmc/gtp_plan.h.
+ * - shards: over the GTP group of every TP rank (TP 1..3, GTP 1..5, shapes that divide and that need padding), every
+ *   element of a TP-local sharded tensor is held by exactly one rank, every element of a whole tensor by every
+ *   rank, and the padding is exactly what G x ceil(rows / G) adds; the layout's sizes follow;
+ * - round trip: TP-local tensors cut into each rank's flat buffer and gathered back are the same bits, with zeros
+ *   in the padding;
+ * - the chain, driven as the GPU build drives it (forward: a half-block's two weights interleaved over 1 or 2
+ *   chunks; backward: one use each): every weight gathered once, into a buffer whose previous weight was released,
+ *   before its first use; at most depth + 1 weights held; a depth too small for the interleaving fails with one
+ *   line; uses and bytes at known values.
+ */
+#include "../llmc/gtp_plan.h"
+#include "test_util.h"
+
+#define CHAIN_TIMEOUT_S 10.0
+
+// C = 48, 6 heads of 8 (qkv rows 144, or under TP 3 of 2 heads 48), Vp = 96, T = 16, 2 layers. GTP 5 pads every
+// sharded tensor; GTP 4 pads fc projection's 48 / TP 3 = 16 rows not at all but qkv's 3 x 16 = 48 under TP 3 none.
+static GPTConfig tiny_config(void) {
+    GPTConfig c;
+    memset(&c, 0, sizeof(c));
+    c.max_seq_len = 16;
+    c.vocab_size = 90;
+    c.padded_vocab_size = 96;
+    c.num_layers = 2;
+    c.num_heads = 6;
+    c.channels = 48;
+    return c;
+}
+
+// Over the GTP group of TP rank tp_rank: how often each TP-local element is held, against what it must be.
+static int check_shards(const GPTConfig *c, int tp, int gtp, int tp_rank) {
+    Mesh m0 = mesh_make(tp * gtp, tp_rank, tp, gtp);
+    ParamLayout pt;
+    param_layout_local(c, &m0, &pt);
+    int bad = 0;
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+        unsigned char *seen = (unsigned char *)calloc_check(pt.size[t], 1, "shard counts");
+        size_t padding = 0;
+        for (int g = 0; g < gtp; g++) {
+            Mesh m = mesh_make(tp * gtp, mesh_rank_of(&m0, 0, g, tp_rank), tp, gtp);
+            ParamLayout pg;
+            param_layout_gtp(c, &m, &pg);
+            for (size_t i = 0; i < pg.size[t]; i++) {
+                size_t e = gtp_local_to_tp(c, &m, t, i);
+                if (e == GTP_PADDING) { padding++; } else if (e >= pt.size[t]) { bad++; } else { seen[e]++; }
+            }
+        }
+        int want = gtp_sharded(t) ? 1 : gtp;
+        for (size_t e = 0; e < pt.size[t]; e++) { bad += seen[e] != want; }
+        GtpShape s = gtp_shape(c, &m0, t);
+        bad += padding != param_num_layers(c, t) * (s.padded_rows - s.rows) * s.cols;
+        bad += !gtp_sharded(t) && (s.shard_rows != s.rows || s.padded_rows != s.rows);
+        bad += gtp_sharded(t) && (s.padded_rows < s.rows || s.padded_rows - s.rows >= (size_t)gtp);
+        free(seen);
+    }
+    return bad;
+}
+
+static void test_shards(void) {
+    GPTConfig c = tiny_config();
+    int bad = 0, padded = 0;
+    for (int tp = 1; tp <= 3; tp++) for (int gtp = 1; gtp <= 5; gtp++) for (int r = 0; r < tp; r++) {
+        int b = check_shards(&c, tp, gtp, r);
+        if (b) { printf("  tp %d gtp %d tp rank %d: %d errors\n", tp, gtp, r, b); }
+        bad += b;
+        Mesh m = mesh_make(tp * gtp, r, tp, gtp);
+        padded += gtp_shape(&c, &m, P_FCW).padded_rows != gtp_shape(&c, &m, P_FCW).rows;
+    }
+    check(bad == 0, "gtp shards hold every sharded element once, every whole tensor on every rank, padding exact",
+          "%d errors", bad);
+    check(padded > 0, "some layouts of the test pad (it covers padding)", "none padded");
+    // By hand: TP 1, GTP 5, fc (192, 48): S = 39, padded 195; rank 4 keeps rows 156..191 and 3 rows of padding
+    Mesh m = mesh_make(5, 4, 1, 5);
+    GtpShape s = gtp_shape(&c, &m, P_FCW);
+    Span real = gtp_shard_real_rows(&s, 4);
+    ParamLayout pg, pt;
+    param_layout_gtp(&c, &m, &pg);
+    param_layout_local(&c, &m, &pt);
+    int ok = s.rows == 192 && s.shard_rows == 39 && s.padded_rows == 195 && real.begin == 156 && real.count == 36;
+    ok = ok && pg.size[P_FCW] == 2 * 39 * 48 && pg.size[P_LN1W] == pt.size[P_LN1W] && pg.size[P_WTE] == pt.size[P_WTE];
+    ok = ok && gtp_local_to_tp(&c, &m, P_FCW, 39 * 48 + 35 * 48 + 7) == (192 + 156 + 35) * 48 + 7;
+    ok = ok && gtp_local_to_tp(&c, &m, P_FCW, 36 * 48) == GTP_PADDING;
+    check(ok, "gtp shard of fc at known values (TP 1, GTP 5, rank 4)", "S %zu padded %zu real %zu+%zu", s.shard_rows,
+          s.padded_rows, real.begin, real.count);
+    Mesh one = mesh_make(3, 1, 3, 1);
+    ParamLayout a, b;
+    param_layout_gtp(&c, &one, &a);
+    param_layout_local(&c, &one, &b);
+    check(memcmp(&a, &b, sizeof(a)) == 0, "gtp 1: the layout is the TP-local one", "they differ");
+}
+
+static void test_round_trip(void) {
+    GPTConfig c = tiny_config();
+    int bad = 0;
+    for (int tp = 1; tp <= 2; tp++) for (int gtp = 1; gtp <= 5; gtp += 2) {
+        Mesh m0 = mesh_make(tp * gtp, tp - 1, tp, gtp); // the last TP rank's group
+        ParamLayout pt, pg;
+        param_layout_local(&c, &m0, &pt);
+        float *tp_buf = (float *)malloc_check(pt.total * sizeof(float), "tp buffer");
+        float *back = (float *)calloc_check(pt.total, sizeof(float), "tp buffer");
+        for (size_t i = 0; i < pt.total; i++) { tp_buf[i] = (float)i + 0.5f; }
+        float **local = (float **)malloc_check((size_t)gtp * sizeof(float *), "gtp buffers");
+        for (int g = 0; g < gtp; g++) {
+            Mesh m = mesh_make(tp * gtp, mesh_rank_of(&m0, 0, g, tp - 1), tp, gtp);
+            param_layout_gtp(&c, &m, &pg);
+            local[g] = (float *)malloc_check(pg.total * sizeof(float), "gtp buffer");
+            memset(local[g], 0xff, pg.total * sizeof(float)); // NaN: padding must be overwritten with zeros
+            param_slice_gtp(&c, &m, tp_buf, local[g]);
+            for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+                for (size_t i = 0; i < pg.size[t]; i++) {
+                    size_t e = gtp_local_to_tp(&c, &m, t, i);
+                    float want = e == GTP_PADDING ? 0.0f : tp_buf[pt.offset[t] + e];
+                    bad += memcmp(&local[g][pg.offset[t] + i], &want, sizeof(float)) != 0;
+                }
+            }
+        }
+        param_gather_gtp(&c, &m0, (const float *const *)local, back);
+        bad += memcmp(back, tp_buf, pt.total * sizeof(float)) != 0;
+        for (int g = 0; g < gtp; g++) { free(local[g]); }
+        free(local);
+        free(tp_buf);
+        free(back);
+    }
+    check(bad == 0, "gtp slice and gather round trip bit-exactly, padding zero", "%d errors", bad);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The chain
+
+// The pool as the GPU would hold it: what each buffer holds, and whether its holder was released.
+typedef struct {
+    GtpChain ch;
+    int slot_holder[GTP_PREFETCH_MAX + 1];
+    int slot_released[GTP_PREFETCH_MAX + 1];
+    int *gathered; // per use: times gathered
+    int bad, held_most;
+} Pool;
+
+static void pool_gather(Pool *p, int use) {
+    if (use < 0) { return; }
+    int s = gtp_chain_slot(&p->ch, use);
+    if (p->slot_holder[s] >= 0 && !p->slot_released[s]) { p->bad++; } // overwritten under a reader
+    p->slot_holder[s] = use;
+    p->slot_released[s] = 0;
+    p->gathered[use]++;
+}
+
+static void pool_start(Pool *p, int uses, int depth) {
+    memset(p->slot_holder, 0xff, sizeof(p->slot_holder));
+    memset(p->slot_released, 0, sizeof(p->slot_released));
+    int n = gtp_chain_start(&p->ch, uses, depth);
+    for (int i = 0; i < n; i++) { pool_gather(p, i); }
+}
+
+static void pool_use(Pool *p, int use) {
+    int s = gtp_chain_acquire(&p->ch, use);
+    p->bad += p->slot_holder[s] != use || p->slot_released[s];
+    int held = p->ch.issued - p->ch.released;
+    p->held_most = held > p->held_most ? held : p->held_most;
+}
+
+static void pool_release(Pool *p, int use) {
+    p->slot_released[gtp_chain_slot(&p->ch, use)] = 1;
+    pool_gather(p, gtp_chain_release(&p->ch, use));
+}
+
+/*
+ * One pass as train_gpt.cu runs it. Forward: each half-block's two linear layers run chunk after chunk (qkv and the
+ * attention projection, then fc and the fc projection), each released after its last chunk's GEMM. Backward: each
+ * weight's input gradient once, in chain order.
+ */
+static void run_pass(Pool *p, int L, GtpPass pass, int chunks) {
+    pool_start(p, gtp_chain_uses(L), p->ch.slots - 1);
+    if (pass == GTP_BACKWARD) {
+        for (int i = 0; i < gtp_chain_uses(L); i++) {
+            GtpUse u = gtp_chain_use(L, pass, i);
+            p->bad += gtp_chain_index(L, pass, u.layer, u.linear) != i;
+            pool_use(p, i);
+            pool_release(p, i);
+        }
+        return;
+    }
+    for (int l = 0; l < L; l++) {
+        for (int half = 0; half < 2; half++) {
+            int a = gtp_chain_index(L, pass, l, 2 * half), b = a + 1;
+            for (int k = 0; k < chunks; k++) {
+                pool_use(p, a);
+                if (k == chunks - 1) { pool_release(p, a); }
+                pool_use(p, b);
+                if (k == chunks - 1) { pool_release(p, b); }
+            }
+        }
+    }
+}
+
+typedef struct {
+    int L, depth, chunks;
+    GtpPass pass;
+} ChainCase;
+
+static int chain_case_bad(const ChainCase *cc) {
+    Pool p;
+    memset(&p, 0, sizeof(p));
+    int uses = gtp_chain_uses(cc->L);
+    p.gathered = (int *)calloc_check((size_t)uses, sizeof(int), "gather counts");
+    p.ch.slots = cc->depth + 1;
+    run_pass(&p, cc->L, cc->pass, cc->chunks);
+    for (int i = 0; i < uses; i++) { p.bad += p.gathered[i] != 1; }
+    p.bad += p.ch.released != uses || p.held_most > cc->depth + 1;
+    free(p.gathered);
+    return p.bad;
+}
+
+static void run_chain_case(void *arg) { exit(chain_case_bad((const ChainCase *)arg) ? 2 : 0); }
+
+static void test_chain(void) {
+    int bad = 0, cases = 0;
+    for (int L = 1; L <= 5; L += 2) for (int depth = 1; depth <= GTP_PREFETCH_MAX; depth++) {
+        for (int chunks = 1; chunks <= 2; chunks++) for (int pass = 0; pass < 2; pass++) {
+            ChainCase cc = {L, depth, chunks, (GtpPass)pass};
+            int b = chain_case_bad(&cc);
+            if (b) { printf("  L %d depth %d chunks %d pass %d: %d errors\n", L, depth, chunks, pass, b); }
+            bad += b;
+            cases++;
+        }
+    }
+    check(bad == 0 && cases > 0, "gtp chain: each weight gathered once before use, no buffer overwritten under a "
+          "reader, at most depth + 1 held", "%d errors", bad);
+    // depth 0 holds one weight: enough for the backward and a forward of one chunk, not for two interleaved
+    ChainCase ok1 = {3, 0, 1, GTP_FORWARD}, ok2 = {3, 0, 2, GTP_BACKWARD}, stall = {3, 0, 2, GTP_FORWARD};
+    check(chain_case_bad(&ok1) == 0 && chain_case_bad(&ok2) == 0, "gtp chain of depth 0 without interleaving",
+          "errors");
+    Child child;
+    child_start(&child, run_chain_case, &stall);
+    child_wait(&child, now_s() + CHAIN_TIMEOUT_S);
+    check(child.status == 1 && strstr(child.err, "used before its gather was issued") &&
+          strstr(child.err, "raise --gtp-prefetch"), "gtp chain of depth 0 under two chunks fails with one line",
+          "status %d: %s", child.status, child.err);
+    // uses at known values: 3 layers, backward use 5 is layer 1's fc; forward use 6 layer 1's fc
+    GtpUse b5 = gtp_chain_use(3, GTP_BACKWARD, 5), f6 = gtp_chain_use(3, GTP_FORWARD, 6);
+    check(b5.layer == 1 && b5.linear == LIN_FC && f6.layer == 1 && f6.linear == LIN_FC, "gtp chain uses at known values",
+          "backward 5: %d/%d forward 6: %d/%d", b5.layer, b5.linear, f6.layer, f6.linear);
+}
+
+static void test_bytes(void) {
+    GPTConfig c = tiny_config();
+    Mesh m = mesh_make(4, 0, 1, 4); // shards of 144/4 = 36, 48/4 = 12, 192/4 = 48, 48/4 = 12 rows of 48, 48, 48, 192
+    size_t want = 2 * 3 * (36 * 48 + 12 * 48 + 48 * 48 + 12 * 192) * 2;
+    size_t got = gtp_pass_gather_bytes(&c, &m, 2);
+    Mesh one = mesh_make(1, 0, 1, 1);
+    check(got == want && gtp_pass_gather_bytes(&c, &one, 2) == 0, "gtp bytes gathered a pass at known values",
+          "%zu vs %zu", got, want);
+}
+
+int main(void) {
+    test_shards();
+    test_round_trip();
+    test_chain();
+    test_bytes();
+    return test_exit();
+}
