@@ -45,6 +45,7 @@
 #include "llmc/comm.cuh"
 #include "llmc/data_parallel.cuh"
 #include "llmc/encoder.cuh"
+#include "llmc/gtp.cuh"
 #include "llmc/layernorm.cuh"
 #include "llmc/matmul.cuh"
 #include "llmc/params.cuh"
@@ -153,9 +154,13 @@ typedef struct {
 
 template <typename floatX> struct GPT {
     GPTConfig config;
-    ParamLayout layout;            // this rank's TP-local tensors (llmc/tp_layout.h); the whole model on one rank
+    ParamLayout layout;            // this rank's tensors (llmc/gtp_plan.h): its TP-local ones, the block weight
+                                   // matrices cut to its GTP shard; the whole model on one rank
+    ParamLayout tp_layout;         // its TP-local tensors whole (llmc/tp_layout.h): checkpoints go through them
     Mesh mesh;
     TensorParallel tp;             // the TP group's collectives (tp.size 1: none)
+    Gtp<floatX> gtp;               // GTP weight sharding (llmc/gtp.cuh; gtp.active 0: none)
+    GtpShape gtp_shapes[BLOCK_LINEARS]; // each block linear layer's weight as GTP shards it
     EmbeddingShard emb;            // the vocabulary rows of wte this rank holds
     int heads, attn, mlp;          // this rank's attention heads, their channels (heads x head size) and MLP
                                    // features (4C / TP); the whole model's without TP
@@ -267,7 +272,8 @@ template <typename floatX> static void linears_make(GPT<floatX> *g) {
         ParamView<float> dw = grads_of(g, l);
         for (int k = 0; k < BLOCK_LINEARS; k++) {
             int tw = BLOCK_LINEAR_WEIGHT[k];
-            Linear<floatX> lin = {spec[k].in, spec[k].out, w[tw], w[spec[k].bias], dw[tw], spec[k].split, &g->tp};
+            const floatX *wk = g->gtp.active ? (const floatX *)NULL : w[tw]; // GTP: the chain's buffer (gtp_acquire)
+            Linear<floatX> lin = {spec[k].in, spec[k].out, wk, w[spec[k].bias], dw[tw], spec[k].split, &g->tp};
             g->linears[l * BLOCK_LINEARS + k] = lin;
         }
     }
@@ -339,6 +345,12 @@ template <typename T> static T *dev_alloc(size_t count, const char *what) {
 // (pointer_alignment), so a GEMM on a slice runs the same algorithm as on a buffer of its own.
 #define SLICE_ALIGN 256
 
+// Whether this rank's gradients are a part of the model's (ZeRO-1 slices, TP slices, GTP shards), whose squared norm
+// is summed over the ranks.
+template <typename floatX> static bool norm_is_split(const GPT<floatX> *g) {
+    return g->dp.zero || tp_active(&g->tp) || g->gtp.size > 1;
+}
+
 template <typename floatX> static void activations_alloc(GPT<floatX> *g) {
     const GPTConfig *c = &g->config;
     size_t N = (size_t)g->maxB * g->maxT, C = c->channels, L = c->num_layers, tp = g->tp.size;
@@ -392,7 +404,7 @@ template <typename floatX> static void activations_alloc(GPT<floatX> *g) {
     a.reduce_scratch = dev_alloc<float>(reduce > ln ? reduce : ln, "reduction scratch");
     a.sums_scratch = dev_alloc<float>(reduce, "fc bias reduction scratch");
     a.norm_scratch = dev_alloc<float>(g->norm_first[L + 1], "gradient norm scratch");
-    if (g->dp.zero || tp > 1) { a.sum_squares = dev_alloc<double>(1, "squared gradient norm"); }
+    if (norm_is_split(g)) { a.sum_squares = dev_alloc<double>(1, "squared gradient norm"); }
     a.scalars = dev_alloc<float>(3, "loss and norm");
 }
 
@@ -404,8 +416,8 @@ template <typename floatX> static void gpt_check_shape(const GPTConfig *c) {
 }
 
 // The gradient-norm groups (dp_plan.h's parameter groups: layer l's 12 tensors; then wte, wpe, lnf), each the part
-// this rank owns, and where each one's partial sums go. TP ranks hold the same replicated tensors: only TP rank 0
-// counts them (the sum over the TP group then counts every parameter once).
+// this rank owns, and where each one's partial sums go. TP ranks hold the same replicated tensors, GTP ranks the same
+// whole ones: only TP rank 0, GTP rank 0 counts them (the sums over the groups then count every parameter once).
 template <typename floatX> static void norm_groups_make(GPT<floatX> *g) {
     int L = g->config.num_layers;
     g->norm_groups = (NormGroup *)calloc_check(L + 1, sizeof(NormGroup), "gradient norm groups");
@@ -414,6 +426,7 @@ template <typename floatX> static void norm_groups_make(GPT<floatX> *g) {
         ParamGroup own = dp_owned_group(&g->dp, k);
         for (int i = 0; i < own.count; i++) {
             if (g->tp.rank != 0 && param_tp_split(own.tensor[i]) == TP_REPLICATED) { continue; }
+            if (g->gtp.rank != 0 && !gtp_sharded(own.tensor[i])) { continue; }
             norm_group_add(&g->norm_groups[k], g->grads + own.span[i].begin, own.span[i].count);
         }
     }
@@ -421,8 +434,8 @@ template <typename floatX> static void norm_groups_make(GPT<floatX> *g) {
 }
 
 template <typename floatX>
-static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, const Fp8Recipe *fp8, uint64_t seed,
-                               int B, int T, int keep_gelu, const Mesh *mesh, int zero, int sequence_parallel) {
+static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, const Fp8Recipe *fp8, const Options *o,
+                               const Mesh *mesh, int B, int T) {
     gpt_check_shape<floatX>(config);
     if (T > config->max_seq_len) { fail("sequence length %d exceeds the model's %d", T, config->max_seq_len); }
     GPT<floatX> *g = (GPT<floatX> *)calloc_check(1, sizeof(GPT<floatX>), "GPU model");
@@ -430,16 +443,24 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, con
     g->precision = precision;
     g->maxB = B;
     g->maxT = T;
-    g->keep_gelu = keep_gelu < config->num_layers ? keep_gelu : config->num_layers;
+    g->keep_gelu = o->keep_gelu_layers < config->num_layers ? o->keep_gelu_layers : config->num_layers;
     g->mesh = *mesh;
-    tp_init(&g->tp, mesh, sequence_parallel);
+    tp_init(&g->tp, mesh, o->sequence_parallel);
     Span vocab = tp_vocab_rows(mesh, config);
     g->emb = {(int)vocab.begin, (int)vocab.count, mesh->tp_rank == 0};
     g->heads = (int)tp_heads(mesh, config).count;
     g->attn = (int)tp_attention_channels(mesh, config).count;
     g->mlp = 4 * config->channels / mesh->tp;
-    param_layout_local(config, mesh, &g->layout);
-    dp_init(&g->dp, mesh, config, &g->layout, zero);
+    param_layout_local(config, mesh, &g->tp_layout);
+    param_layout_gtp(config, mesh, &g->layout);
+    size_t gathered = 0, shard = 0;
+    for (int k = 0; k < BLOCK_LINEARS; k++) {
+        GtpShape sh = g->gtp_shapes[k] = gtp_shape(config, mesh, BLOCK_LINEAR_WEIGHT[k]);
+        gathered = sh.padded_rows * sh.cols > gathered ? sh.padded_rows * sh.cols : gathered;
+        shard = sh.shard_rows * sh.cols > shard ? sh.shard_rows * sh.cols : shard;
+    }
+    gtp_init(&g->gtp, mesh, o->gtp_materialize, o->gtp_prefetch, gathered, shard);
+    dp_init(&g->dp, mesh, config, &g->layout, o->zero);
     if (fp8) {
         g->fp8 = (Fp8Device *)calloc_check(1, sizeof(Fp8Device), "FP8 state");
         fp8_device_init(g->fp8, fp8, config->num_layers);
@@ -464,7 +485,7 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, con
         cudaCheck(cudaMemsetAsync(g->params + P, 0, (E - P) * sizeof(float), s));
         cudaCheck(cudaMemsetAsync(g->grads + P, 0, (E - P) * sizeof(float), s));
     }
-    param_init_device(g->params, config, mesh, &g->layout, seed, s);
+    param_init_device(g->params, config, mesh, &g->layout, (uint64_t)o->seed, s);
     if ((void *)g->weights != (void *)g->params) { convert_from_float(g->weights, g->params, E, s); }
 
     linears_make(g);
@@ -576,6 +597,51 @@ template <typename floatX> static void updated_join(GPT<floatX> *g) {
 }
 
 // ----------------------------------------------------------------------------------------------------------------
+// GTP: the prefetch chain (llmc/gtp_plan.h) over the block linear layers' weights (llmc/gtp.cuh)
+
+/*
+ * A pass starts its chain (gtp_pass_start) and then brackets each block linear layer's GEMMs that read the weight
+ * with gtp_acquire (before the first: wait for its gather, point the Linear at its buffer) and gtp_done (after the
+ * last: release the buffer, issue the gather that goes into it next). A forward's gathers of layer l wait for its
+ * AdamW group when an update is pending: the first gather of a step is the only one the compute stream may wait
+ * for. Nothing happens without GTP.
+ */
+template <typename floatX> static void gtp_issue(GPT<floatX> *g, int i) {
+    GtpUse u = gtp_chain_use(g->config.num_layers, g->gtp.pass, i);
+    const GtpShape &sh = g->gtp_shapes[u.linear];
+    const floatX *shard = weights_of(g, u.layer)[BLOCK_LINEAR_WEIGHT[u.linear]];
+    cudaEvent_t after = g->gtp.pass == GTP_FORWARD && g->update_pending ? g->updated[u.layer] : (cudaEvent_t)NULL;
+    char what[TRACKED_WHAT_LEN];
+    snprintf(what, sizeof(what), "the GTP all-gather of layer %d's %s", u.layer, PARAM_NAMES[BLOCK_LINEAR_WEIGHT[u.linear]]);
+    gtp_gather(&g->gtp, gtp_chain_slot(&g->gtp.chain, i), shard, sh.shard_rows * sh.cols, after, what);
+}
+
+template <typename floatX> static void gtp_pass_start(GPT<floatX> *g, GtpPass pass) {
+    if (!g->gtp.active) { return; }
+    g->gtp.pass = pass;
+    int n = gtp_chain_start(&g->gtp.chain, gtp_chain_uses(g->config.num_layers), g->gtp.depth);
+    for (int i = 0; i < n; i++) { gtp_issue(g, i); }
+}
+
+template <typename floatX> static void gtp_acquire(GPT<floatX> *g, int l, int k) {
+    if (!g->gtp.active) { return; }
+    int i = gtp_chain_index(g->config.num_layers, g->gtp.pass, l, k);
+    int first = i >= g->gtp.chain.acquired;
+    int b = gtp_chain_acquire(&g->gtp.chain, i);
+    if (first) { gtp_wait_gathered(&g->gtp, b, g_cuda.stream); }
+    g->linears[l * BLOCK_LINEARS + k].w = g->gtp.slot[b];
+}
+
+template <typename floatX> static void gtp_done(GPT<floatX> *g, int l, int k) {
+    if (!g->gtp.active) { return; }
+    int i = gtp_chain_index(g->config.num_layers, g->gtp.pass, l, k);
+    gtp_release(&g->gtp, gtp_chain_slot(&g->gtp.chain, i), g_cuda.stream);
+    g->linears[l * BLOCK_LINEARS + k].w = NULL; // a GEMM queued past the release would read another weight
+    int next = gtp_chain_release(&g->gtp.chain, i);
+    if (next >= 0) { gtp_issue(g, next); }
+}
+
+// ----------------------------------------------------------------------------------------------------------------
 // forward
 
 // Copies one micro-batch's tokens (targets may be NULL) to the GPU, checking they are in the vocabulary.
@@ -633,6 +699,16 @@ template <typename floatX> static void gpt_embed(GPT<floatX> *g, int T, const Fo
                  "the tensor-parallel sum of the embeddings");
 }
 
+// Layer l's linear layer k on forward chunk f of K (linear_forward): under GTP its weight is materialized before the
+// first chunk and released after the last.
+template <typename floatX>
+static void block_linear_forward(GPT<floatX> *g, int l, int k, floatX *out, const floatX *inp, floatX *gelu_aux,
+                                 const ForwardChunk &f, int K) {
+    if (f.k == 0) { gtp_acquire(g, l, k); }
+    linear_forward(block_linear(g, l, k), out, inp, gelu_aux, f, g_cuda.stream);
+    if (f.k == K - 1) { gtp_done(g, l, k); }
+}
+
 // Logits of B x T tokens (already on the GPU) into acts.logits. The micro-batch runs in chunks of whole sequences
 // (llmc/forward_chunks.h); each half-block (attention, MLP) runs chunk after chunk and begins, once the chunk's
 // last TP sum is in, with the residual add of the half-block below fused into its LayerNorm. A chunk's row-parallel
@@ -652,12 +728,11 @@ template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T)
         g->fp8->weights_stale = 0;
     }
     updated_wait(g, L);
+    gtp_pass_start(g, GTP_FORWARD);
     for (int k = 0; k < K; k++) { gpt_embed(g, T, gpt_chunk(g, B, T, k)); }
     for (int l = 0; l < L; l++) {
         LayerActs<floatX> x = layer_acts(g, l), below = layer_acts(g, l > 0 ? l - 1 : 0);
         ParamView<const floatX> w = weights_of(g, l);
-        const Linear<floatX> &qkv = block_linear(g, l, LIN_QKV), &attproj = block_linear(g, l, LIN_ATTPROJ);
-        const Linear<floatX> &fc = block_linear(g, l, LIN_FC), &fcproj = block_linear(g, l, LIN_FCPROJ);
         updated_wait(g, l);
         for (int k = 0; k < K; k++) {
             ForwardChunk f = gpt_chunk(g, B, T, k);
@@ -666,15 +741,15 @@ template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T)
             chunk_layernorm(g, f, x.ln1, x.ln1_mean, x.ln1_rstd, l > 0 ? x.res_in : (floatX *)NULL,
                             l > 0 ? below.res2 : x.res_in, l > 0 ? a.proj : (const floatX *)NULL,
                             w[P_LN1W], w[P_LN1B]);
-            linear_forward(qkv, x.qkv, x.ln1, (floatX *)NULL, f, s);
+            block_linear_forward(g, l, LIN_QKV, x.qkv, x.ln1, (floatX *)NULL, f, K);
             attention_forward(x.atty + r * A, x.lse + r * NHl, x.qkv + r * 3 * A, f.rows / T, T, NHl, HS, s);
-            linear_forward(attproj, a.proj, x.atty, (floatX *)NULL, f, s);
+            block_linear_forward(g, l, LIN_ATTPROJ, a.proj, x.atty, (floatX *)NULL, f, K);
         }
         for (int k = 0; k < K; k++) {
             ForwardChunk f = gpt_chunk(g, B, T, k);
             chunk_layernorm(g, f, x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, x.res_in, a.proj, w[P_LN2W], w[P_LN2B]);
-            linear_forward(fc, x.h4, x.ln2, x.fch, f, s);
-            linear_forward(fcproj, a.proj, x.h4, (floatX *)NULL, f, s);
+            block_linear_forward(g, l, LIN_FC, x.h4, x.ln2, x.fch, f, K);
+            block_linear_forward(g, l, LIN_FCPROJ, a.proj, x.h4, (floatX *)NULL, f, K);
         }
     }
     LayerActs<floatX> top = layer_acts(g, L - 1);
@@ -736,12 +811,15 @@ template <typename floatX> static cudaEvent_t sp_sum_replicated(GPT<floatX> *g, 
 
 template <typename floatX> static void grads_final(GPT<floatX> *g, int group) {
     cudaCheck(cudaEventRecord(g->grads_final_event, g_cuda.stream));
-    // The group's fc bias gradient comes from the sums stream (fc_bias_backward): final where both streams are.
+    // The group's fc bias gradient comes from the sums stream (fc_bias_backward), under GTP its weight gradients from
+    // the RS stream: final where all streams are.
     cudaCheck(cudaStreamWaitEvent(g_cuda.sums, g->grads_final_event, 0));
+    cudaEvent_t scattered = gtp_rs_mark(&g->gtp);
+    if (scattered) { cudaCheck(cudaStreamWaitEvent(g_cuda.sums, scattered, 0)); }
     cudaCheck(cudaEventRecord(g->sums_final, g_cuda.sums));
     cudaEvent_t ready = g->sums_final;
     if (g->reduce_grads && g->tp.sp) { ready = sp_sum_replicated(g, group, ready); }
-    if (g->reduce_grads && g->dp.ranks > 1) { ready = dp_reduce_group(&g->dp, group, g->grads, ready); }
+    if (g->reduce_grads && g->mesh.data_size > 1) { ready = dp_reduce_group(&g->dp, group, g->grads, ready); }
     cudaCheck(cudaStreamWaitEvent(g_cuda.side, ready, 0));
     grad_norm_partials(g->acts.norm_scratch + g->norm_first[group], &g->norm_groups[group], g_cuda.side);
 }
@@ -834,24 +912,51 @@ template <typename floatX> static void gelu_recompute(GPT<floatX> *g, int l, int
 static const char *const EMBEDDINGS_GATHER = "the tensor-parallel all-gather of the embeddings' gradient";
 
 template <typename floatX> struct WgradQueue {
+    int linear[BLOCK_LINEARS]; // config.h's LIN_*
     const Linear<floatX> *lin[BLOCK_LINEARS];
     const floatX *dout[BLOCK_LINEARS], *inp[BLOCK_LINEARS];
     int count, N, accumulate;
 };
 
 template <typename floatX>
-static void wgrad_defer(WgradQueue<floatX> *q, const Linear<floatX> &lin, const floatX *dout, const floatX *inp) {
+static void wgrad_defer(WgradQueue<floatX> *q, int linear, const Linear<floatX> &lin, const floatX *dout,
+                        const floatX *inp) {
     if (q->count == BLOCK_LINEARS) { fail("wgrad_defer: more than %d weight gradients deferred", BLOCK_LINEARS); }
+    q->linear[q->count] = linear;
     q->lin[q->count] = &lin;
     q->dout[q->count] = dout;
     q->inp[q->count] = inp;
     q->count++;
 }
 
-template <typename floatX> static void wgrad_overlap(WgradQueue<floatX> *q, int most, cudaStream_t s) {
+/*
+ * One deferred weight gradient. Under GTP the GEMM writes the whole gradient into an RS buffer (beta 0), which is
+ * reduce-scattered into this rank's shard of lin.dw: on the first micro-step written, else added. With one rank the
+ * bits are the plain path's: beta is no part of the GEMM plan (the same algorithm), and cuBLASLt's beta = 1 rounds
+ * acc + C once, as the add does.
+ */
+template <typename floatX>
+static void wgrad_run(GPT<floatX> *g, int linear, const Linear<floatX> &lin, const floatX *dout, const floatX *inp,
+                      int N, int accumulate) {
+    cudaStream_t s = g_cuda.stream;
+    if (!g->gtp.active) {
+        linear_backward_weight(lin, dout, inp, N, accumulate, s);
+        return;
+    }
+    const GtpShape &sh = g->gtp_shapes[linear];
+    Linear<floatX> whole = lin;
+    whole.dw = gtp_rs_buffer(&g->gtp, sh.rows * sh.cols, sh.padded_rows * sh.cols, s);
+    linear_backward_weight(whole, dout, inp, N, 0, s);
+    char what[TRACKED_WHAT_LEN];
+    snprintf(what, sizeof(what), "the GTP reduce-scatter of a %s gradient", PARAM_NAMES[BLOCK_LINEAR_WEIGHT[linear]]);
+    gtp_reduce_scatter(&g->gtp, lin.dw, sh.shard_rows * sh.cols, accumulate, s, what);
+}
+
+template <typename floatX> static void wgrad_overlap(GPT<floatX> *g, WgradQueue<floatX> *q, int most) {
     int n = q->count < most ? q->count : most;
-    for (int i = 0; i < n; i++) { linear_backward_weight(*q->lin[i], q->dout[i], q->inp[i], q->N, q->accumulate, s); }
+    for (int i = 0; i < n; i++) { wgrad_run(g, q->linear[i], *q->lin[i], q->dout[i], q->inp[i], q->N, q->accumulate); }
     for (int i = n; i < q->count; i++) {
+        q->linear[i - n] = q->linear[i];
         q->lin[i - n] = q->lin[i];
         q->dout[i - n] = q->dout[i];
         q->inp[i - n] = q->inp[i];
@@ -884,26 +989,34 @@ template <typename floatX> static void block_backward(GPT<floatX> *g, int l, int
     // buffer (a.dfch), once the layer above has summed its fc bias gradient there.
     if (recomputes_gelu(g, l)) { cudaCheck(cudaStreamWaitEvent(s, g->gelu_recomputed, 0)); }
     cudaCheck(cudaStreamWaitEvent(s, g->fc_bias_done, 0));
+    gtp_acquire(g, l, LIN_FCPROJ);
     linear_backward_input(fcproj, a.dfch, a.dres, x.h4, x.fch, N, s);
-    wgrad_defer(q, fcproj, a.dres, x.h4);
+    gtp_done(g, l, LIN_FCPROJ);
+    wgrad_defer(q, LIN_FCPROJ, fcproj, a.dres, x.h4);
     fc_bias_backward(g, l, N, acc);
     if (l > 0 && recomputes_gelu(g, l - 1)) { gelu_recompute(g, l - 1, N); }
+    gtp_acquire(g, l, LIN_FC);
     linear_backward_input(fc, a.proj, a.dfch, x.ln2, (const floatX *)NULL, N, s);
-    wgrad_defer(q, fc, a.dfch, x.ln2);
-    wgrad_overlap(q, beside_sum, s);
+    gtp_done(g, l, LIN_FC);
+    wgrad_defer(q, LIN_FC, fc, a.dfch, x.ln2);
+    wgrad_overlap(g, q, beside_sum);
     linear_backward_join(fc, s);
     layernorm_backward(a.dres + t0, dw[P_LN2W], dw[P_LN2B], dw[P_ATTPROJB], a.reduce_scratch, a.proj + t0, x.res2,
                        w[P_LN2W], x.ln2_mean, x.ln2_rstd, ns, C, acc, s); // dres written: fcproj's ran
     // attention; its backward also sums dqkv into the QKV bias gradient, while it holds the rows
     linear_backward_gather(attproj, a.dres, N, s);
-    wgrad_overlap(q, WGRAD_ALL, s); // before the next layer writes d fch
+    wgrad_overlap(g, q, WGRAD_ALL); // before the next layer writes d fch
+    gtp_acquire(g, l, LIN_ATTPROJ);
     linear_backward_input(attproj, a.proj, a.dres, x.atty, (const floatX *)NULL, N, s);
-    wgrad_defer(q, attproj, a.dres, x.atty);
+    gtp_done(g, l, LIN_ATTPROJ);
+    wgrad_defer(q, LIN_ATTPROJ, attproj, a.dres, x.atty);
     attention_backward(a.dqkv, dw[P_QKVB], a.proj, x.atty, x.qkv, x.lse, a.attn_workspace, B, T, g->heads, HS, acc,
                        s);
+    gtp_acquire(g, l, LIN_QKV);
     linear_backward_input(qkv, a.proj, a.dqkv, x.ln1, (const floatX *)NULL, N, s);
-    wgrad_defer(q, qkv, a.dqkv, x.ln1);
-    wgrad_overlap(q, beside_sum, s);
+    gtp_done(g, l, LIN_QKV);
+    wgrad_defer(q, LIN_QKV, qkv, a.dqkv, x.ln1);
+    wgrad_overlap(g, q, beside_sum);
     linear_backward_join(qkv, s);
     layernorm_backward(a.dres + t0, dw[P_LN1W], dw[P_LN1B], l > 0 ? grads_of(g, l - 1)[P_FCPROJB] : (float *)NULL,
                        a.reduce_scratch, a.proj + t0, x.res_in, w[P_LN1W], x.ln1_mean, x.ln1_rstd, ns, C, acc, s);
@@ -912,7 +1025,7 @@ template <typename floatX> static void block_backward(GPT<floatX> *g, int l, int
     } else if (g->tp.sp) {
         tp_gather_start(&g->tp, a.dres, (size_t)ns * C, s, EMBEDDINGS_GATHER);
     }
-    wgrad_overlap(q, WGRAD_ALL, s); // the block's gradients are final after this
+    wgrad_overlap(g, q, WGRAD_ALL); // the block's gradients are final after this
     grads_final(g, l);
 }
 
@@ -929,6 +1042,7 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
     ParamView<const floatX> w = weights_of(g, MODEL_TENSORS);
     ParamView<float> dw = grads_of(g, MODEL_TENSORS);
 
+    gtp_pass_start(g, GTP_BACKWARD); // its first gathers run beside the LM head's backward
     if (g->fp8_transposes_pending) { // the first input gradients read the FP8 weights' transposes
         cudaCheck(cudaStreamWaitEvent(s, g->fp8_transposed, 0));
         g->fp8_transposes_pending = 0;
@@ -968,18 +1082,20 @@ template <typename floatX> static void grads_materialize(GPT<floatX> *g) {
 // update
 
 // The norm and clip factor (acts.scalars + 1) from the partial sums of every group. Under ZeRO-1 those cover this
-// rank's slice only, under TP its TP-local tensors: their sum is summed over those ranks before the square root.
+// rank's slice only, under TP its TP-local tensors, under GTP its shards: their sum is summed over those ranks before
+// the square root.
 template <typename floatX> static void grad_norm(GPT<floatX> *g, float grad_clip) {
     cudaStream_t s = g_cuda.stream;
     const Activations<floatX> &a = g->acts;
     int parts = g->norm_first[g->config.num_layers + 1];
-    if (!g->dp.zero && !tp_active(&g->tp)) {
+    if (!norm_is_split(g)) {
         grad_norm_finish(a.scalars + 1, a.norm_scratch, parts, grad_clip, s);
         return;
     }
     grad_sum_partials(a.sum_squares, a.norm_scratch, parts, s);
     if (g->dp.zero) { dp_sum_on_device(&g->dp, a.sum_squares, 1, s); }
     if (tp_active(&g->tp)) { tp_sum_on_device(&g->tp, a.sum_squares, 1, s); }
+    if (g->gtp.size > 1) { gtp_sum_on_device(&g->gtp, a.sum_squares, 1, s); }
     grad_norm_from_sum(a.scalars + 1, a.sum_squares, grad_clip, s);
 }
 
@@ -1102,7 +1218,7 @@ template <typename floatX>
 static float op_forward_backward(void *ctx, const int *inputs, const int *targets, int B, int T, float loss_scale,
                                  int last) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
-    g->reduce_grads = last && (g->dp.ranks > 1 || g->tp.sp);
+    g->reduce_grads = last && (g->mesh.data_size > 1 || g->tp.sp);
     check_batch(g, B, T);
     int N = B * T;
     if (g->fp8) { g->fp8->recording = 1; } // a training pass: its FP8 casts record their amax
@@ -1190,16 +1306,18 @@ static void copy_host_to_device(float *dst, const float *src, size_t n) {
 }
 
 /*
- * The host side of the model is whole (param_layout() order: model files, state files); a TP rank's device buffers
- * hold its TP-local tensors (layout, llmc/tp_layout.h). tp_gather_to_host: the whole tensors from every TP rank's
- * local buffer (all-gathered TP_GATHER_CHUNK floats at a time through a temporary buffer, then placed on the host);
- * every rank of the group gets them. tp_scatter_to_device: elements [begin, begin + count) of this rank's local
- * tensors, cut from whole ones, to the device.
+ * The host side of the model is whole (param_layout() order: model files, state files); a rank's device buffers hold
+ * its tensors (layout: TP-local, llmc/tp_layout.h, with GTP's shards of the block weight matrices, llmc/gtp_plan.h).
+ * gather_to_host: the whole tensors from every rank's buffer, first its GTP group's shards (all-gathered, assembled
+ * into TP-local tensors on the host: gtp_gather_to_tp), then its TP group's slices (all-gathered TP_GATHER_CHUNK
+ * floats at a time through a temporary buffer, then placed on the host: tp_gather_to_host); every rank of the groups
+ * gets them. scatter_to_device: elements [begin, begin + count) of this rank's buffer, cut from whole tensors.
  */
 #define TP_GATHER_CHUNK ((size_t)1 << 25) // 128 MB of fp32 per rank and chunk
 
+// local: this rank's TP-local tensors (tp_layout) on the device.
 template <typename floatX> static void tp_gather_to_host(GPT<floatX> *g, const float *local, float *full) {
-    size_t P = g->layout.total;
+    size_t P = g->tp_layout.total;
     if (!tp_active(&g->tp)) {
         copy_device_to_host(full, local, P);
         return;
@@ -1229,16 +1347,57 @@ template <typename floatX> static void tp_gather_to_host(GPT<floatX> *g, const f
     free(host);
 }
 
+// The TP-local tensors (on the device, tp_layout) of this rank's GTP group, from the G ranks' buffers (local, layout).
+template <typename floatX> static float *gtp_gather_to_tp(GPT<floatX> *g, const float *local) {
+    size_t P = g->layout.total, Pt = g->tp_layout.total, G = (size_t)g->gtp.size;
+    const char *what = "the GTP all-gather of the parameters or optimizer state";
+    float *all = NULL, *tp = NULL;
+    cudaCheck(cudaMalloc(&all, G * P * sizeof(float)));
+    cudaCheck(cudaMalloc(&tp, Pt * sizeof(float)));
+    gtp_after_compute(&g->gtp, g_cuda.stream); // behind whatever wrote `local`
+    ncclCheck(ncclAllGather(local, all, P, ncclFloat32, comm_get(COMM_GTP), g->gtp.ag));
+    comm_settle(comm_get(COMM_GTP), what, g_comm.timeout_s);
+    float *host = (float *)malloc_check(G * P * sizeof(float), "the gathered GTP shards");
+    float *host_tp = (float *)malloc_check(Pt * sizeof(float), "the TP-local parameters");
+    cudaCheck(cudaMemcpyAsync(host, all, G * P * sizeof(float), cudaMemcpyDeviceToHost, g->gtp.ag));
+    comm_wait_stream(g->gtp.ag, what);
+    const float **parts = (const float **)malloc_check(G * sizeof(float *), "GTP buffers");
+    for (size_t r = 0; r < G; r++) { parts[r] = host + r * P; }
+    param_gather_gtp(&g->config, &g->mesh, parts, host_tp);
+    copy_host_to_device(tp, host_tp, Pt);
+    free(parts);
+    free(host_tp);
+    free(host);
+    cudaCheck(cudaFree(all));
+    return tp;
+}
+
+template <typename floatX> static void gather_to_host(GPT<floatX> *g, const float *local, float *full) {
+    if (g->gtp.size == 1) { // the layout is the TP-local one
+        tp_gather_to_host(g, local, full);
+        return;
+    }
+    float *tp = gtp_gather_to_tp(g, local);
+    tp_gather_to_host(g, tp, full);
+    cudaCheck(cudaFree(tp));
+}
+
 template <typename floatX>
-static void tp_scatter_to_device(GPT<floatX> *g, const float *full, float *dst, size_t begin, size_t count) {
-    if (!tp_active(&g->tp)) {
+static void scatter_to_device(GPT<floatX> *g, const float *full, float *dst, size_t begin, size_t count) {
+    if (!tp_active(&g->tp) && g->gtp.size == 1) {
         copy_host_to_device(dst, full + begin, count);
         return;
     }
-    float *local = (float *)malloc_check(g->layout.total * sizeof(float), "tensor-parallel parameters");
-    param_slice_tp(&g->config, &g->mesh, full, local);
+    float *tp = (float *)malloc_check(g->tp_layout.total * sizeof(float), "tensor-parallel parameters");
+    param_slice_tp(&g->config, &g->mesh, full, tp);
+    float *local = tp;
+    if (g->gtp.size > 1) {
+        local = (float *)malloc_check(g->layout.total * sizeof(float), "GTP shards");
+        param_slice_gtp(&g->config, &g->mesh, tp, local);
+    }
     copy_host_to_device(dst, local + begin, count);
-    free(local);
+    if (local != tp) { free(local); }
+    free(tp);
 }
 
 template <typename floatX> static void op_get_params(void *ctx, float *out) {
@@ -1249,12 +1408,12 @@ template <typename floatX> static void op_get_params(void *ctx, float *out) {
     if (g->dp.zero && !std::is_same<floatX, float>::value) {
         dp_all_gather(&g->dp, g->params, g_cuda.stream, "the all-gather of the master weights");
     }
-    tp_gather_to_host(g, g->params, out);
+    gather_to_host(g, g->params, out);
 }
 template <typename floatX> static void op_set_params(void *ctx, const float *in) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     updated_join(g);
-    tp_scatter_to_device(g, in, g->params, 0, g->layout.total);
+    scatter_to_device(g, in, g->params, 0, g->layout.total);
     if ((void *)g->weights != (void *)g->params) {
         convert_from_float(g->weights, g->params, g->layout.total, g_cuda.stream);
         comm_wait_stream(g_cuda.stream, "the conversion of the weights");
@@ -1266,7 +1425,7 @@ template <typename floatX> static void op_get_grads(void *ctx, float *out) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     updated_join(g);
     grads_materialize(g);
-    tp_gather_to_host(g, g->grads, out);
+    gather_to_host(g, g->grads, out);
 }
 // Under ZeRO-1 each moment is gathered from the slices into the gradient buffer, which is free between an update
 // and the next zero_grad, so a checkpoint needs no extra GPU memory; the state file is the single-GPU one.
@@ -1274,22 +1433,22 @@ template <typename floatX> static void op_get_opt_state(void *ctx, float *m, flo
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     updated_join(g);
     if (!g->dp.zero) {
-        tp_gather_to_host(g, g->m, m);
-        tp_gather_to_host(g, g->v, v);
+        gather_to_host(g, g->m, m);
+        gather_to_host(g, g->v, v);
         return;
     }
     dp_gather_slices(&g->dp, g->m, g->grads, g_cuda.stream, "the all-gather of AdamW's first moments");
-    tp_gather_to_host(g, g->grads, m);
+    gather_to_host(g, g->grads, m);
     dp_gather_slices(&g->dp, g->v, g->grads, g_cuda.stream, "the all-gather of AdamW's second moments");
-    tp_gather_to_host(g, g->grads, v);
+    gather_to_host(g, g->grads, v);
 }
 // Each rank keeps its own slice of the whole model's moments (its TP-local tensors, all of them without ZeRO-1).
 template <typename floatX> static void op_set_opt_state(void *ctx, const float *m, const float *v) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     updated_join(g);
     Span owned = dp_owned(&g->dp);
-    tp_scatter_to_device(g, m, g->m, owned.begin, owned.count);
-    tp_scatter_to_device(g, v, g->v, owned.begin, owned.count);
+    scatter_to_device(g, m, g->m, owned.begin, owned.count);
+    scatter_to_device(g, v, g->v, owned.begin, owned.count);
 }
 
 // The time the compute stream waited for collectives since the last call (the log line's exposed communication);
@@ -1385,9 +1544,8 @@ static void choose_gemm_algos(ModelOps *ops, const GPTConfig *config, const char
 template <typename floatX>
 static ModelOps gpt_make(const GPTConfig *config, const Options *opts, Precision p, const Mesh *mesh, int B, int T) {
     Fp8Recipe recipe = fp8_recipe_from_options(opts);
-    GPT<floatX> *g = gpt_create<floatX>(config, p, p == PRECISION_FP8 ? &recipe : (const Fp8Recipe *)NULL,
-                                        (uint64_t)opts->seed, B, T, opts->keep_gelu_layers, mesh, opts->zero,
-                                        opts->sequence_parallel);
+    GPT<floatX> *g = gpt_create<floatX>(config, p, p == PRECISION_FP8 ? &recipe : (const Fp8Recipe *)NULL, opts, mesh,
+                                        B, T);
     ModelOps ops = gpt_ops(g);
     choose_gemm_algos(&ops, config, opts->out_dir, mesh->rank, B, T);
     if (g->fp8) { fp8_discard_step(g->fp8, g_cuda.stream); }
@@ -1396,6 +1554,8 @@ static ModelOps gpt_make(const GPTConfig *config, const Options *opts, Precision
 
 // The one place the precision picks the activation type.
 static ModelOps make_gpu_model(const GPTConfig *config, const Options *opts, const Mesh *mesh, int B, int T) {
+    // --gtp-materialize on one process: the communicators the GTP path runs through, each of this one rank
+    if (opts->gtp_materialize && !g_comm.connected) { comm_connect(mesh); }
     cuda_context_init(); // on the GPU comm_connect chose (the first one for a single process)
     Precision p = precision_from_options(opts);
     bool fp32 = p == PRECISION_FP32 || (p == PRECISION_FP8 && strcmp(opts->fp8_activations, "fp32") == 0);
@@ -1403,6 +1563,14 @@ static ModelOps make_gpu_model(const GPTConfig *config, const Options *opts, con
     // A profiler started with --profile-from-start off (dev/kernel_times.sh) sees training, not the tuning pass.
     (void)cudaProfilerStart();
     if (mesh->rank == 0) { printf("peak GPU memory: %.1f GB\n", g_cuda_allocated_bytes / 1e9); }
+    if (mesh->rank == 0 && options_gtp_path(opts)) {
+        ParamLayout mine;
+        param_layout_gtp(config, mesh, &mine);
+        size_t elem = p == PRECISION_FP32 ? sizeof(float) : sizeof(bf16);
+        printf("GTP: %d ranks, prefetch %d; rank 0 holds %zu parameters (%.1f MB of fp32 masters); a pass gathers "
+               "%.1f MB into each rank\n", mesh->gtp, opts->gtp_prefetch, mine.total, mine.total * 4.0 / 1e6,
+               gtp_pass_gather_bytes(config, mesh, elem) / 1e6);
+    }
     return ops;
 }
 

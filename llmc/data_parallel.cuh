@@ -14,6 +14,8 @@
  * with its slice of the AdamW moments, and broadcasts the updated weights the GEMMs read, group by group
  * (dp_gather_group), before the next forward reads that group; in bf16 mode the fp32 masters outside the slice go
  * stale until get_params gathers them (dp_all_gather).
+ * Under GTP the ranks of a GTP group read other tokens too: the tensors GTP leaves whole are summed over the data
+ * group (DP x GTP), the shards (already summed over GTP by their reduce-scatter) over DP.
  * One rank leaves every buffer and every kernel as on a single GPU: no event, no collective.
  */
 #ifndef LLMC_DATA_PARALLEL_CUH
@@ -21,9 +23,11 @@
 
 #include "comm.cuh"
 #include "dp_plan.h"
+#include "gtp_plan.h"
 
 typedef struct {
     int ranks, rank; // the DP group
+    int data_ranks;  // the data group (DP x GTP)
     int zero;        // ZeRO-1 on (only with more than one rank: on one rank it would change nothing)
     ParamLayout layout;
     ZeroShards shards;
@@ -37,6 +41,7 @@ static void dp_init(DataParallel *dp, const Mesh *m, const GPTConfig *c, const P
     memset(dp, 0, sizeof(*dp));
     dp->ranks = m->dp;
     dp->rank = m->dp_rank;
+    dp->data_ranks = m->data_size;
     dp->zero = zero && m->dp > 1;
     dp->layout = *p;
     dp->shards = zero_shards_make(p->total, dp->zero ? dp->ranks : 1);
@@ -44,7 +49,7 @@ static void dp_init(DataParallel *dp, const Mesh *m, const GPTConfig *c, const P
     dp->num_groups = L + 1;
     dp->groups = (ParamGroup *)calloc_check((size_t)L + 1, sizeof(ParamGroup), "parameter groups");
     for (int k = 0; k <= L; k++) { dp->groups[k] = param_group(p, L, k); }
-    if (dp->ranks == 1) { return; }
+    if (dp->data_ranks == 1) { return; }
     dp->reduced = (cudaEvent_t *)malloc_check(((size_t)L + 1) * sizeof(cudaEvent_t), "reduction events");
     for (int k = 0; k <= L; k++) { cudaCheck(cudaEventCreateWithFlags(&dp->reduced[k], cudaEventDisableTiming)); }
     cudaCheck(cudaEventCreateWithFlags(&dp->compute_mark, cudaEventDisableTiming));
@@ -88,29 +93,42 @@ static void dp_group_what(const DataParallel *dp, int k, const char *verb, char 
     }
 }
 
-// Group k's gradients are final where `final_event` was recorded on the compute stream: sum them over the DP group
-// on the DP stream (onto the owning ranks under ZeRO-1). Returns the event that marks them summed.
+// All-reduces group k's spans that sum over `comm` (the whole tensors over the data group, or GTP's shards over DP),
+// as one grouped call, on the DP stream.
+static void dp_all_reduce_spans(DataParallel *dp, int k, float *grads, CommId comm, const char *what) {
+    const ParamGroup *g = &dp->groups[k];
+    int over_data = comm == COMM_DATA, any = 0;
+    ncclCheck(ncclGroupStart());
+    for (int i = 0; i < g->count; i++) {
+        if ((dp->data_ranks > dp->ranks && !gtp_sharded(g->tensor[i])) != over_data) { continue; }
+        float *p = grads + g->span[i].begin;
+        ncclCheck(ncclAllReduce(p, p, g->span[i].count, ncclFloat32, ncclSum, comm_get(comm), g_comm.dp_stream));
+        any = 1;
+    }
+    ncclCheck(ncclGroupEnd());
+    if (any) { comm_settle(comm_get(comm), what, g_comm.timeout_s); }
+}
+
+// Group k's gradients are final where `final_event` was recorded on the compute stream: sum them over the ranks that
+// read other tokens, on the DP stream (onto the owning ranks under ZeRO-1). Returns the event that marks them summed.
 static cudaEvent_t dp_reduce_group(DataParallel *dp, int k, float *grads, cudaEvent_t final_event) {
-    ncclComm_t comm = comm_get(COMM_DP);
     cudaStream_t s = g_comm.dp_stream;
     cudaCheck(cudaStreamWaitEvent(s, final_event, 0));
-    ncclCheck(ncclGroupStart());
+    char what[TRACKED_WHAT_LEN];
+    dp_group_what(dp, k, dp->zero ? "reduce of the gradients" : "all-reduce of the gradients", what);
     if (dp->zero) {
+        ncclComm_t comm = comm_get(COMM_DP);
+        ncclCheck(ncclGroupStart());
         dp_for_each_owned_part(dp, k, [&](Span part, int owner, int) {
             float *p = grads + part.begin;
             ncclCheck(ncclReduce(p, p, part.count, ncclFloat32, ncclSum, owner, comm, s));
         });
+        ncclCheck(ncclGroupEnd());
+        comm_settle(comm, what, g_comm.timeout_s);
     } else {
-        const ParamGroup *g = &dp->groups[k];
-        for (int i = 0; i < g->count; i++) {
-            float *p = grads + g->span[i].begin;
-            ncclCheck(ncclAllReduce(p, p, g->span[i].count, ncclFloat32, ncclSum, comm, s));
-        }
+        if (dp->data_ranks > dp->ranks) { dp_all_reduce_spans(dp, k, grads, COMM_DATA, what); }
+        if (dp->ranks > 1) { dp_all_reduce_spans(dp, k, grads, COMM_DP, what); }
     }
-    ncclCheck(ncclGroupEnd());
-    char what[TRACKED_WHAT_LEN];
-    dp_group_what(dp, k, dp->zero ? "reduce of the gradients" : "all-reduce of the gradients", what);
-    comm_settle(comm, what, g_comm.timeout_s);
     cudaCheck(cudaEventRecord(dp->reduced[k], s));
     comm_track(dp->reduced[k], what);
     return dp->reduced[k];

@@ -29,8 +29,6 @@
 
 #include "tp_layout.h"
 
-#define GTP_PREFETCH_MAX 8 // --gtp-prefetch's largest value: more buffers than that only cost memory
-
 // Whether tensor t is sharded over the GTP group: the block linear layers' weight matrices.
 static inline int gtp_sharded(int t) { return block_linear_of_weight(t) >= 0; }
 
@@ -73,13 +71,29 @@ static inline void param_layout_gtp(const GPTConfig *c, const Mesh *m, ParamLayo
 #define GTP_PADDING ((size_t)-1)
 
 // Element i of this rank's tensor t (counted from the tensor's offset) -> its element of the TP-local tensor t
-// (param_layout_local()'s, counted the same way), or GTP_PADDING for a padding element.
-static inline size_t gtp_local_to_tp(const GPTConfig *c, const Mesh *m, int t, size_t i) {
+// (param_layout_local()'s, counted the same way), in a form a GPU kernel can evaluate (the initialization draws
+// each element at its global index): layer l's shard row r is TP-local row row0 + r, padding from `rows` on.
+typedef struct {
+    size_t shard_rows, rows, cols, row0;
+} GtpMap;
+
+static inline GtpMap gtp_map(const GPTConfig *c, const Mesh *m, int t) {
     GtpShape s = gtp_shape(c, m, t);
-    size_t per_layer = s.shard_rows * s.cols, l = i / per_layer, r = (i % per_layer) / s.cols, k = i % s.cols;
-    size_t row = gtp_sharded(t) ? (size_t)m->gtp_rank * s.shard_rows + r : r;
-    if (row >= s.rows) { return GTP_PADDING; }
-    return (l * s.rows + row) * s.cols + k;
+    GtpMap mp = {s.shard_rows, s.rows, s.cols, gtp_sharded(t) ? (size_t)m->gtp_rank * s.shard_rows : 0};
+    return mp;
+}
+
+// The TP-local element of local element i, or GTP_PADDING.
+HOST_DEVICE static inline size_t gtp_map_element(const GtpMap *mp, size_t i) {
+    size_t per_layer = mp->shard_rows * mp->cols, l = i / per_layer, r = (i % per_layer) / mp->cols;
+    size_t row = mp->row0 + r;
+    if (row >= mp->rows) { return GTP_PADDING; }
+    return (l * mp->rows + row) * mp->cols + i % mp->cols;
+}
+
+static inline size_t gtp_local_to_tp(const GPTConfig *c, const Mesh *m, int t, size_t i) {
+    GtpMap mp = gtp_map(c, m, t);
+    return gtp_map_element(&mp, i);
 }
 
 // Copies between this rank's flat buffer (gtp) and a buffer of its TP-local tensors (tp, param_layout_local()), one

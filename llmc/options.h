@@ -18,6 +18,11 @@
 
 #define OPT_STR_LEN 1024
 
+#define GTP_PREFETCH_MAX 8     // --gtp-prefetch's largest value: more buffers than that only cost memory
+#define GTP_PREFETCH_DEFAULT 2 // the pool of three weights the design's chain describes
+#define OPT_STRINGIFY_(x) #x
+#define OPT_STRINGIFY(x) OPT_STRINGIFY_(x)
+
 typedef struct {
     // data
     char train_data[OPT_STR_LEN]; // glob of training shards
@@ -53,7 +58,7 @@ typedef struct {
     char fp8_activations[OPT_STR_LEN]; // GPU build: bf16 | fp32 around the FP8 GEMMs
     int keep_gelu_layers;        // GPU build: layers (from the first) whose gelu(fc) is kept for backward
     // parallel layout (world = DP x GTP x TP)
-    int tp, gtp, sequence_parallel, zero;
+    int tp, gtp, gtp_prefetch, gtp_materialize, sequence_parallel, zero;
     // CPU build: reference state for the GPU parity test
     char ref_out[OPT_STR_LEN];
     int ref_steps;
@@ -145,7 +150,14 @@ static const OptionSpec OPTION_SPECS[] = {
      "GPU build: layers (from the first) that keep their MLP's GELU output for backward (faster, more memory); "
      "the others recompute it"},
     {"tp", OPT_INT, OPT_FIELD(tp), "1", 1, 1024, NULL, "tensor-parallel degree"},
-    {"gtp", OPT_INT, OPT_FIELD(gtp), "1", 1, 1024, NULL, "weight-sharding (GTP) degree"},
+    {"gtp", OPT_INT, OPT_FIELD(gtp), "1", 1, 1024, NULL,
+     "weight-sharding (GTP) degree: the block weight matrices, their gradients and AdamW state split over this many "
+     "ranks (which read different tokens), gathered just before use"},
+    {"gtp-prefetch", OPT_INT, OPT_FIELD(gtp_prefetch), OPT_STRINGIFY(GTP_PREFETCH_DEFAULT), 1, GTP_PREFETCH_MAX, NULL,
+     "GTP: weights gathered ahead of the one in use (each costs a buffer of the largest weight)"},
+    {"gtp-materialize", OPT_INT, OPT_FIELD(gtp_materialize), "0", 0, 1, NULL,
+     "GPU build, with --gtp 1: 1 = run the GTP path (gathers, reduce-scatters, the prefetch chain) through a "
+     "communicator of one rank, for testing it on one GPU"},
     {"sequence-parallel", OPT_INT, OPT_FIELD(sequence_parallel), "0", 0, 1, NULL,
      "1 = sequence parallelism in the TP group"},
     {"zero", OPT_INT, OPT_FIELD(zero), "0", 0, 1, NULL, "1 = ZeRO-1: shard optimizer state over data-parallel ranks"},
@@ -322,11 +334,29 @@ static inline void options_validate_fp8(const Options *o) {
 }
 
 // Cross-option checks, before any work: fail() with one line on the first problem.
-static inline void options_validate(const Options *o, int dp) {
-    if (o->gtp != 1) {
-        fail("--gtp %d: GTP weight sharding is not yet supported in this build (data and tensor parallelism are); "
-             "use --gtp 1", o->gtp);
+// Whether the GTP path runs: weights sharded over --gtp ranks, or the one-rank test of the same path.
+static inline int options_gtp_path(const Options *o) { return o->gtp > 1 || o->gtp_materialize; }
+
+static inline void options_validate_gtp(const Options *o) {
+    if (o->gtp_materialize && o->gtp != 1) {
+        fail("--gtp-materialize 1 runs the GTP path on one rank and needs --gtp 1 (with --gtp %d the path runs "
+             "anyway); drop --gtp-materialize", o->gtp);
     }
+    if (!options_gtp_path(o) && o->gtp_prefetch != GTP_PREFETCH_DEFAULT) {
+        fail("--gtp-prefetch %d applies to GTP (--gtp > 1) only; drop it or set --gtp", o->gtp_prefetch);
+    }
+    if (options_gtp_path(o) && strcmp(o->precision, "fp8") == 0) {
+        fail("--gtp with --precision fp8 is not built yet (GTP runs in fp32 and bf16); use --precision bf16, or "
+             "--gtp 1 for fp8");
+    }
+    if (o->gtp > 1 && o->zero) {
+        fail("--zero 1 with --gtp %d is not built yet (GTP shards AdamW's state already); drop --zero or use --gtp 1",
+             o->gtp);
+    }
+}
+
+static inline void options_validate(const Options *o, int dp) {
+    options_validate_gtp(o);
     if (o->sequence_parallel && o->tp == 1) {
         fail("--sequence-parallel 1 splits the tokens over the tensor-parallel ranks and needs --tp > 1; set --tp or "
              "--sequence-parallel 0");

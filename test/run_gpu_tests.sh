@@ -2,8 +2,9 @@
 # GPU tests, on a machine with a GPU (CI compiles them but cannot run them). Builds the trainers and the GPU tests,
 # writes the CPU build's reference state for small models (head sizes 64 and 128; in fp32, and in fp8 with each
 # scaling recipe), runs the parity test against each (fp32 and bf16; fp8 with fp32 and with bf16 activations), the
-# FP8 kernel test, the attention kernel test and resume bit-exactness in bf16 and fp8; ends with a summary table and
-# a non-zero exit on any failure. Logs go to $LOG_DIR (default: a fresh temporary folder).
+# FP8 kernel test, the attention kernel test, resume bit-exactness in bf16 and fp8, and the GTP path on one rank
+# against the plain path (dev/gtp_check.sh, with compute-sanitizer memcheck and racecheck); ends with a summary table
+# and a non-zero exit on any failure. Logs go to $LOG_DIR (default: a fresh temporary folder).
 set -u
 cd "$(dirname "$0")/.."
 LOG_DIR=${LOG_DIR:-$(mktemp -d)}
@@ -67,6 +68,17 @@ for prec in bf16 fp8; do
     sed 's/^resume: bit-exact/PASS resume/; s/^resume: FAIL/FAIL resume:/' "$log" > "$log.checks"
     cat "$log"
     record "resume $prec" "$log.checks" "$rc"
+done
+
+# the GTP path through communicators of one rank against the plain path, bit for bit, with compute-sanitizer
+GTP_CHECKS=("fp32 1" "bf16 2 memcheck" "bf16 3 racecheck")
+for c in "${GTP_CHECKS[@]}"; do
+    read -r prec depth tool <<<"$c"
+    log="$LOG_DIR/gtp_${prec}_$depth.log"
+    echo "== gtp one-rank $prec prefetch $depth ${tool:-}"
+    SANITIZE="${tool:-}" dev/gtp_check.sh "$prec" "$depth" > "$log" 2>&1; rc=$?
+    cat "$log"
+    record "gtp one-rank $prec prefetch $depth ${tool:-}" "$log" "$rc"
 done
 
 echo

@@ -133,7 +133,13 @@ static void test_validate(void) {
                  "--total-batch-tokens", "0", NULL);
     expect_error("sp_needs_tp", "--sequence-parallel 1 splits the tokens over the tensor-parallel ranks and needs --tp > 1",
                  "--sequence-parallel", "1", NULL);
-    expect_error("gtp_not_supported", "--gtp 2: GTP weight sharding is not yet supported", "--gtp", "2", NULL);
+    expect_error("gtp_materialize_needs_gtp_1", "--gtp-materialize 1 runs the GTP path on one rank and needs --gtp 1",
+                 "--gtp", "2", "--gtp-materialize", "1", NULL);
+    expect_error("gtp_prefetch_needs_gtp", "--gtp-prefetch 3 applies to GTP (--gtp > 1) only", "--gtp-prefetch", "3",
+                 NULL);
+    expect_error("gtp_fp8_not_built", "--gtp with --precision fp8 is not built yet", "--gtp-materialize", "1",
+                 "--precision", "fp8", NULL);
+    expect_error("gtp_zero_not_built", "--zero 1 with --gtp 2 is not built yet", "--gtp", "2", "--zero", "1", NULL);
     expect_error("heads_divide_width", "--heads 5 must be >= 1 and divide --width 64", "--width", "64", "--heads",
                  "5", NULL);
     expect_error("empty_train_data", "--train-data is empty", "--train-data=", NULL);

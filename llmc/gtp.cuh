@@ -1,0 +1,158 @@
+/*
+ * gtp.cuh: GTP weight sharding on the GPU (llmc/gtp_plan.h has the arithmetic and the chain): the all-gathers that
+ * materialize a sharded weight into a pool buffer before its layer runs, and the reduce-scatters that leave each rank
+ * its shard of a weight gradient.
+ *
+ * Two streams of their own, so neither kind of collective queues behind the other or behind TP's: AG (gathers) and
+ * RS (reduce-scatters). Every dependency is an event:
+ *   gather into buffer b: AG waits released[b] (the compute stream recorded it after the last GEMM that read the
+ *     buffer's previous weight) and, for the first forward after an update, the weight's AdamW group; then the
+ *     all-gather of the G shards; gathered[b] after it. The compute stream waits for gathered[b] before the weight's
+ *     first GEMM (timed: a gather the compute stream waits for is exposed communication).
+ *   weight gradient: the GEMM writes the whole (padded) gradient into an RS buffer on the compute stream, RS waits
+ *     for it, reduce-scatters it over the GTP group into this rank's fp32 shard gradient (written on the first
+ *     micro-step, else through a scratch and added), and records rs_done[b], which the compute stream waits for
+ *     before the buffer takes another gradient. gtp_rs_mark lets a reader of the shard gradients (grads_final) wait
+ *     for all reduce-scatters queued so far.
+ * With one rank (--gtp-materialize under --gtp 1) the same calls run through a communicator of one rank: a gather and
+ * a reduce-scatter are copies, and the run gives the plain path's bits (test/run_gpu_tests.sh checks it).
+ */
+#ifndef LLMC_GTP_CUH
+#define LLMC_GTP_CUH
+
+#include "comm.cuh"
+#include "gtp_plan.h"
+
+#define GTP_RS_BUFFERS 2 // one gradient reduce-scattered while the next GEMM writes the other
+
+template <typename T> struct Gtp {
+    int active;             // the GTP path runs: --gtp > 1, or --gtp-materialize
+    int size, rank;         // the GTP group
+    cudaStream_t ag, rs;
+    GtpChain chain;
+    GtpPass pass;
+    int depth;
+    T *slot[GTP_PREFETCH_MAX + 1];    // the pool: materialized weights, the largest padded one each
+    cudaEvent_t gathered[GTP_PREFETCH_MAX + 1], released[GTP_PREFETCH_MAX + 1];
+    float *rs_buf[GTP_RS_BUFFERS];    // whole weight gradients, the largest padded one each
+    cudaEvent_t rs_ready[GTP_RS_BUFFERS], rs_done[GTP_RS_BUFFERS];
+    int rs_next;
+    float *rs_scratch;                // a shard gradient, for the micro-steps that add to the gradient
+    cudaEvent_t rs_mark, compute_mark, ag_mark;
+    size_t gathered_bytes;            // received by this rank's gathers since gtp_bytes_take
+};
+
+// slot_elems: the largest padded weight (G x shard rows x cols); shard_elems: the largest shard.
+template <typename T> static void gtp_init(Gtp<T> *g, const Mesh *m, int materialize, int depth, size_t slot_elems,
+                                           size_t shard_elems) {
+    memset(g, 0, sizeof(*g));
+    g->active = m->gtp > 1 || materialize;
+    g->size = m->gtp;
+    g->rank = m->gtp_rank;
+    if (!g->active) { return; }
+    g->depth = depth;
+    int least, greatest;
+    cudaCheck(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    cudaCheck(cudaStreamCreateWithPriority(&g->ag, cudaStreamNonBlocking, greatest));
+    cudaCheck(cudaStreamCreateWithPriority(&g->rs, cudaStreamNonBlocking, greatest));
+    for (int b = 0; b <= depth; b++) {
+        g->slot[b] = (T *)cuda_alloc(slot_elems * sizeof(T), "GTP materialized weights");
+        cudaCheck(cudaEventCreateWithFlags(&g->gathered[b], cudaEventDisableTiming));
+        cudaCheck(cudaEventCreateWithFlags(&g->released[b], cudaEventDisableTiming));
+    }
+    for (int b = 0; b < GTP_RS_BUFFERS; b++) {
+        g->rs_buf[b] = (float *)cuda_alloc(slot_elems * sizeof(float), "GTP weight gradients");
+        cudaCheck(cudaEventCreateWithFlags(&g->rs_ready[b], cudaEventDisableTiming));
+        cudaCheck(cudaEventCreateWithFlags(&g->rs_done[b], cudaEventDisableTiming));
+    }
+    g->rs_scratch = (float *)cuda_alloc(shard_elems * sizeof(float), "GTP shard gradient scratch");
+    for (cudaEvent_t *e : {&g->rs_mark, &g->compute_mark, &g->ag_mark}) {
+        cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+    }
+}
+
+// The AG stream starts after what the compute stream has queued so far.
+template <typename T> static void gtp_after_compute(Gtp<T> *g, cudaStream_t compute) {
+    cudaCheck(cudaEventRecord(g->compute_mark, compute));
+    cudaCheck(cudaStreamWaitEvent(g->ag, g->compute_mark, 0));
+}
+
+// Gathers the G shards of a weight (each shard_elems long; this rank's at `shard`) into buffer b, after `after` (an
+// update's event, or NULL) and after the buffer's previous weight was released.
+template <typename T>
+static void gtp_gather(Gtp<T> *g, int b, const T *shard, size_t shard_elems, cudaEvent_t after, const char *what) {
+    cudaCheck(cudaStreamWaitEvent(g->ag, g->released[b], 0));
+    if (after) { cudaCheck(cudaStreamWaitEvent(g->ag, after, 0)); }
+    ncclCheck(ncclAllGather(shard, g->slot[b], shard_elems, NcclType<T>::id, comm_get(COMM_GTP), g->ag));
+    comm_settle(comm_get(COMM_GTP), what, g_comm.timeout_s);
+    cudaCheck(cudaEventRecord(g->gathered[b], g->ag));
+    comm_track(g->gathered[b], what);
+    g->gathered_bytes += (size_t)(g->size - 1) * shard_elems * sizeof(T);
+}
+
+// The compute stream waits until buffer b holds its weight.
+template <typename T> static void gtp_wait_gathered(Gtp<T> *g, int b, cudaStream_t compute) {
+    comm_compute_wait(compute, g->gathered[b]);
+}
+
+// Buffer b's weight is read by nothing queued after this on the compute stream.
+template <typename T> static void gtp_release(Gtp<T> *g, int b, cudaStream_t compute) {
+    cudaCheck(cudaEventRecord(g->released[b], compute));
+}
+
+// The next RS buffer, once its previous gradient was reduce-scattered; rows x cols of it will be written, the rest
+// (padded_elems - rows x cols: the padding rows) is zeroed here, as another weight's gradient may have left values.
+template <typename T>
+static float *gtp_rs_buffer(Gtp<T> *g, size_t real_elems, size_t padded_elems, cudaStream_t compute) {
+    int b = g->rs_next;
+    comm_compute_wait(compute, g->rs_done[b]);
+    if (padded_elems > real_elems) {
+        cudaCheck(cudaMemsetAsync(g->rs_buf[b] + real_elems, 0, (padded_elems - real_elems) * sizeof(float), compute));
+    }
+    return g->rs_buf[b];
+}
+
+__global__ void __launch_bounds__(256) gtp_add_kernel(float *dst, const float *src, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { dst[i] += src[i]; }
+}
+
+// The gradient the compute stream just wrote into the current RS buffer, summed over the GTP group into this rank's
+// shard gradient (shard_elems long): written when !accumulate, else added to it.
+template <typename T>
+static void gtp_reduce_scatter(Gtp<T> *g, float *shard_grad, size_t shard_elems, int accumulate, cudaStream_t compute,
+                               const char *what) {
+    int b = g->rs_next;
+    g->rs_next = (b + 1) % GTP_RS_BUFFERS;
+    cudaCheck(cudaEventRecord(g->rs_ready[b], compute));
+    cudaCheck(cudaStreamWaitEvent(g->rs, g->rs_ready[b], 0));
+    float *out = accumulate ? g->rs_scratch : shard_grad;
+    ncclCheck(ncclReduceScatter(g->rs_buf[b], out, shard_elems, ncclFloat32, ncclSum, comm_get(COMM_GTP), g->rs));
+    comm_settle(comm_get(COMM_GTP), what, g_comm.timeout_s);
+    if (accumulate) {
+        gtp_add_kernel<<<grid_for(shard_elems, 256), 256, 0, g->rs>>>(shard_grad, g->rs_scratch, shard_elems);
+        cudaCheckLaunch();
+    }
+    cudaCheck(cudaEventRecord(g->rs_done[b], g->rs));
+    comm_track(g->rs_done[b], what);
+}
+
+// An event behind every reduce-scatter queued so far (NULL when the path is off).
+template <typename T> static cudaEvent_t gtp_rs_mark(Gtp<T> *g) {
+    if (!g->active) { return NULL; }
+    cudaCheck(cudaEventRecord(g->rs_mark, g->rs));
+    return g->rs_mark;
+}
+
+// In place on the device: x[0..n) summed over the GTP group (the squared norms of the shards), on the AG stream.
+template <typename T> static void gtp_sum_on_device(Gtp<T> *g, double *x, int n, cudaStream_t compute) {
+    const char *what = "the all-reduce of the squared gradient norm over the GTP ranks";
+    gtp_after_compute(g, compute);
+    ncclCheck(ncclAllReduce(x, x, (size_t)n, ncclFloat64, ncclSum, comm_get(COMM_GTP), g->ag));
+    comm_settle(comm_get(COMM_GTP), what, g_comm.timeout_s);
+    cudaCheck(cudaEventRecord(g->ag_mark, g->ag));
+    comm_track(g->ag_mark, what);
+    comm_compute_wait(compute, g->ag_mark);
+}
+
+#endif // LLMC_GTP_CUH
