@@ -2,8 +2,9 @@
 # Multi-GPU tests (make mgpu-test), on a machine with 2 or more GPUs. PASS/FAIL/SKIP lines, a parity table, and
 # last a summary line "N passed, N failed, N skipped"; non-zero exit on any failure.
 # 1. parity (fp32, bf16, fp8): a small model (2 layers, width 256, 4 heads of 64: TP=4 splits the heads and the
-#    padded vocabulary 50304), 20 steps with the same global batch and seed on one GPU and on each parallel layout of the LAYOUTS
-#    table that this machine has the GPUs for (the others print SKIP), compared by test/bin/compare_runs: the train
+#    padded vocabulary 50304), 20 steps with the same global batch and seed on one GPU and on each parallel layout
+#    of the LAYOUTS table that this machine has the GPUs for (the others print SKIP; GTP layouts in fp32 and bf16:
+#    GTP in fp8 is not built yet), compared by test/bin/compare_runs: the train
 #    loss and the gradient norm of every step, the settings, and every final weight tensor (see its header: the
 #    key biases are held to AdamW's sign-flip bound, other elements to WEIGHT_TOL but for a stray fraction).
 #    Layouts run under mpirun where it exists, else with torchrun-style variables; DP=2 and TP=2 run once more
@@ -36,8 +37,9 @@
 #      not-summed bug) in fp8: loss 4.0e-2, norm 0.29; beyond 5e-2: 40-72% of every bias, 25-27% of the projection
 #      matrices. So: loss 2e-3 (18x the reordering, room for the GPU's bf16 roundings; 20x below the bug), norm
 #      2e-2 (8x; 15x below the bug), weights 5e-2 with a stray fraction 1.5e-1 (2.5x the reordering's 5.9%).
-# 2. resume (bf16, under mpirun): TP=2, TP=2+SP and DP=2+ZeRO-1 runs checkpointed at step 10 and resumed must end
-#    with the same step-20 model file, byte for byte, as the same run straight through.
+# 2. resume (bf16, under mpirun): TP=2, TP=2+SP, DP=2+ZeRO-1 and GTP=2 runs checkpointed at step 10 and resumed must
+#    end with the same step-20 model file, byte for byte, as the same run straight through; across layouts (fp32):
+#    a GTP=2 checkpoint resumed on one GPU and the other way round end within the fp32 parity tolerances.
 # 3. faults (2 ranks): kill -9 of one rank mid-run (rank 1, then rank 0): the other exits non-zero within
 #    FAULT_LIMIT_S with an error line naming the failure; a rank missing at start-up, a port in use, a wrong world
 #    size: one line, non-zero exit.
@@ -62,16 +64,22 @@ GEMM_ALGOS_GLOB='gemm_algos*.txt' # every rank's
 COMMON=(--depth 2 --width 256 --heads 4 --seq-len 64 --batch-size 4 --total-batch-tokens 1024 --steps "$STEPS"
         --warmup-steps 2 --lr 1e-3 --val-every 0 --sample-every 0 --checkpoint-every 0 --save 1 --log-every 1)
 
-# name | ranks | options; world = DP x TP, so DP = ranks / TP. tp2_sp_b1: micro-batches of one sequence, which SP
-# splits between the two ranks' tokens (tp2_sp: 4 sequences, 2 a rank).
+# name | ranks | options | precisions (empty: all); world = DP x GTP x TP, so DP = ranks / (TP x GTP). tp2_sp_b1:
+# micro-batches of one sequence, which SP splits between the two ranks' tokens (tp2_sp: 4 sequences, 2 a rank). GTP
+# layouts run in fp32 and bf16 (GTP in fp8 is not built yet).
 LAYOUTS=(
-    "dp2|2|--zero 0"
-    "dp2_zero1|2|--zero 1"
-    "tp2|2|--tp 2"
-    "tp2_sp|2|--tp 2 --sequence-parallel 1"
-    "tp2_sp_b1|2|--tp 2 --sequence-parallel 1 --batch-size 1"
-    "tp4|4|--tp 4"
-    "dp2_tp2|4|--tp 2"
+    "dp2|2|--zero 0|"
+    "dp2_zero1|2|--zero 1|"
+    "tp2|2|--tp 2|"
+    "tp2_sp|2|--tp 2 --sequence-parallel 1|"
+    "tp2_sp_b1|2|--tp 2 --sequence-parallel 1 --batch-size 1|"
+    "tp4|4|--tp 4|"
+    "dp2_tp2|4|--tp 2|"
+    "gtp2|2|--gtp 2|fp32 bf16"
+    "gtp2_prefetch1|2|--gtp 2 --gtp-prefetch 1|fp32"
+    "gtp4|4|--gtp 4|fp32 bf16"
+    "dp2_gtp2|4|--gtp 2|fp32 bf16"
+    "tp2_gtp2|4|--tp 2 --gtp 2|fp32 bf16"
 )
 # layouts that also run over sockets with torchrun-style variables
 TCP_LAYOUTS=(dp2 tp2)
@@ -178,8 +186,9 @@ for prec in fp32 bf16 fp8; do
         row "single" "$prec" - - - - FAILED; continue
     fi
     for entry in "${LAYOUTS[@]}"; do
-        IFS='|' read -r name np opt_text <<<"$entry"
+        IFS='|' read -r name np opt_text precs <<<"$entry"
         read -r -a opts <<<"$opt_text"
+        if [ -n "$precs" ] && ! grep -qw "$prec" <<<"$precs"; then continue; fi
         if [ "$np" -gt "$NGPU" ]; then
             skip "$name $prec: needs $np GPUs, this machine has $NGPU"
             row "$name" "$prec" - - - - "SKIP ($np GPUs)"; continue
@@ -195,7 +204,7 @@ done
 # A run checkpointed at step RESUME_AT and resumed from there must end with the same bits as the same run straight
 # through: the layout's checkpoint gathers its shards (TP slices, ZeRO-1 moments) and the resume scatters them back.
 RESUME_AT=10
-RESUME_LAYOUTS=("tp2|2|--tp 2" "tp2_sp|2|--tp 2 --sequence-parallel 1" "dp2_zero1|2|--zero 1")
+RESUME_LAYOUTS=("tp2|2|--tp 2" "tp2_sp|2|--tp 2 --sequence-parallel 1" "dp2_zero1|2|--zero 1" "gtp2|2|--gtp 2")
 resume_test() { # NAME NP OPTIONS...
     local name="resume_$1" np=$2 d s final
     shift 2
@@ -228,6 +237,40 @@ for entry in "${RESUME_LAYOUTS[@]}"; do
     fi
     resume_test "$name" "$np" "${opts[@]}"
 done
+
+# Checkpoints are the whole model, so a run may resume on another layout: a GTP=2 run's step-RESUME_AT checkpoint
+# resumed on one GPU, and a one-GPU run's on GTP=2, in fp32, must each end within the fp32 parity tolerances of the
+# one-GPU run straight through (single_fp32).
+cross_resume() { # NAME FROM_NP TO_NP "FROM OPTIONS" "TO OPTIONS"
+    local name="cross_resume_$1" from_np=$2 to_np=$3 np s dir opts
+    for s in first resumed; do
+        dir="$LOG_DIR/$name"
+        if [ "$s" = first ]; then
+            dir="${dir}_first"; np=$from_np; read -r -a opts <<<"$4"
+        else
+            np=$to_np; read -r -a opts <<<"$5"
+        fi
+        mkdir -p "$dir"
+        local args=("${COMMON[@]}" --precision fp32 --checkpoint-every "$RESUME_AT" --out-dir "$dir" "${opts[@]}")
+        if [ "$s" = resumed ]; then
+            cp "$LOG_DIR/${name}_first/$(printf 'model_%08d.bin' "$RESUME_AT")" \
+                "$LOG_DIR/${name}_first/$(printf 'state_%08d.bin' "$RESUME_AT")" "$LOG_DIR/${name}_first/log.txt" "$dir/"
+            args+=(--resume 1)
+        fi
+        local launch=(./train_gpt)
+        [ "$np" -gt 1 ] && launch=(mpirun --allow-run-as-root -np "$np" --bind-to none -x NCCL_NVLS_ENABLE ./train_gpt)
+        if ! timeout "$RUN_TIMEOUT_S" "${launch[@]}" "${args[@]}" > "$dir.out" 2>&1; then
+            fail_check "$name" "the $s run failed (see $dir.out)"; return
+        fi
+    done
+    compare "$name" fp32 "$LOG_DIR/single_fp32"
+}
+if [ "$NGPU" -ge 2 ] && command -v mpirun > /dev/null && [ -d "$LOG_DIR/single_fp32" ]; then
+    cross_resume gtp2_to_1gpu 2 1 "--gtp 2" ""
+    cross_resume 1gpu_to_gtp2 1 2 "" "--gtp 2"
+else
+    skip "cross_resume: needs 2 GPUs, mpirun and the one-GPU fp32 run"
+fi
 
 # --- 3. faults ------------------------------------------------------------------------------------------------
 FAULT_NP=2
