@@ -3,11 +3,13 @@
 # (shared/bench/torch_gpt.py, carried as .carry/torch_gpt.py: compiled, bf16, flash attention). T=1024, bf16.
 #   GPT-2 124M:  ours on 1 GPU (batch 32) | ours DP=2 (batch 32 per GPU) | torch DDP on 2 GPUs (batch 32 per GPU)
 #   GPT-2 1558M: ours TP=2 (batch 8) | ours TP=2 + sequence parallel (batch 8) | torch FSDP on 2 GPUs (batch 8 per GPU)
+#                | ours DP=2 and ours GTP=2 (batch 8 per GPU each)
 # ms/step is the median of the steps after WARMUP_STEPS (the baseline takes the same median itself); tokens/s
 # counts all GPUs; MFU is per GPU against PEAK_TFLOPS; peak memory is rank 0's; exposed communication is the
 # median of our step line's "| comm X ms" field (world > 1), "-" where the trainer does not print it. Then the
-# issue's ratios: ours DP=2 / torch DDP tokens/s (bar 1.10x), ours DP=2 / ours 1 GPU (bar 1.9x), and TP=2's
-# exposed communication as a share of its step (bar < 10%).
+# issues' ratios: ours DP=2 / torch DDP tokens/s (bar 1.10x), ours DP=2 / ours 1 GPU (bar 1.9x), TP=2's exposed
+# communication as a share of its step (bar < 10%); GTP=2 / DP=2 tokens/s (bar 0.95x) and peak memory (bar <= 0.75x),
+# GTP=2 / torch FSDP tokens/s (bar 1.8x), GTP=2's exposed communication (bar < 5%).
 # Note: FSDP at batch 8 per GPU runs 16 sequences a step where TP=2 runs 8; compare them by tokens/s.
 #   dev/bench_mgpu.sh [TORCH_SCRIPT] [SHARD]
 # Step counts are small so that the whole call (build included) fits in about 8 minutes of device time:
@@ -107,6 +109,8 @@ torch_run 124M_ddp "torch DDP" ddp 12 768 32 "$STEPS_SMALL"
 ours 1558M_tp2 "ours TP=2" "$NP" 48 d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --tp "$NP"
 ours 1558M_tp2_sp "ours TP=2+SP" "$NP" 48 d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --tp "$NP" --sequence-parallel 1
 torch_run 1558M_fsdp "torch FSDP" fsdp 48 1600 8 "$STEPS_LARGE"
+ours 1558M_dp2 "ours DP=2" "$NP" 48 d48 8 "$STEPS_LARGE" --keep-gelu-layers 12
+ours 1558M_gtp2 "ours GTP=2" "$NP" 48 d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --gtp "$NP"
 
 echo
 python3 - "$PEAK_TFLOPS" "$SEQ" "$WARMUP_STEPS" "${results[@]}" <<'PY'
@@ -139,7 +143,7 @@ for r in sys.argv[4:]:
         if m: ms, tok, mem = float(m.group(1)), float(m.group(2)), float(m.group(3))
     if ms is None and status == "ok":
         status = "FAILED"  # ran, but printed no timed step
-    rows[name] = (ms, tok, comm)
+    rows[name] = (ms, tok, comm, mem)
     if ms is None:
         print(f"{name:14} {who:14} {status:>9}")
         continue
@@ -148,7 +152,7 @@ for r in sys.argv[4:]:
     print(f"{name:14} {who:14} {ms:9.2f} {tok:10.0f} {mfu:9.1f} {fmt(mem, '8.1f'):>8} {fmt(comm, '8.2f'):>8}")
 
 def ratio(label, a, b, bar):  # bar None: for information, the issue sets none
-    x, y = rows.get(a, (None,) * 3)[1], rows.get(b, (None,) * 3)[1]
+    x, y = rows.get(a, (None,) * 4)[1], rows.get(b, (None,) * 4)[1]
     want = f"bar {bar}x" if bar else "no bar"
     if x is None or y is None:
         print(f"{label:34} -        ({want}; a run is missing)")
@@ -159,12 +163,19 @@ def ratio(label, a, b, bar):  # bar None: for information, the issue sets none
 print()
 ratio("ours DP=2 / torch DDP tokens/s", "124M_dp2", "124M_ddp", 1.10)
 ratio("ours DP=2 / ours 1 GPU tokens/s", "124M_dp2", "124M_1gpu", 1.9)
-for name in ("1558M_tp2", "1558M_tp2_sp"):
-    ms, _, comm = rows.get(name, (None,) * 3)
+for name, bar in (("1558M_tp2", 10), ("1558M_tp2_sp", 10), ("1558M_gtp2", 5)):
+    ms, _, comm, _ = rows.get(name, (None,) * 4)
     if ms is None or comm is None:
-        print(f"{name + ' exposed comm / step':34} -        (bar < 10%; {'no run' if ms is None else 'no comm field'})")
+        print(f"{name + ' exposed comm / step':34} -        (bar < {bar}%; {'no run' if ms is None else 'no comm field'})")
     else:
         share = comm / ms * 100
-        print(f"{name + ' exposed comm / step':34} {share:6.1f}%  (bar < 10%: {'meets' if share < 10 else 'MISSES'})")
+        print(f"{name + ' exposed comm / step':34} {share:6.1f}%  (bar < {bar}%: {'meets' if share < bar else 'MISSES'})")
 ratio("ours TP=2 / torch FSDP tokens/s", "1558M_tp2", "1558M_fsdp", None)
+ratio("ours GTP=2 / ours DP=2 tokens/s", "1558M_gtp2", "1558M_dp2", 0.95)
+ratio("ours GTP=2 / torch FSDP tokens/s", "1558M_gtp2", "1558M_fsdp", 1.8)
+mg, md = rows.get("1558M_gtp2", (None,) * 4)[3], rows.get("1558M_dp2", (None,) * 4)[3]
+if mg is None or md is None:
+    print(f"{'ours GTP=2 / DP=2 peak memory':34} -        (bar <= 0.75x; a run is missing)")
+else:
+    print(f"{'ours GTP=2 / DP=2 peak memory':34} {mg / md:6.3f}x  (bar <= 0.75x: {'meets' if mg / md <= 0.75 else 'MISSES'})")
 PY
