@@ -43,7 +43,9 @@
 #define TRACKED_MAX 256              // collectives in flight that a timeout can name
 #define TRACKED_WHAT_LEN 128
 
-typedef enum { COMM_WORLD, COMM_TP, COMM_GTP, COMM_DP, COMM_DATA, NUM_COMMS } CommId;
+// COMM_GTP_RS: a second communicator of the GTP group, for the reduce-scatters on their own stream: operations of one
+// communicator must not run on two streams at once (each rank would be free to order them differently).
+typedef enum { COMM_WORLD, COMM_TP, COMM_GTP, COMM_DP, COMM_DATA, COMM_GTP_RS, NUM_COMMS } CommId;
 
 template <typename T> struct NcclType;
 template <> struct NcclType<float> {
@@ -60,7 +62,7 @@ template <> struct NcclType<double> {
 typedef struct {
     cudaEvent_t begin, end;
 } WaitTimer;
-static const char *const COMM_NAMES[NUM_COMMS] = {"world", "tp", "gtp", "dp", "data"};
+static const char *const COMM_NAMES[NUM_COMMS] = {"world", "tp", "gtp", "dp", "data", "gtp-rs"};
 
 typedef struct {
     cudaEvent_t done;
@@ -370,6 +372,16 @@ static void comm_publish(CommId id) {
     pthread_mutex_unlock(&g_comm.lock);
 }
 
+// The mesh group a communicator other than the world's spans.
+static MeshGroup comm_group(CommId id) {
+    switch (id) {
+    case COMM_TP: return GROUP_TP;
+    case COMM_GTP: case COMM_GTP_RS: return GROUP_GTP;
+    case COMM_DP: return GROUP_DP;
+    default: return GROUP_DATA;
+    }
+}
+
 static void comm_connect(const Mesh *m) {
     Comm *c = &g_comm;
     c->mesh = *m;
@@ -392,16 +404,14 @@ static void comm_connect(const Mesh *m) {
     ncclCheck(ncclCommInitRankConfig(&c->comms[COMM_WORLD], m->world, id, m->rank, &cfg));
     comm_settle(c->comms[COMM_WORLD], "creating the world communicator", init_timeout);
     comm_publish(COMM_WORLD);
-    const CommId ids[NUM_GROUPS] = {COMM_TP, COMM_GTP, COMM_DP, COMM_DATA};
-    const MeshGroup groups[NUM_GROUPS] = {GROUP_TP, GROUP_GTP, GROUP_DP, GROUP_DATA};
-    for (int g = 0; g < NUM_GROUPS; g++) {
-        ncclComm_t *dst = &c->comms[ids[g]];
-        ncclCheck(ncclCommSplit(c->comms[COMM_WORLD], mesh_group_color(m, groups[g]), mesh_group_key(m, groups[g]),
-                                dst, &cfg));
+    for (int id = COMM_WORLD + 1; id < NUM_COMMS; id++) { // each a split of the world by its mesh group
+        MeshGroup g = comm_group((CommId)id);
+        ncclComm_t *dst = &c->comms[id];
+        ncclCheck(ncclCommSplit(c->comms[COMM_WORLD], mesh_group_color(m, g), mesh_group_key(m, g), dst, &cfg));
         char what[64];
-        snprintf(what, sizeof(what), "splitting the %s communicator", GROUP_NAMES[groups[g]]);
+        snprintf(what, sizeof(what), "splitting the %s communicator", COMM_NAMES[id]);
         comm_settle_split(c->comms[COMM_WORLD], dst, what, init_timeout);
-        comm_publish(ids[g]);
+        comm_publish((CommId)id);
     }
 
     cudaCheck(cudaStreamCreateWithFlags(&c->dp_stream, cudaStreamNonBlocking));

@@ -3,8 +3,8 @@
  * materialize a sharded weight into a pool buffer before its layer runs, and the reduce-scatters that leave each rank
  * its shard of a weight gradient.
  *
- * Two streams of their own, so neither kind of collective queues behind the other or behind TP's: AG (gathers) and
- * RS (reduce-scatters). Every dependency is an event:
+ * Two streams of their own, so neither kind of collective queues behind the other or behind TP's: AG (gathers, on
+ * COMM_GTP) and RS (reduce-scatters, on COMM_GTP_RS: a communicator serves one stream). Every dependency is an event:
  *   gather into buffer b: AG waits released[b] (the compute stream recorded it after the last GEMM that read the
  *     buffer's previous weight) and, for the first forward after an update, the weight's AdamW group; then the
  *     all-gather of the G shards; gathered[b] after it. The compute stream waits for gathered[b] before the weight's
@@ -127,8 +127,8 @@ static void gtp_reduce_scatter(Gtp<T> *g, float *shard_grad, size_t shard_elems,
     cudaCheck(cudaEventRecord(g->rs_ready[b], compute));
     cudaCheck(cudaStreamWaitEvent(g->rs, g->rs_ready[b], 0));
     float *out = accumulate ? g->rs_scratch : shard_grad;
-    ncclCheck(ncclReduceScatter(g->rs_buf[b], out, shard_elems, ncclFloat32, ncclSum, comm_get(COMM_GTP), g->rs));
-    comm_settle(comm_get(COMM_GTP), what, g_comm.timeout_s);
+    ncclCheck(ncclReduceScatter(g->rs_buf[b], out, shard_elems, ncclFloat32, ncclSum, comm_get(COMM_GTP_RS), g->rs));
+    comm_settle(comm_get(COMM_GTP_RS), what, g_comm.timeout_s);
     if (accumulate) {
         gtp_add_kernel<<<grid_for(shard_elems, 256), 256, 0, g->rs>>>(shard_grad, g->rs_scratch, shard_elems);
         cudaCheckLaunch();
