@@ -612,7 +612,8 @@ template <typename floatX> static void gtp_issue(GPT<floatX> *g, int i) {
     const floatX *shard = weights_of(g, u.layer)[BLOCK_LINEAR_WEIGHT[u.linear]];
     cudaEvent_t after = g->gtp.pass == GTP_FORWARD && g->update_pending ? g->updated[u.layer] : (cudaEvent_t)NULL;
     char what[TRACKED_WHAT_LEN];
-    snprintf(what, sizeof(what), "the GTP all-gather of layer %d's %s", u.layer, PARAM_NAMES[BLOCK_LINEAR_WEIGHT[u.linear]]);
+    snprintf(what, sizeof(what), "the GTP all-gather of layer %d's %s", u.layer,
+             PARAM_NAMES[BLOCK_LINEAR_WEIGHT[u.linear]]);
     gtp_gather(&g->gtp, gtp_chain_slot(&g->gtp.chain, i), shard, sh.shard_rows * sh.cols, after, what);
 }
 
@@ -964,6 +965,18 @@ template <typename floatX> static void wgrad_overlap(GPT<floatX> *g, WgradQueue<
     q->count -= n;
 }
 
+// Layer l's linear layer k's input gradient (linear_backward_input; under GTP with its weight materialized for it),
+// and its weight gradient deferred to the queue.
+template <typename floatX>
+static void block_input_grad(GPT<floatX> *g, WgradQueue<floatX> *q, int l, int k, floatX *dinp, const floatX *dout,
+                             const floatX *inp, const floatX *gelu_aux) {
+    const Linear<floatX> &lin = block_linear(g, l, k);
+    gtp_acquire(g, l, k);
+    linear_backward_input(lin, dinp, dout, inp, gelu_aux, q->N, g_cuda.stream);
+    gtp_done(g, l, k);
+    wgrad_defer(q, k, lin, dout, inp);
+}
+
 /*
  * Block l's backward: dres holds the gradient of its output (all N tokens where the fc projection reads it: gathered
  * under SP); leaves the gradient of its input there (this rank's tokens under SP, their gather started for the layer
@@ -982,23 +995,17 @@ template <typename floatX> static void block_backward(GPT<floatX> *g, int l, int
     ParamView<const floatX> w = weights_of(g, l);
     ParamView<float> dw = grads_of(g, l);
     const Linear<floatX> &qkv = block_linear(g, l, LIN_QKV), &attproj = block_linear(g, l, LIN_ATTPROJ);
-    const Linear<floatX> &fc = block_linear(g, l, LIN_FC), &fcproj = block_linear(g, l, LIN_FCPROJ);
+    const Linear<floatX> &fc = block_linear(g, l, LIN_FC);
     int beside_sum = g->tp.sp ? 1 : WGRAD_ALL;
 
     // MLP: a layer that did not keep h4 = gelu(fch) waits for its recompute (gelu_recompute); d fch goes to its own
     // buffer (a.dfch), once the layer above has summed its fc bias gradient there.
     if (recomputes_gelu(g, l)) { cudaCheck(cudaStreamWaitEvent(s, g->gelu_recomputed, 0)); }
     cudaCheck(cudaStreamWaitEvent(s, g->fc_bias_done, 0));
-    gtp_acquire(g, l, LIN_FCPROJ);
-    linear_backward_input(fcproj, a.dfch, a.dres, x.h4, x.fch, N, s);
-    gtp_done(g, l, LIN_FCPROJ);
-    wgrad_defer(q, LIN_FCPROJ, fcproj, a.dres, x.h4);
+    block_input_grad(g, q, l, LIN_FCPROJ, a.dfch, a.dres, x.h4, x.fch);
     fc_bias_backward(g, l, N, acc);
     if (l > 0 && recomputes_gelu(g, l - 1)) { gelu_recompute(g, l - 1, N); }
-    gtp_acquire(g, l, LIN_FC);
-    linear_backward_input(fc, a.proj, a.dfch, x.ln2, (const floatX *)NULL, N, s);
-    gtp_done(g, l, LIN_FC);
-    wgrad_defer(q, LIN_FC, fc, a.dfch, x.ln2);
+    block_input_grad(g, q, l, LIN_FC, a.proj, a.dfch, x.ln2, (const floatX *)NULL);
     wgrad_overlap(g, q, beside_sum);
     linear_backward_join(fc, s);
     layernorm_backward(a.dres + t0, dw[P_LN2W], dw[P_LN2B], dw[P_ATTPROJB], a.reduce_scratch, a.proj + t0, x.res2,
@@ -1006,16 +1013,10 @@ template <typename floatX> static void block_backward(GPT<floatX> *g, int l, int
     // attention; its backward also sums dqkv into the QKV bias gradient, while it holds the rows
     linear_backward_gather(attproj, a.dres, N, s);
     wgrad_overlap(g, q, WGRAD_ALL); // before the next layer writes d fch
-    gtp_acquire(g, l, LIN_ATTPROJ);
-    linear_backward_input(attproj, a.proj, a.dres, x.atty, (const floatX *)NULL, N, s);
-    gtp_done(g, l, LIN_ATTPROJ);
-    wgrad_defer(q, LIN_ATTPROJ, attproj, a.dres, x.atty);
+    block_input_grad(g, q, l, LIN_ATTPROJ, a.proj, a.dres, x.atty, (const floatX *)NULL);
     attention_backward(a.dqkv, dw[P_QKVB], a.proj, x.atty, x.qkv, x.lse, a.attn_workspace, B, T, g->heads, HS, acc,
                        s);
-    gtp_acquire(g, l, LIN_QKV);
-    linear_backward_input(qkv, a.proj, a.dqkv, x.ln1, (const floatX *)NULL, N, s);
-    gtp_done(g, l, LIN_QKV);
-    wgrad_defer(q, LIN_QKV, qkv, a.dqkv, x.ln1);
+    block_input_grad(g, q, l, LIN_QKV, a.proj, a.dqkv, x.ln1, (const floatX *)NULL);
     wgrad_overlap(g, q, beside_sum);
     linear_backward_join(qkv, s);
     layernorm_backward(a.dres + t0, dw[P_LN1W], dw[P_LN1B], l > 0 ? grads_of(g, l - 1)[P_FCPROJB] : (float *)NULL,

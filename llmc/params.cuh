@@ -3,8 +3,8 @@
  *
  * Initialization runs llmc/init.h's param_init_value on the device: element e of tensor t is a pure function of
  * (seed, t, e), so the GPU starts from exactly the CPU build's weights (up to libm's last bit in Box-Muller, see
- * rng.h), and a tensor-parallel or GTP rank draws just its own shard. The GEMMs of bf16 mode read a bf16 copy of the fp32
- * master weights; convert_from_float refreshes it whenever the masters are set from outside (AdamW keeps it
+ * rng.h), and a tensor-parallel or GTP rank draws just its own shard. The GEMMs of bf16 mode read a bf16 copy of the
+ * fp32 master weights; convert_from_float refreshes it whenever the masters are set from outside (AdamW keeps it
  * current during training).
  */
 #ifndef LLMC_PARAMS_CUH

@@ -240,8 +240,9 @@ static void test_chain(void) {
           "status %d: %s", child.status, child.err);
     // uses at known values: 3 layers, backward use 5 is layer 1's fc; forward use 6 layer 1's fc
     GtpUse b5 = gtp_chain_use(3, GTP_BACKWARD, 5), f6 = gtp_chain_use(3, GTP_FORWARD, 6);
-    check(b5.layer == 1 && b5.linear == LIN_FC && f6.layer == 1 && f6.linear == LIN_FC, "gtp chain uses at known values",
-          "backward 5: %d/%d forward 6: %d/%d", b5.layer, b5.linear, f6.layer, f6.linear);
+    check(b5.layer == 1 && b5.linear == LIN_FC && f6.layer == 1 && f6.linear == LIN_FC,
+          "gtp chain uses at known values", "backward 5: %d/%d forward 6: %d/%d", b5.layer, b5.linear, f6.layer,
+          f6.linear);
 }
 
 static void test_bytes(void) {
