@@ -108,8 +108,8 @@ template <typename T> static void tp_reduce_scatter(TensorParallel *tp, const T 
 
 /*
  * Forward chunk f's rows of buf (cols wide; llmc/forward_chunks.h), summed over the TP group behind the compute
- * stream's work so far and marked as the chunk's collective: all-reduced in place, or under SP (one chunk, the whole micro-batch)
- * reduce-scattered onto each rank's tokens, in place or at mine if given.
+ * stream's work so far and marked as the chunk's collective: all-reduced in place, or under SP (one chunk, the whole
+ * micro-batch) reduce-scattered onto each rank's tokens, in place or at mine if given.
  */
 template <typename T>
 static void tp_chunk_sum(TensorParallel *tp, T *buf, T *mine, size_t cols, const ForwardChunk &f, cudaStream_t compute,
