@@ -559,9 +559,9 @@ static void fp8_linear_rows_forward(const Linear<T> &lin, const T *bias, T *out,
 /*
  * Rows [f.row, f.row + f.rows) of forward chunk f (llmc/forward_chunks.h): out = inp W^T + b; with gelu_aux:
  * gelu_aux = that, and out = gelu(that). inp must hold those rows whole on every rank (under SP the caller gathered
- * them: tp_chunk_gather). Row-parallel: TP rank 0 adds the bias, and the sum over the TP group is started on the TP stream
- * and marked as the chunk's collective (tp_chunk_sum); the caller waits for it (tp_chunk_wait) before it reads out.
- * Under SP it goes onto the rows' owners: then only this rank's tokens of out are valid.
+ * them: tp_chunk_gather). Row-parallel: TP rank 0 adds the bias, and the sum over the TP group is started on the TP
+ * stream and marked as the chunk's collective (tp_chunk_sum); the caller waits for it (tp_chunk_wait) before it reads
+ * out. Under SP it goes onto the rows' owners: then only this rank's tokens of out are valid.
  */
 template <typename T>
 static void linear_forward(const Linear<T> &lin, T *out, const T *inp, T *gelu_aux, const ForwardChunk &f,
