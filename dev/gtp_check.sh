@@ -38,7 +38,8 @@ if [ -n "${SANITIZE:-}" ]; then
     out=$(compute-sanitizer --tool "$SANITIZE" --report-api-errors no --error-exitcode 9 ./train_gpt --depth 2 \
         --width 128 --heads 2 --batch-size 2 --seq-len 64 --total-batch-tokens 256 --steps 2 --warmup-steps 1 \
         --val-every 0 --sample-every 0 --precision "$PRECISION" --train-data "$SHARD" \
-        --out-dir "$DIR/sanitize_$SANITIZE" --save 0 --gtp-materialize 1 --gtp-prefetch "$PREFETCH" 2>&1) && rc=0 || rc=$?
+        --out-dir "$DIR/sanitize_$SANITIZE" --save 0 --gtp-materialize 1 --gtp-prefetch "$PREFETCH" 2>&1) &&
+        rc=0 || rc=$?
     summary=$(grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" <<<"$out" | tail -1)
     if [ "$rc" -eq 0 ]; then
         echo "PASS gtp one-rank $PRECISION compute-sanitizer $SANITIZE: ${summary:-no summary line}"
