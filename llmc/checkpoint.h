@@ -229,7 +229,7 @@ static inline void resume_keys_add_int(ResumeKeys *k, const char *name, long lon
 // tokens_per_step: the resolved global batch (--total-batch-tokens, or its default).
 static inline ResumeKeys resume_keys_make(const Options *o, const GPTConfig *c, long long tokens_per_step) {
     ResumeKeys k;
-    k.text[0] = '\0';
+    memset(&k, 0, sizeof(k)); // the whole block goes into the state file: no byte may depend on the stack
     resume_keys_add_int(&k, "layers", c->num_layers);
     resume_keys_add_int(&k, "heads", c->num_heads);
     resume_keys_add_int(&k, "channels", c->channels);

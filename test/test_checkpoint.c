@@ -230,6 +230,24 @@ static Options run_options(long long seed, const char *schedule, int steps) {
     return o;
 }
 
+// Leaves a page of the stack dirty, where the next call's locals will lie.
+static __attribute__((noinline)) void dirty_stack(void) {
+    volatile unsigned char junk[2 * STATE_KEYS_BYTES];
+    for (size_t i = 0; i < sizeof(junk); i++) { junk[i] = 0xAB; }
+}
+
+// The settings block is written whole: past its text every byte must be zero, whatever was on the stack (a state
+// file's bytes must not depend on the compiler or on what ran before).
+static void test_keys_block_defined(void) {
+    GPTConfig c = tiny_config(2, 16);
+    Options o = run_options(1337, "cosine", 100);
+    dirty_stack();
+    ResumeKeys k = resume_keys_make(&o, &c, 4096);
+    size_t used = strlen(k.text), stray = 0;
+    for (size_t i = used; i < sizeof(k.text); i++) { stray += k.text[i] != 0; }
+    check(used > 0 && stray == 0, "resume_keys_block_defined", "%zu bytes past the text are not zero", stray);
+}
+
 static void test_state_round_trip(void) {
     GPTConfig c = tiny_config(2, 16);
     ParamLayout p;
@@ -433,6 +451,7 @@ int main(void) {
     test_model_bf16_read();
     test_model_unpadded_and_longer();
     test_model_errors();
+    test_keys_block_defined();
     test_state_round_trip();
     test_state_mismatch();
     test_state_fp8();
