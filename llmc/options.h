@@ -279,6 +279,10 @@ static inline int options_grad_accum(const Options *o, int dp) {
              "= %lld; change --total-batch-tokens or --batch-size",
              total, o->batch_size, o->seq_len, dp, per_micro);
     }
+    if (total / per_micro > INT_MAX) {
+        fail("--total-batch-tokens %lld needs %lld micro-steps of %lld tokens per optimizer step, more than %d; lower "
+             "--total-batch-tokens or raise --batch-size", total, total / per_micro, per_micro, INT_MAX);
+    }
     return (int)(total / per_micro);
 }
 

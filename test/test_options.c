@@ -127,6 +127,8 @@ static void test_validate(void) {
     expect_error("grad_accum_divisibility",
                  "--total-batch-tokens 1000 is not a multiple of batch-size x seq-len x data-parallel ranks = 4 x 64 x 1",
                  "--batch-size", "4", "--seq-len", "64", "--total-batch-tokens", "1000", NULL);
+    expect_error("grad_accum_overflow", "needs 4294967304 micro-steps of 64 tokens per optimizer step", "--batch-size",
+                 "1", "--seq-len", "64", "--total-batch-tokens", "274877907456", NULL);
     expect_error("warmup_past_steps", "--warmup-steps 30 is more than --steps 10", "--steps", "10", "--warmup-steps",
                  "30", NULL);
     expect_error("sample_longer_than_context", "--sample-tokens 64 must be less than --seq-len 64", "--seq-len", "64",
