@@ -47,7 +47,7 @@ typedef struct {
     char out_dir[OPT_STR_LEN];
     int checkpoint_every;
     int save;
-    int resume;
+    char resume[OPT_STR_LEN]; // 0 | 1 | auto (options_resume_mode)
     int log_every;
     // reproducibility and precision
     long long seed;
@@ -124,8 +124,9 @@ static const OptionSpec OPTION_SPECS[] = {
      "write a checkpoint every N steps (and at the end); 0 = only at the end"},
     {"save", OPT_INT, OPT_FIELD(save), "1", 0, 1, NULL,
      "1 = write checkpoints (every --checkpoint-every steps and at the end); 0 = write none (benchmarks)"},
-    {"resume", OPT_INT, OPT_FIELD(resume), "0", 0, 1, NULL,
-     "1 = continue from the latest checkpoint in --out-dir"},
+    {"resume", OPT_STR, OPT_FIELD(resume), "0", 0, 0, "0|1|auto",
+     "1 = continue from the latest checkpoint in --out-dir (or start again an earlier attempt that stopped before its "
+     "first); auto = the same, or start a new run where --out-dir holds none (a requeued job's command line)"},
     {"log-every", OPT_INT, OPT_FIELD(log_every), "1", 1, INT_MAX, NULL, "print a log line every N steps"},
     {"seed", OPT_I64, OPT_FIELD(seed), "1337", 0, 9.0e18, NULL,
      "seed of initialization, data shuffling and sampling"},
@@ -338,6 +339,13 @@ static inline void options_validate_fp8(const Options *o) {
 }
 
 // Cross-option checks, before any work: fail() with one line on the first problem.
+typedef enum { RESUME_NO, RESUME_YES, RESUME_AUTO } ResumeMode;
+
+static inline ResumeMode options_resume_mode(const Options *o) {
+    if (strcmp(o->resume, "1") == 0) { return RESUME_YES; }
+    return strcmp(o->resume, "auto") == 0 ? RESUME_AUTO : RESUME_NO;
+}
+
 // Whether the GTP path runs: weights sharded over --gtp ranks, or the one-rank test of the same path.
 static inline int options_gtp_path(const Options *o) { return o->gtp > 1 || o->gtp_materialize; }
 

@@ -94,24 +94,36 @@ static inline const char *out_dir_run_file(const char *out_dir, char *name, size
     return found;
 }
 
-// Returns the checkpoint step to resume from, or -1 for a new run; fails where the folder and --resume disagree.
-static inline int out_dir_check(const Options *o) {
+/*
+ * Returns the checkpoint step to resume from, or -1 for a new run; fails where the folder and --resume disagree.
+ * *restart: the run starts again over an earlier attempt that stopped before its first complete checkpoint (its
+ * files are the run's own: its log is continued, an incomplete checkpoint file written again), which --resume 1 and
+ * auto do and --resume 0 refuses (it never writes into a folder that holds a run).
+ */
+static inline int out_dir_check(const Options *o, int *restart) {
     int latest = checkpoint_find_latest(o->out_dir);
-    if (!o->resume) {
-        char name[256];
+    ResumeMode mode = options_resume_mode(o);
+    char name[256];
+    int attempt = out_dir_run_file(o->out_dir, name, sizeof(name)) != NULL;
+    *restart = 0;
+    if (mode == RESUME_NO) {
         if (latest >= 0) {
             fail("--out-dir '%s' holds checkpoints of an earlier run; pass --resume 1 to continue it or choose "
                  "another --out-dir", o->out_dir);
         }
-        if (out_dir_run_file(o->out_dir, name, sizeof(name))) {
-            fail("--out-dir '%s' holds '%s' of an earlier run that has no complete checkpoint; move it away or choose "
-                 "another --out-dir", o->out_dir, name);
+        if (attempt) {
+            fail("--out-dir '%s' holds '%s' of an earlier run that stopped before its first complete checkpoint; pass "
+                 "--resume 1 to start it again there, or choose another --out-dir", o->out_dir, name);
         }
         return -1;
     }
     if (latest < 0) {
-        fail("--resume 1 but --out-dir '%s' holds no complete checkpoint (model_N.bin with state_N.bin); run "
-             "without --resume 1 to start a new run", o->out_dir);
+        if (mode == RESUME_YES && !attempt) {
+            fail("--resume 1 but --out-dir '%s' holds no run to continue; run without --resume 1 (or with --resume "
+                 "auto) to start a new one", o->out_dir);
+        }
+        *restart = attempt;
+        return -1;
     }
     if (latest > o->steps) {
         fail("the latest checkpoint in '%s' is at step %d, past --steps %d; pass --steps %d or more", o->out_dir,
@@ -408,7 +420,12 @@ static inline int train_main(int argc, char **argv, LaunchFn launch, ModelFactor
         model_file_check_fits(o->init_from, &h, &tr.config);
     }
     tr.keys = resume_keys_make(o, &tr.config, tr.tokens_per_step);
-    int resume_step = out_dir_check(o);
+    int restart;
+    int resume_step = out_dir_check(o, &restart);
+    if (restart && tr.is_root) {
+        printf("'%s' holds an earlier attempt of this run that stopped before its first complete checkpoint; starting "
+               "again from step 0\n", o->out_dir);
+    }
     if (resume_step >= 0) {
         char model_path[CKPT_PATH_LEN], state_path[CKPT_PATH_LEN];
         checkpoint_paths(o->out_dir, resume_step, model_path, state_path);

@@ -70,7 +70,7 @@ static void test_defaults_and_forms(void) {
     Options o = parse(NULL);
     check(o.batch_size == 16 && o.seq_len == 1024 && o.total_batch_tokens == 65536 && o.steps == 60 &&
               o.seed == 1337 && fabsf(o.lr - 6e-4f) == 0.0f && strcmp(o.lr_schedule, "cosine") == 0 &&
-              strcmp(o.model, "d12") == 0 && strcmp(o.precision, "bf16") == 0 && o.resume == 0,
+              strcmp(o.model, "d12") == 0 && strcmp(o.precision, "bf16") == 0 && options_resume_mode(&o) == RESUME_NO,
           "options_defaults", "a default differs from the table");
     o = parse("--batch-size", "8", "--lr=1e-3", "--out-dir=runs/x=y", "--val-data=", NULL);
     check(o.batch_size == 8 && o.lr == 1e-3f && strcmp(o.out_dir, "runs/x=y") == 0 && o.val_data[0] == '\0',

@@ -7,6 +7,9 @@
  * - a folder that holds a run is refused without --resume 1, and nothing in it changes; --resume 1 without
  *   a checkpoint, a checkpoint of other settings, and --init-from a model of another shape are refused with
  *   one line; resuming a finished run does nothing; --init-from loads the file's weights.
+ * - a folder with an attempt that stopped before its first checkpoint (its log only): refused without --resume,
+ *   started again with --resume 1 (saying so) to the uninterrupted run's files; --resume auto starts a new run
+ *   in an empty folder and continues one that has checkpoints.
  * - one rank of a two-rank job (a fake launcher whose sum over ranks doubles, as if the peer had the same
  *   values): rank 1 creates and prints nothing; both read their own stride of the batch, so the mean of their
  *   first losses is the one-process loss of the same global batch; --zero 1 is accepted.
@@ -309,6 +312,45 @@ static void expect_refused(const char *name, Run *r, const char *expect) {
           "status %d, stderr '%s', expected one line containing '%s'", c.status, c.err, expect);
 }
 
+// A run that stopped before its first checkpoint left only its log; --resume auto in a new folder; a finished run.
+static void test_restart_and_auto(void) {
+    char dir[CKPT_PATH_LEN], log[CKPT_PATH_LEN + 16], a[CKPT_PATH_LEN], b[CKPT_PATH_LEN];
+    scratch_path(dir, "attempt");
+    mkdir(dir, 0755);
+    snprintf(log, sizeof(log), "%s/log.txt", dir);
+    FILE *f = fopen_check(log, "w");
+    fputs("s:1 trl:5.5\n", f);
+    fclose(f);
+    Run fresh = make_run("attempt", NULL);
+    expect_refused("attempt_refused_without_resume", &fresh,
+                   "stopped before its first complete checkpoint; pass --resume 1 to start it again there");
+    const char *resume[] = {"--resume", "1", NULL}, *autom[] = {"--resume", "auto", NULL};
+    Run again = make_run("attempt", resume);
+    Child c = run_train(&again);
+    size_t n;
+    char *out = read_file(again.stdout_path, &n);
+    scratch_path(a, "full/model_00000006.bin");
+    scratch_path(b, "attempt/state_00000006.bin");
+    char full_state[CKPT_PATH_LEN];
+    scratch_path(full_state, "full/state_00000006.bin");
+    char attempt_model[CKPT_PATH_LEN];
+    scratch_path(attempt_model, "attempt/model_00000006.bin");
+    check(c.status == 0 && out && strstr(out, "starting again from step 0") && same_file(a, attempt_model) &&
+              same_file(full_state, b),
+          "attempt_restarted_with_resume", "status %d: %s", c.status, c.err);
+    free(out);
+    Run new_auto = make_run("auto_new", autom);
+    c = run_train(&new_auto);
+    scratch_path(b, "auto_new/model_00000006.bin");
+    check(c.status == 0 && same_file(a, b), "resume_auto_starts_new_run", "status %d: %s", c.status, c.err);
+    Run done_auto = make_run("full", autom);
+    c = run_train(&done_auto);
+    out = read_file(done_auto.stdout_path, &n);
+    check(c.status == 0 && out && strstr(out, "nothing to do"), "resume_auto_continues_run", "status %d: %s",
+          c.status, c.err);
+    free(out);
+}
+
 static void test_refusals(void) {
     char model[CKPT_PATH_LEN], copy[CKPT_PATH_LEN + 16];
     scratch_path(model, "full/model_00000006.bin");
@@ -321,7 +363,7 @@ static void test_refusals(void) {
 
     const char *resume[] = {"--resume", "1", NULL};
     Run empty = make_run("empty", resume);
-    expect_refused("refuse_resume_without_checkpoint", &empty, "holds no complete checkpoint");
+    expect_refused("refuse_resume_without_checkpoint", &empty, "holds no run to continue");
 
     const char *other_seed[] = {"--resume", "1", "--steps", "6", "--seed", "5", NULL};
     Run other = make_run("full", other_seed);
@@ -440,6 +482,7 @@ int main(void) {
     }
     write_shards();
     test_run_and_resume();
+    test_restart_and_auto();
     test_refusals();
     test_init_from();
     test_data_parallel_ranks();
