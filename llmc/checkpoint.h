@@ -8,8 +8,10 @@
  * 1, 3 and 5. A file may hold more positions (maxT) than --seq-len: the first rows of wpe are used.
  *
  * State file: everything beyond the weights that an exact resume needs.
- *   64 x int64 header: magic, version, step, parameter count, train loader epoch and position, key bytes, and for a
- *     run in fp8 the FP8 amax history's tensors, length and steps recorded (zero otherwise: no history section)
+ *   64 x int64 header: magic, version, step, parameter count, train loader epoch and position, key bytes, for a
+ *     run in fp8 the FP8 amax history's tensors, length and steps recorded (zero otherwise: no history section),
+ *     the checksum (utils.h) of the checkpoint's model file, and the checksum of this file (its header with this
+ *     slot zero, then everything after the header); version 1 files, from before the checksums, still resume
  *   STATE_KEYS_BYTES of text, "name=value" lines: the settings the run cannot change on resume
  *   fp32 master params, AdamW m, AdamW v (parameter count each, config.h's layout)
  *   fp8 only: the amax history, tensors x length floats (llmc/fp8.h's Fp8History ring)
@@ -32,12 +34,13 @@
 #define MODEL_VERSION_BF16 5
 
 #define STATE_FILE_MAGIC 20241122
-#define STATE_FILE_VERSION 1
+#define STATE_FILE_VERSION 2
+#define STATE_FILE_VERSION_UNCHECKED 1 // before the checksums: read, not verified
 #define STATE_HEADER_INTS 64
 #define STATE_KEYS_BYTES 4096
 enum {
     SH_MAGIC, SH_VERSION, SH_STEP, SH_NUM_PARAMS, SH_DATA_EPOCH, SH_DATA_NEXT, SH_KEYS_BYTES,
-    SH_FP8_TENSORS, SH_FP8_LENGTH, SH_FP8_STEPS
+    SH_FP8_TENSORS, SH_FP8_LENGTH, SH_FP8_STEPS, SH_MODEL_CHECKSUM, SH_STATE_CHECKSUM
 };
 
 #define CKPT_PATH_LEN 4096
@@ -176,7 +179,8 @@ static inline void model_header_fill(int hd[MODEL_HEADER_INTS], const GPTConfig 
 }
 
 // Writes params as a version-3 (fp32) llm.c model file, atomically.
-static inline void model_file_write(const char *path, const GPTConfig *c, const float *params) {
+// Writes a model file (fp32); returns the checksum of its bytes.
+static inline uint64_t model_file_write(const char *path, const GPTConfig *c, const float *params) {
     int hd[MODEL_HEADER_INTS];
     model_header_fill(hd, c, MODEL_VERSION_FP32);
     ParamLayout p;
@@ -185,7 +189,23 @@ static inline void model_file_write(const char *path, const GPTConfig *c, const 
     atomic_open(&af, path);
     atomic_write(&af, hd, sizeof(int), MODEL_HEADER_INTS);
     atomic_write(&af, params, sizeof(float), p.total);
+    uint64_t sum = atomic_checksum(&af);
     atomic_commit(&af);
+    return sum;
+}
+
+// The checksum of a file's bytes, read IO_CHUNK_ELEMS words at a time.
+static inline uint64_t file_checksum(const char *path) {
+    FILE *f = fopen_check(path, "rb");
+    size_t cap = IO_CHUNK_ELEMS * sizeof(float), got;
+    unsigned char *buf = (unsigned char *)malloc_check(cap, "checksum buffer");
+    Checksum c;
+    checksum_init(&c);
+    while ((got = fread(buf, 1, cap, f)) > 0) { checksum_update(&c, buf, got); }
+    if (ferror(f)) { fail("reading '%s' failed: %s", path, strerror(errno)); }
+    fclose(f);
+    free(buf);
+    return checksum_final(&c);
 }
 
 // ----------------------------------------------------------------------------------------------------------
@@ -195,6 +215,7 @@ typedef struct {
     int step;                        // optimizer steps done
     long long data_epoch, data_next; // the training loader's position (its DataLoaderState)
     char precision[16];              // read from a state file: the --precision it was written in
+    uint64_t model_checksum;         // read from a state file: its model file's checksum (0: not recorded)
 } TrainProgress;
 
 // The settings a checkpoint can only be resumed under, as "name=value\n" lines: the model's shape, and every
@@ -293,10 +314,24 @@ static inline void resume_keys_check(const ResumeKeys *file, const ResumeKeys *r
     }
 }
 
-// fp8: the run's FP8 amax history, NULL for a run in another precision.
+// The checksum of a state file's bytes but its own slot (zero in hd): header, settings, arrays, FP8 history.
+static inline uint64_t state_checksum(const int64_t *hd, const ResumeKeys *keys, const float *params, const float *m,
+                                      const float *v, size_t n, const float *ring, size_t ring_n) {
+    Checksum c;
+    checksum_init(&c);
+    checksum_update(&c, hd, STATE_HEADER_INTS * sizeof(int64_t));
+    checksum_update(&c, keys->text, STATE_KEYS_BYTES);
+    checksum_update(&c, params, n * sizeof(float));
+    checksum_update(&c, m, n * sizeof(float));
+    checksum_update(&c, v, n * sizeof(float));
+    if (ring_n > 0) { checksum_update(&c, ring, ring_n * sizeof(float)); }
+    return checksum_final(&c);
+}
+
+// fp8: the run's FP8 amax history, NULL for a run in another precision; model_sum: the checkpoint's model file's.
 static inline void state_file_write(const char *path, const ResumeKeys *keys, const TrainProgress *pr,
                                     const float *params, const float *m, const float *v, size_t n,
-                                    const Fp8History *fp8) {
+                                    const Fp8History *fp8, uint64_t model_sum) {
     int64_t hd[STATE_HEADER_INTS];
     memset(hd, 0, sizeof(hd));
     hd[SH_MAGIC] = STATE_FILE_MAGIC;
@@ -311,6 +346,9 @@ static inline void state_file_write(const char *path, const ResumeKeys *keys, co
         hd[SH_FP8_LENGTH] = fp8->length;
         hd[SH_FP8_STEPS] = fp8->steps;
     }
+    hd[SH_MODEL_CHECKSUM] = (int64_t)model_sum;
+    size_t ring_n = fp8 ? (size_t)fp8->tensors * fp8->length : 0;
+    hd[SH_STATE_CHECKSUM] = (int64_t)state_checksum(hd, keys, params, m, v, n, fp8 ? fp8->ring : NULL, ring_n);
     AtomicFile af;
     atomic_open(&af, path);
     atomic_write(&af, hd, sizeof(int64_t), STATE_HEADER_INTS);
@@ -325,18 +363,21 @@ static inline void state_file_write(const char *path, const ResumeKeys *keys, co
 // Opens a state file and checks it against this run (settings `expect`, n parameters): returns the file
 // positioned at the parameters, its progress in *pr, and its FP8 history's shape and steps in *fp8 (zero tensors
 // where it has none).
+// hd and keys (the file's, as read) may be NULL.
 static inline FILE *state_file_open(const char *path, const ResumeKeys *expect, size_t n, TrainProgress *pr,
-                                    Fp8History *fp8) {
+                                    Fp8History *fp8, int64_t *hd_out, ResumeKeys *keys_out) {
     FILE *f = fopen_check(path, "rb");
     int64_t hd[STATE_HEADER_INTS];
     fread_check(hd, sizeof(int64_t), STATE_HEADER_INTS, f, path);
-    if (hd[SH_MAGIC] != STATE_FILE_MAGIC || hd[SH_VERSION] != STATE_FILE_VERSION ||
-        hd[SH_KEYS_BYTES] != STATE_KEYS_BYTES) {
+    int version_ok = hd[SH_VERSION] == STATE_FILE_VERSION || hd[SH_VERSION] == STATE_FILE_VERSION_UNCHECKED;
+    if (hd[SH_MAGIC] != STATE_FILE_MAGIC || !version_ok || hd[SH_KEYS_BYTES] != STATE_KEYS_BYTES) {
         fail("'%s' is not a training-state file of this version (magic %lld, version %lld; expected %d, %d)", path,
              (long long)hd[SH_MAGIC], (long long)hd[SH_VERSION], STATE_FILE_MAGIC, STATE_FILE_VERSION);
     }
     ResumeKeys keys;
     fread_check(keys.text, 1, STATE_KEYS_BYTES, f, path);
+    if (keys_out) { *keys_out = keys; }
+    if (hd_out) { memcpy(hd_out, hd, sizeof(hd)); }
     keys.text[STATE_KEYS_BYTES - 1] = '\0';
     resume_keys_check(&keys, expect, path);
     if (hd[SH_NUM_PARAMS] != (int64_t)n) {
@@ -361,6 +402,7 @@ static inline FILE *state_file_open(const char *path, const ResumeKeys *expect, 
     pr->step = (int)hd[SH_STEP];
     pr->data_epoch = hd[SH_DATA_EPOCH];
     pr->data_next = hd[SH_DATA_NEXT];
+    pr->model_checksum = hd[SH_VERSION] == STATE_FILE_VERSION ? (uint64_t)hd[SH_MODEL_CHECKSUM] : 0;
     if (!resume_keys_get(&keys, PRECISION_KEY, pr->precision, sizeof(pr->precision))) { pr->precision[0] = '\0'; }
     return f;
 }
@@ -369,7 +411,7 @@ static inline FILE *state_file_open(const char *path, const ResumeKeys *expect, 
 static inline void state_file_check(const char *path, const ResumeKeys *expect, size_t n) {
     TrainProgress pr;
     Fp8History shape;
-    fclose(state_file_open(path, expect, n, &pr, &shape));
+    fclose(state_file_open(path, expect, n, &pr, &shape, NULL, NULL));
 }
 
 /*
@@ -382,10 +424,26 @@ static inline TrainProgress state_file_read(const char *path, const ResumeKeys *
                                             float *v, size_t n, Fp8History *fp8) {
     TrainProgress pr;
     Fp8History saved;
-    FILE *f = state_file_open(path, expect, n, &pr, &saved);
+    int64_t hd[STATE_HEADER_INTS];
+    ResumeKeys keys;
+    FILE *f = state_file_open(path, expect, n, &pr, &saved, hd, &keys);
     fread_check(params, sizeof(float), n, f, path);
     fread_check(m, sizeof(float), n, f, path);
     fread_check(v, sizeof(float), n, f, path);
+    size_t ring_n = (size_t)saved.tensors * saved.length;
+    float *ring = ring_n > 0 ? (float *)malloc_check(ring_n * sizeof(float), "FP8 history") : NULL;
+    if (ring_n > 0) { fread_check(ring, sizeof(float), ring_n, f, path); }
+    fclose(f);
+    if (hd[SH_VERSION] == STATE_FILE_VERSION) {
+        uint64_t want = (uint64_t)hd[SH_STATE_CHECKSUM];
+        hd[SH_STATE_CHECKSUM] = 0;
+        uint64_t have = state_checksum(hd, &keys, params, m, v, n, ring, ring_n);
+        if (have != want) {
+            fail("checkpoint '%s' is corrupt: its bytes give checksum %016llx, it recorded %016llx; resume from an "
+                 "earlier checkpoint (move this one and its model file away)",
+                 path, (unsigned long long)have, (unsigned long long)want);
+        }
+    }
     if (fp8) {
         fp8->steps = 0;
         if (saved.tensors > 0) {
@@ -394,12 +452,29 @@ static inline TrainProgress state_file_read(const char *path, const ResumeKeys *
                      "with the checkpoint's model and --fp8-amax-history",
                      path, saved.tensors, saved.length, fp8->tensors, fp8->length);
             }
-            fread_check(fp8->ring, sizeof(float), (size_t)saved.tensors * saved.length, f, path);
+            memcpy(fp8->ring, ring, ring_n * sizeof(float));
             fp8->steps = saved.steps;
         }
     }
-    fclose(f);
+    free(ring);
     return pr;
+}
+
+// Fails unless checkpoint `step`'s files are the ones its state file recorded: the header's step is the file name's
+// (a renamed file would resume as another step), and the model file's bytes give the checksum the state file holds.
+static inline void checkpoint_verify(const char *model_path, const char *state_path, int step,
+                                     const TrainProgress *pr) {
+    if (pr->step != step) {
+        fail("checkpoint '%s' records step %d but its name says %d: the file was renamed or is corrupt; move it away",
+             state_path, pr->step, step);
+    }
+    if (pr->model_checksum == 0) { return; } // written before the checksums
+    uint64_t have = file_checksum(model_path);
+    if (have != pr->model_checksum) {
+        fail("model file '%s' is corrupt: its bytes give checksum %016llx, its state file recorded %016llx; resume from "
+             "an earlier checkpoint (move this one and its state file away)",
+             model_path, (unsigned long long)have, (unsigned long long)pr->model_checksum);
+    }
 }
 
 // ----------------------------------------------------------------------------------------------------------
@@ -410,20 +485,23 @@ static inline void checkpoint_paths(const char *out_dir, int step, char *model_p
     snprintf(state_path, CKPT_PATH_LEN, "%s/state_%08d.bin", out_dir, step);
 }
 
-// The step of a file named prefix%08d.bin exactly (no tmp suffix), or -1.
+// The step of a file named prefix%08d.bin exactly (no tmp suffix; 8 digits, more from step 100,000,000 on), or -1.
+#define CHECKPOINT_STEP_DIGITS 8
 static inline int checkpoint_step_of(const char *name, const char *prefix) {
-    size_t np = strlen(prefix);
-    const size_t digits = 8;
-    if (strlen(name) != np + digits + strlen(".bin") || strncmp(name, prefix, np) != 0 ||
-        strcmp(name + np + digits, ".bin") != 0) {
+    size_t np = strlen(prefix), len = strlen(name), ext = strlen(".bin");
+    if (len < np + CHECKPOINT_STEP_DIGITS + ext || strncmp(name, prefix, np) != 0 ||
+        strcmp(name + len - ext, ".bin") != 0) {
         return -1;
     }
-    int step = 0;
+    long long step = 0;
+    size_t digits = len - np - ext;
+    if (digits > CHECKPOINT_STEP_DIGITS && name[np] == '0') { return -1; } // %08d pads to 8 digits only
     for (size_t i = np; i < np + digits; i++) {
         if (name[i] < '0' || name[i] > '9') { return -1; }
         step = step * 10 + (name[i] - '0');
+        if (step > INT_MAX) { return -1; }
     }
-    return step;
+    return (int)step;
 }
 
 // The highest step with both a model and a state file in out_dir, or -1 if none (or no such folder).
@@ -450,8 +528,8 @@ static inline void checkpoint_write(const char *out_dir, const GPTConfig *c, con
     param_layout(c, &p);
     char model_path[CKPT_PATH_LEN], state_path[CKPT_PATH_LEN];
     checkpoint_paths(out_dir, pr->step, model_path, state_path);
-    model_file_write(model_path, c, params);
-    state_file_write(state_path, keys, pr, params, m, v, p.total, fp8);
+    uint64_t model_sum = model_file_write(model_path, c, params);
+    state_file_write(state_path, keys, pr, params, m, v, p.total, fp8, model_sum);
 }
 
 #endif // LLMC_CHECKPOINT_H

@@ -171,6 +171,7 @@ static inline void trainer_resume(Trainer *tr, int step) {
     Fp8History hist;
     Fp8History *fp8 = trainer_fp8_history(tr, &hist);
     TrainProgress pr = state_file_read(state_path, &tr->keys, params, m, v, n, fp8);
+    checkpoint_verify(model_path, state_path, step, &pr);
     tr->ops.set_params(tr->ops.ctx, params);
     tr->ops.set_opt_state(tr->ops.ctx, m, v);
     if (fp8) {
@@ -337,7 +338,7 @@ static inline void trainer_checkpoint(Trainer *tr, int step) {
     // The loader's position is the same on every rank (each is at the same step of its stride), so rank 0's
     // state file resumes them all.
     DataLoaderState ds = dataloader_get_state(&tr->train);
-    TrainProgress pr = {step, ds.epoch, ds.next, ""};
+    TrainProgress pr = {step, ds.epoch, ds.next, "", 0};
     Fp8History hist;
     Fp8History *fp8 = trainer_fp8_history(tr, &hist);
     if (fp8) { tr->ops.get_fp8_history(tr->ops.ctx, fp8); }

@@ -256,7 +256,7 @@ static void test_state_round_trip(void) {
     ResumeKeys keys = resume_keys_make(&o, &c, 4096);
     float *params = random_floats(p.total, 5), *m = random_floats(p.total, 6), *v = random_floats(p.total, 7);
     zero_padded_rows(&c, params);
-    TrainProgress pr = {42, 3, 123456789012LL, ""};
+    TrainProgress pr = {42, 3, 123456789012LL, "", 0};
     checkpoint_write(g_dir, &c, &keys, &pr, params, m, v, NULL);
     check(!dir_has_tmp_file(), "checkpoint_write_atomic_no_tmp", "a temporary file was left in '%s'", g_dir);
     float *p2 = (float *)calloc_check(p.total, 4, "p"), *m2 = (float *)calloc_check(p.total, 4, "m"),
@@ -298,7 +298,7 @@ static void test_state_mismatch(void) {
     float *zeros = (float *)calloc_check(p.total, sizeof(float), "zeros");
     Options o = run_options(1337, "cosine", 100);
     ResumeKeys keys = resume_keys_make(&o, &c, 4096);
-    TrainProgress pr = {5, 0, 0, ""};
+    TrainProgress pr = {5, 0, 0, "", 0};
     checkpoint_write(g_dir, &c, &keys, &pr, zeros, zeros, zeros, NULL);
 
     StateCheckArgs a;
@@ -341,6 +341,102 @@ static void test_state_mismatch(void) {
     free(zeros);
 }
 
+// ----------------------------------------------------------------------------------------------------------
+// integrity
+
+static void test_checksum(void) {
+    size_t n = 1000;
+    unsigned char *bytes = (unsigned char *)malloc_check(n, "bytes");
+    for (size_t i = 0; i < n; i++) { bytes[i] = (unsigned char)(i * 131 + 7); }
+    Checksum whole, parts;
+    checksum_init(&whole);
+    checksum_update(&whole, bytes, n);
+    uint64_t sum = checksum_final(&whole);
+    int bad = 0;
+    for (size_t cut = 1; cut < 80; cut += 3) { // the same bytes in pieces of every size give the same sum
+        checksum_init(&parts);
+        for (size_t i = 0; i < n; i += cut) { checksum_update(&parts, bytes + i, n - i < cut ? n - i : cut); }
+        bad += checksum_final(&parts) != sum;
+    }
+    int flips = 0;
+    for (size_t i = 0; i < n; i += 37) { // any one bit changed, or one byte fewer, changes the sum
+        for (int b = 0; b < 8; b += 3) {
+            bytes[i] ^= (unsigned char)(1u << b);
+            checksum_init(&parts);
+            checksum_update(&parts, bytes, n);
+            flips += checksum_final(&parts) == sum;
+            bytes[i] ^= (unsigned char)(1u << b);
+        }
+    }
+    checksum_init(&parts);
+    checksum_update(&parts, bytes, n - 1);
+    flips += checksum_final(&parts) == sum;
+    check(bad == 0 && flips == 0, "checksum_pieces_and_flips", "%d piecewise sums differ, %d changes unseen", bad,
+          flips);
+    free(bytes);
+}
+
+typedef struct {
+    char model[CKPT_PATH_LEN], state[CKPT_PATH_LEN];
+    ResumeKeys keys;
+    size_t n;
+    int step;
+} ReadArgs;
+
+static void read_checkpoint_child(void *arg) {
+    ReadArgs *a = (ReadArgs *)arg;
+    float *buf = (float *)malloc_check(3 * a->n * sizeof(float), "state");
+    TrainProgress pr = state_file_read(a->state, &a->keys, buf, buf + a->n, buf + 2 * a->n, a->n, NULL);
+    checkpoint_verify(a->model, a->state, a->step, &pr);
+    free(buf);
+}
+
+static void flip_byte(const char *path, long long at) {
+    FILE *f = fopen_check(path, "r+b");
+    fseek(f, at, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, at, SEEK_SET);
+    fputc(c ^ 0x10, f);
+    fclose(f);
+}
+
+// A byte flipped anywhere in either file of a checkpoint, or a state file renamed to another step, is refused.
+static void test_corruption(void) {
+    GPTConfig c = tiny_config(2, 16);
+    ParamLayout p;
+    param_layout(&c, &p);
+    float *params = random_floats(p.total, 21);
+    Options o = run_options(1337, "cosine", 100);
+    ReadArgs a;
+    a.keys = resume_keys_make(&o, &c, 4096);
+    a.n = p.total;
+    a.step = 7;
+    TrainProgress pr = {7, 1, 64, "", 0};
+    checkpoint_write(g_dir, &c, &a.keys, &pr, params, params, params, NULL);
+    checkpoint_paths(g_dir, 7, a.model, a.state);
+    Child ch;
+    child_start(&ch, read_checkpoint_child, &a);
+    child_wait(&ch, now_s() + CHILD_TIMEOUT_S);
+    check(ch.status == 0, "checkpoint_reads_clean", "status %d: %s", ch.status, ch.err);
+    long long state_bytes = file_size_or_neg(a.state), model_bytes = file_size_or_neg(a.model);
+    long long header = STATE_HEADER_INTS * (long long)sizeof(int64_t);
+    flip_byte(a.state, header + STATE_KEYS_BYTES + 40); // a weight
+    expect_child_error("state_flipped_weight", read_checkpoint_child, &a, "state_00000007.bin", "is corrupt");
+    flip_byte(a.state, header + STATE_KEYS_BYTES + 40);
+    flip_byte(a.state, state_bytes - 3); // a second moment
+    expect_child_error("state_flipped_moment", read_checkpoint_child, &a, "state_00000007.bin", "is corrupt");
+    flip_byte(a.state, state_bytes - 3);
+    flip_byte(a.state, SH_DATA_NEXT * (long long)sizeof(int64_t)); // the data position
+    expect_child_error("state_flipped_position", read_checkpoint_child, &a, "state_00000007.bin", "is corrupt");
+    flip_byte(a.state, SH_DATA_NEXT * (long long)sizeof(int64_t));
+    flip_byte(a.model, model_bytes / 2);
+    expect_child_error("model_flipped_weight", read_checkpoint_child, &a, "model_00000007.bin", "is corrupt");
+    flip_byte(a.model, model_bytes / 2);
+    a.step = 9; // as if state_00000007.bin had been renamed state_00000009.bin
+    expect_child_error("state_renamed", read_checkpoint_child, &a, "records step 7 but its name says 9", "move it");
+    free(params);
+}
+
 static Options fp8_options(int history) {
     Options o = run_options(1337, "cosine", 100);
     snprintf(o.precision, sizeof(o.precision), "fp8");
@@ -376,7 +472,7 @@ static void test_state_fp8(void) {
     fp8_history_init(&h, c.num_layers, 4);
     for (int i = 0; i < h.tensors * h.length; i++) { h.ring[i] = fabsf(rng_normal(TEST_SEED, 9, (uint64_t)i)); }
     h.steps = 7;
-    TrainProgress pr = {8, 0, 0, ""};
+    TrainProgress pr = {8, 0, 0, "", 0};
     checkpoint_write(g_dir, &c, &k8, &pr, params, params, params, &h);
     char model_path[CKPT_PATH_LEN], state_path[CKPT_PATH_LEN];
     checkpoint_paths(g_dir, 8, model_path, state_path);
@@ -442,6 +538,24 @@ static void test_find_latest(void) {
     check(latest == 6, "latest_highest_complete", "latest %d, expected 6", latest);
 }
 
+// Steps past 99,999,999 get nine digits (%08d) and are found like the others.
+static void test_nine_digit_steps(void) {
+    clear_dir();
+    char model[CKPT_PATH_LEN], state[CKPT_PATH_LEN];
+    checkpoint_paths(g_dir, 123456789, model, state);
+    const char *name = strrchr(state, '/') + 1;
+    touch("model_99999999.bin");
+    touch("state_99999999.bin");
+    touch(name);
+    touch(strrchr(model, '/') + 1);
+    touch("state_012345678.bin"); // not what %08d writes
+    touch("model_012345678.bin");
+    int latest = checkpoint_find_latest(g_dir);
+    check(latest == 123456789 && checkpoint_step_of(name, "state_") == 123456789 &&
+              checkpoint_step_of("state_9999999999.bin", "state_") == -1,
+          "checkpoint_nine_digit_steps", "latest %d from '%s'", latest, name);
+}
+
 int main(void) {
     if (!mkdtemp(g_dir)) {
         perror("mkdtemp");
@@ -455,7 +569,10 @@ int main(void) {
     test_state_round_trip();
     test_state_mismatch();
     test_state_fp8();
+    test_checksum();
+    test_corruption();
     test_find_latest();
+    test_nine_digit_steps();
     clear_dir();
     rmdir(g_dir);
     return test_exit();

@@ -73,7 +73,7 @@ static void write_run(const char *name, const Run *r) {
     }
     fclose(f);
     ResumeKeys keys = resume_keys_make(&o, &CFG, (long long)o.batch_size * o.seq_len);
-    TrainProgress pr = {STEPS, 0, 0, ""};
+    TrainProgress pr = {STEPS, 0, 0, "", 0};
     checkpoint_write(dir, &CFG, &keys, &pr, r->params, r->params, r->params, NULL);
 }
 
