@@ -43,6 +43,7 @@ typedef struct {
     Mesh mesh;
     int is_root;               // rank 0: the one that prints and writes files
     int data_ranks, accum;     // ranks that read different tokens (DP x GTP, the data group), micro-steps a step
+    int last_checkpoint;       // the step of the run's latest complete checkpoint, -1 while it has none
     long long tokens_per_step; // over all ranks
     DataLoader train, val;
     int has_val;
@@ -193,6 +194,15 @@ static inline void trainer_resume(Trainer *tr, int step) {
 static inline void trainer_init_from(Trainer *tr) {
     float *params = (float *)malloc_check(tr->layout.total * sizeof(float), "model file parameters");
     model_file_read(tr->o.init_from, &tr->config, params);
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) { // a NaN would train NaN to the end
+        for (size_t i = 0; i < tr->layout.size[t]; i++) {
+            float x = params[tr->layout.offset[t] + i];
+            if (!isfinite(x)) {
+                fail("--init-from '%s': %s[%zu] is %g; the model file holds non-finite weights, use another one",
+                     tr->o.init_from, PARAM_NAMES[t], i, x);
+            }
+        }
+    }
     tr->ops.set_params(tr->ops.ctx, params);
     free(params);
     if (tr->is_root) { printf("initialized from model file '%s'\n", tr->o.init_from); }
@@ -349,9 +359,22 @@ static inline void trainer_checkpoint(Trainer *tr, int step) {
     free(v);
     logger_line(&tr->log, "step %d/%d | checkpoint %s/model_%08d.bin\n", step, tr->o.steps, tr->o.out_dir, step);
     if (tr->launcher.barrier) { tr->launcher.barrier("the checkpoint rank 0 writes", 1); }
+    tr->last_checkpoint = step;
 }
 
 static inline int every(int n, int step) { return n > 0 && step % n == 0; }
+
+// Stops a run whose loss or gradient norm is no longer finite, before it writes anything of that step: every rank
+// sees the same values (both are reduced over the ranks), so all stop alike.
+static inline void trainer_check_finite(const Trainer *tr, int step, const char *what, float value, float norm) {
+    if (isfinite(value) && isfinite(norm)) { return; }
+    char next[96] = "there is no checkpoint yet: start again";
+    if (tr->last_checkpoint >= 0) {
+        snprintf(next, sizeof(next), "the last checkpoint is step %d: resume from it", tr->last_checkpoint);
+    }
+    fail("step %d: the %s is %g and the gradient norm %g: the run diverged; nothing of this step was written, %s with "
+         "a lower --lr or more --warmup-steps", step, what, value, norm, next);
+}
 
 static inline void trainer_loop(Trainer *tr, int start_step) {
     const Options *o = &tr->o;
@@ -359,8 +382,11 @@ static inline void trainer_loop(Trainer *tr, int start_step) {
         StepStats s = trainer_step(tr, step);
         int done = s.step, last = done == o->steps;
         logger_train(&tr->log, &s, every(o->log_every, done) || last);
+        trainer_check_finite(tr, done, "training loss", s.loss, s.norm);
         if (tr->has_val && (every(o->val_every, done) || last)) {
-            logger_val(&tr->log, done, o->steps, trainer_validate(tr));
+            float val = trainer_validate(tr);
+            logger_val(&tr->log, done, o->steps, val);
+            trainer_check_finite(tr, done, "validation loss", val, s.norm);
         }
         if (tr->has_tok && every(o->sample_every, done)) { trainer_sample(tr, done); }
         if (o->save && (every(o->checkpoint_every, done) || last)) { trainer_checkpoint(tr, done); }
@@ -423,6 +449,7 @@ static inline int train_main(int argc, char **argv, LaunchFn launch, ModelFactor
     tr.keys = resume_keys_make(o, &tr.config, tr.tokens_per_step);
     int restart;
     int resume_step = out_dir_check(o, &restart);
+    tr.last_checkpoint = resume_step;
     if (restart && tr.is_root) {
         printf("'%s' holds an earlier attempt of this run that stopped before its first complete checkpoint; starting "
                "again from step 0\n", o->out_dir);

@@ -351,6 +351,39 @@ static void test_restart_and_auto(void) {
     free(out);
 }
 
+// A copy of full's step-6 model whose first `count` weights (wte's first rows) are `value`.
+static void model_with(const char *name, float value, int count, char *path) {
+    char from[CKPT_PATH_LEN];
+    scratch_path(from, "full/model_00000006.bin");
+    scratch_path(path, name);
+    copy_file(from, path);
+    FILE *f = fopen_check(path, "r+b");
+    fseek(f, MODEL_HEADER_INTS * (long)sizeof(int), SEEK_SET);
+    for (int i = 0; i < count; i++) { fwrite(&value, sizeof(float), 1, f); }
+    fclose(f);
+}
+
+// Non-finite weights in --init-from are refused; a run whose loss stops being finite stops, writing nothing.
+static void test_non_finite(void) {
+    char path[CKPT_PATH_LEN], arg[CKPT_PATH_LEN + 16], ckpt[CKPT_PATH_LEN];
+    model_with("nan.bin", NAN, 1, path);
+    snprintf(arg, sizeof(arg), "--init-from=%s", path);
+    const char *nan_init[] = {arg, NULL};
+    Run nan_run = make_run("nan_init", nan_init);
+    expect_refused("init_from_nan_refused", &nan_run, "wte[0] is nan; the model file holds non-finite weights");
+    model_with("huge.bin", 1e30f, 256, path); // every token's weight: the toy's squared error overflows
+    snprintf(arg, sizeof(arg), "--init-from=%s", path);
+    const char *huge_init[] = {arg, NULL};
+    Run huge = make_run("diverges", huge_init);
+    Child c = run_train(&huge);
+    const char *nl = strchr(c.err, '\n');
+    check(c.status > 0 && strstr(c.err, "step 1: the training loss is inf and the gradient norm") && nl && !nl[1] &&
+              strstr(c.err, "the run diverged; nothing of this step was written, there is no checkpoint yet"),
+          "divergence_stops_run", "status %d: %s", c.status, c.err);
+    scratch_path(ckpt, "diverges/model_00000001.bin");
+    check(!file_exists(ckpt), "divergence_writes_nothing", "'%s' was written", ckpt);
+}
+
 static void test_refusals(void) {
     char model[CKPT_PATH_LEN], copy[CKPT_PATH_LEN + 16];
     scratch_path(model, "full/model_00000006.bin");
@@ -483,6 +516,7 @@ int main(void) {
     write_shards();
     test_run_and_resume();
     test_restart_and_auto();
+    test_non_finite();
     test_refusals();
     test_init_from();
     test_data_parallel_ranks();
