@@ -17,6 +17,7 @@
 #ifndef LLMC_TRAINER_H
 #define LLMC_TRAINER_H
 
+#include <sys/file.h>
 #include <time.h>
 
 #include "bootstrap.h"
@@ -43,6 +44,7 @@ typedef struct {
     Mesh mesh;
     int is_root;               // rank 0: the one that prints and writes files
     int data_ranks, accum;     // ranks that read different tokens (DP x GTP, the data group), micro-steps a step
+    int lock_fd;               // rank 0: its lock on --out-dir (out_dir_lock), -1 elsewhere
     int last_checkpoint;       // the step of the run's latest complete checkpoint, -1 while it has none
     long long tokens_per_step; // over all ranks
     DataLoader train, val;
@@ -93,6 +95,50 @@ static inline const char *out_dir_run_file(const char *out_dir, char *name, size
     }
     closedir(d);
     return found;
+}
+
+/*
+ * Rank 0's exclusive lock on out_dir (made if needed), held until the process ends, so that a second run into the
+ * same folder is refused instead of interleaving its checkpoints with the first's. Returns the lock's descriptor.
+ */
+#define OUT_DIR_LOCK_NAME ".train_gpt.lock"
+#define LOCK_PID_CHARS 32
+
+static inline int out_dir_lock(const char *out_dir) {
+    make_dirs(out_dir);
+    char path[CKPT_PATH_LEN + 32];
+    snprintf(path, sizeof(path), "%s/%s", out_dir, OUT_DIR_LOCK_NAME);
+    int fd = open(path, O_RDWR | O_CREAT, 0644);
+    if (fd < 0) { fail("cannot create the lock file '%s': %s; check that --out-dir is writable", path, strerror(errno)); }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        char holder[LOCK_PID_CHARS] = "";
+        ssize_t got = pread(fd, holder, sizeof(holder) - 1, 0);
+        holder[got > 0 ? got : 0] = '\0';
+        fail("--out-dir '%s' is in use by another run (process %s holds '%s'); wait for it to end or choose another "
+             "--out-dir", out_dir, holder[0] ? holder : "?", path);
+    }
+    char pid[LOCK_PID_CHARS];
+    int n = snprintf(pid, sizeof(pid), "%d", (int)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
+        fail("cannot write the lock file '%s': %s", path, strerror(errno));
+    }
+    return fd;
+}
+
+// Removes the temporary files that interrupted atomic writes left in out_dir (AtomicFile's "<name>.tmp.<pid>"):
+// under the lock no other run writes there. Returns how many.
+static inline int out_dir_remove_stale(const char *out_dir) {
+    DIR *d = opendir(out_dir);
+    if (!d) { return 0; }
+    int removed = 0;
+    for (struct dirent *e = readdir(d); e; e = readdir(d)) {
+        if (!strstr(e->d_name, ATOMIC_TMP_MARK)) { continue; }
+        char path[CKPT_PATH_LEN + 256];
+        snprintf(path, sizeof(path), "%s/%s", out_dir, e->d_name);
+        if (unlink(path) == 0) { removed++; }
+    }
+    closedir(d);
+    return removed;
 }
 
 /*
@@ -408,6 +454,7 @@ static inline Launcher single_process_launch(void) {
 }
 
 static inline void trainer_free(Trainer *tr) {
+    if (tr->lock_fd >= 0) { close(tr->lock_fd); } // releases the lock
     if (tr->ops.destroy) { tr->ops.destroy(tr->ops.ctx); }
     dataloader_free(&tr->train);
     if (tr->has_val) { dataloader_free(&tr->val); }
@@ -426,6 +473,7 @@ static inline void trainer_finish(Trainer *tr) {
 static inline int train_main(int argc, char **argv, LaunchFn launch, ModelFactory make_model) {
     Trainer tr;
     memset(&tr, 0, sizeof(tr));
+    tr.lock_fd = -1;
     Options *o = &tr.o;
     if (options_parse(o, argc, argv)) { return 0; } // --help
 
@@ -447,6 +495,7 @@ static inline int train_main(int argc, char **argv, LaunchFn launch, ModelFactor
         model_file_check_fits(o->init_from, &h, &tr.config);
     }
     tr.keys = resume_keys_make(o, &tr.config, tr.tokens_per_step);
+    tr.lock_fd = -1;
     int restart;
     int resume_step = out_dir_check(o, &restart);
     tr.last_checkpoint = resume_step;
@@ -470,8 +519,12 @@ static inline int train_main(int argc, char **argv, LaunchFn launch, ModelFactor
 
     trainer_open_data(&tr);
     if (tr.launcher.connect) { tr.launcher.connect(&tr.mesh); } // every rank passed its checks
-    if (tr.is_root) {
-        make_dirs(o->out_dir);
+    if (tr.is_root) { // every check passed: now the folder may be made and written
+        tr.lock_fd = out_dir_lock(o->out_dir);
+        int stale = out_dir_remove_stale(o->out_dir);
+        if (stale > 0) {
+            printf("removed %d temporary file(s) that an interrupted write left in '%s'\n", stale, o->out_dir);
+        }
         logger_open(&tr.log, o->out_dir);
     }
     tr.ops = make_model(&tr.config, o, &tr.mesh, o->batch_size, o->seq_len);

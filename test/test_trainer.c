@@ -384,6 +384,37 @@ static void test_non_finite(void) {
     check(!file_exists(ckpt), "divergence_writes_nothing", "'%s' was written", ckpt);
 }
 
+// A folder another process holds the lock of is refused; temporary files of interrupted writes are removed.
+static void test_lock_and_stale_files(void) {
+    char dir[CKPT_PATH_LEN], lock[CKPT_PATH_LEN + 32], tmp[CKPT_PATH_LEN + 32], want[64];
+    scratch_path(dir, "locked");
+    mkdir(dir, 0755);
+    snprintf(lock, sizeof(lock), "%s/%s", dir, OUT_DIR_LOCK_NAME);
+    int fd = open(lock, O_RDWR | O_CREAT, 0644);
+    int held = fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0 && write(fd, "4242", 4) == 4;
+    Run locked = make_run("locked", NULL);
+    snprintf(want, sizeof(want), "is in use by another run (process 4242 holds");
+    if (held) { expect_refused("locked_out_dir_refused", &locked, want); }
+    check(held, "locked_out_dir_test_holds_lock", "the test could not take the lock");
+    if (fd >= 0) { close(fd); }
+    Run now_free = make_run("locked", NULL);
+    Child c = run_train(&now_free);
+    check(c.status == 0, "released_lock_lets_run", "status %d: %s", c.status, c.err);
+
+    scratch_path(dir, "stale");
+    mkdir(dir, 0755);
+    snprintf(tmp, sizeof(tmp), "%s/model_00000003.bin.tmp.424242", dir);
+    fclose(fopen_check(tmp, "wb"));
+    const char *resume[] = {"--resume", "1", NULL};
+    Run stale = make_run("stale", resume);
+    c = run_train(&stale);
+    size_t n;
+    char *out = read_file(stale.stdout_path, &n);
+    check(c.status == 0 && !file_exists(tmp) && out && strstr(out, "removed 1 temporary file(s)"),
+          "stale_temporary_files_removed", "status %d: %s", c.status, c.err);
+    free(out);
+}
+
 static void test_refusals(void) {
     char model[CKPT_PATH_LEN], copy[CKPT_PATH_LEN + 16];
     scratch_path(model, "full/model_00000006.bin");
@@ -517,6 +548,7 @@ int main(void) {
     test_run_and_resume();
     test_restart_and_auto();
     test_non_finite();
+    test_lock_and_stale_files();
     test_refusals();
     test_init_from();
     test_data_parallel_ranks();
