@@ -194,7 +194,14 @@ static inline void trainer_open_data(Trainer *tr) {
                         (long long)o->batch_size * tr->data_ranks, (uint64_t)o->seed, 0, tr->config.vocab_size);
     }
     tr->has_tok = o->sample_every > 0;
-    if (tr->has_tok) { tokenizer_init(&tr->tok, o->vocab_dir); }
+    if (tr->has_tok) {
+        tokenizer_init(&tr->tok, o->vocab_dir);
+        if (tr->tok.vocab_size != tr->config.vocab_size) { // a sample would decode another vocabulary's text
+            fail("--vocab-dir '%s' holds a vocabulary of %d tokens, but the model's is %d (GPT-2's); point it at "
+                 "GPT-2's encoder.json (data/gpt2) or pass --sample-every 0", o->vocab_dir, tr->tok.vocab_size,
+                 tr->config.vocab_size);
+        }
+    }
     size_t bt = (size_t)o->batch_size * (size_t)o->seq_len;
     tr->inputs = (int *)malloc_check(bt * sizeof(int), "input tokens");
     tr->targets = (int *)malloc_check(bt * sizeof(int), "target tokens");

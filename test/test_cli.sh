@@ -71,6 +71,20 @@ expect_error cli_tp_needs_ranks "world size 1 is not divisible by tp x gtp = 2" 
 (export WORLD_SIZE=2 RANK=0 LOCAL_RANK=0
  expect_error cli_cpu_refuses_world_2 "this build runs as one process, but WORLD_SIZE=2" "${TINY[@]}")
 expect_error cli_missing_init_from "$tmp/nothing.bin" "${TINY[@]}" --init-from "$tmp/nothing.bin"
+# a vocabulary that is not GPT-2's is found before training, not at the first sample
+mkdir -p "$tmp/vocab3"
+printf '{"a": 0, "b": 1, "c": 2}' > "$tmp/vocab3/encoder.json"
+expect_error cli_other_vocabulary "holds a vocabulary of 3 tokens, but the model's is 50257" "${TINY[@]}" \
+    --sample-every 5 --sample-tokens 16 --vocab-dir "$tmp/vocab3"
+
+# README's CPU quick start, as printed there (into a scratch folder)
+quick=$(awk '/^\.\/train_gpt_cpu /{p=1} p{print} p&&!/\\$/{exit}' README.md | tr -d '\\\n')
+quick=${quick/--out-dir runs\/tiny/--out-dir $tmp/quick}
+if [ -n "$quick" ] && [[ "$quick" == *"$tmp/quick"* ]] && timeout "$RUN_TIMEOUT" bash -c "$quick" >"$tmp/quick.out" 2>&1; then
+    pass cli_readme_quick_start
+else
+    fail_check cli_readme_quick_start "'$quick' failed: $(tail -2 "$tmp/quick.out" 2>/dev/null)"
+fi
 
 # --- shards -----------------------------------------------------------------------------------------------
 expect_error cli_no_shards "no shard matches '$tmp/none/*.bin'" "${TINY[@]}" --train-data "$tmp/none/*.bin"
