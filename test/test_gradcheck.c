@@ -364,7 +364,8 @@ static UpdateArgs adam_args(float grad_clip, int t) {
 //   = 0.48186621428571429.
 static void test_adamw_clip(const GPTConfig *c) {
     CpuModel *m = cpu_model_create(c, 1, 1);
-    const ParamLayout *p = &m->layout;
+    const ParamLayout layout = m->layout; // a copy: the model is freed and made again below
+    const ParamLayout *p = &layout;
     size_t w = p->offset[P_QKVW] + 5, b = p->offset[P_QKVB] + 7, w0 = p->offset[P_QKVW] + 6, b0 = p->offset[P_QKVB];
     for (size_t i = 0; i < p->total; i++) { m->params[i] = 0.5; }
     m->grads[w] = 3.0;
