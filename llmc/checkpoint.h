@@ -234,6 +234,9 @@ static const char *const RESUME_OPTIONS[] = {"seed", "batch-size", "seq-len", "p
 static const char *const FP8_RESUME_OPTIONS[] = {"fp8-recipe", "fp8-amax-history", "fp8-margin", "fp8-bf16-blocks",
                                                  "fp8-fast-accum", "fp8-activations"};
 #define NUM_FP8_RESUME_OPTIONS ((int)(sizeof(FP8_RESUME_OPTIONS) / sizeof(FP8_RESUME_OPTIONS[0])))
+// The training data (the trainer adds dataloader_identity's text): checkpoints written before it was recorded
+// resume without the check.
+#define RESUME_DATA_KEY "--train-data shards"
 
 static inline void resume_keys_add(ResumeKeys *k, const char *name, const char *value) {
     size_t used = strlen(k->text);
@@ -304,11 +307,17 @@ static inline void resume_keys_check(const ResumeKeys *file, const ResumeKeys *r
             line = end + 1;
             continue;
         }
-        if (!resume_keys_get(file, name, have, sizeof(have))) { snprintf(have, sizeof(have), "(not recorded)"); }
+        int recorded = resume_keys_get(file, name, have, sizeof(have));
+        if (!recorded && strcmp(name, RESUME_DATA_KEY) == 0) {
+            line = end + 1;
+            continue;
+        }
+        if (!recorded) { snprintf(have, sizeof(have), "(not recorded)"); }
         if (strcmp(have, want) != 0) {
             fail("checkpoint '%s' was written with %s %s but this run has %s %s; resume with the same settings, or "
-                 "choose another --out-dir to start a new run",
-                 path, name, have, name, want);
+                 "choose another --out-dir to start a new run%s",
+                 path, name, have, name, want,
+                 strcmp(name, RESUME_DATA_KEY) == 0 ? " (--init-from its model file trains it on other data)" : "");
         }
         line = end + 1;
     }

@@ -14,15 +14,17 @@
  * of global batches depends on (data, seed, S, T) only, never on B, A or D. Validation reads in order, without
  * shuffling, with S = B*D.
  *
- * Shards are mapped read-only, so a data set of tens of GB costs no memory up front. Every shard is checked at
- * init, every token included, before any training: a bad file stops the run with one line naming it.
+ * Shards are read with pread, a window at a time, so a data set of tens of GB costs no memory up front (the page
+ * cache holds what is hot). Not mapped: a shard truncated or rewritten while a run reads it would kill a mapping's
+ * reader with SIGBUS and no message, where a short read names the file. Every shard is checked at init, every
+ * token included, before any training, and every window again as it is read: a bad file stops the run with one
+ * line naming it.
  */
 #ifndef LLMC_DATALOADER_H
 #define LLMC_DATALOADER_H
 
 #include <glob.h>
 #include <stdint.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include "rng.h"
@@ -34,6 +36,7 @@
 #define SHARD_HEADER_BYTES ((long long)SHARD_HEADER_INTS * (long long)sizeof(int32_t))
 #define SHARD_MAX_TOKENS INT32_MAX // the count is an int32 in the header
 #define SHARD_REGENERATE "regenerate it with ./tokenize shards (or `make data` for the default data set)"
+#define SHARD_CHECK_CHUNK_TOKENS ((long long)1 << 20) // init reads a shard's tokens in pieces of this many
 
 // Writes tokens[0..n) as a shard at path, atomically (a crash leaves the old file or the new one).
 static inline void shard_write(const char *path, const uint16_t *tokens, size_t n) {
@@ -100,12 +103,12 @@ typedef struct {
 typedef struct {
     int num_shards;
     char **paths;
-    void **maps;             // each shard's read-only mapping ...
-    size_t *map_bytes;       // ... and its length
-    const uint16_t **tokens; // each shard's tokens (inside its mapping)
+    int *fds;                // each shard's open file, read with pread
     long long *first_window; // global number of each shard's first window; [num_shards] = all windows
     long long num_windows;   // N
     int B, T, dp_rank, dp_size;
+    int vocab_size;          // every token read is checked against it
+    uint16_t *window;        // one window's T+1 tokens as read
     long long S;             // windows per optimizer step, all ranks together
     long long accum;         // A = S / (B * dp_size) micro-steps per optimizer step
     uint64_t seed;
@@ -120,6 +123,55 @@ static int dataloader_path_cmp(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+// The shards matching pattern, sorted by name (*n of them, each and the array malloc'ed); fails where none match.
+static inline char **dataloader_list_shards(const char *pattern, int *n) {
+    glob_t g;
+    int rc = glob(pattern, GLOB_NOSORT, NULL, &g);
+    if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0)) {
+        fail("no shard matches '%s'; run `make data` for the default data set, or pass --train-data/--val-data "
+             "with the glob of your shards",
+             pattern);
+    }
+    if (rc != 0) { fail("cannot list the shards matching '%s' (glob error %d)", pattern, rc); }
+    *n = (int)g.gl_pathc;
+    char **paths = (char **)calloc_check((size_t)*n, sizeof(char *), "shard paths");
+    for (int k = 0; k < *n; k++) {
+        size_t len = strlen(g.gl_pathv[k]) + 1;
+        paths[k] = (char *)malloc_check(len, "shard path");
+        memcpy(paths[k], g.gl_pathv[k], len);
+    }
+    globfree(&g);
+    qsort(paths, (size_t)*n, sizeof(char *), dataloader_path_cmp);
+    return paths;
+}
+
+/*
+ * What a run's training data is, for its checkpoints (a resume on other data would no longer be the same run): the
+ * shards' count and total size and a checksum of their file names and sizes, in order. Names without their folder,
+ * so that a data set may move; contents unread, so that this costs a stat per shard.
+ */
+#define DATA_IDENTITY_CHARS 96
+
+static inline void dataloader_identity(const char *pattern, char *out, size_t cap) {
+    int n;
+    char **paths = dataloader_list_shards(pattern, &n);
+    Checksum c;
+    checksum_init(&c);
+    long long total = 0;
+    for (int k = 0; k < n; k++) {
+        const char *slash = strrchr(paths[k], '/');
+        const char *name = slash ? slash + 1 : paths[k];
+        long long size = file_size_or_neg(paths[k]);
+        checksum_update(&c, name, strlen(name) + 1); // with its NUL: "ab" + "c" differs from "a" + "bc"
+        checksum_update(&c, &size, sizeof(size));
+        total += size > 0 ? size : 0;
+        free(paths[k]);
+    }
+    free(paths);
+    snprintf(out, cap, "%d shard(s), %lld bytes, names and sizes %016llx", n, total,
+             (unsigned long long)checksum_final(&c));
+}
+
 // The shuffle of one epoch: Fisher-Yates from the identity, each swap drawn from (seed, epoch, i).
 static inline void dataloader_epoch_permutation(uint64_t seed, long long epoch, uint32_t n, uint32_t *perm) {
     for (uint32_t i = 0; i < n; i++) { perm[i] = i; }
@@ -131,28 +183,56 @@ static inline void dataloader_epoch_permutation(uint64_t seed, long long epoch, 
     }
 }
 
-static inline void dataloader_map_shard(DataLoader *dl, int k, int vocab_size) {
+// Reads n tokens of shard k from token position pos into dst; fails naming the shard where it is shorter than that.
+static inline void dataloader_read_tokens(const DataLoader *dl, int k, long long pos, uint16_t *dst, long long n) {
+    size_t want = (size_t)n * sizeof(uint16_t), got = 0;
+    off_t at = (off_t)(SHARD_HEADER_BYTES + pos * (long long)sizeof(uint16_t));
+    while (got < want) {
+        ssize_t r = pread(dl->fds[k], (char *)dst + got, want - got, at + (off_t)got);
+        if (r < 0 && errno == EINTR) { continue; }
+        if (r <= 0) {
+            fail("cannot read tokens %lld..%lld of shard '%s' (%s): it was truncated or replaced while the run read "
+                 "it; restore it (or %s) and resume from the last checkpoint", pos, pos + n - 1, dl->paths[k],
+                 r < 0 ? strerror(errno) : "end of file", SHARD_REGENERATE);
+        }
+        got += (size_t)r;
+    }
+}
+
+// Fails naming the shard and the position where a token of tokens[0..n) (read from position pos) is outside the
+// vocabulary.
+static inline void dataloader_check_tokens(const DataLoader *dl, int k, long long pos, const uint16_t *tokens,
+                                           long long n) {
+    long long bad = shard_first_bad_token(tokens, n, dl->vocab_size);
+    if (bad >= 0) {
+        fail("shard '%s': token %lld is %d, outside the vocabulary of %d: it was made with another tokenizer; %s",
+             dl->paths[k], pos + bad, tokens[bad], dl->vocab_size, SHARD_REGENERATE);
+    }
+}
+
+// Opens shard k and checks it whole: header, size, every token.
+static inline void dataloader_open_shard(DataLoader *dl, int k) {
     const char *path = dl->paths[k];
     int fd = open(path, O_RDONLY);
     if (fd < 0) { fail("cannot open shard '%s': %s", path, strerror(errno)); }
+    dl->fds[k] = fd;
     struct stat st;
     if (fstat(fd, &st) != 0) { fail("cannot stat shard '%s': %s", path, strerror(errno)); }
     if (!S_ISREG(st.st_mode)) { fail("'%s' matches the shard glob but is not a regular file; fix the glob", path); }
     long long size = (long long)st.st_size;
-    if (size < SHARD_HEADER_BYTES) { shard_check_header(path, NULL, size); } // fails: too short to map a header
-    void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED) { fail("cannot map shard '%s' (%lld bytes): %s", path, size, strerror(errno)); }
-    close(fd);
-    long long count = shard_check_header(path, m, size);
-    const uint16_t *tokens = (const uint16_t *)((const char *)m + SHARD_HEADER_BYTES);
-    long long bad = shard_first_bad_token(tokens, count, vocab_size);
-    if (bad >= 0) {
-        fail("shard '%s': token %lld is %d, outside the vocabulary of %d: it was made with another tokenizer; %s",
-             path, bad, tokens[bad], vocab_size, SHARD_REGENERATE);
+    int32_t header[SHARD_HEADER_INTS];
+    if (size < SHARD_HEADER_BYTES) { shard_check_header(path, NULL, size); } // fails: too short for a header
+    if (pread(fd, header, sizeof(header), 0) != (ssize_t)sizeof(header)) {
+        fail("cannot read the header of shard '%s': %s", path, strerror(errno));
     }
-    dl->maps[k] = m;
-    dl->map_bytes[k] = (size_t)size;
-    dl->tokens[k] = tokens;
+    long long count = shard_check_header(path, header, size);
+    uint16_t *chunk = (uint16_t *)malloc_check((size_t)SHARD_CHECK_CHUNK_TOKENS * sizeof(uint16_t), "shard check");
+    for (long long pos = 0; pos < count; pos += SHARD_CHECK_CHUNK_TOKENS) {
+        long long n = count - pos < SHARD_CHECK_CHUNK_TOKENS ? count - pos : SHARD_CHECK_CHUNK_TOKENS;
+        dataloader_read_tokens(dl, k, pos, chunk, n);
+        dataloader_check_tokens(dl, k, pos, chunk, n);
+    }
+    free(chunk);
     // windows start at 0, T, 2T, ... and need T+1 tokens
     dl->first_window[k + 1] = dl->first_window[k] + (count - 1) / dl->T;
 }
@@ -180,32 +260,16 @@ static inline void dataloader_init(DataLoader *dl, const char *pattern, int B, i
     dl->B = B; dl->T = T; dl->dp_rank = dp_rank; dl->dp_size = dp_size;
     dl->S = global_batch_windows;
     dl->accum = global_batch_windows / per_micro;
+    dl->vocab_size = vocab_size;
     dl->seed = seed;
     dl->shuffle = shuffle;
 
-    glob_t g;
-    int rc = glob(pattern, GLOB_NOSORT, NULL, &g);
-    if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0)) {
-        fail("no shard matches '%s'; run `make data` for the default data set, or pass --train-data/--val-data "
-             "with the glob of your shards",
-             pattern);
-    }
-    if (rc != 0) { fail("cannot list the shards matching '%s' (glob error %d)", pattern, rc); }
-    dl->num_shards = (int)g.gl_pathc;
-    dl->paths = (char **)calloc_check((size_t)dl->num_shards, sizeof(char *), "shard paths");
-    for (int k = 0; k < dl->num_shards; k++) {
-        size_t len = strlen(g.gl_pathv[k]) + 1;
-        dl->paths[k] = (char *)malloc_check(len, "shard path");
-        memcpy(dl->paths[k], g.gl_pathv[k], len);
-    }
-    globfree(&g);
-    qsort(dl->paths, (size_t)dl->num_shards, sizeof(char *), dataloader_path_cmp);
-
-    dl->maps = (void **)calloc_check((size_t)dl->num_shards, sizeof(void *), "shard mappings");
-    dl->map_bytes = (size_t *)calloc_check((size_t)dl->num_shards, sizeof(size_t), "shard mappings");
-    dl->tokens = (const uint16_t **)calloc_check((size_t)dl->num_shards, sizeof(uint16_t *), "shard tokens");
+    dl->paths = dataloader_list_shards(pattern, &dl->num_shards);
+    dl->fds = (int *)malloc_check((size_t)dl->num_shards * sizeof(int), "shard files");
+    for (int k = 0; k < dl->num_shards; k++) { dl->fds[k] = -1; }
     dl->first_window = (long long *)calloc_check((size_t)dl->num_shards + 1, sizeof(long long), "shard windows");
-    for (int k = 0; k < dl->num_shards; k++) { dataloader_map_shard(dl, k, vocab_size); }
+    dl->window = (uint16_t *)malloc_check(((size_t)T + 1) * sizeof(uint16_t), "window tokens");
+    for (int k = 0; k < dl->num_shards; k++) { dataloader_open_shard(dl, k); }
     dl->num_windows = dl->first_window[dl->num_shards];
     if (dl->num_windows < dl->S) {
         fail("the %d shard(s) matching '%s' hold %lld windows of %d+1 tokens, fewer than one global batch of %lld; "
@@ -224,14 +288,17 @@ static inline void dataloader_init(DataLoader *dl, const char *pattern, int B, i
 
 static inline long long dataloader_num_windows(const DataLoader *dl) { return dl->num_windows; }
 
-// Copies window w (global number) into inputs/targets (T ints each).
+// Reads window w (global number) into inputs/targets (T ints each).
 static inline void dataloader_copy_window(const DataLoader *dl, long long w, int *inputs, int *targets) {
     int lo = 0, hi = dl->num_shards - 1; // the last shard k with first_window[k] <= w holds window w
     while (lo < hi) {
         int mid = (lo + hi + 1) / 2;
         if (dl->first_window[mid] <= w) { lo = mid; } else { hi = mid - 1; }
     }
-    const uint16_t *t = dl->tokens[lo] + (w - dl->first_window[lo]) * dl->T;
+    long long pos = (w - dl->first_window[lo]) * dl->T;
+    uint16_t *t = dl->window;
+    dataloader_read_tokens(dl, lo, pos, t, (long long)dl->T + 1);
+    dataloader_check_tokens(dl, lo, pos, t, (long long)dl->T + 1); // the file may have changed since init
     for (int i = 0; i < dl->T; i++) {
         inputs[i] = t[i];
         targets[i] = t[i + 1];
@@ -288,14 +355,13 @@ static inline void dataloader_set_state(DataLoader *dl, DataLoaderState s) {
 
 static inline void dataloader_free(DataLoader *dl) {
     for (int k = 0; k < dl->num_shards; k++) {
-        if (dl->maps[k]) { munmap(dl->maps[k], dl->map_bytes[k]); }
+        if (dl->fds && dl->fds[k] >= 0) { close(dl->fds[k]); }
         free(dl->paths[k]);
     }
     free(dl->paths);
-    free(dl->maps);
-    free(dl->map_bytes);
-    free(dl->tokens);
+    free(dl->fds);
     free(dl->first_window);
+    free(dl->window);
     free(dl->perm);
     memset(dl, 0, sizeof(*dl));
 }

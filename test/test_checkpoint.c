@@ -324,6 +324,24 @@ static void test_state_mismatch(void) {
     a.n = p.total + 1;
     expect_child_error("state_count_mismatch", check_state_child, &a, "state_00000005.bin", "parameters");
 
+    // The training data: a checkpoint written before it was recorded resumes; one of other data is refused.
+    a.keys = keys;
+    a.n = p.total;
+    resume_keys_add(&a.keys, RESUME_DATA_KEY, "2 shard(s), 4096 bytes, names and sizes 0123456789abcdef");
+    Child old;
+    child_start(&old, check_state_child, &a);
+    child_wait(&old, now_s() + CHILD_TIMEOUT_S);
+    check(old.status == 0, "state_without_data_identity_resumes", "status %d: %s", old.status, old.err);
+    ResumeKeys with_data = keys;
+    resume_keys_add(&with_data, RESUME_DATA_KEY, "1 shard(s), 2048 bytes, names and sizes 00000000000000aa");
+    pr.step = 17;
+    checkpoint_write(g_dir, &c, &with_data, &pr, zeros, zeros, zeros, NULL);
+    checkpoint_paths(g_dir, 17, model_path, a.path);
+    expect_child_error("state_other_data_refused", check_state_child, &a, "state_00000017.bin",
+                       "was written with --train-data shards 1 shard(s), 2048 bytes, names and sizes 00000000000000aa "
+                       "but this run has --train-data shards 2 shard(s)");
+    checkpoint_paths(g_dir, 5, model_path, a.path);
+
     // A constant learning rate does not depend on --steps: such a run may be extended.
     Options oc = run_options(1337, "constant", 100), oc2 = run_options(1337, "constant", 300);
     ResumeKeys kc = resume_keys_make(&oc, &c, 4096);

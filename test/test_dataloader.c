@@ -343,6 +343,47 @@ static void test_state_errors(void) {
           "status %d, stderr '%s'", status, c.err);
 }
 
+// A shard cut short (or replaced by a shorter file) after init, while the run reads it: the read that reaches past
+// its new end stops the run with a line naming it. (A mapped shard dies of SIGBUS there, silently, once the read
+// is a page past the new end: hence a shard of many pages.)
+#define CUT_SHARD_TOKENS 16384
+#define CUT_KEEP_TOKENS 100
+
+typedef struct {
+    char glob[PATH_CAP], victim[PATH_CAP];
+} TruncateArgs;
+
+static void child_read_truncated(void *p) {
+    TruncateArgs *a = (TruncateArgs *)p;
+    DataLoader dl;
+    int in[8 * T_LEN], tg[8 * T_LEN];
+    dataloader_init(&dl, a->glob, 8, T_LEN, 0, 1, 8, SEED, 0, GPT2_VOCAB_SIZE); // in order, from the start
+    off_t keep = (off_t)(SHARD_HEADER_BYTES + CUT_KEEP_TOKENS * (long long)sizeof(uint16_t));
+    if (truncate(a->victim, keep) != 0) { fail("cannot truncate '%s'", a->victim); }
+    for (long long w = 0; w < dataloader_num_windows(&dl); w += 8) { dataloader_next(&dl, in, tg); }
+    dataloader_free(&dl);
+}
+
+static void test_truncated_while_read(void) {
+    TruncateArgs a;
+    char dir[PATH_CAP / 2];
+    path_in(dir, sizeof(dir), "cut");
+    mkdir(dir, 0755);
+    snprintf(a.glob, sizeof(a.glob), "%s/c_*.bin", dir);
+    snprintf(a.victim, sizeof(a.victim), "%s/c_000000.bin", dir);
+    uint16_t *t = (uint16_t *)malloc_check(CUT_SHARD_TOKENS * sizeof(uint16_t), "test tokens");
+    for (int i = 0; i < CUT_SHARD_TOKENS; i++) { t[i] = (uint16_t)i; }
+    shard_write(a.victim, t, CUT_SHARD_TOKENS);
+    free(t);
+    Child c;
+    int status = run_child(&c, child_read_truncated, &a);
+    int one_line = c.err[0] && strchr(c.err, '\n') == c.err + strlen(c.err) - 1;
+    check(status == 1 && strstr(c.err, a.victim) && strstr(c.err, "truncated or replaced while the run read it") &&
+              one_line,
+          "shard_truncated_while_read_fails_naming_it", "status %d (1 wanted, not a signal), stderr '%s'", status,
+          c.err);
+}
+
 static void test_validation_order(void) {
     Layout v; // D = 2, B = 4, S = B*D: rank r reads windows k*8 + r*4 + b, in order
     v.D = 2;
@@ -375,6 +416,7 @@ int main(void) {
     test_layout_independence();
     test_state_resume();
     test_state_errors();
+    test_truncated_while_read();
     test_validation_order();
 
     char cmd[600];
