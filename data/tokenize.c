@@ -36,8 +36,9 @@ static void usage(FILE *f) {
             "      print the GPT-2 ids of TEXT (of stdin when absent or -), space-separated. With -0, stdin holds\n"
             "      NUL-terminated texts and each gets one line of ids.\n"
             "  ./tokenize decode ID... [--vocab-dir D]  |  ./tokenize decode -0 [--vocab-dir D]\n"
-            "      print the text of the ids. With -0, stdin holds one line of ids per text and each text is\n"
-            "      printed followed by a NUL.\n"
+            "      print the text of the ids. With -0, stdin holds one line of ids per text (separated by spaces or\n"
+            "      tabs; LF or CRLF line ends) and each text is printed followed by a NUL. Nothing is printed unless\n"
+            "      every id is valid.\n"
             "  --vocab-dir D: folder with GPT-2's encoder.json and vocab.bpe (default %s)\n",
             DEFAULT_VAL_EVERY, DEFAULT_SHARD_TOKENS, DEFAULT_VOCAB_DIR);
 }
@@ -107,48 +108,74 @@ static void cmd_encode(const char *text, int nul_separated, const char *vocab_di
     bpe_free(&e);
 }
 
-static int parse_id(const char *s, const char **end, const Tokenizer *t) {
-    char *e;
-    errno = 0;
-    long v = strtol(s, &e, 10);
-    if (e == s || errno == ERANGE || v < 0 || v >= t->vocab_size) {
-        fail("'%.20s' is not a token id in [0, %d)", s, t->vocab_size);
+#define MAX_ID_DIGITS 9 // more cannot be an id of a 16-bit vocabulary, and nine digits cannot overflow a long
+
+// A token id: decimal digits only (no sign, no space), below the vocabulary size; `where` names it in an error.
+static int parse_id(const char *s, size_t len, const Tokenizer *t, const char *where) {
+    long v = 0;
+    int ok = len > 0 && len <= MAX_ID_DIGITS;
+    for (size_t i = 0; ok && i < len; i++) {
+        ok = s[i] >= '0' && s[i] <= '9';
+        v = 10 * v + (s[i] - '0');
     }
-    *end = e;
+    if (!ok || v >= t->vocab_size) {
+        fail("%s: '%.*s' is not a token id in [0, %d)", where, (int)(len < 24 ? len : 24), s, t->vocab_size);
+    }
     return (int)v;
 }
 
-static void write_token(const Tokenizer *t, int id) {
-    int len;
-    const unsigned char *b = tokenizer_token_bytes(t, id, &len);
-    fwrite(b, 1, (size_t)len, stdout);
+// Parses the ids of line `k` (s[0..len), without its newline; a CRLF line's CR is its ending too) into ids.
+static void parse_id_line(const char *s, size_t len, size_t k, const Tokenizer *t, TokenVec *ids) {
+    char where[64];
+    snprintf(where, sizeof(where), "line %zu of standard input", k + 1);
+    if (len > 0 && s[len - 1] == '\r') { len--; }
+    if (memchr(s, '\0', len)) { fail("%s holds a NUL byte: a line holds token ids separated by spaces", where); }
+    for (size_t i = 0; i < len;) {
+        if (s[i] == ' ' || s[i] == '\t') {
+            i++;
+            continue;
+        }
+        size_t j = i;
+        while (j < len && s[j] != ' ' && s[j] != '\t') { j++; }
+        tokenvec_push(ids, parse_id(s + i, j - i, t, where));
+        i = j;
+    }
 }
 
-static void cmd_decode(char **ids, int n_ids, int nul_separated, const char *vocab_dir) {
+static void write_tokens(const Tokenizer *t, const int *ids, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        int len;
+        const unsigned char *b = tokenizer_token_bytes(t, ids[i], &len);
+        fwrite(b, 1, (size_t)len, stdout);
+    }
+}
+
+// Every id is parsed before any text is written, so a bad one prints nothing but its error.
+static void cmd_decode(char **args, int n_args, int nul_separated, const char *vocab_dir) {
     Tokenizer t;
     tokenizer_init(&t, vocab_dir);
-    for (int i = 0; i < n_ids; i++) {
-        const char *end;
-        write_token(&t, parse_id(ids[i], &end, &t));
-        if (*end != '\0') { fail("'%s' is not a token id in [0, %d)", ids[i], t.vocab_size); }
-    }
+    TokenVec ids = {0}, ends = {0}; // with -0: ends[k] = the ids of lines 0..k
+    for (int i = 0; i < n_args; i++) { tokenvec_push(&ids, parse_id(args[i], strlen(args[i]), &t, "decode")); }
+    if (!nul_separated) { tokenvec_push(&ends, (int)ids.n); } // the arguments are one text, without a NUL after it
     if (nul_separated) {
         size_t n;
         char *in = read_stream(stdin, &n);
-        for (size_t pos = 0; pos < n;) {
-            size_t eol = pos;
-            while (eol < n && in[eol] != '\n') { eol++; }
-            in[eol] = '\0'; // in[n] exists: read_stream leaves room after the data
-            for (const char *p = in + pos;;) {
-                while (*p == ' ') { p++; }
-                if (*p == '\0') { break; }
-                write_token(&t, parse_id(p, &p, &t));
-            }
-            putchar('\0');
-            pos = eol + 1;
+        for (size_t pos = 0, k = 0; pos < n; k++) {
+            const char *nl = memchr(in + pos, '\n', n - pos);
+            size_t len = nl ? (size_t)(nl - (in + pos)) : n - pos;
+            parse_id_line(in + pos, len, k, &t, &ids);
+            tokenvec_push(&ends, (int)ids.n);
+            pos += len + 1;
         }
         free(in);
     }
+    for (size_t k = 0, start = 0; k < ends.n; k++) {
+        write_tokens(&t, ids.data + start, (size_t)ends.data[k] - start);
+        if (nul_separated) { putchar('\0'); }
+        start = (size_t)ends.data[k];
+    }
+    tokenvec_free(&ids);
+    tokenvec_free(&ends);
     tokenizer_free(&t);
 }
 
@@ -244,10 +271,30 @@ static void remove_stale_shards(const char *prefix, const char *split, int from)
     }
 }
 
+// The folder the shards of `prefix` go to must exist and take new files, checked before any tokenizing: a typo in
+// --out would otherwise be found only at the first shard, after the work.
+static void check_output_folder(const char *prefix) {
+    char dir[MAX_PATH_LEN];
+    const char *slash = strrchr(prefix, '/');
+    if (snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - prefix) : 1, slash ? prefix : ".") >=
+        (int)sizeof(dir)) {
+        fail("--out '%s' is too long", prefix);
+    }
+    if (dir[0] == '\0') { snprintf(dir, sizeof(dir), "/"); } // --out /name
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        fail("--out '%s': the folder '%s' does not exist; create it (mkdir -p '%s') or fix --out", prefix, dir, dir);
+    }
+    if (access(dir, W_OK | X_OK) != 0) {
+        fail("--out '%s': cannot write to the folder '%s': %s", prefix, dir, strerror(errno));
+    }
+}
+
 static void cmd_shards(const char *prefix, char **inputs, int n_inputs, long long val_every, long long shard_tokens,
                        const char *vocab_dir, int force) {
     if (!prefix) { fail("shards: --out PREFIX is required (e.g. --out data/mydata/mydata); see --help"); }
     if (n_inputs == 0) { fail("shards: no INPUT files or directories given; see --help"); }
+    check_output_folder(prefix);
     static const char *splits[2] = {"val", "train"};
     for (int k = 0; k < 2; k++) {
         char path[MAX_PATH_LEN];
@@ -337,6 +384,7 @@ int main(int argc, char **argv) {
         cmd_encode(n_args ? args[0] : NULL, nul_separated, vocab_dir);
     } else if (strcmp(cmd, "decode") == 0) {
         if (n_args == 0 && !nul_separated) { fail("decode needs token ids, or -0 to read them from stdin; see --help"); }
+        if (n_args > 0 && nul_separated) { fail("decode takes token ids or -0 (ids from stdin), not both; see --help"); }
         cmd_decode(args, n_args, nul_separated, vocab_dir);
     } else {
         fail("unknown command '%s'; the commands are shards, encode, decode (see --help)", cmd);

@@ -14,6 +14,10 @@ if [ ! -x ./tokenize ]; then
     echo "FAIL tokenizer_oracle: ./tokenize is not built; run make tokenize"; exit 1
 fi
 
+tmp_dir=$(mktemp -d)
+tmp_err=$tmp_dir/stderr
+trap 'rm -rf "$tmp_dir"' EXIT
+
 # The plain command line: arguments in, ids and text out.
 out=$(./tokenize encode "Hello world")
 [ "$out" = "15496 995" ] && echo "PASS tokenize_encode_argument" || echo "FAIL tokenize_encode_argument: got '$out'"
@@ -24,5 +28,30 @@ out=$(./tokenize decode 15496 995 50256)
 err=$(./tokenize decode 50257 2>&1 >/dev/null)
 case "$err" in *"'50257' is not a token id"*) echo "PASS tokenize_decode_rejects_bad_id" ;;
     *) echo "FAIL tokenize_decode_rejects_bad_id: stderr '$err'" ;; esac
+
+# Nothing is printed unless every id is valid (a bad id after good ones printed their text first).
+out=$(./tokenize decode 12 13x 2>/dev/null); rc=$?
+[ "$rc" -ne 0 ] && [ -z "$out" ] && echo "PASS tokenize_decode_bad_id_prints_nothing" ||
+    echo "FAIL tokenize_decode_bad_id_prints_nothing: status $rc, stdout '$out'"
+# -0: CRLF line ends are line ends; a NUL inside a line, or a signed id, is refused naming the line, printing nothing.
+out=$(printf '15496 995\r\n\t50256\n' | ./tokenize decode -0 | tr '\0' '|')
+[ "$out" = "Hello world|<|endoftext|>|" ] && echo "PASS tokenize_decode_crlf_lines" ||
+    echo "FAIL tokenize_decode_crlf_lines: got '$out'"
+for case in "nul:15496 9\x0095\n:line 1 of standard input holds a NUL byte" "sign:15496\n+995\n:line 2 of standard input: '+995'"; do
+    name=${case%%:*} rest=${case#*:}
+    input=${rest%%:*} want=${rest#*:}
+    out=$(printf "$input" | ./tokenize decode -0 2>"$tmp_err"); rc=$?
+    if [ "$rc" -ne 0 ] && [ -z "$out" ] && grep -qF -- "$want" "$tmp_err"; then
+        echo "PASS tokenize_decode_refuses_$name"
+    else
+        echo "FAIL tokenize_decode_refuses_$name: status $rc, stdout '$out', stderr '$(cat "$tmp_err")'"
+    fi
+done
+# shards: an --out folder that does not exist is found before tokenizing (the input here is not UTF-8, which
+# tokenizing would find first)
+printf 'caf\xe9' >"$tmp_dir/latin1.txt"
+err=$(./tokenize shards --out "$tmp_dir/nonexistent/x" "$tmp_dir/latin1.txt" 2>&1 >/dev/null)
+case "$err" in *"the folder '$tmp_dir/nonexistent' does not exist"*) echo "PASS tokenize_shards_checks_out_first" ;;
+    *) echo "FAIL tokenize_shards_checks_out_first: stderr '$err'" ;; esac
 
 node test/tokenizer_oracle.mjs
