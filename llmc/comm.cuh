@@ -426,18 +426,27 @@ static void comm_connect(const Mesh *m) {
     c->connected = 1;
 }
 
-static void comm_sum_over_data_ranks(double *x, int n) {
+// In place: x[0..n) reduced by op over the ranks of communicator `id`, through the device, waited for on the host.
+static void comm_reduce_scalars(double *x, int n, ncclRedOp_t op, CommId id, const char *what) {
     Comm *c = &g_comm;
-    if (n > COMM_SCALARS_MAX) { fail("sum_over_data_ranks of %d values; at most %d", n, COMM_SCALARS_MAX); }
+    if (n > COMM_SCALARS_MAX) { fail("%s: %d values in one reduction; at most %d", what, n, COMM_SCALARS_MAX); }
     memcpy(c->h_sums, x, (size_t)n * sizeof(double));
     cudaCheck(cudaMemcpyAsync(c->d_sums, c->h_sums, (size_t)n * sizeof(double), cudaMemcpyHostToDevice, c->dp_stream));
-    ncclCheck(ncclAllReduce(c->d_sums, c->d_sums, (size_t)n, ncclFloat64, ncclSum, comm_get(COMM_DATA), c->dp_stream));
-    comm_settle(comm_get(COMM_DATA), "the all-reduce of the loss", c->timeout_s);
+    ncclCheck(ncclAllReduce(c->d_sums, c->d_sums, (size_t)n, ncclFloat64, op, comm_get(id), c->dp_stream));
+    comm_settle(comm_get(id), what, c->timeout_s);
     cudaCheck(cudaMemcpyAsync(c->h_sums, c->d_sums, (size_t)n * sizeof(double), cudaMemcpyDeviceToHost, c->dp_stream));
     cudaCheck(cudaEventRecord(c->sums_done, c->dp_stream));
-    comm_track(c->sums_done, "the all-reduce of the loss over the data-parallel ranks");
-    comm_wait_event(c->sums_done, "the loss of the other data-parallel ranks");
+    comm_track(c->sums_done, what);
+    comm_wait_event(c->sums_done, what);
     memcpy(x, c->h_sums, (size_t)n * sizeof(double));
+}
+
+static void comm_sum_over_data_ranks(double *x, int n) {
+    comm_reduce_scalars(x, n, ncclSum, COMM_DATA, "the all-reduce of the loss over the data-parallel ranks");
+}
+
+static void comm_max_over_world(double *x, int n) {
+    comm_reduce_scalars(x, n, ncclMax, COMM_WORLD, "the all-reduce of the stop requests over every rank");
 }
 
 // In place on the device, in the compute stream's order: x[0..n) reduced over every rank (on the DP stream; the
@@ -495,6 +504,7 @@ static Launcher gpu_launch(void) {
     if (l.world > 1) {
         l.connect = comm_connect;
         l.sum_over_data_ranks = comm_sum_over_data_ranks;
+        l.max_over_world = comm_max_over_world;
         l.barrier = comm_barrier;
     }
     return l;

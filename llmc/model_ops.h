@@ -75,6 +75,8 @@ typedef struct {
     void (*connect)(const Mesh *mesh);
     // In place: every rank gets the sums of x[0..n) over its data group (DP x GTP: the ranks that read other tokens).
     void (*sum_over_data_ranks)(double *x, int n);
+    // In place: every rank gets the maxima of x[0..n) over all ranks of the job.
+    void (*max_over_world)(double *x, int n);
     // Waits for every rank; `what` names the wait in an error, long_wait allows slow work before it (a checkpoint
     // that rank 0 writes while the others wait).
     void (*barrier)(const char *what, int long_wait);

@@ -17,6 +17,7 @@
 #ifndef LLMC_TRAINER_H
 #define LLMC_TRAINER_H
 
+#include <signal.h>
 #include <sys/file.h>
 #include <time.h>
 
@@ -55,6 +56,59 @@ typedef struct {
     ResumeKeys keys;
     int *inputs, *targets; // one micro-batch, B x T
 } Trainer;
+
+// ----------------------------------------------------------------------------------------------------------
+// stopping on a signal
+
+/*
+ * SIGTERM, SIGINT and SIGUSR1 (Slurm's warning ahead of a time limit or a preemption: sbatch --signal) ask the run to
+ * stop at the end of its current optimizer step: the ranks agree on that step (one rank's request stops them all),
+ * write a checkpoint there and exit with EXIT_PREEMPTED, so that a requeued job whose command line has --resume auto
+ * continues it exactly. A second signal ends the process at once, with the status a shell gives a death by it.
+ */
+#define EXIT_PREEMPTED 75 // sysexits.h's EX_TEMPFAIL: a temporary failure, try again (--resume auto does)
+#define SIGNAL_NOTE_CHARS 256
+
+static volatile sig_atomic_t g_stop_signal = 0;
+// What the handler says, made before any signal arrives: rank 0 on the first signal, every rank on the second.
+static char g_first_signal_note[SIGNAL_NOTE_CHARS], g_second_signal_note[SIGNAL_NOTE_CHARS];
+
+static inline const char *signal_name(int sig) {
+    switch (sig) {
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGUSR1: return "SIGUSR1";
+    default: return "a signal";
+    }
+}
+
+// Async-signal-safe: a flag, write(2) and _exit only.
+static void trainer_on_signal(int sig) {
+    if (g_stop_signal) {
+        ssize_t w = write(STDERR_FILENO, g_second_signal_note, strlen(g_second_signal_note));
+        (void)w;
+        _exit(128 + sig);
+    }
+    g_stop_signal = sig;
+    ssize_t w = write(STDOUT_FILENO, g_first_signal_note, strlen(g_first_signal_note));
+    (void)w;
+}
+
+static inline void trainer_catch_signals(int rank) {
+    if (rank == 0) {
+        snprintf(g_first_signal_note, sizeof(g_first_signal_note), "stopping at the end of this step, with a "
+                 "checkpoint (a second signal exits at once, without one)\n");
+    }
+    snprintf(g_second_signal_note, sizeof(g_second_signal_note), "[train_gpt rank %d] a second signal: exiting at "
+             "once, without a checkpoint; the run resumes from its last complete one\n", rank);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = trainer_on_signal;
+    sa.sa_flags = SA_RESTART; // reads, writes and waits in progress carry on: the step ends normally
+    sigemptyset(&sa.sa_mask);
+    const int sigs[] = {SIGTERM, SIGINT, SIGUSR1};
+    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) { sigaction(sigs[i], &sa, NULL); }
+}
 
 static inline double wall_seconds(void) { // monotonic: a clock adjustment mid-step must not skew the timing
     struct timespec ts;
@@ -287,6 +341,13 @@ static inline void trainer_sum_over_data_ranks(const Trainer *tr, double *x) {
     if (tr->launcher.sum_over_data_ranks) { tr->launcher.sum_over_data_ranks(x, 1); }
 }
 
+// The signal that asks every rank to stop after this step (the largest any rank received), or 0: the same on all.
+static inline int trainer_stop_signal(const Trainer *tr) {
+    double sig = (double)g_stop_signal;
+    if (tr->launcher.max_over_world) { tr->launcher.max_over_world(&sig, 1); }
+    return (int)sig;
+}
+
 // Runs step `step` (0-based) and returns its statistics (step = steps done after it).
 static inline StepStats trainer_step(Trainer *tr, int step) {
     const Options *o = &tr->o;
@@ -429,13 +490,32 @@ static inline void trainer_check_finite(const Trainer *tr, int step, const char 
          "a lower --lr or more --warmup-steps", step, what, value, norm, next);
 }
 
-static inline void trainer_loop(Trainer *tr, int start_step) {
+// Ends a run stopped by signal `sig` after `step`: its checkpoint (unless the step wrote one, or --save 0) and a line.
+static inline void trainer_stop(Trainer *tr, int step, int sig) {
+    const Options *o = &tr->o;
+    if (o->save && tr->last_checkpoint != step) { trainer_checkpoint(tr, step); }
+    if (o->save) {
+        logger_line(&tr->log, "step %d/%d | stopped by %s with a checkpoint: run the same command with --resume auto "
+                    "(or 1) to continue\n", step, o->steps, signal_name(sig));
+    } else {
+        logger_line(&tr->log, "step %d/%d | stopped by %s without a checkpoint (--save 0)\n", step, o->steps,
+                    signal_name(sig));
+    }
+}
+
+// Trains from start_step; returns 0 when the run is complete, EXIT_PREEMPTED when a signal stopped it.
+static inline int trainer_loop(Trainer *tr, int start_step) {
     const Options *o = &tr->o;
     for (int step = start_step; step < o->steps; step++) {
         StepStats s = trainer_step(tr, step);
         int done = s.step, last = done == o->steps;
         logger_train(&tr->log, &s, every(o->log_every, done) || last);
         trainer_check_finite(tr, done, "training loss", s.loss, s.norm);
+        int sig = trainer_stop_signal(tr);
+        if (sig && !last) { // the validation and samples of a stopped step are skipped: they change no state
+            trainer_stop(tr, done, sig);
+            return EXIT_PREEMPTED;
+        }
         if (tr->has_val && (every(o->val_every, done) || last)) {
             float val = trainer_validate(tr);
             logger_val(&tr->log, done, o->steps, val);
@@ -444,6 +524,7 @@ static inline void trainer_loop(Trainer *tr, int start_step) {
         if (tr->has_tok && every(o->sample_every, done)) { trainer_sample(tr, done); }
         if (o->save && (every(o->checkpoint_every, done) || last)) { trainer_checkpoint(tr, done); }
     }
+    return 0;
 }
 
 // The one-process launcher (the CPU build, tests): refuses a multi-process launch rather than running world
@@ -488,6 +569,7 @@ static inline int train_main(int argc, char **argv, LaunchFn launch, ModelFactor
     // every rank, before any work.
     tr.launcher = launch();
     tr.is_root = tr.launcher.rank == 0;
+    trainer_catch_signals(tr.launcher.rank);
     tr.mesh = mesh_make(tr.launcher.world, tr.launcher.rank, o->tp, o->gtp);
     mesh_check_world(&tr.mesh);
     tr.data_ranks = tr.mesh.data_size;
@@ -502,6 +584,9 @@ static inline int train_main(int argc, char **argv, LaunchFn launch, ModelFactor
         model_file_check_fits(o->init_from, &h, &tr.config);
     }
     tr.keys = resume_keys_make(o, &tr.config, tr.tokens_per_step);
+    char data_identity[DATA_IDENTITY_CHARS];
+    dataloader_identity(o->train_data, data_identity, sizeof(data_identity));
+    resume_keys_add(&tr.keys, RESUME_DATA_KEY, data_identity);
     tr.lock_fd = -1;
     int restart;
     int resume_step = out_dir_check(o, &restart);
@@ -541,10 +626,10 @@ static inline int train_main(int argc, char **argv, LaunchFn launch, ModelFactor
     } else if (o->init_from[0] != '\0') {
         trainer_init_from(&tr);
     }
-    trainer_loop(&tr, resume_step >= 0 ? resume_step : 0);
+    int status = trainer_loop(&tr, resume_step >= 0 ? resume_step : 0);
     trainer_free(&tr);
     trainer_finish(&tr);
-    return 0;
+    return status;
 }
 
 #endif // LLMC_TRAINER_H

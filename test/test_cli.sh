@@ -7,7 +7,9 @@
 # - exact resume: a tiny model trained 6 steps with a checkpoint at 3, against a copy cut back to checkpoint 3
 #   and resumed: the same loss lines and byte-identical final model and state files;
 # - the same in fp8 (the FP8 emulation and its amax history), which differs from fp32; a checkpoint continues in
-#   another precision with a line saying so; an fp8 checkpoint refuses other FP8 settings.
+#   another precision with a line saying so; an fp8 checkpoint refuses other FP8 settings;
+# - preemption: SIGTERM after step 1 stops the run with a checkpoint and status 75; the same command with
+#   --resume auto finishes it, with the uninterrupted run's final files (test_trainer signals at many more points).
 # Needs ./train_gpt_cpu (make) and the default shards (make data): without them this FAILS, it does not skip.
 set -u
 cd "$(dirname "$0")/.."
@@ -121,6 +123,33 @@ if train cli_train_6_steps "$full" --steps 6 --checkpoint-every 3 --val-every 3;
     fi
     grep -q '^s:6 tel:' "$full/log.txt" && pass cli_log_val_line || fail_check cli_log_val_line "no s:6 tel: line"
 
+    # --- preemption -----------------------------------------------------------------------------------------
+    pre=$tmp/preempt
+    pre_args=(--steps 6 --checkpoint-every 3 --val-every 3 --resume auto)
+    "$BIN" "${TINY[@]}" --out-dir "$pre" "${pre_args[@]}" >"$pre.stdout" 2>&1 &
+    pid=$!
+    waited=0
+    until grep -q '^step 1/6 | loss' "$pre.stdout" 2>/dev/null || ! kill -0 "$pid" 2>/dev/null ||
+        [ "$waited" -ge "$RUN_TIMEOUT" ]; do
+        sleep 0.1; waited=$((waited + 1))
+    done
+    kill -TERM "$pid" 2>/dev/null
+    wait "$pid"; rc=$?
+    stop_line=$(grep 'stopped by SIGTERM with a checkpoint' "$pre.stdout")
+    stop_step=$(sed -n 's/^step \([0-9]*\)\/6 | stopped by SIGTERM.*/\1/p' <<<"$stop_line")
+    if [ "$rc" -eq 75 ] && [ -n "$stop_step" ] && [ -e "$pre/state_0000000$stop_step.bin" ]; then
+        pass cli_sigterm_stops_with_checkpoint
+    else
+        fail_check cli_sigterm_stops_with_checkpoint "status $rc (75 wanted): $(tail -2 "$pre.stdout")"
+    fi
+    if timeout "$RUN_TIMEOUT" "$BIN" "${TINY[@]}" --out-dir "$pre" "${pre_args[@]}" >"$pre.stdout" 2>&1 &&
+        cmp -s "$full/model_00000006.bin" "$pre/model_00000006.bin" &&
+        cmp -s "$full/state_00000006.bin" "$pre/state_00000006.bin"; then
+        pass cli_preempted_run_resumes_identically
+    else
+        fail_check cli_preempted_run_resumes_identically "the resumed run failed or its step-6 files differ: $(tail -2 "$pre.stdout")"
+    fi
+
     # --- a folder that holds a run --------------------------------------------------------------------------
     sums=$(cd "$full" && md5sum ./*)
     err=$(timeout "$RUN_TIMEOUT" "$BIN" "${TINY[@]}" --out-dir "$full" --steps 6 2>&1 >/dev/null)
@@ -133,6 +162,20 @@ if train cli_train_6_steps "$full" --steps 6 --checkpoint-every 3 --val-every 3;
     fi
     expect_error cli_resume_other_config "was written with channels 64 but this run has channels 128" \
         "${TINY[@]}" --width 128 --steps 6 --resume 1 --out-dir "$full"
+    # the training data is part of the run: other shards are refused, the same shards in another folder resume
+    mkdir -p "$tmp/moved" "$tmp/renamed" "$tmp/moved_run"
+    cp $TRAIN_GLOB "$tmp/moved/"
+    cp "$first_shard" "$tmp/renamed/other_train_000000.bin"
+    cp "$full/model_00000003.bin" "$full/state_00000003.bin" "$tmp/moved_run/"
+    expect_error cli_resume_other_data "was written with --train-data shards 1 shard(s)" \
+        "${TINY[@]}" --steps 6 --checkpoint-every 3 --resume 1 --out-dir "$tmp/moved_run" \
+        --train-data "$tmp/renamed/*.bin"
+    if train cli_resume_moved_data "$tmp/moved_run" --steps 6 --checkpoint-every 3 --val-every 3 --resume 1 \
+        --train-data "$tmp/moved/*.bin" && cmp -s "$full/state_00000006.bin" "$tmp/moved_run/state_00000006.bin"; then
+        pass cli_resume_moved_data_identical
+    else
+        fail_check cli_resume_moved_data_identical "the run resumed on moved shards differs from the uninterrupted one"
+    fi
     expect_error cli_init_from_other_shape "has layers 2 but this run's model has 3" \
         "${TINY[@]}" --depth 3 --init-from "$full/model_00000006.bin"
 

@@ -13,6 +13,9 @@
  * - one rank of a two-rank job (a fake launcher whose sum over ranks doubles, as if the peer had the same
  *   values): rank 1 creates and prints nothing; both read their own stride of the batch, so the mean of their
  *   first losses is the one-process loss of the same global batch; --zero 1 is accepted.
+ * - preemption: a signal at points inside a step (raised by the toy) and at random times (sent by this process)
+ *   stops the run with a checkpoint and EXIT_PREEMPTED; runs continued with --resume auto until done end with the
+ *   uninterrupted run's files, byte for byte; a second signal exits at once; a peer's signal stops this rank too.
  * Each run is a child process (train_main exits on errors), stdout kept in the scratch folder.
  */
 #include "../llmc/init.h"
@@ -54,8 +57,19 @@ static void toy_zero_grad(void *ctx) {
     memset(t->grads, 0, t->n * sizeof(float));
 }
 
+// Signals the toy raises at its calls, as if they arrived there (preemption tests): the n-th call of forward_backward
+// (or update) raises g_raise_count signals, for n = g_raise_at_fb (g_raise_at_update); 0 never.
+static int g_raise_at_fb = 0, g_raise_at_update = 0, g_raise_count = 1;
+static int g_calls_fb = 0, g_calls_update = 0;
+
+static void toy_maybe_raise(int *calls, int at) {
+    if (++*calls != at) { return; }
+    for (int i = 0; i < g_raise_count; i++) { raise(SIGTERM); }
+}
+
 static float toy_forward_backward(void *ctx, const int *in, const int *tg, int B, int T, float scale, int last) {
     (void)last;
+    toy_maybe_raise(&g_calls_fb, g_raise_at_fb);
     return toy_loss((Toy *)ctx, in, tg, B, T, scale, 1);
 }
 
@@ -65,6 +79,7 @@ static float toy_eval_loss(void *ctx, const int *in, const int *tg, int B, int T
 
 static float toy_update(void *ctx, const UpdateArgs *a) {
     Toy *t = (Toy *)ctx;
+    toy_maybe_raise(&g_calls_update, g_raise_at_update);
     double sq = 0.0;
     for (size_t i = 0; i < t->n; i++) { sq += (double)t->grads[i] * t->grads[i]; }
     float norm = (float)sqrt(sq);
@@ -539,6 +554,166 @@ static void test_data_parallel_ranks(void) {
           ranks, rank_gap);
 }
 
+// ----------------------------------------------------------------------------------------------------------
+// preemption
+
+#define PREEMPT_STEPS "24"
+#define PREEMPT_LAST_STEP 24
+#define PREEMPT_MAX_ATTEMPTS 30 // stops and restarts one interrupted run may take before it must be done
+#define PREEMPT_ASYNC_TRIALS 6
+#define PREEMPT_RNG_SEED 20261124
+static const char *const PREEMPT_OPTIONS[] = {"--steps", PREEMPT_STEPS, "--checkpoint-every", "5", "--val-every", "4",
+                                              "--resume", "auto", NULL};
+
+// The uninterrupted run's final model and state files equal to out-dir `name`'s.
+static int same_as_uninterrupted(const char *name) {
+    char a[CKPT_PATH_LEN], b[CKPT_PATH_LEN], m[CKPT_PATH_LEN + 64], st[CKPT_PATH_LEN + 64];
+    snprintf(m, sizeof(m), "preempt_full/model_%08d.bin", PREEMPT_LAST_STEP);
+    snprintf(st, sizeof(st), "%s/model_%08d.bin", name, PREEMPT_LAST_STEP);
+    scratch_path(a, m);
+    scratch_path(b, st);
+    int same = same_file(a, b);
+    snprintf(m, sizeof(m), "preempt_full/state_%08d.bin", PREEMPT_LAST_STEP);
+    snprintf(st, sizeof(st), "%s/state_%08d.bin", name, PREEMPT_LAST_STEP);
+    scratch_path(a, m);
+    scratch_path(b, st);
+    return same && same_file(a, b);
+}
+
+// Runs `name` with --resume auto until it completes: the first run meets the toy's raised signal (g_raise_at_*) or
+// the signal this process sends after signal_after_s (>= 0), the later ones run undisturbed. Returns the number of runs, or -1 when one failed or the attempts ran out. *stops:
+// runs that ended with EXIT_PREEMPTED, each with its stop line and a checkpoint of the step it names.
+static int run_until_done(const char *name, double signal_after_s, int *stops, char *why, size_t cap) {
+    *stops = 0;
+    for (int attempt = 1; attempt <= PREEMPT_MAX_ATTEMPTS; attempt++) {
+        Run r = make_run(name, PREEMPT_OPTIONS);
+        Child c;
+        child_start(&c, run_child, &r);
+        if (attempt == 1 && signal_after_s >= 0) {
+            poll(NULL, 0, (int)(signal_after_s * 1e3));
+            kill(c.pid, SIGTERM);
+        }
+        child_wait(&c, now_s() + RUN_TIMEOUT_S);
+        g_raise_at_fb = g_raise_at_update = 0;
+        if (c.status == 0) { return attempt; }
+        if (c.status == 128 + SIGTERM && attempt == 1 && signal_after_s >= 0) { continue; } // before the handler
+        if (c.status != EXIT_PREEMPTED) {
+            snprintf(why, cap, "run %d of '%s' exited %d: %s", attempt, name, c.status, c.err);
+            return -1;
+        }
+        size_t n;
+        char *out = read_file(r.stdout_path, &n);
+        const char *line = out ? strstr(out, "stopped by SIGTERM with a checkpoint") : NULL;
+        int step = 0;
+        while (line && line > out && line[-1] != '\n') { line--; } // to the start of the line: "step N/24 | ..."
+        if (line) { sscanf(line, "step %d/", &step); }
+        char ckpt[CKPT_PATH_LEN], rel[CKPT_PATH_LEN];
+        snprintf(rel, sizeof(rel), "%s/state_%08d.bin", name, step);
+        scratch_path(ckpt, rel);
+        free(out);
+        if (step < 1 || !file_exists(ckpt)) {
+            snprintf(why, cap, "run %d of '%s' exited %d without a stop line naming a step with a checkpoint (%s)",
+                     attempt, name, c.status, ckpt);
+            return -1;
+        }
+        // the stdout file is appended to by every run of the folder: only the newest stop line is this run's
+        if (truncate(r.stdout_path, 0) != 0) { snprintf(why, cap, "cannot empty '%s'", r.stdout_path); return -1; }
+        (*stops)++;
+    }
+    snprintf(why, cap, "'%s' was not done after %d runs", name, PREEMPT_MAX_ATTEMPTS);
+    return -1;
+}
+
+static void test_preemption(void) {
+    char why[8192] = "";
+    Run full = make_run("preempt_full", PREEMPT_OPTIONS);
+    double t0 = now_s();
+    Child c = run_train(&full);
+    double run_s = now_s() - t0;
+    check(c.status == 0, "preempt_uninterrupted_run", "status %d: %s", c.status, c.err);
+
+    // Signals at fixed points inside steps: every micro-step of a step and its update, early and late in the run,
+    // and during a validation step (4, 8, ...) and a checkpoint step (5, 10, ...). Each run raises one signal once.
+    const int fb_points[] = {1, 2, 9, 10, 16, 45}, update_points[] = {1, 4, 5, 12, 23};
+    int n_fb = (int)(sizeof(fb_points) / sizeof(fb_points[0]));
+    int n_up = (int)(sizeof(update_points) / sizeof(update_points[0]));
+    int all_same = 1, all_stopped = 1;
+    for (int i = 0; i < n_fb + n_up; i++) {
+        char name[64];
+        snprintf(name, sizeof(name), "preempt_at_%d", i);
+        g_raise_at_fb = i < n_fb ? fb_points[i] : 0;
+        g_raise_at_update = i < n_fb ? 0 : update_points[i - n_fb];
+        g_calls_fb = g_calls_update = 0; // each child counts from here (fork copies them)
+        int stops, runs = run_until_done(name, -1.0, &stops, why, sizeof(why));
+        all_stopped &= runs == 2 && stops == 1;
+        all_same &= runs > 0 && same_as_uninterrupted(name);
+        if (runs < 0 || !(runs == 2 && stops == 1)) { break; }
+    }
+    check(all_stopped, "preempt_signal_in_step_stops_with_checkpoint",
+          "a run signalled once did not stop once with EXIT_PREEMPTED and finish on its next run: %s", why);
+    check(all_same, "preempt_resumed_runs_identical", "a stopped and resumed run's final files differ from the "
+          "uninterrupted run's: %s", why);
+
+    // Signals at random times (seeded: a failure names its trial): anywhere in the run, start-up and checkpoint
+    // writes included; a signal before the handler is installed kills the run, which then starts afresh.
+    uint64_t rng = PREEMPT_RNG_SEED;
+    int async_same = 1, async_stops = 0;
+    char where[256] = "";
+    for (int i = 0; i < PREEMPT_ASYNC_TRIALS && async_same; i++) {
+        char name[64];
+        snprintf(name, sizeof(name), "preempt_async_%d", i);
+        double after = run_s * rng_uniform(rng, 0, (uint64_t)i);
+        int stops, runs = run_until_done(name, after, &stops, why, sizeof(why));
+        async_stops += stops;
+        async_same &= runs > 0 && same_as_uninterrupted(name);
+        snprintf(where, sizeof(where), "trial %d (seed %d, signal after %.4f s of a %.4f s run)", i, PREEMPT_RNG_SEED,
+                 after, run_s);
+    }
+    check(async_same, "preempt_random_signals_identical", "%s: %s", where, why);
+    printf("note: %d of %d runs signalled at random times stopped with a checkpoint (the rest ended first)\n",
+           async_stops, PREEMPT_ASYNC_TRIALS);
+
+    // A second signal: out at once, 128 + SIGTERM, nothing written by that step.
+    g_raise_at_update = 3;
+    g_raise_count = 2;
+    g_calls_update = 0;
+    Run twice = make_run("preempt_twice", PREEMPT_OPTIONS);
+    c = run_train(&twice);
+    g_raise_at_update = 0;
+    g_raise_count = 1;
+    char ckpt[CKPT_PATH_LEN];
+    scratch_path(ckpt, "preempt_twice/model_00000003.bin");
+    check(c.status == 128 + SIGTERM && strstr(c.err, "a second signal: exiting at once, without a checkpoint") &&
+              !file_exists(ckpt),
+          "preempt_second_signal_exits_at_once", "status %d (wanted %d), stderr '%s'", c.status, 128 + SIGTERM,
+          c.err);
+}
+
+// One rank of two whose peer received SIGUSR1 (the fake world's maximum says so): it stops after its first step too.
+static void fake_peer_signalled(double *x, int n) {
+    for (int i = 0; i < n; i++) { x[i] = x[i] > SIGUSR1 ? x[i] : SIGUSR1; }
+}
+static Launcher fake_rank0_peer_signalled(void) {
+    Launcher l = fake_launch(0);
+    l.max_over_world = fake_peer_signalled;
+    return l;
+}
+
+static void test_preemption_agreed(void) {
+    Run r = make_run("preempt_peer", PREEMPT_OPTIONS);
+    r.launch = fake_rank0_peer_signalled;
+    Child c = run_train(&r);
+    size_t n;
+    char *out = read_file(r.stdout_path, &n);
+    char ckpt[CKPT_PATH_LEN];
+    scratch_path(ckpt, "preempt_peer/state_00000001.bin");
+    check(c.status == EXIT_PREEMPTED && out && strstr(out, "step 1/24 | stopped by SIGUSR1 with a checkpoint") &&
+              file_exists(ckpt),
+          "preempt_peer_signal_stops_every_rank", "status %d, stdout '%s', stderr '%s'", c.status, out ? out : "",
+          c.err);
+    free(out);
+}
+
 int main(void) {
     if (!mkdtemp(g_dir)) {
         perror("mkdtemp");
@@ -552,6 +727,8 @@ int main(void) {
     test_refusals();
     test_init_from();
     test_data_parallel_ranks();
+    test_preemption();
+    test_preemption_agreed();
     if (g_test_failures == 0) {
         char cmd[CKPT_PATH_LEN + 16];
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_dir);
