@@ -119,7 +119,7 @@ static const OptionSpec OPTION_SPECS[] = {
      "print a text sample every N steps; 0 = never"},
     {"sample-tokens", OPT_INT, OPT_FIELD(sample_tokens), "64", 1, 65536, NULL, "tokens per text sample"},
     {"out-dir", OPT_STR, OPT_FIELD(out_dir), "runs/default", 0, 0, NULL,
-     "folder for the log, checkpoints and model files"},
+     "folder for the log, metrics, loss curve, checkpoints and model files"},
     {"checkpoint-every", OPT_INT, OPT_FIELD(checkpoint_every), "0", 0, INT_MAX, NULL,
      "write a checkpoint every N steps (and at the end); 0 = only at the end"},
     {"save", OPT_INT, OPT_FIELD(save), "1", 0, 1, NULL,

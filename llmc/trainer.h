@@ -11,8 +11,9 @@
  * Several processes (a Launcher from the build: world, rank, collectives): every rank runs the same loop on its
  * stride of each global batch (data rank and size from the mesh, llmc/mesh.h) and checks everything before any
  * work; the communicators come up only after that, so no rank waits on a peer that refused its options. Only
- * rank 0 prints, writes log.txt and checkpoints; the logged loss is the mean over all ranks' tokens. Each rank
- * reads the checkpoint it resumes from, so the output folder must be one that every rank sees.
+ * rank 0 prints, writes log.txt, metrics.jsonl, loss.svg and checkpoints; the logged loss is the mean over all
+ * ranks' tokens. Each rank reads the checkpoint it resumes from, so the output folder must be one that every rank
+ * sees.
  */
 #ifndef LLMC_TRAINER_H
 #define LLMC_TRAINER_H
@@ -135,13 +136,14 @@ static inline void make_dirs(const char *path) {
     if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) { fail("--out-dir '%s' exists and is not a folder", path); }
 }
 
-// The name of a file in out_dir that a run writes (log, model, state), or NULL if there is none.
+// The name of a file in out_dir that a run writes (log, metrics, plot, model, state), or NULL if there is none.
 static inline const char *out_dir_run_file(const char *out_dir, char *name, size_t cap) {
     DIR *d = opendir(out_dir);
     if (!d) { return NULL; }
     const char *found = NULL;
     for (struct dirent *e = readdir(d); e && !found; e = readdir(d)) {
-        if (strcmp(e->d_name, LOG_FILE_NAME) == 0 || strncmp(e->d_name, "model_", 6) == 0 ||
+        if (strcmp(e->d_name, LOG_FILE_NAME) == 0 || strcmp(e->d_name, METRICS_FILE_NAME) == 0 ||
+            strcmp(e->d_name, PLOT_FILE_NAME) == 0 || strncmp(e->d_name, "model_", 6) == 0 ||
             strncmp(e->d_name, "state_", 6) == 0) {
             snprintf(name, cap, "%s", e->d_name);
             found = name;
@@ -313,6 +315,14 @@ static inline void trainer_init_from(Trainer *tr) {
     tr->ops.set_params(tr->ops.ctx, params);
     free(params);
     if (tr->is_root) { printf("initialized from model file '%s'\n", tr->o.init_from); }
+}
+
+// The run's model, under the loss plot's title.
+static inline void trainer_plot_description(const Trainer *tr, char *out, size_t cap) {
+    const GPTConfig *c = &tr->config;
+    snprintf(out, cap, "%d layers, %d channels, %d heads (%.2fM parameters), %.16s, %lld tokens a step",
+             c->num_layers, c->channels, c->num_heads, (double)tr->layout.total / 1e6, tr->o.precision,
+             tr->tokens_per_step);
 }
 
 static inline void trainer_print_config(const Trainer *tr) {
@@ -514,6 +524,7 @@ static inline int trainer_loop(Trainer *tr, int start_step) {
         int sig = trainer_stop_signal(tr);
         if (sig && !last) { // the validation and samples of a stopped step are skipped: they change no state
             trainer_stop(tr, done, sig);
+            logger_plot(&tr->log);
             return EXIT_PREEMPTED;
         }
         if (tr->has_val && (every(o->val_every, done) || last)) {
@@ -524,6 +535,7 @@ static inline int trainer_loop(Trainer *tr, int start_step) {
         if (tr->has_tok && every(o->sample_every, done)) { trainer_sample(tr, done); }
         if (o->save && (every(o->checkpoint_every, done) || last)) { trainer_checkpoint(tr, done); }
     }
+    logger_plot(&tr->log); // a run without validation is drawn once, at its end
     return 0;
 }
 
@@ -617,7 +629,9 @@ static inline int train_main(int argc, char **argv, LaunchFn launch, ModelFactor
         if (stale > 0) {
             printf("removed %d temporary file(s) that an interrupted write left in '%s'\n", stale, o->out_dir);
         }
-        logger_open(&tr.log, o->out_dir);
+        char description[LOGGER_DESCRIPTION_LEN];
+        trainer_plot_description(&tr, description, sizeof(description));
+        logger_open(&tr.log, o->out_dir, resume_step, description); // metrics after the checkpoint: trained again
     }
     tr.ops = make_model(&tr.config, o, &tr.mesh, o->batch_size, o->seq_len);
     trainer_print_config(&tr);

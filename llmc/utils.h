@@ -77,6 +77,12 @@ static inline void *calloc_check(size_t n, size_t size, const char *what) {
     return p;
 }
 
+static inline void *realloc_check(void *p, size_t size, const char *what) {
+    void *q = realloc(p, size > 0 ? size : 1);
+    if (!q) { fail("out of host memory growing %s to %zu bytes", what, size); }
+    return q;
+}
+
 static inline FILE *fopen_check(const char *path, const char *mode) {
     FILE *f = fopen(path, mode);
     if (!f) { fail("cannot open '%s' (mode %s): %s", path, mode, strerror(errno)); }

@@ -9,7 +9,11 @@
 # - the same in fp8 (the FP8 emulation and its amax history), which differs from fp32; a checkpoint continues in
 #   another precision with a line saying so; an fp8 checkpoint refuses other FP8 settings;
 # - preemption: SIGTERM after step 1 stops the run with a checkpoint and status 75; the same command with
-#   --resume auto finishes it, with the uninterrupted run's final files (test_trainer signals at many more points).
+#   --resume auto finishes it, with the uninterrupted run's final files (test_trainer signals at many more points);
+# - metrics.jsonl and loss.svg: one JSON record a step and a validation, with log.txt's losses
+#   (test/metrics_check.mjs, node's JSON parser), a picture that shows the last validation; a run interrupted after
+#   step 13 with its last checkpoint at 10 and resumed holds each step once, with the uninterrupted run's values,
+#   and the same picture.
 # Needs ./train_gpt_cpu (make) and the default shards (make data): without them this FAILS, it does not skip.
 set -u
 cd "$(dirname "$0")/.."
@@ -217,6 +221,43 @@ if train cli_train_6_steps "$full" --steps 6 --checkpoint-every 3 --val-every 3;
                 fi
             fi
         done
+    fi
+fi
+
+# --- metrics.jsonl and loss.svg ---------------------------------------------------------------------------
+# metrics_ok NAME DIR [REFERENCE_DIR]: DIR's metrics of a 20-step run validated every 5 (test/metrics_check.mjs)
+metrics_ok() {
+    local name=$1 dir=$2 ref=${3:-} out
+    if out=$(node test/metrics_check.mjs "$dir/metrics.jsonl" "$dir/log.txt" 20 5 ${ref:+"$ref/metrics.jsonl"} 2>&1); then
+        pass "$name"
+    else
+        fail_check "$name" "$out"
+    fi
+}
+m20=$tmp/metrics m13=$tmp/metrics_part
+if ! command -v node >/dev/null; then
+    fail_check cli_metrics_node "node not found (it reads metrics.jsonl); install Node.js 18+"
+elif train cli_metrics_run_20_steps "$m20" --steps 20 --warmup-steps 1 --val-every 5 --checkpoint-every 10; then
+    metrics_ok cli_metrics_one_record_per_step "$m20"
+    if grep -q 'step 20: train loss [0-9.]*, validation loss' "$m20/loss.svg" && grep -q '</svg>' "$m20/loss.svg"; then
+        pass cli_loss_svg_shows_last_validation
+    else
+        fail_check cli_loss_svg_shows_last_validation "$m20/loss.svg is missing or does not show step 20"
+    fi
+    # interrupted after step 13: checkpoint 10, the log and the metrics up to 13, a record cut short
+    mkdir -p "$m13"
+    cp "$m20/model_00000010.bin" "$m20/state_00000010.bin" "$m13/"
+    awk -F'[: ]' '/^s:/ && $2 <= 13' "$m20/log.txt" >"$m13/log.txt"
+    awk -F'[:,]' '$2 <= 13' "$m20/metrics.jsonl" >"$m13/metrics.jsonl"
+    printf '{"step":14,"train_lo' >>"$m13/metrics.jsonl"
+    if train cli_metrics_resume_from_10 "$m13" --steps 20 --warmup-steps 1 --val-every 5 --checkpoint-every 10 \
+        --resume 1; then
+        metrics_ok cli_metrics_resume_each_step_once "$m13" "$m20"
+        if cmp -s <(sed "s|$m20|OUT|g" "$m20/loss.svg") <(sed "s|$m13|OUT|g" "$m13/loss.svg"); then
+            pass cli_loss_svg_resume_same_picture
+        else
+            fail_check cli_loss_svg_resume_same_picture "the resumed run's loss.svg differs from the uninterrupted run's"
+        fi
     fi
 fi
 exit 0

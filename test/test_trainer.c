@@ -4,6 +4,10 @@
  * says), so these checks are about the loop, not a model:
  * - a run writes its checkpoints, log lines and samples; a run interrupted after checkpoint 3 and resumed
  *   logs the same losses and ends with byte-identical model and state files;
+ * - metrics.jsonl holds one record a step and a validation, with log.txt's losses; a run interrupted after step
+ *   5 (its records up to there, the last one cut short) and resumed from checkpoint 3 holds each step once, with
+ *   the uninterrupted run's values (all but the timings), and draws the same loss.svg; a run started again over an
+ *   attempt that never checkpointed starts its metrics anew; a diverged step's record holds null, not inf;
  * - a folder that holds a run is refused without --resume 1, and nothing in it changes; --resume 1 without
  *   a checkpoint, a checkpoint of other settings, and --init-from a model of another shape are refused with
  *   one line; resuming a finished run does nothing; --init-from loads the file's weights.
@@ -255,6 +259,43 @@ static void log_machine_lines(const char *path, int max_step, char *out, size_t 
     free(text);
 }
 
+// The records of a metrics file up to step max_step, without their timings (`,"ms":` to the end: the fields that
+// differ between two runs of the same steps).
+static void metrics_lines(const char *path, int max_step, char *out, size_t cap) {
+    size_t n;
+    char *text = read_file(path, &n);
+    out[0] = '\0';
+    for (char *line = text ? strtok(text, "\n") : NULL; line; line = strtok(NULL, "\n")) {
+        int step;
+        if (sscanf(line, "{\"step\":%d", &step) != 1 || step > max_step) { continue; }
+        char *timings = strstr(line, ",\"ms\":");
+        if (timings) { strcpy(timings, "}"); }
+        strncat(out, line, cap - strlen(out) - 2);
+        strcat(out, "\n");
+    }
+    free(text);
+}
+
+// Every training record's loss is log.txt's ("s:%d trl:%f") and the steps are 1..steps, then validations as logged.
+static int metrics_match_log(const char *metrics_path, const char *log_path, int steps, char *why, size_t cap) {
+    char log[8192], want[8192] = "", line[64];
+    log_machine_lines(log_path, 1000, log, sizeof(log));
+    size_t n;
+    char *text = read_file(metrics_path, &n);
+    int step = 0;
+    for (char *rec = text ? strtok(text, "\n") : NULL; rec; rec = strtok(NULL, "\n")) {
+        MetricsRecord r;
+        if (!metrics_parse(rec, &r)) { break; }
+        snprintf(line, sizeof(line), r.is_train ? "s:%d trl:%f\n" : "s:%d tel:%f\n", r.step,
+                 r.is_train ? r.train_loss : r.val_loss);
+        strncat(want, line, sizeof(want) - strlen(want) - 1);
+        step += r.is_train;
+    }
+    free(text);
+    snprintf(why, cap, "%d training records; log.txt:\n%smetrics as log lines:\n%s", step, log, want);
+    return step == steps && strcmp(log, want) == 0;
+}
+
 static void write_shards(void) {
     const int counts[2] = {TRAIN_WINDOWS * SEQ_LEN + 1, VAL_WINDOWS * SEQ_LEN + 1};
     const char *names[2] = {"train_000.bin", "val_000.bin"};
@@ -288,6 +329,14 @@ static void test_run_and_resume(void) {
               strstr(out, "step 3/6 | sample:") && strstr(out, "device toy"),
           "run_console_lines", "stdout: %s", out ? out : "(none)");
     free(out);
+    char why[16384];
+    scratch_path(b, "full/metrics.jsonl");
+    check(metrics_match_log(b, a, 6, why, sizeof(why)), "metrics_records_match_log", "%s", why);
+    scratch_path(b, "full/loss.svg");
+    out = read_file(b, &n);
+    check(out && strstr(out, "step 6: train loss") && strstr(out, "</svg>\n"), "loss_svg_written",
+          "'%s' is missing or does not show step 6", b);
+    free(out);
 
     // an interrupted copy: checkpoint 3 and the log up to it
     scratch_path(a, "part");
@@ -305,10 +354,31 @@ static void test_run_and_resume(void) {
     FILE *f = fopen_check(b, "w");
     fputs(text, f);
     fclose(f);
+    // its metrics went on to step 5 before it stopped, the last record cut short
+    scratch_path(a, "full/metrics.jsonl");
+    metrics_lines(a, 5, text, sizeof(text));
+    scratch_path(b, "part/metrics.jsonl");
+    f = fopen_check(b, "w");
+    fprintf(f, "%s{\"step\":6,\"train_lo", text);
+    fclose(f);
     const char *resume[] = {"--resume", "1", NULL};
     Run part = make_run("part", resume);
     c = run_train(&part);
     check(c.status == 0, "resume_completes", "status %d: %s", c.status, c.err);
+    metrics_lines(a, 1000, text, sizeof(text));
+    metrics_lines(b, 1000, text2, sizeof(text2));
+    check(strcmp(text, text2) == 0, "resume_metrics_each_step_once", "uninterrupted:\n%sresumed:\n%s", text, text2);
+    scratch_path(a, "full/loss.svg");
+    scratch_path(b, "part/loss.svg");
+    char *svg_full = read_file(a, &n), *svg_part = read_file(b, &n);
+    char *dir_name = svg_part ? strstr(svg_part, "/part</text>") : NULL;
+    if (dir_name) { memcpy(dir_name, "/full", 5); } // the title: the out-dir
+    check(svg_full && svg_part && strcmp(svg_full, svg_part) == 0, "resume_same_loss_svg",
+          "the resumed run's picture differs from the uninterrupted run's");
+    free(svg_full);
+    free(svg_part);
+    scratch_path(a, "full/log.txt");
+    scratch_path(b, "part/log.txt");
     log_machine_lines(a, 1000, text, sizeof(text));
     log_machine_lines(b, 1000, text2, sizeof(text2));
     check(strcmp(text, text2) == 0, "resume_same_losses", "uninterrupted:\n%sresumed:\n%s", text, text2);
@@ -336,6 +406,11 @@ static void test_restart_and_auto(void) {
     FILE *f = fopen_check(log, "w");
     fputs("s:1 trl:5.5\n", f);
     fclose(f);
+    char metrics[CKPT_PATH_LEN + 16], text[8192], text2[8192];
+    snprintf(metrics, sizeof(metrics), "%s/metrics.jsonl", dir);
+    f = fopen_check(metrics, "w");
+    fputs("{\"step\":1,\"train_loss\":5.5,\"lr\":0.01,\"norm\":1,\"ms\":1,\"tokens_per_s\":1}\n", f);
+    fclose(f);
     Run fresh = make_run("attempt", NULL);
     expect_refused("attempt_refused_without_resume", &fresh,
                    "stopped before its first complete checkpoint; pass --resume 1 to start it again there");
@@ -354,6 +429,12 @@ static void test_restart_and_auto(void) {
               same_file(full_state, b),
           "attempt_restarted_with_resume", "status %d: %s", c.status, c.err);
     free(out);
+    char full_metrics[CKPT_PATH_LEN];
+    scratch_path(full_metrics, "full/metrics.jsonl");
+    metrics_lines(full_metrics, 1000, text, sizeof(text));
+    metrics_lines(metrics, 1000, text2, sizeof(text2));
+    check(strcmp(text, text2) == 0, "attempt_restart_starts_metrics_anew", "uninterrupted:\n%srestarted:\n%s", text,
+          text2);
     Run new_auto = make_run("auto_new", autom);
     c = run_train(&new_auto);
     scratch_path(b, "auto_new/model_00000006.bin");
@@ -397,6 +478,14 @@ static void test_non_finite(void) {
           "divergence_stops_run", "status %d: %s", c.status, c.err);
     scratch_path(ckpt, "diverges/model_00000001.bin");
     check(!file_exists(ckpt), "divergence_writes_nothing", "'%s' was written", ckpt);
+    // its step's record (written before the check stops the run) is still JSON: the loss is null, not inf
+    scratch_path(ckpt, "diverges/metrics.jsonl");
+    size_t n;
+    char *metrics = read_file(ckpt, &n);
+    check(metrics && strstr(metrics, "{\"step\":1,\"train_loss\":null,") && !strstr(metrics, "inf") &&
+              !strstr(metrics, "nan"),
+          "divergence_metrics_null", "metrics.jsonl: %s", metrics ? metrics : "(none)");
+    free(metrics);
 }
 
 // A folder another process holds the lock of is refused; temporary files of interrupted writes are removed.
