@@ -20,14 +20,26 @@
 
 static uint64_t g_draw = 0; // counter of the test's random draws
 
+// The layer cases' arrays, each case holds several: all are freed together when the layer checks are done.
+#define MAX_TEST_ARRAYS 64
+static double *g_arrays[MAX_TEST_ARRAYS];
+static int g_num_arrays = 0;
+
+static double *zero_array(size_t n) {
+    if (g_num_arrays == MAX_TEST_ARRAYS) { fail("more than %d test arrays: raise MAX_TEST_ARRAYS", MAX_TEST_ARRAYS); }
+    return g_arrays[g_num_arrays++] = (double *)calloc_check(n, sizeof(double), "test array");
+}
+
 // n uniform draws from (-1, 1).
 static double *rand_array(size_t n) {
-    double *x = (double *)malloc_check(n * sizeof(double), "test array");
+    double *x = zero_array(n);
     for (size_t i = 0; i < n; i++) { x[i] = 2.0 * rng_uniform(TEST_SEED, TEST_STREAM, g_draw++) - 1.0; }
     return x;
 }
 
-static double *zero_array(size_t n) { return (double *)calloc_check(n, sizeof(double), "test array"); }
+static void free_test_arrays(void) {
+    while (g_num_arrays > 0) { free(g_arrays[--g_num_arrays]); }
+}
 
 static double dot(const double *a, const double *b, size_t n) {
     double s = 0.0;
@@ -558,6 +570,7 @@ int main(void) {
     test_gelu();
     test_residual();
     test_crossentropy();
+    free_test_arrays();
 
     GPTConfig c = tiny_config();
     ParamLayout p;
