@@ -51,7 +51,7 @@ PCRE2_LIBS = -lpcre2-8
 HEADERS = $(wildcard llmc/*.h)
 CUDA_HEADERS = $(wildcard llmc/*.cuh)
 
-TARGETS = train_gpt_cpu tokenize
+TARGETS = train_gpt_cpu tokenize hf_gpt2
 ifneq ($(NVCC),)
 TARGETS += train_gpt
 endif
@@ -67,6 +67,9 @@ train_gpt: train_gpt.cu $(HEADERS) $(CUDA_HEADERS)
 
 tokenize: data/tokenize.c data/bpe.h llmc/tokenizer.h $(HEADERS) $(CPU_BUILD_STAMP)
 	$(CC) $(ALL_CFLAGS) $< -o $@ $(PCRE2_LIBS) $(LDLIBS_CPU)
+
+hf_gpt2: data/hf_gpt2.c $(HEADERS)
+	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS_CPU)
 
 # CPU tests: every test/test_X.c builds into test/bin/test_X; test/run_tests.sh runs those and test/test_*.sh.
 TEST_SRCS = $(wildcard test/test_*.c)
@@ -128,4 +131,4 @@ data: tokenize
 	data/prepare_brown.sh
 
 clean:
-	rm -rf train_gpt train_gpt_cpu tokenize test/bin test/gpubin
+	rm -rf train_gpt train_gpt_cpu tokenize hf_gpt2 test/bin test/gpubin

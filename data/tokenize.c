@@ -43,16 +43,6 @@ static void usage(FILE *f) {
             DEFAULT_VAL_EVERY, DEFAULT_SHARD_TOKENS, DEFAULT_VOCAB_DIR);
 }
 
-static long long parse_count(const char *opt, const char *s, long long lo, long long hi) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (end == s || *end != '\0' || errno == ERANGE || v < lo || v > hi) {
-        fail("%s: '%s' is not an integer in [%lld, %lld]", opt, s, lo, hi);
-    }
-    return v;
-}
-
 static char *read_stream(FILE *f, size_t *n) {
     size_t cap = 1 << 16, len = 0;
     char *s = (char *)malloc_check(cap, "standard input");
@@ -353,6 +343,7 @@ static void cmd_shards(const char *prefix, char **inputs, int n_inputs, long lon
 }
 
 int main(int argc, char **argv) {
+    set_error_program("tokenize");
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 1 : 0;

@@ -2,7 +2,7 @@
 # Everything a GPU machine should run, in one call: build, the GPU tests (parity against the CPU build in fp32 and
 # bf16, attention kernels), then the throughput benchmark beside PyTorch. Logs under $OUT (or /tmp/device_check);
 # the last lines are the two summary tables.
-#   dev/device_check.sh [tests|bench|all]     (default all)
+#   dev/device_check.sh [tests|bench|all|hf]     (default all; hf: ./hf_gpt2 against transformers, dev/hf_check.py)
 # Needs data/brown (make data, or carried) and .carry/torch_gpt.py (the PyTorch baseline) for the benchmark.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -12,11 +12,14 @@ LOGS=${OUT:-/tmp/device_check}
 mkdir -p "$LOGS"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$LOGS/gpu.txt"
 # Only what runs on the GPU machine: its image has no PCRE2 headers for ./tokenize (shards travel with the call).
-make -j"$(nproc)" train_gpt train_gpt_cpu test/gpubin/test_gpu_parity test/gpubin/test_attention test/gpubin/test_fp8_kernels \
+make -j"$(nproc)" train_gpt train_gpt_cpu hf_gpt2 test/gpubin/test_gpu_parity test/gpubin/test_attention test/gpubin/test_fp8_kernels \
     > "$LOGS/build.log" 2>&1 || { tail -20 "$LOGS/build.log"; echo "build failed"; exit 1; }
 status=0
 if [ "$what" = tests ] || [ "$what" = all ]; then
     LOG_DIR="$LOGS/gpu_tests" test/run_gpu_tests.sh > "$LOGS/gpu_tests.log" 2>&1 || status=1
+fi
+if [ "$what" = hf ]; then # needs python3 with torch, transformers and numpy
+    python3 dev/hf_check.py --work "$LOGS/hf_check" > "$LOGS/hf_check.log" 2>&1 || status=1
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
     test/gpubin/test_attention --bench > "$LOGS/attention_bench.log" 2>&1 || status=1
@@ -26,4 +29,5 @@ echo
 [ -f "$LOGS/gpu_tests.log" ] && sed -n '/^test /,$p' "$LOGS/gpu_tests.log"
 [ -f "$LOGS/attention_bench.log" ] && tail -8 "$LOGS/attention_bench.log"
 [ -f "$LOGS/bench.log" ] && sed -n '/^model /,$p' "$LOGS/bench.log"
+[ -f "$LOGS/hf_check.log" ] && grep -E '^(PASS|FAIL|hf_check)' "$LOGS/hf_check.log"
 exit $status

@@ -120,21 +120,7 @@ static inline double wall_seconds(void) { // monotonic: a clock adjustment mid-s
 // ----------------------------------------------------------------------------------------------------------
 // the output folder
 
-static inline void make_dirs(const char *path) {
-    char p[CKPT_PATH_LEN];
-    if (strlen(path) >= sizeof(p)) { fail("--out-dir '%s' is too long", path); }
-    strcpy(p, path);
-    for (char *s = p + 1; ; s++) {
-        if (*s != '/' && *s != '\0') { continue; }
-        char saved = *s;
-        *s = '\0';
-        if (mkdir(p, 0755) != 0 && errno != EEXIST) { fail("cannot create folder '%s': %s", p, strerror(errno)); }
-        *s = saved;
-        if (saved == '\0') { break; }
-    }
-    struct stat st;
-    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) { fail("--out-dir '%s' exists and is not a folder", path); }
-}
+static inline void make_dirs(const char *path) { make_dirs_named(path, "--out-dir"); }
 
 // The name of a file in out_dir that a run writes (log, metrics, plot, model, state), or NULL if there is none.
 static inline const char *out_dir_run_file(const char *out_dir, char *name, size_t cap) {

@@ -3,7 +3,8 @@
  *
  * Every fatal error goes through fail(): one line "[train_gpt rank R] error: ..." on stderr and exit(1).
  * The rank is set once by the launcher (0 on a single process), so a message from a multi-rank job always
- * names the process that saw the problem. Plain C11; also compiled by nvcc as C++.
+ * names the process that saw the problem. A tool that is no rank of a training job names itself instead
+ * (set_error_program: "[tokenize] error: ..."). Plain C11; also compiled by nvcc as C++.
  */
 #ifndef LLMC_UTILS_H
 #define LLMC_UTILS_H
@@ -19,8 +20,16 @@
 #include <unistd.h>
 
 static int g_rank = 0; // this process's world rank, named in every error message
+static const char *g_program = "train_gpt";
+static int g_error_names_rank = 1;
 
 static inline void set_error_rank(int rank) { g_rank = rank; }
+
+// A tool (one process, no rank) names itself in its error messages.
+static inline void set_error_program(const char *name) {
+    g_program = name;
+    g_error_names_rank = 0;
+}
 
 // Functions both the host and the GPU kernels call (the same arithmetic on both: init.h, rng.h, fp8.h).
 #ifdef __CUDACC__
@@ -42,7 +51,8 @@ static void (*g_fail_hook)(void) = NULL;
 
 // The error line itself, for fail() and for a thread that must end the process without exit() (a watchdog).
 static inline void print_error_line(const char *fmt, va_list ap) {
-    fprintf(stderr, "[train_gpt rank %d] error: ", g_rank);
+    if (g_error_names_rank) { fprintf(stderr, "[%s rank %d] error: ", g_program, g_rank); }
+    else { fprintf(stderr, "[%s] error: ", g_program); }
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
     fflush(stderr);
@@ -126,6 +136,36 @@ static inline long long file_size_or_neg(const char *path) {
     struct stat st;
     if (stat(path, &st) != 0) { return -1; }
     return (long long)st.st_size;
+}
+
+// Makes the folder `path` and its parents as needed; fails naming it as `what` (an option, an argument) when it
+// cannot be made or exists as something else.
+#define DIR_PATH_LEN 4096
+static inline void make_dirs_named(const char *path, const char *what) {
+    char p[DIR_PATH_LEN];
+    if (strlen(path) >= sizeof(p)) { fail("%s '%s' is too long", what, path); }
+    strcpy(p, path);
+    for (char *s = p + 1; ; s++) {
+        if (*s != '/' && *s != '\0') { continue; }
+        char saved = *s;
+        *s = '\0';
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) { fail("cannot create folder '%s': %s", p, strerror(errno)); }
+        *s = saved;
+        if (saved == '\0') { break; }
+    }
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) { fail("%s '%s' exists and is not a folder", what, path); }
+}
+
+// The value of a command-line option that takes an integer in [lo, hi]; fails naming the option otherwise.
+static inline long long parse_count(const char *opt, const char *s, long long lo, long long hi) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end != '\0' || errno == ERANGE || v < lo || v > hi) {
+        fail("%s: '%s' is not an integer in [%lld, %lld]", opt, s, lo, hi);
+    }
+    return v;
 }
 
 /*

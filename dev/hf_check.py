@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""hf_check.py: ./hf_gpt2 against Hugging Face transformers itself (the GPU machine: needs torch, transformers, numpy).
+
+(a) export: train a small model briefly with ./train_gpt, export its last checkpoint with `./hf_gpt2 export`, load the
+    folder with GPT2LMHeadModel.from_pretrained (no missing or unexpected weights allowed) and its tokenizer with
+    AutoTokenizer, and compute the validation loss on the tokens train_gpt validated on: the first
+    min(--val-batches, windows // B) micro-batches of B windows of T+1 tokens at offsets 0, T, 2T, ... of the
+    validation shard, in order (llmc/dataloader.h). It must equal the "val loss" train_gpt printed at its last step
+    (the checkpoint holds the weights it validated) within TOLERANCE_A[precision], relative: train_gpt computes in
+    --precision, HF here in fp32 without TF32; fp32 leaves only summation order (and TF32 GEMMs if cuBLAS picks
+    them), bf16 its 8-bit significands.
+(b) import: save_pretrained a randomly initialised GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=128, n_head=4,
+    n_positions=256)), its weights redrawn with std WEIGHT_STD (GPT-2's 0.02 gives logits so flat that the loss is
+    ln(50257) whatever the mapping; at 0.3 a transposed or misplaced tensor moves it by far more than the tolerance),
+    import it with `./hf_gpt2 import`, and evaluate it with ./train_gpt_cpu --init-from. train_gpt has no
+    evaluate-only mode (--steps is at least 1), so it runs one step with --lr 0: AdamW's update is lr x (mhat /
+    (sqrt(vhat) + eps) + wd x p) = 0 exactly, the weights stay the imported ones, and the step-1 "val loss" is
+    theirs. HF computes the loss of the same tokens in fp32 on the CPU; both are fp32, so TOLERANCE_B is rounding.
+
+Exits non-zero on any mismatch. Run from the repository root after `make train_gpt train_gpt_cpu hf_gpt2`:
+    python3 dev/hf_check.py [--part a|b|both] [--work /tmp/hf_check]
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+TOLERANCE_A = {"fp32": 2e-3, "bf16": 2e-2}  # relative, train_gpt's val loss vs HF's on the exported model
+TOLERANCE_B = 1e-4                          # relative, train_gpt_cpu (fp32) vs HF (fp32) on the imported model
+WEIGHT_STD = 0.3
+SHARD_MAGIC = 20240520
+SHARD_HEADER_INTS = 256
+EOT = 50256
+
+
+def run(cmd, log):
+    print("$ " + " ".join(cmd), flush=True)
+    with open(log, "w") as f:
+        p = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT)
+    text = open(log).read()
+    if p.returncode != 0:
+        sys.exit(f"FAIL: {cmd[0]} exited with {p.returncode}:\n{text[-2000:]}")
+    return text
+
+
+def last_val_loss(text, what):
+    losses = re.findall(r"val loss ([0-9.]+)", text)
+    if not losses:
+        sys.exit(f"FAIL: {what} printed no val loss")
+    return float(losses[-1])
+
+
+def read_shard(path):
+    import numpy as np
+    header = np.fromfile(path, dtype=np.int32, count=SHARD_HEADER_INTS)
+    if header[0] != SHARD_MAGIC:
+        sys.exit(f"FAIL: {path} is not a token shard (magic {header[0]})")
+    tokens = np.fromfile(path, dtype=np.uint16, offset=SHARD_HEADER_INTS * 4)
+    if len(tokens) != header[2]:
+        sys.exit(f"FAIL: {path} holds {len(tokens)} tokens, its header says {header[2]}")
+    return tokens.astype(np.int64)
+
+
+def hf_val_loss(model, tokens, B, T, val_batches, device):
+    """The mean loss over train_gpt's validation micro-batches (the mean of the batch means)."""
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+    windows = (len(tokens) - 1) // T
+    batches = min(val_batches, windows // B)
+    if batches < 1:
+        sys.exit(f"FAIL: the validation shard holds {windows} windows of {T} tokens, fewer than a batch of {B}")
+    total = 0.0
+    with torch.no_grad():
+        for k in range(batches):
+            starts = [(k * B + b) * T for b in range(B)]
+            x = torch.from_numpy(np.stack([tokens[s:s + T] for s in starts])).to(device)
+            y = torch.from_numpy(np.stack([tokens[s + 1:s + T + 1] for s in starts])).to(device)
+            logits = model(x).logits.float()
+            total += F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1)).item()
+    return total / batches
+
+
+def compare(name, ours, theirs, tol):
+    rel = abs(ours - theirs) / abs(theirs)
+    verdict = "PASS" if rel <= tol else "FAIL"
+    print(f"{verdict} {name}: train_gpt {ours:.6f}, transformers {theirs:.6f}, relative difference {rel:.2e} "
+          f"(tolerance {tol:.0e})", flush=True)
+    return rel <= tol
+
+
+def part_a(args):
+    import torch
+    from transformers import AutoTokenizer, GPT2LMHeadModel
+    run_dir, hf_dir = os.path.join(args.work, "a_run"), os.path.join(args.work, "a_hf")
+    B, T = args.batch_size, args.seq_len
+    text = run([args.train_gpt, "--depth", str(args.depth), "--width", str(args.width), "--heads", str(args.heads),
+                "--seq-len", str(T), "--batch-size", str(B), "--total-batch-tokens", str(B * T),
+                "--steps", str(args.steps), "--warmup-steps", "2", "--val-every", str(args.steps),
+                "--val-batches", str(args.val_batches), "--sample-every", "0", "--precision", args.precision,
+                "--train-data", args.train_data, "--val-data", args.val_data, "--out-dir", run_dir],
+               os.path.join(args.work, "a_train.log"))
+    ours = last_val_loss(text, "train_gpt")
+    model_file = os.path.join(run_dir, f"model_{args.steps:08d}.bin")
+    run([args.hf_gpt2, "export", model_file, hf_dir, "--force"], os.path.join(args.work, "a_export.log"))
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    model, info = GPT2LMHeadModel.from_pretrained(hf_dir, torch_dtype=torch.float32, output_loading_info=True)
+    missing = [k for k in info["missing_keys"] if not k.endswith(("attn.bias", "attn.masked_bias", "lm_head.weight"))]
+    if missing or info["unexpected_keys"] or info["mismatched_keys"]:
+        print(f"FAIL hf_load: missing {missing}, unexpected {info['unexpected_keys']}, "
+              f"mismatched {info['mismatched_keys']}")
+        return False
+    if model.lm_head.weight.data_ptr() != model.transformer.wte.weight.data_ptr():
+        print("FAIL hf_tied_head: lm_head.weight is not tied to transformer.wte.weight")
+        return False
+    ok = True
+    tok = AutoTokenizer.from_pretrained(hf_dir)
+    ids = tok("Hello world")["input_ids"]
+    if ids != [15496, 995] or tok.eos_token_id != EOT:
+        print(f"FAIL hf_tokenizer: 'Hello world' -> {ids}, eos {tok.eos_token_id}")
+        ok = False
+    model = model.to(args.device).eval()
+    theirs = hf_val_loss(model, read_shard(args.val_data), B, T, args.val_batches, args.device)
+    return compare("hf_export_val_loss", ours, theirs, TOLERANCE_A[args.precision]) and ok
+
+
+def part_b(args):
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+    hf_dir, model_file = os.path.join(args.work, "b_hf"), os.path.join(args.work, "b_model.bin")
+    torch.manual_seed(args.seed)
+    config = GPT2Config(n_layer=2, n_embd=128, n_head=4, n_positions=256)
+    model = GPT2LMHeadModel(config)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            is_norm_gain = name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight"))
+            p.normal_(1.0 if is_norm_gain else 0.0, WEIGHT_STD)
+    model.save_pretrained(hf_dir)  # safetensors, the default
+    run([args.hf_gpt2, "import", hf_dir, model_file, "--force"], os.path.join(args.work, "b_import.log"))
+
+    B, T, batches = 4, config.n_positions, 4
+    text = run([args.train_gpt_cpu, "--init-from", model_file, "--depth", "2", "--width", "128", "--heads", "4",
+                "--seq-len", str(T), "--batch-size", str(B), "--total-batch-tokens", str(B * T), "--steps", "1",
+                "--lr", "0", "--warmup-steps", "0", "--val-every", "1", "--val-batches", str(batches),
+                "--sample-every", "0", "--precision", "fp32", "--train-data", args.train_data,
+                "--val-data", args.val_data, "--out-dir", os.path.join(args.work, "b_run")],
+               os.path.join(args.work, "b_eval.log"))
+    if "initialized from model file" not in text:
+        print("FAIL hf_import_init_from: train_gpt_cpu did not start from the imported model")
+        return False
+    ours = last_val_loss(text, "train_gpt_cpu")
+    theirs = hf_val_loss(model.float().eval(), read_shard(args.val_data), B, T, batches, "cpu")
+    return compare("hf_import_val_loss", ours, theirs, TOLERANCE_B)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--part", choices=["a", "b", "both"], default="both")
+    ap.add_argument("--work", default="/tmp/hf_check", help="scratch folder (emptied first)")
+    ap.add_argument("--train-gpt", default="./train_gpt")
+    ap.add_argument("--train-gpt-cpu", default="./train_gpt_cpu")
+    ap.add_argument("--hf-gpt2", default="./hf_gpt2")
+    ap.add_argument("--train-data", default="data/brown/brown_train_*.bin")
+    ap.add_argument("--val-data", default="data/brown/brown_val_000000.bin", help="one validation shard")
+    ap.add_argument("--precision", choices=sorted(TOLERANCE_A), default="fp32", help="train_gpt's, part a")
+    ap.add_argument("--depth", type=int, default=4)
+    ap.add_argument("--width", type=int, default=256)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--seq-len", type=int, default=256)
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--val-batches", type=int, default=8)
+    ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--device", default="cuda", help="where HF evaluates part a")
+    args = ap.parse_args()
+    shutil.rmtree(args.work, ignore_errors=True)
+    os.makedirs(args.work)
+    ok = True
+    if args.part in ("a", "both"):
+        ok = part_a(args) and ok
+    if args.part in ("b", "both"):
+        ok = part_b(args) and ok
+    print("hf_check: all passed" if ok else "hf_check: FAILED")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
