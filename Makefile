@@ -68,8 +68,8 @@ train_gpt: train_gpt.cu $(HEADERS) $(CUDA_HEADERS)
 tokenize: data/tokenize.c data/bpe.h llmc/tokenizer.h $(HEADERS) $(CPU_BUILD_STAMP)
 	$(CC) $(ALL_CFLAGS) $< -o $@ $(PCRE2_LIBS) $(LDLIBS_CPU)
 
-hf_gpt2: data/hf_gpt2.c $(HEADERS)
-	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS_CPU)
+hf_gpt2: data/hf_gpt2.c $(HEADERS) $(CPU_BUILD_STAMP)
+	$(CC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS_CPU)
 
 # CPU tests: every test/test_X.c builds into test/bin/test_X; test/run_tests.sh runs those and test/test_*.sh.
 TEST_SRCS = $(wildcard test/test_*.c)
