@@ -3,7 +3,8 @@
 # writes the CPU build's reference state for small models (head sizes 64 and 128; in fp32, and in fp8 with each
 # scaling recipe), runs the parity test against each (fp32 and bf16; fp8 with fp32 and with bf16 activations), the
 # FP8 kernel test, the attention kernel test, resume bit-exactness in bf16 and fp8, and the GTP path on one rank
-# against the plain path (dev/gtp_check.sh, with compute-sanitizer memcheck and racecheck); ends with a summary table
+# against the plain path (dev/gtp_check.sh, with compute-sanitizer memcheck and racecheck), and preemption
+# (dev/preempt_check.sh, alone and under mpirun); ends with a summary table
 # and a non-zero exit on any failure. Logs go to $LOG_DIR (default: a fresh temporary folder).
 set -u
 cd "$(dirname "$0")/.."
@@ -79,6 +80,18 @@ for c in "${GTP_CHECKS[@]}"; do
     SANITIZE="${tool:-}" dev/gtp_check.sh "$prec" "$depth" > "$log" 2>&1; rc=$?
     cat "$log"
     record "gtp one-rank $prec prefetch $depth ${tool:-}" "$log" "$rc"
+done
+
+# preemption: a signal stops the run with a checkpoint, the same command finishes it bit-exactly (mpirun forwards)
+PREEMPT_CHECKS=("direct")
+command -v mpirun > /dev/null && PREEMPT_CHECKS+=("mpirun 1")
+for c in "${PREEMPT_CHECKS[@]}"; do
+    log="$LOG_DIR/preempt_${c// /_}.log"
+    echo "== preempt $c"
+    # shellcheck disable=SC2086
+    dev/preempt_check.sh $c > "$log" 2>&1; rc=$?
+    cat "$log"
+    record "preempt $c" "$log" "$rc"
 done
 
 echo

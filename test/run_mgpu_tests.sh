@@ -42,7 +42,8 @@
 #    a GTP=2 checkpoint resumed on one GPU and the other way round end within the fp32 parity tolerances.
 # 3. faults (2 ranks): kill -9 of one rank mid-run (rank 1, then rank 0): the other exits non-zero within
 #    FAULT_LIMIT_S with an error line naming the failure; a rank missing at start-up, a port in use, a wrong world
-#    size: one line, non-zero exit.
+#    size: one line, non-zero exit; SIGUSR1 to mpirun -np 2 stops both ranks at one step with a checkpoint, and the
+#    same command finishes the run bit-exactly (dev/preempt_check.sh).
 # Logs stay in $LOG_DIR (default: a fresh temporary folder).
 set -u
 cd "$(dirname "$0")/.."
@@ -361,6 +362,16 @@ else
     expect_start_error port "MASTER_PORT $port on 127.0.0.1 is in use"
     kill "$holder" 2>/dev/null
     wait "$holder" 2>/dev/null
+
+    # preemption: SIGUSR1 to mpirun reaches both ranks; they stop at one step with a checkpoint and the same command
+    # finishes the run bit-exactly (dev/preempt_check.sh)
+    if command -v mpirun > /dev/null; then
+        while read -r line; do
+            case "$line" in PASS*) pass "${line#PASS }" ;; FAIL*) fail_check preempt_mpirun_np2 "${line#FAIL }" ;; esac
+        done < <(dev/preempt_check.sh mpirun "$FAULT_NP" 2>&1)
+    else
+        skip "preempt_mpirun_np2: needs mpirun"
+    fi
 fi
 
 echo
