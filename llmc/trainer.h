@@ -585,14 +585,9 @@ static inline int train_main(int argc, char **argv, LaunchFn launch, ModelFactor
     char data_identity[DATA_IDENTITY_CHARS];
     dataloader_identity(o->train_data, data_identity, sizeof(data_identity));
     resume_keys_add(&tr.keys, RESUME_DATA_KEY, data_identity);
-    tr.lock_fd = -1;
     int restart;
     int resume_step = out_dir_check(o, &restart);
     tr.last_checkpoint = resume_step;
-    if (restart && tr.is_root) {
-        printf("'%s' holds an earlier attempt of this run that stopped before its first complete checkpoint; starting "
-               "again from step 0\n", o->out_dir);
-    }
     if (resume_step >= 0) {
         char model_path[CKPT_PATH_LEN], state_path[CKPT_PATH_LEN];
         checkpoint_paths(o->out_dir, resume_step, model_path, state_path);
@@ -610,7 +605,11 @@ static inline int train_main(int argc, char **argv, LaunchFn launch, ModelFactor
     trainer_open_data(&tr);
     if (tr.launcher.connect) { tr.launcher.connect(&tr.mesh); } // every rank passed its checks
     if (tr.is_root) { // every check passed: now the folder may be made and written
-        tr.lock_fd = out_dir_lock(o->out_dir);
+        tr.lock_fd = out_dir_lock(o->out_dir); // (a run that holds the folder may have looked like an attempt)
+        if (restart) {
+            printf("'%s' holds an earlier attempt of this run that stopped before its first complete checkpoint; "
+                   "starting again from step 0\n", o->out_dir);
+        }
         int stale = out_dir_remove_stale(o->out_dir);
         if (stale > 0) {
             printf("removed %d temporary file(s) that an interrupted write left in '%s'\n", stale, o->out_dir);
