@@ -17,38 +17,26 @@
 # Needs ./train_gpt_cpu (make) and the default shards (make data): without them this FAILS, it does not skip.
 set -u
 cd "$(dirname "$0")/.."
+source test/cli_lib.sh
 BIN=./train_gpt_cpu
-RUN_TIMEOUT=600
-TRAIN_GLOB='data/brown/brown_train_*.bin'
-VAL_GLOB='data/brown/brown_val_*.bin'
 TINY=(--depth 2 --width 64 --heads 4 --seq-len 64 --batch-size 4 --total-batch-tokens 512 --precision fp32
       --warmup-steps 2 --val-batches 2 --sample-every 0 --train-data "$TRAIN_GLOB" --val-data "$VAL_GLOB")
 
-pass() { echo "PASS $1"; }
-fail_check() { echo "FAIL $1: $2"; }
-
-if [ ! -x "$BIN" ]; then fail_check cli_binary "$BIN is missing; run make"; exit 1; fi
-first_shard=$(ls $TRAIN_GLOB 2>/dev/null | head -1)
-if [ -z "$first_shard" ] || [ -z "$(ls $VAL_GLOB 2>/dev/null)" ]; then
-    fail_check cli_data "no shards match $TRAIN_GLOB or $VAL_GLOB; run make data"
-    exit 1
-fi
+require_inputs cli_inputs "$BIN"
+first_shard=$(ls $TRAIN_GLOB | head -1)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# expect_error NAME TEXT ARGS...: the run exits non-zero with exactly one line on stderr containing TEXT,
+# expect_error NAME TEXT ARGS...: the run exits non-zero with exactly one error line on stderr containing TEXT,
 # and creates no output folder.
 expect_error() {
-    local name=$1 want=$2 err rc lines
+    local name=$1 want=$2
     shift 2
-    err=$(timeout "$RUN_TIMEOUT" "$BIN" --out-dir "$tmp/never" "$@" 2>&1 >/dev/null)
-    rc=$?
-    lines=$(printf '%s\n' "$err" | grep -c .)
-    if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$lines" -eq 1 ] && grep -qF -- "$want" <<<"$err" &&
+    if fails_with_one_line "$want" "[train_gpt rank 0] error: " "$BIN" --out-dir "$tmp/never" "$@" &&
         [ ! -e "$tmp/never" ]; then
         pass "$name"
     else
-        fail_check "$name" "status $rc, want one line with '$want' and no $tmp/never; stderr: $err"
+        fail_check "$name" "status $RC, want one line with '$want' and no $tmp/never; stderr: $ERR"
     fi
 }
 

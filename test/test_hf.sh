@@ -9,40 +9,25 @@
 # Needs ./hf_gpt2 and ./train_gpt_cpu (make) and the default shards (make data): without them this FAILS.
 set -u
 cd "$(dirname "$0")/.."
+source test/cli_lib.sh
 HF=./hf_gpt2
 TRAIN=./train_gpt_cpu
-RUN_TIMEOUT=600
-TRAIN_GLOB='data/brown/brown_train_*.bin'
-VAL_GLOB='data/brown/brown_val_*.bin'
 TINY=(--depth 2 --width 64 --heads 4 --seq-len 64 --batch-size 4 --total-batch-tokens 512 --precision fp32
       --warmup-steps 1 --val-batches 2 --sample-every 0 --train-data "$TRAIN_GLOB" --val-data "$VAL_GLOB")
 
-pass() { echo "PASS $1"; }
-fail_check() { echo "FAIL $1: $2"; }
-
-for b in "$HF" "$TRAIN"; do
-    if [ ! -x "$b" ]; then fail_check hf_binaries "$b is missing; run make"; exit 1; fi
-done
-if [ -z "$(ls $TRAIN_GLOB 2>/dev/null)" ] || [ -z "$(ls $VAL_GLOB 2>/dev/null)" ]; then
-    fail_check hf_data "no shards match $TRAIN_GLOB or $VAL_GLOB; run make data"
-    exit 1
-fi
+require_inputs hf_inputs "$HF" "$TRAIN"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 # expect_error NAME TEXT ARGS...: ./hf_gpt2 ARGS exits non-zero with exactly one line on stderr, "[hf_gpt2] error: "
 # and containing TEXT.
 expect_error() {
-    local name=$1 want=$2 err rc lines
+    local name=$1 want=$2
     shift 2
-    err=$(timeout "$RUN_TIMEOUT" "$HF" "$@" 2>&1 >/dev/null)
-    rc=$?
-    lines=$(printf '%s\n' "$err" | grep -c .)
-    if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$lines" -eq 1 ] && [[ "$err" == "[hf_gpt2] error: "* ]] &&
-        grep -qF -- "$want" <<<"$err"; then
+    if fails_with_one_line "$want" "[hf_gpt2] error: " "$HF" "$@"; then
         pass "$name"
     else
-        fail_check "$name" "status $rc, want one line '[hf_gpt2] error: ...$want...'; stderr: $err"
+        fail_check "$name" "status $RC, want one line '[hf_gpt2] error: ...$want...'; stderr: $ERR"
     fi
 }
 
