@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Everything a GPU machine should run, in one call: build, the GPU tests (parity against the CPU build in fp32 and
-# bf16, attention kernels), then the throughput benchmark beside PyTorch. Logs under $OUT (or /tmp/device_check);
-# the last lines are the two summary tables.
-#   dev/device_check.sh [tests|bench|all|hf]     (default all; hf: ./hf_gpt2 against transformers, dev/hf_check.py)
-# Needs data/brown (make data, or carried) and .carry/torch_gpt.py (the PyTorch baseline) for the benchmark.
+# Everything a GPU machine should run, in one call: build, the GPU tests (parity against the CPU build in fp32, bf16
+# and fp8, kernels, resume, GTP on one rank, preemption), ./hf_gpt2 against transformers (dev/hf_check.py), the
+# default run (./train_gpt with no options; its loss.svg is kept in $OUT), then the throughput benchmark beside
+# PyTorch. Logs under $OUT (or /tmp/device_check); the last lines are the summary tables.
+#   dev/device_check.sh [tests|hf|default|bench|racecheck|all]     (default all; racecheck, dev/racecheck_diag.sh, only
+#   when asked: compute-sanitizer's racecheck takes minutes)
+# Needs data/brown (make data, or carried) and .carry/torch_gpt.py (the PyTorch baseline) for the benchmark; hf needs
+# python3 with torch, transformers and numpy.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -18,8 +21,16 @@ status=0
 if [ "$what" = tests ] || [ "$what" = all ]; then
     LOG_DIR="$LOGS/gpu_tests" test/run_gpu_tests.sh > "$LOGS/gpu_tests.log" 2>&1 || status=1
 fi
-if [ "$what" = hf ]; then # needs python3 with torch, transformers and numpy
+if [ "$what" = hf ] || [ "$what" = all ]; then
     python3 dev/hf_check.py --work "$LOGS/hf_check" > "$LOGS/hf_check.log" 2>&1 || status=1
+fi
+if [ "$what" = default ] || [ "$what" = all ]; then
+    rm -rf runs/default
+    ./train_gpt > "$LOGS/default_run.log" 2>&1 || status=1
+    cp runs/default/loss.svg runs/default/metrics.jsonl "$LOGS/" 2>/dev/null || status=1
+fi
+if [ "$what" = racecheck ]; then
+    OUT="$LOGS" dev/racecheck_diag.sh > "$LOGS/racecheck_diag.log" 2>&1 || status=1
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
     test/gpubin/test_attention --bench > "$LOGS/attention_bench.log" 2>&1 || status=1
@@ -30,4 +41,6 @@ echo
 [ -f "$LOGS/attention_bench.log" ] && tail -8 "$LOGS/attention_bench.log"
 [ -f "$LOGS/bench.log" ] && sed -n '/^model /,$p' "$LOGS/bench.log"
 [ -f "$LOGS/hf_check.log" ] && grep -E '^(PASS|FAIL|hf_check)' "$LOGS/hf_check.log"
+[ -f "$LOGS/default_run.log" ] && grep -E '^step (1|60)/60|val loss' "$LOGS/default_run.log" | tail -8
+[ -f "$LOGS/racecheck_diag.log" ] && tail -9 "$LOGS/racecheck_diag.log"
 exit $status

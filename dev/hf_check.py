@@ -27,7 +27,10 @@ import shutil
 import subprocess
 import sys
 
-TOLERANCE_A = {"fp32": 2e-3, "bf16": 2e-2}  # relative, train_gpt's val loss vs HF's on the exported model
+# relative, train_gpt's val loss vs HF's on the exported model. fp32: train_gpt's fp32 build matches the CPU build's
+# loss to ~1e-7 (make gpu-test) and HF sums in another order (~1e-6), so 1e-4 leaves room while a wrong transpose or
+# a misplaced tensor moves the loss by O(1); bf16: its 8-bit significands, as the bf16 parity tolerance on the loss.
+TOLERANCE_A = {"fp32": 1e-4, "bf16": 1e-2}
 TOLERANCE_B = 1e-4                          # relative, train_gpt_cpu (fp32) vs HF (fp32) on the imported model
 WEIGHT_STD = 0.3
 SHARD_MAGIC = 20240520
