@@ -146,8 +146,9 @@ static void cmd_decode(char **args, int n_args, int nul_separated, const char *v
     tokenizer_init(&t, vocab_dir);
     TokenVec ids = {0}, ends = {0}; // with -0: ends[k] = the ids of lines 0..k
     for (int i = 0; i < n_args; i++) { tokenvec_push(&ids, parse_id(args[i], strlen(args[i]), &t, "decode")); }
-    if (!nul_separated) { tokenvec_push(&ends, (int)ids.n); } // the arguments are one text, without a NUL after it
-    if (nul_separated) {
+    if (!nul_separated) {
+        tokenvec_push(&ends, (int)ids.n); // the arguments are one text, without a NUL after it
+    } else {
         size_t n;
         char *in = read_stream(stdin, &n);
         for (size_t pos = 0, k = 0; pos < n; k++) {

@@ -308,7 +308,8 @@ static inline void resume_keys_check(const ResumeKeys *file, const ResumeKeys *r
             continue;
         }
         int recorded = resume_keys_get(file, name, have, sizeof(have));
-        if (!recorded && strcmp(name, RESUME_DATA_KEY) == 0) {
+        int is_data = strcmp(name, RESUME_DATA_KEY) == 0;
+        if (!recorded && is_data) {
             line = end + 1;
             continue;
         }
@@ -317,7 +318,7 @@ static inline void resume_keys_check(const ResumeKeys *file, const ResumeKeys *r
             fail("checkpoint '%s' was written with %s %s but this run has %s %s; resume with the same settings, or "
                  "choose another --out-dir to start a new run%s",
                  path, name, have, name, want,
-                 strcmp(name, RESUME_DATA_KEY) == 0 ? " (--init-from its model file trains it on other data)" : "");
+                 is_data ? " (--init-from its model file trains it on other data)" : "");
         }
         line = end + 1;
     }

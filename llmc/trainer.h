@@ -120,6 +120,7 @@ static inline double wall_seconds(void) { // monotonic: a clock adjustment mid-s
 // ----------------------------------------------------------------------------------------------------------
 // the output folder
 
+// --out-dir and the folders above it (rank 0 here; the GPU build's ranks too, for their GEMM choices).
 static inline void make_dirs(const char *path) { make_dirs_named(path, "--out-dir"); }
 
 // The name of a file in out_dir that a run writes (log, metrics, plot, model, state), or NULL if there is none.
@@ -486,17 +487,19 @@ static inline void trainer_check_finite(const Trainer *tr, int step, const char 
          "a lower --lr or more --warmup-steps", step, what, value, norm, next);
 }
 
-// Ends a run stopped by signal `sig` after `step`: its checkpoint (unless the step wrote one, or --save 0) and a line.
+// Ends a run stopped by signal `sig` after `step`: its checkpoint (unless the step wrote one, or --save 0), a line,
+// and the picture.
 static inline void trainer_stop(Trainer *tr, int step, int sig) {
     const Options *o = &tr->o;
-    if (o->save && tr->last_checkpoint != step) { trainer_checkpoint(tr, step); }
-    if (o->save) {
-        logger_line(&tr->log, "step %d/%d | stopped by %s with a checkpoint: run the same command with --resume auto "
-                    "(or 1) to continue\n", step, o->steps, signal_name(sig));
-    } else {
+    if (!o->save) {
         logger_line(&tr->log, "step %d/%d | stopped by %s without a checkpoint (--save 0)\n", step, o->steps,
                     signal_name(sig));
+    } else {
+        if (tr->last_checkpoint != step) { trainer_checkpoint(tr, step); }
+        logger_line(&tr->log, "step %d/%d | stopped by %s with a checkpoint: run the same command with --resume auto "
+                    "(or 1) to continue\n", step, o->steps, signal_name(sig));
     }
+    logger_plot(&tr->log);
 }
 
 // Trains from start_step; returns 0 when the run is complete, EXIT_PREEMPTED when a signal stopped it.
@@ -510,7 +513,6 @@ static inline int trainer_loop(Trainer *tr, int start_step) {
         int sig = trainer_stop_signal(tr);
         if (sig && !last) { // the validation and samples of a stopped step are skipped: they change no state
             trainer_stop(tr, done, sig);
-            logger_plot(&tr->log);
             return EXIT_PREEMPTED;
         }
         if (tr->has_val && (every(o->val_every, done) || last)) {

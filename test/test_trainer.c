@@ -244,32 +244,23 @@ static void copy_file(const char *from, const char *to) {
     free(buf);
 }
 
-// The llm.c lines ("s:...") of a log, up to and including step max_step.
-static void log_machine_lines(const char *path, int max_step, char *out, size_t cap) {
-    size_t n;
-    char *text = read_file(path, &n);
-    out[0] = '\0';
-    for (char *line = text ? strtok(text, "\n") : NULL; line; line = strtok(NULL, "\n")) {
-        int step;
-        if (sscanf(line, "s:%d", &step) == 1 && step <= max_step) {
-            strncat(out, line, cap - strlen(out) - 2);
-            strcat(out, "\n");
-        }
-    }
-    free(text);
-}
+// The lines of a file that start with a step, read by step_format (LOG_STEP: llm.c's lines of a log; METRICS_STEP:
+// a metrics file's records), up to and including step max_step; each cut short at `cut` where it holds it (a
+// metrics record's timings, METRICS_TIMINGS to its end: the fields that differ between two runs of the same steps).
+#define LOG_STEP "s:%d"
+#define METRICS_STEP "{\"step\":%d"
+#define METRICS_TIMINGS ",\"ms\":"
 
-// The records of a metrics file up to step max_step, without their timings (`,"ms":` to the end: the fields that
-// differ between two runs of the same steps).
-static void metrics_lines(const char *path, int max_step, char *out, size_t cap) {
+static void step_lines(const char *path, const char *step_format, const char *cut, int max_step, char *out,
+                       size_t cap) {
     size_t n;
     char *text = read_file(path, &n);
     out[0] = '\0';
     for (char *line = text ? strtok(text, "\n") : NULL; line; line = strtok(NULL, "\n")) {
         int step;
-        if (sscanf(line, "{\"step\":%d", &step) != 1 || step > max_step) { continue; }
-        char *timings = strstr(line, ",\"ms\":");
-        if (timings) { strcpy(timings, "}"); }
+        if (sscanf(line, step_format, &step) != 1 || step > max_step) { continue; }
+        char *at = cut ? strstr(line, cut) : NULL;
+        if (at) { strcpy(at, "}"); }
         strncat(out, line, cap - strlen(out) - 2);
         strcat(out, "\n");
     }
@@ -279,7 +270,7 @@ static void metrics_lines(const char *path, int max_step, char *out, size_t cap)
 // Every training record's loss is log.txt's ("s:%d trl:%f") and the steps are 1..steps, then validations as logged.
 static int metrics_match_log(const char *metrics_path, const char *log_path, int steps, char *why, size_t cap) {
     char log[8192], want[8192] = "", line[64];
-    log_machine_lines(log_path, 1000, log, sizeof(log));
+    step_lines(log_path, LOG_STEP, NULL, 1000, log, sizeof(log));
     size_t n;
     char *text = read_file(metrics_path, &n);
     int step = 0;
@@ -320,7 +311,7 @@ static void test_run_and_resume(void) {
     scratch_path(b, "full/state_00000006.bin");
     check(file_exists(a) && file_exists(b), "run_writes_checkpoints", "checkpoint 3 or 6 is missing");
     scratch_path(a, "full/log.txt");
-    log_machine_lines(a, 1000, text, sizeof(text));
+    step_lines(a, LOG_STEP, NULL, 1000, text, sizeof(text));
     check(strstr(text, "s:1 trl:") && strstr(text, "s:6 trl:") && strstr(text, "s:2 tel:") && strstr(text, "s:6 tel:"),
           "run_log_lines", "log lines: %s", text);
     size_t n;
@@ -349,14 +340,14 @@ static void test_run_and_resume(void) {
         copy_file(from, to);
     }
     scratch_path(a, "full/log.txt");
-    log_machine_lines(a, 3, text, sizeof(text));
+    step_lines(a, LOG_STEP, NULL, 3, text, sizeof(text));
     scratch_path(b, "part/log.txt");
     FILE *f = fopen_check(b, "w");
     fputs(text, f);
     fclose(f);
     // its metrics went on to step 5 before it stopped, the last record cut short
     scratch_path(a, "full/metrics.jsonl");
-    metrics_lines(a, 5, text, sizeof(text));
+    step_lines(a, METRICS_STEP, METRICS_TIMINGS, 5, text, sizeof(text));
     scratch_path(b, "part/metrics.jsonl");
     f = fopen_check(b, "w");
     fprintf(f, "%s{\"step\":6,\"train_lo", text);
@@ -365,8 +356,8 @@ static void test_run_and_resume(void) {
     Run part = make_run("part", resume);
     c = run_train(&part);
     check(c.status == 0, "resume_completes", "status %d: %s", c.status, c.err);
-    metrics_lines(a, 1000, text, sizeof(text));
-    metrics_lines(b, 1000, text2, sizeof(text2));
+    step_lines(a, METRICS_STEP, METRICS_TIMINGS, 1000, text, sizeof(text));
+    step_lines(b, METRICS_STEP, METRICS_TIMINGS, 1000, text2, sizeof(text2));
     check(strcmp(text, text2) == 0, "resume_metrics_each_step_once", "uninterrupted:\n%sresumed:\n%s", text, text2);
     scratch_path(a, "full/loss.svg");
     scratch_path(b, "part/loss.svg");
@@ -379,8 +370,8 @@ static void test_run_and_resume(void) {
     free(svg_part);
     scratch_path(a, "full/log.txt");
     scratch_path(b, "part/log.txt");
-    log_machine_lines(a, 1000, text, sizeof(text));
-    log_machine_lines(b, 1000, text2, sizeof(text2));
+    step_lines(a, LOG_STEP, NULL, 1000, text, sizeof(text));
+    step_lines(b, LOG_STEP, NULL, 1000, text2, sizeof(text2));
     check(strcmp(text, text2) == 0, "resume_same_losses", "uninterrupted:\n%sresumed:\n%s", text, text2);
     scratch_path(a, "full/model_00000006.bin");
     scratch_path(b, "part/model_00000006.bin");
@@ -431,8 +422,8 @@ static void test_restart_and_auto(void) {
     free(out);
     char full_metrics[CKPT_PATH_LEN];
     scratch_path(full_metrics, "full/metrics.jsonl");
-    metrics_lines(full_metrics, 1000, text, sizeof(text));
-    metrics_lines(metrics, 1000, text2, sizeof(text2));
+    step_lines(full_metrics, METRICS_STEP, METRICS_TIMINGS, 1000, text, sizeof(text));
+    step_lines(metrics, METRICS_STEP, METRICS_TIMINGS, 1000, text2, sizeof(text2));
     check(strcmp(text, text2) == 0, "attempt_restart_starts_metrics_anew", "uninterrupted:\n%srestarted:\n%s", text,
           text2);
     Run new_auto = make_run("auto_new", autom);
@@ -656,17 +647,16 @@ static const char *const PREEMPT_OPTIONS[] = {"--steps", PREEMPT_STEPS, "--check
 
 // The uninterrupted run's final model and state files equal to out-dir `name`'s.
 static int same_as_uninterrupted(const char *name) {
-    char a[CKPT_PATH_LEN], b[CKPT_PATH_LEN], m[CKPT_PATH_LEN + 64], st[CKPT_PATH_LEN + 64];
-    snprintf(m, sizeof(m), "preempt_full/model_%08d.bin", PREEMPT_LAST_STEP);
-    snprintf(st, sizeof(st), "%s/model_%08d.bin", name, PREEMPT_LAST_STEP);
-    scratch_path(a, m);
-    scratch_path(b, st);
-    int same = same_file(a, b);
-    snprintf(m, sizeof(m), "preempt_full/state_%08d.bin", PREEMPT_LAST_STEP);
-    snprintf(st, sizeof(st), "%s/state_%08d.bin", name, PREEMPT_LAST_STEP);
-    scratch_path(a, m);
-    scratch_path(b, st);
-    return same && same_file(a, b);
+    const char *const kinds[] = {"model", "state"};
+    for (int k = 0; k < 2; k++) {
+        char a[CKPT_PATH_LEN], b[CKPT_PATH_LEN], rel_a[CKPT_PATH_LEN + 64], rel_b[CKPT_PATH_LEN + 64];
+        snprintf(rel_a, sizeof(rel_a), "preempt_full/%s_%08d.bin", kinds[k], PREEMPT_LAST_STEP);
+        snprintf(rel_b, sizeof(rel_b), "%s/%s_%08d.bin", name, kinds[k], PREEMPT_LAST_STEP);
+        scratch_path(a, rel_a);
+        scratch_path(b, rel_b);
+        if (!same_file(a, b)) { return 0; }
+    }
+    return 1;
 }
 
 // Runs `name` with --resume auto until it completes: the first run meets the toy's raised signal (g_raise_at_*) or
