@@ -1518,7 +1518,8 @@ static void gemm_algos_path(char *path, size_t n, const char *out_dir, int rank)
     else { snprintf(path, n, "%s/gemm_algos.rank%d.txt", out_dir, rank); }
 }
 
-static void choose_gemm_algos(ModelOps *ops, const GPTConfig *config, const char *out_dir, int rank, int B, int T) {
+static void choose_gemm_algos(ModelOps *ops, const GPTConfig *config, const char *out_dir, int rank, int B, int T,
+                              int search) {
     char path[OPT_STR_LEN + 32];
     gemm_algos_path(path, sizeof(path), out_dir, rank);
     if (out_dir[0]) {
@@ -1529,7 +1530,7 @@ static void choose_gemm_algos(ModelOps *ops, const GPTConfig *config, const char
     int N = B * T;
     int *tokens = (int *)malloc_check((size_t)N * sizeof(int), "tuning tokens");
     for (int i = 0; i < N; i++) { tokens[i] = i % config->vocab_size; }
-    gemm_tuning(1);
+    gemm_tuning(search);
     ops->zero_grad(ops->ctx);
     ops->forward_backward(ops->ctx, tokens, tokens, B, T, 1.0f / N, 0);
     gemm_tuning(0);
@@ -1548,7 +1549,7 @@ static ModelOps gpt_make(const GPTConfig *config, const Options *opts, Precision
     GPT<floatX> *g = gpt_create<floatX>(config, p, p == PRECISION_FP8 ? &recipe : (const Fp8Recipe *)NULL, opts, mesh,
                                         B, T);
     ModelOps ops = gpt_ops(g);
-    choose_gemm_algos(&ops, config, opts->out_dir, mesh->rank, B, T);
+    choose_gemm_algos(&ops, config, opts->out_dir, mesh->rank, B, T, opts->gemm_search);
     if (g->fp8) { fp8_discard_step(g->fp8, g_cuda.stream); }
     return ops;
 }

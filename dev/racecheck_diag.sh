@@ -1,46 +1,57 @@
 #!/usr/bin/env bash
 # racecheck_diag.sh: why `compute-sanitizer --tool racecheck ./train_gpt ...` (issue 13's command) exits non-zero
-# with no output, in one device call. Runs the command plain, under memcheck, under racecheck, then racecheck with
-# the attention kernels left out and with the LayerNorm kernels left out, each with its stdout, stderr and the
-# tool's own log kept apart and its exit status recorded; prints a table last. Logs under $OUT (or a temp folder).
-#   dev/racecheck_diag.sh [PRECISION]     (default bf16; fp32 runs the fp32 attention kernels)
+# with no output, in one device call. Runs the command plain, under memcheck and under racecheck in several forms
+# (with and without the GEMM algorithm search, only our attention kernels, only our LayerNorm kernels), each with the program's
+# output line-buffered and its own exit status recorded by a wrapper shell, and writes one report per case (the
+# program's last lines, the tool log's head and tail, hazards counted per kernel); prints a table last.
+# Logs under $OUT (or a temp folder).
+#   dev/racecheck_diag.sh            ONLY=REGEX: the cases whose names match
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PRECISION=${1:-bf16}
 LOGS=${OUT:-$(mktemp -d)}/racecheck
 mkdir -p "$LOGS"
 export NCCL_NVLS_ENABLE=0
 make -s train_gpt >"$LOGS/build.log" 2>&1 || { tail -20 "$LOGS/build.log"; exit 1; }
-CMD=(./train_gpt --depth 1 --width 128 --heads 2 --seq-len 128 --batch-size 2 --total-batch-tokens 256 --steps 1
-     --warmup-steps 1 --val-every 0 --sample-every 0 --save 0 --precision "$PRECISION")
-# name | tool options (empty: no tool)
-CASES=("plain|"
-       "memcheck|--tool memcheck"
-       "racecheck|--tool racecheck"
-       "racecheck_all_reports|--tool racecheck --racecheck-report all --print-level info"
-       "racecheck_no_attention|--tool racecheck --kernel-name-exclude kns=attention_"
-       "racecheck_no_layernorm|--tool racecheck --kernel-name-exclude kns=layernorm_"
-       "racecheck_no_both|--tool racecheck --kernel-name-exclude kns=attention_ --kernel-name-exclude kns=layernorm_")
-printf '%-26s %6s %8s %8s  %s\n' case exit "out B" "err B" "tool summary / last tool line" >"$LOGS/table.txt"
+WORK=$(mktemp -d)
+CMD="./train_gpt --depth 1 --width 128 --heads 2 --seq-len 128 --batch-size 2 --total-batch-tokens 256 --steps 1"
+CMD+=" --warmup-steps 1 --val-every 0 --sample-every 0 --save 0"
+# name | precision and other options | tool options (empty: no tool)
+CASES=("plain|--precision bf16|"
+       "memcheck|--precision bf16|--tool memcheck"
+       "racecheck|--precision bf16|--tool racecheck"
+       "racecheck_no_search|--precision bf16 --gemm-search 0|--tool racecheck"
+       "racecheck_no_search_attention|--precision bf16 --gemm-search 0|--tool racecheck --kernel-name kns=attention_"
+       "racecheck_no_search_layernorm|--precision bf16 --gemm-search 0|--tool racecheck --kernel-name kns=layernorm_")
+printf '%-30s %5s %6s %6s  %s\n' case tool target "out L" "tool summary" >"$LOGS/table.txt"
 for c in "${CASES[@]}"; do
-    name=${c%%|*} opts=${c#*|}
-    dir="$LOGS/$name"
-    rm -rf "$dir" && mkdir -p "$dir"
+    IFS='|' read -r name args opts <<<"$c"
+    [[ $name =~ ${ONLY:-.} ]] || continue
+    dir="$WORK/$name" rep="$LOGS/$name.txt"
+    mkdir -p "$dir"
+    # the wrapper shell records the program's own status (128+N: killed by signal N)
+    wrapped="stdbuf -oL -eL $CMD $args --out-dir $dir/run; echo \$? > $dir/target_rc"
     if [ -z "$opts" ]; then
-        timeout 300 "${CMD[@]}" --out-dir "$dir/run" >"$dir/stdout" 2>"$dir/stderr"; rc=$?
+        timeout 300 bash -c "$wrapped" >"$dir/stdout" 2>&1; rc=$?
     else
         # shellcheck disable=SC2086
-        timeout 300 compute-sanitizer $opts --report-api-errors no --log-file "$dir/tool.log" \
-            "${CMD[@]}" --out-dir "$dir/run" >"$dir/stdout" 2>"$dir/stderr"; rc=$?
+        timeout 300 compute-sanitizer $opts --target-processes all --report-api-errors no --log-file "$dir/tool.log" \
+            bash -c "$wrapped" >"$dir/stdout" 2>&1; rc=$?
     fi
-    summary=$(grep -h "SUMMARY\|Target application\|Error\|error" "$dir/tool.log" 2>/dev/null | tail -1)
-    printf '%-26s %6s %8s %8s  %s\n' "$name" "$rc" "$(wc -c <"$dir/stdout")" "$(wc -c <"$dir/stderr")" \
-        "${summary:-$(tail -1 "$dir/stderr")}" >>"$LOGS/table.txt"
+    target=$(cat "$dir/target_rc" 2>/dev/null || echo none)
+    summary=$(grep -h "SUMMARY" "$dir/tool.log" 2>/dev/null | tail -1)
+    {
+        echo "== $name: tool exit $rc, target exit $target"
+        echo "-- program output, last 6 lines"; tail -6 "$dir/stdout"
+        if [ -f "$dir/tool.log" ]; then
+            echo "-- tool log, first 30 lines"; head -30 "$dir/tool.log"
+            echo "-- tool log, last 12 lines"; tail -12 "$dir/tool.log"
+            echo "-- hazards per kernel"
+            grep -h -A2 -i 'hazard\|race' "$dir/tool.log" | grep -o 'in [A-Za-z_][A-Za-z0-9_:<>, ]*' | sort | uniq -c |
+                sort -rn | head -15
+        fi
+    } >"$rep"
+    printf '%-30s %5s %6s %6s  %s\n' "$name" "$rc" "$target" "$(wc -l <"$dir/stdout")" "${summary:-}" >>"$LOGS/table.txt"
 done
-for c in "${CASES[@]}"; do
-    name=${c%%|*}
-    echo "== $name: stderr tail, tool log tail"
-    tail -5 "$LOGS/$name/stderr"
-    tail -8 "$LOGS/$name/tool.log" 2>/dev/null
-done
+rm -rf "$WORK"
+for f in "$LOGS"/*.txt; do [ "$f" = "$LOGS/table.txt" ] || cut -c1-240 "$f"; done
 cat "$LOGS/table.txt"

@@ -57,6 +57,7 @@ typedef struct {
     int fp8_amax_history, fp8_margin, fp8_bf16_blocks, fp8_fast_accum;
     char fp8_activations[OPT_STR_LEN]; // GPU build: bf16 | fp32 around the FP8 GEMMs
     int keep_gelu_layers;        // GPU build: layers (from the first) whose gelu(fc) is kept for backward
+    int gemm_search;             // GPU build: time cuBLASLt's candidate algorithms at start-up (else its first)
     // parallel layout (world = DP x GTP x TP)
     int tp, gtp, gtp_prefetch, gtp_materialize, sequence_parallel, zero;
     // CPU build: reference state for the GPU parity test
@@ -150,6 +151,9 @@ static const OptionSpec OPTION_SPECS[] = {
     {"keep-gelu-layers", OPT_INT, OPT_FIELD(keep_gelu_layers), "0", 0, MAX_LAYERS, NULL,
      "GPU build: layers (from the first) that keep their MLP's GELU output for backward (faster, more memory); "
      "the others recompute it"},
+    {"gemm-search", OPT_INT, OPT_FIELD(gemm_search), "1", 0, 1, NULL,
+     "GPU build: 1 = time cuBLASLt's candidate algorithms of each GEMM at start-up and keep the fastest (saved in "
+     "gemm_algos.txt); 0 = take cuBLASLt's first choice (compute-sanitizer's racecheck faults in some candidates)"},
     {"tp", OPT_INT, OPT_FIELD(tp), "1", 1, 1024, NULL, "tensor-parallel degree"},
     {"gtp", OPT_INT, OPT_FIELD(gtp), "1", 1, 1024, NULL,
      "weight-sharding (GTP) degree: the block weight matrices, their gradients and AdamW state split over this many "
