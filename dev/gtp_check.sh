@@ -34,20 +34,9 @@ for f in model_00000006.bin state_00000006.bin; do
     done
 done
 if [ -n "${SANITIZE:-}" ]; then
-    # API errors are left out: NCCL and cuBLAS probe kernels of other GPUs (cudaFuncGetAttributes: no kernel image).
-    # --gemm-search 0: racecheck faults inside some of cuBLASLt's candidate algorithms that the search would time.
-    out=$(compute-sanitizer --tool "$SANITIZE" --report-api-errors no --error-exitcode 9 ./train_gpt --depth 2 \
-        --width 128 --heads 2 --batch-size 2 --seq-len 64 --total-batch-tokens 256 --steps 2 --warmup-steps 1 \
-        --gemm-search 0 \
-        --val-every 0 --sample-every 0 --precision "$PRECISION" --train-data "$SHARD" \
-        --out-dir "$DIR/sanitize_$SANITIZE" --save 0 --gtp-materialize 1 --gtp-prefetch "$PREFETCH" 2>&1) &&
-        rc=0 || rc=$?
-    summary=$(grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" <<<"$out" | tail -1)
-    if [ "$rc" -eq 0 ]; then
-        echo "PASS gtp one-rank $PRECISION compute-sanitizer $SANITIZE: ${summary:-no summary line}"
-    else
-        echo "FAIL gtp one-rank $PRECISION compute-sanitizer $SANITIZE (exit $rc): ${summary:-see below}"
-        tail -20 <<<"$out"; status=1
-    fi
+    dev/sanitize.sh "gtp one-rank $PRECISION compute-sanitizer $SANITIZE" "$SANITIZE" "$DIR/sanitize.log" ./train_gpt \
+        --depth 2 --width 128 --heads 2 --batch-size 2 --seq-len 64 --total-batch-tokens 256 --steps 2 \
+        --warmup-steps 1 --gemm-search 0 --val-every 0 --sample-every 0 --precision "$PRECISION" --train-data "$SHARD" \
+        --out-dir "$DIR/sanitize_$SANITIZE" --save 0 --gtp-materialize 1 --gtp-prefetch "$PREFETCH" || status=1
 fi
 exit $status
