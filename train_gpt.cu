@@ -1565,13 +1565,20 @@ static ModelOps make_gpu_model(const GPTConfig *config, const Options *opts, con
     // A profiler started with --profile-from-start off (dev/kernel_times.sh) sees training, not the tuning pass.
     (void)cudaProfilerStart();
     if (mesh->rank == 0) { printf("peak GPU memory: %.1f GB\n", g_cuda_allocated_bytes / 1e9); }
+    size_t elem = p == PRECISION_FP32 ? sizeof(float) : sizeof(bf16); // a gathered weight's element
     if (mesh->rank == 0 && options_gtp_path(opts)) {
         ParamLayout mine;
         param_layout_gtp(config, mesh, &mine);
-        size_t elem = p == PRECISION_FP32 ? sizeof(float) : sizeof(bf16);
         printf("GTP: %d ranks, prefetch %d; rank 0 holds %zu parameters (%.1f MB of fp32 masters); a pass gathers "
                "%.1f MB into each rank\n", mesh->gtp, opts->gtp_prefetch, mine.total, mine.total * 4.0 / 1e6,
                gtp_pass_gather_bytes(config, mesh, elem) / 1e6);
+    }
+    if (gtp_group_spans_nodes(mesh, g_comm.boot.local_rank)) {
+        warn("this rank's GTP group spans nodes (local rank %d, GTP rank %d of %d, --tp %d): every pass's weight "
+             "gathers (%.1f MB into each rank) and the gradient reduce-scatters cross the network between nodes, "
+             "many times slower than NVLink; choose --gtp x --tp that divides the GPUs of a node",
+             g_comm.boot.local_rank, mesh->gtp_rank, mesh->gtp, mesh->tp,
+             gtp_pass_gather_bytes(config, mesh, elem) / 1e6);
     }
     return ops;
 }

@@ -224,4 +224,12 @@ static inline size_t gtp_pass_gather_bytes(const GPTConfig *c, const Mesh *m, si
     return bytes;
 }
 
+// Whether this rank's GTP group starts on an earlier node than this rank. Launchers number a node's ranks
+// consecutively (local rank = rank - the node's first rank), and the group's first rank is gtp_rank x TP ranks
+// before this one, so a smaller local rank means the group's first ranks run on another node. A group that spans
+// nodes always has such a rank: the first one on the later node (local rank 0).
+static inline int gtp_group_spans_nodes(const Mesh *m, int local_rank) {
+    return m->gtp > 1 && local_rank < m->gtp_rank * m->tp;
+}
+
 #endif // LLMC_GTP_PLAN_H

@@ -49,13 +49,24 @@ static inline void set_error_program(const char *name) {
 // Hook run before a fatal exit (the multi-GPU build sets it to abort its communicators, so no peer hangs).
 static void (*g_fail_hook)(void) = NULL;
 
-// The error line itself, for fail() and for a thread that must end the process without exit() (a watchdog).
-static inline void print_error_line(const char *fmt, va_list ap) {
-    if (g_error_names_rank) { fprintf(stderr, "[%s rank %d] error: ", g_program, g_rank); }
-    else { fprintf(stderr, "[%s] error: ", g_program); }
+// One line on stderr, "[program rank R] kind: ...".
+static inline void print_line(const char *kind, const char *fmt, va_list ap) {
+    if (g_error_names_rank) { fprintf(stderr, "[%s rank %d] %s: ", g_program, g_rank, kind); }
+    else { fprintf(stderr, "[%s] %s: ", g_program, kind); }
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
     fflush(stderr);
+}
+
+// The error line itself, for fail() and for a thread that must end the process without exit() (a watchdog).
+static inline void print_error_line(const char *fmt, va_list ap) { print_line("error", fmt, ap); }
+
+// What runs but costs the user: a warning line, and the run goes on.
+LLMC_PRINTF(1, 2) static inline void warn(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    print_line("warning", fmt, ap);
+    va_end(ap);
 }
 
 // Set by fail(): the process is abandoning its work, so what it still holds is not a leak.

@@ -255,7 +255,34 @@ static void test_bytes(void) {
           "%zu vs %zu", got, want);
 }
 
+// Ranks numbered node by node, ranks_per_node each: does some rank see its GTP group span nodes?
+static int some_group_spans_nodes(int world, int tp, int gtp, int ranks_per_node) {
+    int seen = 0;
+    for (int r = 0; r < world; r++) {
+        Mesh m = mesh_make(world, r, tp, gtp);
+        seen |= gtp_group_spans_nodes(&m, r % ranks_per_node);
+    }
+    return seen;
+}
+
+static void test_nodes(void) {
+    // {world, tp, gtp, ranks per node, spans}: a group spans nodes exactly when tp x gtp does not divide the node
+    int cases[][5] = {{8, 1, 8, 8, 0},  {16, 1, 8, 8, 0}, {16, 1, 16, 8, 1}, {16, 2, 4, 8, 0}, {16, 2, 8, 8, 1},
+                      {16, 4, 4, 8, 1}, {12, 1, 4, 6, 1}, {12, 1, 3, 6, 0}, {8, 8, 1, 4, 0},  {4, 1, 2, 1, 1}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int *c = cases[i];
+        int got = some_group_spans_nodes(c[0], c[1], c[2], c[3]);
+        check(got == c[4], "gtp group spanning nodes", "world %d tp %d gtp %d, %d ranks a node: %d, want %d", c[0],
+              c[1], c[2], c[3], got, c[4]);
+    }
+    // only the ranks on the later node see it: world 16, gtp 16, 8 a node: ranks 8..15
+    Mesh first = mesh_make(16, 7, 1, 16), later = mesh_make(16, 8, 1, 16);
+    check(!gtp_group_spans_nodes(&first, 7) && gtp_group_spans_nodes(&later, 0), "gtp spanning seen by later ranks",
+          "rank 7: %d, rank 8: %d", gtp_group_spans_nodes(&first, 7), gtp_group_spans_nodes(&later, 0));
+}
+
 int main(void) {
+    test_nodes();
     test_shards();
     test_round_trip();
     test_chain();
