@@ -576,7 +576,8 @@ template <typename floatX> static void fp8_cast_layer_weights(GPT<floatX> *g, in
         const Linear<floatX> &lin = block_linear(g, l, k);
         Fp8CastOut o = {lin.fp8->w, lin.fp8->w_t, lin.out, 0, NULL};
         Fp8Plain<float> master = {masters_of(g, l)[BLOCK_LINEAR_WEIGHT[k]]};
-        fp8_cast(g->fp8, fp8_tensor_of(lin, FP8_WEIGHT), master, lin.out, lin.in, o, true, false, partials, s);
+        fp8_cast(g->fp8, fp8_tensor_of(lin, FP8_WEIGHT), master, lin.out, lin.in, o, true, FP8_SCALE_RECIPE, partials,
+                 s);
     }
 }
 
@@ -893,8 +894,8 @@ template <typename floatX> static void gelu_recompute(GPT<floatX> *g, int l, int
     if (g->fp8) { // an FP8 block: the fc projection's transposed FP8 input, as its forward cast it
         const Linear<floatX> &fcproj = block_linear(g, l, LIN_FCPROJ);
         Fp8CastOut o = {NULL, fcproj.fp8->x_t, N, 0, NULL};
-        fp8_cast(g->fp8, fp8_tensor_of(fcproj, FP8_INPUT), Fp8GeluOf<floatX>{x.fch}, N, g->mlp, o, false, true,
-                 (float *)NULL, g_cuda.sums);
+        fp8_cast(g->fp8, fp8_tensor_of(fcproj, FP8_INPUT), Fp8GeluOf<floatX>{x.fch}, N, g->mlp, o, false,
+                 FP8_SCALE_AGAIN, (float *)NULL, g_cuda.sums);
     } else {
         gelu_forward(x.h4, x.fch, (size_t)N * g->mlp, g_cuda.sums);
     }

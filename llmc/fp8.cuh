@@ -354,14 +354,29 @@ typedef struct {
 static size_t fp8_col_sums_floats(int rows, int cols) { return (size_t)ceil_div_int(rows, FP8_TILE_ROWS) * cols; }
 static int fp8_col_sums_parts(int rows) { return ceil_div_int(rows, FP8_TILE_ROWS); }
 
+// partials[0 .. d->amax_blocks) = the largest |value| of parts of src's n values (n % FP8_VEC == 0): their largest is
+// the tensor's amax, which a cast then takes from them (FP8_SCALE_PARTIALS).
+template <typename Src>
+static void fp8_amax_pass(const Fp8Device *d, Src src, size_t n, float *partials, cudaStream_t stream) {
+    fp8_amax_kernel<<<d->amax_blocks, FP8_CAST_THREADS, 0, stream>>>(src, n, partials);
+    cudaCheckLaunch();
+}
+
+// Where a cast's scale comes from.
+typedef enum {
+    FP8_SCALE_RECIPE,   // the recipe's: the tensor's own amax (an amax pass into partials first) or its history's
+    FP8_SCALE_AGAIN,    // the scale an earlier cast of the same values took (a recompute)
+    FP8_SCALE_PARTIALS, // the amax in partials, which the caller took (fp8_amax_pass) and perhaps maxed over ranks
+} Fp8ScaleSource;
+
 /*
- * Casts tensor t's (rows, cols) values, as src reads them, to FP8 (see the top of the file), into out. again: the same
- * values as an earlier cast of t (its scale). Otherwise the scale is t's own amax's (an amax pass first, into partials:
- * d->amax_blocks floats, a scratch of the stream's own) or its history's. record: the tensor's amax enters the step.
+ * Casts tensor t's (rows, cols) values, as src reads them, to FP8 (see the top of the file), into out, scaled as
+ * `from` says; partials: d->amax_blocks floats, a scratch of the stream's own (its amax pass, or the caller's maxima).
+ * record: the tensor's amax enters the step.
  */
 template <typename Src>
-static void fp8_cast(const Fp8Device *d, int t, Src src, int rows, int cols, Fp8CastOut out, bool record, bool again,
-                     float *partials, cudaStream_t stream) {
+static void fp8_cast(const Fp8Device *d, int t, Src src, int rows, int cols, Fp8CastOut out, bool record,
+                     Fp8ScaleSource from, float *partials, cudaStream_t stream) {
     if (rows <= 0) { return; }
     Fp8CastArgs a;
     a.rows = out.rows;
@@ -374,11 +389,13 @@ static void fp8_cast(const Fp8Device *d, int t, Src src, int rows, int cols, Fp8
     a.amax_step = record ? d->amax_step + t : NULL;
     a.margin_scale = d->recipe.margin_scale;
     a.format = fp8_role_format(t % FP8_ROLES);
-    if (again) {
+    if (from == FP8_SCALE_RECIPE && fp8_scales_current(d)) {
+        fp8_amax_pass(d, src, (size_t)rows * cols, partials, stream);
+        from = FP8_SCALE_PARTIALS;
+    }
+    if (from == FP8_SCALE_AGAIN) {
         a.from = {NULL, 0};
-    } else if (fp8_scales_current(d)) {
-        fp8_amax_kernel<<<d->amax_blocks, FP8_CAST_THREADS, 0, stream>>>(src, (size_t)rows * cols, partials);
-        cudaCheckLaunch();
+    } else if (from == FP8_SCALE_PARTIALS) {
         a.from = {partials, d->amax_blocks};
     } else {
         a.from = {d->amax_scale + t, 1};

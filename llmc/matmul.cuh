@@ -542,7 +542,8 @@ static void fp8_linear_rows_forward(const Linear<T> &lin, const T *bias, T *out,
     int tx = fp8_tensor_of(lin, FP8_INPUT), tw = fp8_tensor_of(lin, FP8_WEIGHT);
     if (!q->input_from_producer) {
         Fp8CastOut o = {q->x + r0 * lin.in, q->keeps_input ? q->x_t : NULL, f.tokens, f.row, NULL};
-        fp8_cast(d, tx, Fp8Plain<T>{inp + r0 * lin.in}, f.rows, lin.in, o, d->recording, false, q->partials, stream);
+        fp8_cast(d, tx, Fp8Plain<T>{inp + r0 * lin.in}, f.rows, lin.in, o, d->recording, FP8_SCALE_RECIPE,
+                 q->partials, stream);
     }
     GemmOperand w = {q->w, q->w_t, CUDA_R_8F_E4M3, fp8_scale_inv(d, tw)};
     GemmOperand x = {q->x + r0 * lin.in, NULL, CUDA_R_8F_E4M3, fp8_scale_inv(d, tx)};
@@ -552,7 +553,7 @@ static void fp8_linear_rows_forward(const Linear<T> &lin, const T *bias, T *out,
         const Fp8Linear *c = q->gelu_consumer;
         Fp8CastOut o = {c->x + r0 * lin.out, c->keeps_input ? c->x_t : NULL, f.tokens, f.row, NULL};
         fp8_cast(d, fp8_tensor(c->layer, c->linear, FP8_INPUT), Fp8GeluOf<T>{y}, f.rows, lin.out, o, d->recording,
-                 false, q->partials, stream);
+                 FP8_SCALE_RECIPE, q->partials, stream);
     }
 }
 
@@ -592,7 +593,7 @@ static void fp8_linear_dgrad(const Linear<T> &lin, T *dinp, const T *dout, const
     int tg = fp8_tensor_of(lin, FP8_GRAD), tw = fp8_tensor_of(lin, FP8_WEIGHT);
     if (!q->grad_from_consumer) {
         Fp8CastOut o = {q->dy, q->dy_t, N, 0, NULL};
-        fp8_cast(d, tg, Fp8Plain<T>{dout}, N, lin.out, o, d->recording, false, q->partials, stream);
+        fp8_cast(d, tg, Fp8Plain<T>{dout}, N, lin.out, o, d->recording, FP8_SCALE_RECIPE, q->partials, stream);
     }
     GemmOperand w = {q->w, q->w_t, CUDA_R_8F_E4M3, fp8_scale_inv(d, tw)};
     GemmOperand dy = {q->dy, q->dy_t, CUDA_R_8F_E5M2, fp8_scale_inv(d, tg)};
@@ -601,7 +602,7 @@ static void fp8_linear_dgrad(const Linear<T> &lin, T *dinp, const T *dout, const
         const Fp8Linear *p = q->gelu_producer;
         Fp8CastOut o = {p->dy, p->dy_t, N, 0, p->dbias_partials};
         fp8_cast(d, fp8_tensor(p->layer, p->linear, FP8_GRAD), Fp8DgeluOf<T>{dinp, gelu_aux}, N, lin.in, o,
-                 d->recording, false, q->partials, stream);
+                 d->recording, FP8_SCALE_RECIPE, q->partials, stream);
     }
 }
 

@@ -68,7 +68,7 @@ __global__ void gelu_values_kernel(float *out, const float *in, const float *dy,
 // A cast of tensor t of d on (rows, cols) values; returns (rows bytes, transposed matrix of cols x ld_t bytes).
 template <typename Src>
 static void run_cast(Fp8Device *d, int t, Src src, int rows, int cols, Fp8CastOut out, bool again, float *partials) {
-    fp8_cast(d, t, src, rows, cols, out, true, again, partials, g_cuda.stream);
+    fp8_cast(d, t, src, rows, cols, out, true, again ? FP8_SCALE_AGAIN : FP8_SCALE_RECIPE, partials, g_cuda.stream);
     cudaCheck(cudaStreamSynchronize(g_cuda.stream));
 }
 
