@@ -159,7 +159,7 @@ template <typename floatX> struct GPT {
     ParamLayout tp_layout;         // its TP-local tensors whole (llmc/tp_layout.h): checkpoints go through them
     Mesh mesh;
     TensorParallel tp;             // the TP group's collectives (tp.size 1: none)
-    Gtp<floatX> gtp;               // GTP weight sharding (llmc/gtp.cuh; gtp.active 0: none)
+    Gtp gtp;                       // GTP weight sharding (llmc/gtp.cuh; gtp.active 0: none)
     GtpShape gtp_shapes[BLOCK_LINEARS]; // each block linear layer's weight as GTP shards it
     EmbeddingShard emb;            // the vocabulary rows of wte this rank holds
     int heads, attn, mlp;          // this rank's attention heads, their channels (heads x head size) and MLP
@@ -180,7 +180,8 @@ template <typename floatX> struct GPT {
     Linear<floatX> head;           // the LM head
     Fp8Device *fp8;                // --precision fp8: the recipe's state (llmc/fp8.cuh); NULL otherwise
     Fp8Linear *fp8_linears;        // (L, BLOCK_LINEARS): the FP8 blocks' (Linear::fp8 points here)
-    float *fp8_partials[2];        // amax-pass scratch of the compute stream and of the side stream (weight casts)
+    float *fp8_partials[2];        // amax-pass scratch of the compute stream and of the side stream (weight casts),
+                                   // BLOCK_LINEARS x Fp8Device::amax_blocks floats each: a layer's weights at once
     cudaEvent_t fp8_transposed;    // the FP8 weights' transposes of the last update are made (gpt_update)
     int fp8_transposes_pending;    // and the next backward waits for them
     Activations<floatX> acts;
@@ -459,7 +460,8 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, con
         gathered = sh.padded_rows * sh.cols > gathered ? sh.padded_rows * sh.cols : gathered;
         shard = sh.shard_rows * sh.cols > shard ? sh.shard_rows * sh.cols : shard;
     }
-    gtp_init(&g->gtp, mesh, o->gtp_materialize, o->gtp_prefetch, gathered, shard);
+    gtp_init(&g->gtp, mesh, o->gtp_materialize, o->gtp_prefetch, gtp_buffer_bytes(config, mesh, fp8, sizeof(floatX)),
+             gathered, shard);
     dp_init(&g->dp, mesh, config, &g->layout, o->zero);
     if (fp8) {
         g->fp8 = (Fp8Device *)calloc_check(1, sizeof(Fp8Device), "FP8 state");
@@ -520,19 +522,28 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, con
 // ----------------------------------------------------------------------------------------------------------------
 // FP8
 
+// Where layer l's FP8 weight k keeps its E4M3 codes, which AdamW or a cast writes: the room of its compute-precision
+// copy, which no GEMM reads (under GTP this rank's shard of it, where the gathers take the codes from).
+template <typename floatX> static uint8_t *fp8_codes(const GPT<floatX> *g, int l, int k) {
+    return (uint8_t *)param_view(g, g->weights, l)[BLOCK_LINEAR_WEIGHT[k]];
+}
+
 /*
- * Each FP8 block's Fp8Linear (llmc/matmul.cuh): the weights' FP8 copies in the room of their compute-precision copy,
- * which no GEMM reads then (2 or more bytes an element: W, then W transposed); the inputs' transposed copies, kept per
- * layer for the weight gradients (the fc projection's in the layers that keep gelu(fch); the others recompute it into
- * the alternating h4t buffers); the row-major scratch of the inputs and output gradients every layer shares; and a
- * transposed output gradient per kind of layer (it lives from the input gradient to the weight gradient, and the
- * backward interleaves a block's two pairs of layers).
+ * Each FP8 block's Fp8Linear (llmc/matmul.cuh): the weights' FP8 copies in the room of their compute-precision copy
+ * (2 or more bytes an element: W as fp8_codes, then W transposed; under GTP the chain's buffer instead, set by
+ * gtp_acquire for the GEMMs that read it); the inputs' transposed copies, kept per layer for the weight gradients
+ * (the fc projection's in the layers that keep gelu(fch); the others recompute it into the alternating h4t buffers);
+ * the row-major scratch of the inputs and output gradients every layer shares; and a transposed output gradient per
+ * kind of layer (it lives from the input gradient to the weight gradient, and the backward interleaves a block's two
+ * pairs of layers).
  */
 template <typename floatX> static void fp8_make(GPT<floatX> *g) {
     int L = g->config.num_layers, C = g->config.channels, A = g->attn, M = g->mlp;
     size_t N = (size_t)g->maxB * g->maxT;
     const int in[BLOCK_LINEARS] = {C, A, C, M}, out[BLOCK_LINEARS] = {3 * A, C, M, C};
-    for (int i = 0; i < 2; i++) { g->fp8_partials[i] = dev_alloc<float>(g->fp8->amax_blocks, "FP8 amax scratch"); }
+    for (int i = 0; i < 2; i++) {
+        g->fp8_partials[i] = dev_alloc<float>(BLOCK_LINEARS * g->fp8->amax_blocks, "FP8 amax scratch");
+    }
     int widest = M > 3 * A ? M : 3 * A;
     widest = widest > C ? widest : C;
     uint8_t *x = (uint8_t *)cuda_alloc(N * widest, "FP8 inputs"), *dy = (uint8_t *)cuda_alloc(N * widest, "FP8 grads");
@@ -548,8 +559,8 @@ template <typename floatX> static void fp8_make(GPT<floatX> *g) {
             q->dev = g->fp8;
             q->layer = l;
             q->linear = k;
-            q->w = (uint8_t *)lin->w;
-            q->w_t = q->w + (size_t)lin->out * lin->in;
+            q->w = g->gtp.active ? NULL : fp8_codes(g, l, k);
+            q->w_t = q->w ? q->w + (size_t)lin->out * lin->in : NULL;
             q->x = x;
             q->dy = dy;
             q->dy_t = dy_t[k];
@@ -569,15 +580,34 @@ template <typename floatX> static void fp8_make(GPT<floatX> *g) {
     }
 }
 
-// Layer l's FP8 weights from their fp32 masters (after their update, or once the masters were set), on `stream` with
-// its amax scratch.
+/*
+ * Layer l's FP8 weights from their fp32 masters (after their update, or once the masters were set), on stream s with
+ * its amax scratch (fp8_partials). Under GTP a rank casts its shard (rows as gtp_shapes says: the layer's own
+ * without GTP), codes only: the transposed copy is made after the gather (gtp_issue). A scale from the weights' own
+ * amaxes (current scaling, and delayed scaling before the first step) must then be the whole weight's: the shards'
+ * amax passes are maxed over the group (as the bits of non-negative floats: exact, as the casts' atomics take them)
+ * before the casts. With one rank the casts see the plain path's maxima, so they write its bytes.
+ */
 template <typename floatX> static void fp8_cast_layer_weights(GPT<floatX> *g, int l, float *partials, cudaStream_t s) {
+    const Fp8Device *d = g->fp8;
+    bool own_amax = fp8_scales_current(d);
+    auto master = [&](int k) { return Fp8Plain<float>{masters_of(g, l)[BLOCK_LINEAR_WEIGHT[k]]}; };
+    for (int k = 0; k < BLOCK_LINEARS && own_amax; k++) {
+        const GtpShape &sh = g->gtp_shapes[k];
+        fp8_amax_pass(d, master(k), sh.shard_rows * sh.cols, partials + k * d->amax_blocks, s);
+    }
+    if (own_amax && g->gtp.active) {
+        char what[TRACKED_WHAT_LEN];
+        snprintf(what, sizeof(what), "the GTP all-reduce of layer %d's FP8 weight amaxes", l);
+        cudaCheck(cudaStreamWaitEvent(s, gtp_all_reduce(&g->gtp, partials, (size_t)BLOCK_LINEARS * d->amax_blocks,
+                                                        ncclUint32, ncclMax, s, what), 0));
+    }
     for (int k = 0; k < BLOCK_LINEARS; k++) {
         const Linear<floatX> &lin = block_linear(g, l, k);
-        Fp8CastOut o = {lin.fp8->w, lin.fp8->w_t, lin.out, 0, NULL};
-        Fp8Plain<float> master = {masters_of(g, l)[BLOCK_LINEAR_WEIGHT[k]]};
-        fp8_cast(g->fp8, fp8_tensor_of(lin, FP8_WEIGHT), master, lin.out, lin.in, o, true, FP8_SCALE_RECIPE, partials,
-                 s);
+        const GtpShape &sh = g->gtp_shapes[k];
+        Fp8CastOut o = {fp8_codes(g, l, k), g->gtp.active ? NULL : lin.fp8->w_t, lin.out, 0, NULL};
+        fp8_cast(d, fp8_tensor_of(lin, FP8_WEIGHT), master(k), (int)sh.shard_rows, lin.in, o, true,
+                 own_amax ? FP8_SCALE_PARTIALS : FP8_SCALE_RECIPE, partials + k * d->amax_blocks, s);
     }
 }
 
@@ -605,17 +635,22 @@ template <typename floatX> static void updated_join(GPT<floatX> *g) {
  * with gtp_acquire (before the first: wait for its gather, point the Linear at its buffer) and gtp_done (after the
  * last: release the buffer, issue the gather that goes into it next). A forward's gathers of layer l wait for its
  * AdamW group when an update is pending: the first gather of a step is the only one the compute stream may wait
- * for. Nothing happens without GTP.
+ * for. An FP8 layer's weights travel as E4M3 codes (fp8_codes: written by AdamW or a cast with the scale every rank
+ * holds), and in the backward, whose GEMM reads the weight transposed, the AG stream transposes the gathered codes
+ * into the same buffer (llmc/gtp_plan.h: gtp_transposed_at). Nothing happens without GTP.
  */
 template <typename floatX> static void gtp_issue(GPT<floatX> *g, int i) {
     GtpUse u = gtp_chain_use(g->config.num_layers, g->gtp.pass, i);
     const GtpShape &sh = g->gtp_shapes[u.linear];
-    const floatX *shard = weights_of(g, u.layer)[BLOCK_LINEAR_WEIGHT[u.linear]];
+    const void *shard = weights_of(g, u.layer)[BLOCK_LINEAR_WEIGHT[u.linear]]; // its copy, or the codes in its room
+    size_t bytes = gtp_shard_bytes(&g->config, g->fp8 ? &g->fp8->recipe : NULL, u.layer, &sh, sizeof(floatX));
+    GtpTransposed t = {(int)sh.rows, (int)sh.cols, gtp_transposed_at(&sh)};
+    bool transpose = fp8_layer(g, u.layer) && g->gtp.pass == GTP_BACKWARD;
     cudaEvent_t after = g->gtp.pass == GTP_FORWARD && g->update_pending ? g->updated[u.layer] : (cudaEvent_t)NULL;
     char what[TRACKED_WHAT_LEN];
     snprintf(what, sizeof(what), "the GTP all-gather of layer %d's %s", u.layer,
              PARAM_NAMES[BLOCK_LINEAR_WEIGHT[u.linear]]);
-    gtp_gather(&g->gtp, gtp_chain_slot(&g->gtp.chain, i), shard, sh.shard_rows * sh.cols, after, what);
+    gtp_gather(&g->gtp, gtp_chain_slot(&g->gtp.chain, i), shard, bytes, transpose ? &t : NULL, after, what);
 }
 
 template <typename floatX> static void gtp_pass_start(GPT<floatX> *g, GtpPass pass) {
@@ -631,14 +666,23 @@ template <typename floatX> static void gtp_acquire(GPT<floatX> *g, int l, int k)
     int first = i >= g->gtp.chain.acquired;
     int b = gtp_chain_acquire(&g->gtp.chain, i);
     if (first) { gtp_wait_gathered(&g->gtp, b, g_cuda.stream); }
-    g->linears[l * BLOCK_LINEARS + k].w = g->gtp.slot[b];
+    Linear<floatX> &lin = g->linears[l * BLOCK_LINEARS + k];
+    uint8_t *buf = g->gtp.slot[b];
+    if (lin.fp8) { // the codes, which the forward reads, and in the backward their transpose, which it reads instead
+        lin.fp8->w = buf;
+        lin.fp8->w_t = g->gtp.pass == GTP_BACKWARD ? buf + gtp_transposed_at(&g->gtp_shapes[k]) : NULL;
+    } else {
+        lin.w = (const floatX *)buf;
+    }
 }
 
 template <typename floatX> static void gtp_done(GPT<floatX> *g, int l, int k) {
     if (!g->gtp.active) { return; }
     int i = gtp_chain_index(g->config.num_layers, g->gtp.pass, l, k);
     gtp_release(&g->gtp, gtp_chain_slot(&g->gtp.chain, i), g_cuda.stream);
-    g->linears[l * BLOCK_LINEARS + k].w = NULL; // a GEMM queued past the release would read another weight
+    Linear<floatX> &lin = g->linears[l * BLOCK_LINEARS + k]; // a GEMM queued past the release would read another weight
+    lin.w = NULL;
+    if (lin.fp8) { lin.fp8->w = lin.fp8->w_t = NULL; }
     int next = gtp_chain_release(&g->gtp.chain, i);
     if (next >= 0) { gtp_issue(g, next); }
 }
@@ -728,6 +772,7 @@ template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T)
             if (fp8_layer(g, l)) { fp8_cast_layer_weights(g, l, g->fp8_partials[0], s); }
         }
         g->fp8->weights_stale = 0;
+        if (g->gtp.active) { gtp_after_compute(&g->gtp, s); } // the gathers take the codes just cast
     }
     updated_wait(g, L);
     gtp_pass_start(g, GTP_FORWARD);
@@ -1097,7 +1142,10 @@ template <typename floatX> static void grad_norm(GPT<floatX> *g, float grad_clip
     grad_sum_partials(a.sum_squares, a.norm_scratch, parts, s);
     if (g->dp.zero) { dp_sum_on_device(&g->dp, a.sum_squares, 1, s); }
     if (tp_active(&g->tp)) { tp_sum_on_device(&g->tp, a.sum_squares, 1, s); }
-    if (g->gtp.size > 1) { gtp_sum_on_device(&g->gtp, a.sum_squares, 1, s); }
+    if (g->gtp.size > 1) {
+        comm_compute_wait(s, gtp_all_reduce(&g->gtp, a.sum_squares, 1, ncclFloat64, ncclSum, s,
+                                            "the all-reduce of the squared gradient norm over the GTP ranks"));
+    }
     grad_norm_from_sum(a.scalars + 1, a.sum_squares, grad_clip, s);
 }
 
@@ -1142,10 +1190,11 @@ template <typename floatX> static float gpt_update(GPT<floatX> *g, const UpdateA
      * compute-precision copy: under delayed scaling AdamW writes their FP8 codes itself (their scale is the history's),
      * and their transposes, which only the backward reads, are made on the sums stream, idle until then
      * (fp8_transposed); under current scaling they are cast from their masters (under ZeRO-1 gathered first), scale
-     * and all. In fp8 the side stream closes every group, so the last group's event still follows all the others
-     * (updated_join).
+     * and all. Under GTP a rank writes the codes of its shards, and each gather makes the transposes (gtp_issue). In
+     * fp8 the side stream closes every group, so the last group's event still follows all the others (updated_join).
      */
     bool fused_fp8 = g->fp8 && !fp8_scales_current(g->fp8);
+    bool transposes = fused_fp8 && !g->gtp.active;
     AdamWFp8 f8;
     memset(&f8, 0, sizeof(f8));
     if (g->fp8) { f8 = adamw_fp8_of(g->fp8); }
@@ -1153,7 +1202,7 @@ template <typename floatX> static float gpt_update(GPT<floatX> *g, const UpdateA
         auto fp8_weight = [&](int tensor) { return k < L && fp8_layer(g, k) && block_linear_of_weight(tensor) >= 0; };
         // the FP8 codes of element e of an FP8 weight of this layer
         auto fp8_code = [&](int tensor, size_t e) {
-            return block_linear(g, k, block_linear_of_weight(tensor)).fp8->w + (e - param_view_begin(g, tensor, k));
+            return fp8_codes(g, k, block_linear_of_weight(tensor)) + (e - param_view_begin(g, tensor, k));
         };
         ParamGroup own = dp_owned_group(&g->dp, k);
         AdamWGroup grp;
@@ -1181,7 +1230,7 @@ template <typename floatX> static float gpt_update(GPT<floatX> *g, const UpdateA
             if (!fused_fp8 && fp8_layer(g, k)) { fp8_cast_layer_weights(g, k, g->fp8_partials[1], side); }
             cudaCheck(cudaEventRecord(g->updated[k], side));
         }
-        if (fused_fp8 && k < L && fp8_layer(g, k)) { // on the sums stream, idle until the backward
+        if (transposes && k < L && fp8_layer(g, k)) { // on the sums stream, idle until the backward
             cudaCheck(cudaStreamWaitEvent(g_cuda.sums, g->updated[k], 0));
             for (int j = 0; j < BLOCK_LINEARS; j++) {
                 const Linear<floatX> &lin = block_linear(g, k, j);
@@ -1191,7 +1240,7 @@ template <typename floatX> static float gpt_update(GPT<floatX> *g, const UpdateA
     };
     update_group(L);
     for (int l = 0; l < L; l++) { update_group(l); }
-    if (fused_fp8) {
+    if (transposes) {
         cudaCheck(cudaEventRecord(g->fp8_transposed, g_cuda.sums));
         g->fp8_transposes_pending = 1;
     }
@@ -1566,20 +1615,22 @@ static ModelOps make_gpu_model(const GPTConfig *config, const Options *opts, con
     // A profiler started with --profile-from-start off (dev/kernel_times.sh) sees training, not the tuning pass.
     (void)cudaProfilerStart();
     if (mesh->rank == 0) { printf("peak GPU memory: %.1f GB\n", g_cuda_allocated_bytes / 1e9); }
-    size_t elem = p == PRECISION_FP32 ? sizeof(float) : sizeof(bf16); // a gathered weight's element
+    // a pass's gathers into each rank: the FP8 blocks' weights as FP8 codes, the others in the activation type
+    Fp8Recipe recipe = fp8_recipe_from_options(opts);
+    double gathered_mb = gtp_pass_gather_bytes(config, mesh, p == PRECISION_FP8 ? &recipe : (const Fp8Recipe *)NULL,
+                                               fp32 ? sizeof(float) : sizeof(bf16)) / 1e6;
     if (mesh->rank == 0 && options_gtp_path(opts)) {
         ParamLayout mine;
         param_layout_gtp(config, mesh, &mine);
         printf("GTP: %d ranks, prefetch %d; rank 0 holds %zu parameters (%.1f MB of fp32 masters); a pass gathers "
-               "%.1f MB into each rank\n", mesh->gtp, opts->gtp_prefetch, mine.total, mine.total * 4.0 / 1e6,
-               gtp_pass_gather_bytes(config, mesh, elem) / 1e6);
+               "%.1f MB into each rank%s\n", mesh->gtp, opts->gtp_prefetch, mine.total, mine.total * 4.0 / 1e6,
+               gathered_mb, p == PRECISION_FP8 ? " (the FP8 blocks' weights as FP8 codes)" : "");
     }
     if (gtp_group_spans_nodes(mesh, g_comm.boot.local_rank)) {
         warn("this rank's GTP group spans nodes (local rank %d, GTP rank %d of %d, --tp %d): every pass's weight "
              "gathers (%.1f MB into each rank) and the gradient reduce-scatters cross the network between nodes, "
              "many times slower than NVLink; choose --gtp x --tp that divides the GPUs of a node",
-             g_comm.boot.local_rank, mesh->gtp_rank, mesh->gtp, mesh->tp,
-             gtp_pass_gather_bytes(config, mesh, elem) / 1e6);
+             g_comm.boot.local_rank, mesh->gtp_rank, mesh->gtp, mesh->tp, gathered_mb);
     }
     return ops;
 }

@@ -7,13 +7,18 @@
  * COMM_GTP) and RS (reduce-scatters, on COMM_GTP_RS: a communicator serves one stream). Every dependency is an event:
  *   gather into buffer b: AG waits released[b] (the compute stream recorded it after the last GEMM that read the
  *     buffer's previous weight) and, for the first forward after an update, the weight's AdamW group; then the
- *     all-gather of the G shards; gathered[b] after it. The compute stream waits for gathered[b] before the weight's
- *     first GEMM (timed: a gather the compute stream waits for is exposed communication).
+ *     all-gather of the G shards (and for an FP8 weight in the backward the transposed copy of the gathered codes);
+ *     gathered[b] after it. The compute stream waits for gathered[b] before the weight's first GEMM (timed: a gather
+ *     the compute stream waits for is exposed communication).
  *   weight gradient: the GEMM writes the whole (padded) gradient into an RS buffer on the compute stream, RS waits
  *     for it, reduce-scatters it over the GTP group into this rank's fp32 shard gradient (written on the first
  *     micro-step, else through a scratch and added), and records rs_done[b], which the compute stream waits for
  *     before the buffer takes another gradient. gtp_rs_mark lets a reader of the shard gradients (grads_final) wait
  *     for all reduce-scatters queued so far.
+ *   all-reduce over the group (the squared norm of the shards' gradients, the shards' amaxes of an FP8 weight under
+ *     current scaling): on the RS stream, which is idle from the end of a backward to the next one's first
+ *     reduce-scatter, behind what the calling stream queued; the caller's stream waits for its event.
+ * The pool's buffers are bytes: a weight is gathered in its compute precision, or as FP8 codes (llmc/gtp_plan.h).
  * With one rank (--gtp-materialize under --gtp 1) the same calls run through a communicator of one rank: a gather and
  * a reduce-scatter are copies, and the run gives the plain path's bits (test/run_gpu_tests.sh checks it).
  */
@@ -21,30 +26,31 @@
 #define LLMC_GTP_CUH
 
 #include "comm.cuh"
+#include "fp8.cuh"
 #include "gtp_plan.h"
 
 #define GTP_RS_BUFFERS 2 // one gradient reduce-scattered while the next GEMM writes the other
 
-template <typename T> struct Gtp {
+typedef struct {
     int active;             // the GTP path runs: --gtp > 1, or --gtp-materialize
     int size, rank;         // the GTP group
     cudaStream_t ag, rs;
     GtpChain chain;
     GtpPass pass;
     int depth;
-    T *slot[GTP_PREFETCH_MAX + 1];    // the pool: materialized weights, the largest padded one each
+    uint8_t *slot[GTP_PREFETCH_MAX + 1]; // the pool: materialized weights, gtp_buffer_bytes each
     cudaEvent_t gathered[GTP_PREFETCH_MAX + 1], released[GTP_PREFETCH_MAX + 1];
     float *rs_buf[GTP_RS_BUFFERS];    // whole weight gradients, the largest padded one each
     cudaEvent_t rs_ready[GTP_RS_BUFFERS], rs_done[GTP_RS_BUFFERS];
     int rs_next;
     float *rs_scratch;                // a shard gradient, for the micro-steps that add to the gradient
-    cudaEvent_t rs_mark, compute_mark, ag_mark;
-    size_t gathered_bytes;            // received by this rank's gathers since gtp_bytes_take
-};
+    cudaEvent_t rs_mark, compute_mark, reduce_from, reduced;
+} Gtp;
 
-// slot_elems: the largest padded weight (G x shard rows x cols); shard_elems: the largest shard.
-template <typename T> static void gtp_init(Gtp<T> *g, const Mesh *m, int materialize, int depth, size_t slot_elems,
-                                           size_t shard_elems) {
+// slot_bytes: a pool buffer (gtp_buffer_bytes); gathered_elems: the largest padded weight (G x shard rows x cols);
+// shard_elems: the largest shard.
+static void gtp_init(Gtp *g, const Mesh *m, int materialize, int depth, size_t slot_bytes, size_t gathered_elems,
+                     size_t shard_elems) {
     memset(g, 0, sizeof(*g));
     g->active = m->gtp > 1 || materialize;
     g->size = m->gtp;
@@ -56,54 +62,59 @@ template <typename T> static void gtp_init(Gtp<T> *g, const Mesh *m, int materia
     cudaCheck(cudaStreamCreateWithPriority(&g->ag, cudaStreamNonBlocking, greatest));
     cudaCheck(cudaStreamCreateWithPriority(&g->rs, cudaStreamNonBlocking, greatest));
     for (int b = 0; b <= depth; b++) {
-        g->slot[b] = (T *)cuda_alloc(slot_elems * sizeof(T), "GTP materialized weights");
+        g->slot[b] = (uint8_t *)cuda_alloc(slot_bytes, "GTP materialized weights");
         cudaCheck(cudaEventCreateWithFlags(&g->gathered[b], cudaEventDisableTiming));
         cudaCheck(cudaEventCreateWithFlags(&g->released[b], cudaEventDisableTiming));
     }
     for (int b = 0; b < GTP_RS_BUFFERS; b++) {
-        g->rs_buf[b] = (float *)cuda_alloc(slot_elems * sizeof(float), "GTP weight gradients");
+        g->rs_buf[b] = (float *)cuda_alloc(gathered_elems * sizeof(float), "GTP weight gradients");
         cudaCheck(cudaEventCreateWithFlags(&g->rs_ready[b], cudaEventDisableTiming));
         cudaCheck(cudaEventCreateWithFlags(&g->rs_done[b], cudaEventDisableTiming));
     }
     g->rs_scratch = (float *)cuda_alloc(shard_elems * sizeof(float), "GTP shard gradient scratch");
-    for (cudaEvent_t *e : {&g->rs_mark, &g->compute_mark, &g->ag_mark}) {
+    for (cudaEvent_t *e : {&g->rs_mark, &g->compute_mark, &g->reduce_from, &g->reduced}) {
         cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
     }
 }
 
 // The AG stream starts after what the compute stream has queued so far.
-template <typename T> static void gtp_after_compute(Gtp<T> *g, cudaStream_t compute) {
+static void gtp_after_compute(Gtp *g, cudaStream_t compute) {
     cudaCheck(cudaEventRecord(g->compute_mark, compute));
     cudaCheck(cudaStreamWaitEvent(g->ag, g->compute_mark, 0));
 }
 
-// Gathers the G shards of a weight (each shard_elems long; this rank's at `shard`) into buffer b, after `after` (an
-// update's event, or NULL) and after the buffer's previous weight was released.
-template <typename T>
-static void gtp_gather(Gtp<T> *g, int b, const T *shard, size_t shard_elems, cudaEvent_t after, const char *what) {
+// An FP8 weight the backward reads: the transpose of its gathered rows x cols codes, at byte `at` of the buffer.
+typedef struct {
+    int rows, cols;
+    size_t at;
+} GtpTransposed;
+
+// Gathers the G shards of a weight (shard_bytes each; this rank's at `shard`) into buffer b, after `after` (an
+// update's event, or NULL) and after the buffer's previous weight was released; with t, the transposed copy of the
+// gathered FP8 codes is made too before the buffer counts as gathered. An all-gather moves bits, not values, so bytes
+// carry any element type (NCCL itself runs every all-gather as one of bytes).
+static void gtp_gather(Gtp *g, int b, const void *shard, size_t shard_bytes, const GtpTransposed *t, cudaEvent_t after,
+                       const char *what) {
     cudaCheck(cudaStreamWaitEvent(g->ag, g->released[b], 0));
     if (after) { cudaCheck(cudaStreamWaitEvent(g->ag, after, 0)); }
-    ncclCheck(ncclAllGather(shard, g->slot[b], shard_elems, NcclType<T>::id, comm_get(COMM_GTP), g->ag));
+    ncclCheck(ncclAllGather(shard, g->slot[b], shard_bytes, ncclUint8, comm_get(COMM_GTP), g->ag));
     comm_settle(comm_get(COMM_GTP), what, g_comm.timeout_s);
+    if (t) { fp8_transpose(g->slot[b], g->slot[b] + t->at, t->rows, t->cols, g->ag); }
     cudaCheck(cudaEventRecord(g->gathered[b], g->ag));
     comm_track(g->gathered[b], what);
-    g->gathered_bytes += (size_t)(g->size - 1) * shard_elems * sizeof(T);
 }
 
 // The compute stream waits until buffer b holds its weight.
-template <typename T> static void gtp_wait_gathered(Gtp<T> *g, int b, cudaStream_t compute) {
-    comm_compute_wait(compute, g->gathered[b]);
-}
+static void gtp_wait_gathered(Gtp *g, int b, cudaStream_t compute) { comm_compute_wait(compute, g->gathered[b]); }
 
 // Buffer b's weight is read by nothing queued after this on the compute stream.
-template <typename T> static void gtp_release(Gtp<T> *g, int b, cudaStream_t compute) {
+static void gtp_release(Gtp *g, int b, cudaStream_t compute) {
     cudaCheck(cudaEventRecord(g->released[b], compute));
 }
 
 // The next RS buffer, once its previous gradient was reduce-scattered; rows x cols of it will be written, the rest
 // (padded_elems - rows x cols: the padding rows) is zeroed here, as another weight's gradient may have left values.
-template <typename T>
-static float *gtp_rs_buffer(Gtp<T> *g, size_t real_elems, size_t padded_elems, cudaStream_t compute) {
+static float *gtp_rs_buffer(Gtp *g, size_t real_elems, size_t padded_elems, cudaStream_t compute) {
     int b = g->rs_next;
     comm_compute_wait(compute, g->rs_done[b]);
     if (padded_elems > real_elems) {
@@ -119,8 +130,7 @@ __global__ void __launch_bounds__(256) gtp_add_kernel(float *dst, const float *s
 
 // The gradient the compute stream just wrote into the current RS buffer, summed over the GTP group into this rank's
 // shard gradient (shard_elems long): written when !accumulate, else added to it.
-template <typename T>
-static void gtp_reduce_scatter(Gtp<T> *g, float *shard_grad, size_t shard_elems, int accumulate, cudaStream_t compute,
+static void gtp_reduce_scatter(Gtp *g, float *shard_grad, size_t shard_elems, int accumulate, cudaStream_t compute,
                                const char *what) {
     int b = g->rs_next;
     g->rs_next = (b + 1) % GTP_RS_BUFFERS;
@@ -138,21 +148,23 @@ static void gtp_reduce_scatter(Gtp<T> *g, float *shard_grad, size_t shard_elems,
 }
 
 // An event behind every reduce-scatter queued so far (NULL when the path is off).
-template <typename T> static cudaEvent_t gtp_rs_mark(Gtp<T> *g) {
+static cudaEvent_t gtp_rs_mark(Gtp *g) {
     if (!g->active) { return NULL; }
     cudaCheck(cudaEventRecord(g->rs_mark, g->rs));
     return g->rs_mark;
 }
 
-// In place on the device: x[0..n) summed over the GTP group (the squared norms of the shards), on the AG stream.
-template <typename T> static void gtp_sum_on_device(Gtp<T> *g, double *x, int n, cudaStream_t compute) {
-    const char *what = "the all-reduce of the squared gradient norm over the GTP ranks";
-    gtp_after_compute(g, compute);
-    ncclCheck(ncclAllReduce(x, x, (size_t)n, ncclFloat64, ncclSum, comm_get(COMM_GTP), g->ag));
-    comm_settle(comm_get(COMM_GTP), what, g_comm.timeout_s);
-    cudaCheck(cudaEventRecord(g->ag_mark, g->ag));
-    comm_track(g->ag_mark, what);
-    comm_compute_wait(compute, g->ag_mark);
+// In place on the device: x[0..n) (of `type`) reduced with op over the GTP group, on the RS stream behind what
+// `stream` queued so far. Returns the event behind it, which the reader's stream waits for.
+static cudaEvent_t gtp_all_reduce(Gtp *g, void *x, size_t n, ncclDataType_t type, ncclRedOp_t op, cudaStream_t stream,
+                                  const char *what) {
+    cudaCheck(cudaEventRecord(g->reduce_from, stream));
+    cudaCheck(cudaStreamWaitEvent(g->rs, g->reduce_from, 0));
+    ncclCheck(ncclAllReduce(x, x, n, type, op, comm_get(COMM_GTP_RS), g->rs));
+    comm_settle(comm_get(COMM_GTP_RS), what, g_comm.timeout_s);
+    cudaCheck(cudaEventRecord(g->reduced, g->rs));
+    comm_track(g->reduced, what);
+    return g->reduced;
 }
 
 #endif // LLMC_GTP_CUH

@@ -23,10 +23,19 @@
  * weight in use, and a buffer is overwritten only after its last reader. Uses are released in order; the forward
  * interleaves two weights at a time (a half-block's two linear layers run chunk after chunk: llmc/forward_chunks.h),
  * so the depth must be at least 1 (gtp_chain_check says why the chain would stall otherwise).
+ *
+ * What a gather moves. A layer whose linear layers multiply in FP8 (llmc/fp8.h) gathers its weights' E4M3 codes, a
+ * byte an element: each rank's update writes the codes of its shard with the weight's one scale, which the ranks
+ * agree on (the history's under delayed scaling; under current scaling the shards' amaxes are maxed over the group
+ * before the cast), so the gathered codes are the whole weight's. The backward's GEMM reads the weight transposed
+ * (Hopper's FP8 GEMMs read K-major operands only), and a transposed row shard is not a contiguous block of the
+ * transpose: the rank makes that copy from the gathered codes, in the same buffer after them. Other layers gather
+ * their compute-precision copy. Padding rows are zeros in either form (a zero scales to the code of +0).
  */
 #ifndef LLMC_GTP_PLAN_H
 #define LLMC_GTP_PLAN_H
 
+#include "fp8.h"
 #include "tp_layout.h"
 
 // Whether tensor t is sharded over the GTP group: the block linear layers' weight matrices.
@@ -214,12 +223,54 @@ static inline int gtp_chain_release(GtpChain *ch, int i) {
     return ch->issued++;
 }
 
-// Bytes a rank receives in one pass's gathers: (G - 1) shards of every sharded weight, elem_bytes per element.
-static inline size_t gtp_pass_gather_bytes(const GPTConfig *c, const Mesh *m, size_t elem_bytes) {
+// ---------------------------------------------------------------------------------------------------------
+// Bytes
+
+// Whether layer l gathers its weights as FP8 codes: it multiplies in FP8 (fp8: the recipe; NULL in other precisions).
+static inline int gtp_gathers_fp8(const GPTConfig *c, const Fp8Recipe *fp8, int l) {
+    return fp8 && fp8_block(fp8, l, c->num_layers);
+}
+
+// The bytes of one shard of layer l's weight of shape s, as a gather moves it: E4M3 codes, a byte an element, in a
+// layer that gathers FP8, else elem_bytes (the compute precision's) an element.
+static inline size_t gtp_shard_bytes(const GPTConfig *c, const Fp8Recipe *fp8, int l, const GtpShape *s,
+                                     size_t elem_bytes) {
+    return s->shard_rows * s->cols * (gtp_gathers_fp8(c, fp8, l) ? sizeof(uint8_t) : elem_bytes);
+}
+
+// Alignment of what a pool buffer holds: cudaMalloc's, so a GEMM reads the transposed copy at the same pointer
+// alignment as a weight of its own allocation (cuBLASLt chooses its algorithm by the operands' alignment).
+#define GTP_BUFFER_ALIGN 256
+
+// Where an FP8 weight's transposed copy (rows x cols codes transposed) begins in its buffer: after the gathered codes.
+static inline size_t gtp_transposed_at(const GtpShape *s) {
+    size_t codes = s->padded_rows * s->cols;
+    return (codes + GTP_BUFFER_ALIGN - 1) / GTP_BUFFER_ALIGN * GTP_BUFFER_ALIGN;
+}
+
+// The bytes of a pool buffer: the largest weight a pass gathers, with an FP8 weight's transposed copy after its codes.
+static inline size_t gtp_buffer_bytes(const GPTConfig *c, const Mesh *m, const Fp8Recipe *fp8, size_t elem_bytes) {
+    size_t most = 0;
+    for (int l = 0; l < c->num_layers; l++) {
+        for (int k = 0; k < BLOCK_LINEARS; k++) {
+            GtpShape s = gtp_shape(c, m, BLOCK_LINEAR_WEIGHT[k]);
+            size_t b = gtp_gathers_fp8(c, fp8, l) ? gtp_transposed_at(&s) + s.rows * s.cols
+                                                  : s.padded_rows * s.cols * elem_bytes;
+            most = b > most ? b : most;
+        }
+    }
+    return most;
+}
+
+// Bytes a rank receives in one pass's gathers: (G - 1) shards of every sharded weight (gtp_shard_bytes).
+static inline size_t gtp_pass_gather_bytes(const GPTConfig *c, const Mesh *m, const Fp8Recipe *fp8,
+                                           size_t elem_bytes) {
     size_t bytes = 0;
-    for (int k = 0; k < BLOCK_LINEARS; k++) {
-        GtpShape s = gtp_shape(c, m, BLOCK_LINEAR_WEIGHT[k]);
-        bytes += (size_t)c->num_layers * (size_t)(m->gtp - 1) * s.shard_rows * s.cols * elem_bytes;
+    for (int l = 0; l < c->num_layers; l++) {
+        for (int k = 0; k < BLOCK_LINEARS; k++) {
+            GtpShape s = gtp_shape(c, m, BLOCK_LINEAR_WEIGHT[k]);
+            bytes += (size_t)(m->gtp - 1) * gtp_shard_bytes(c, fp8, l, &s, elem_bytes);
+        }
     }
     return bytes;
 }

@@ -45,7 +45,7 @@ typedef enum { LINEAR_WHOLE, LINEAR_COLUMN, LINEAR_ROW } LinearSplit;
 typedef struct Fp8Linear {
     Fp8Device *dev;
     int layer, linear;
-    uint8_t *w, *w_t;                  // (out, in), (in, out)
+    uint8_t *w, *w_t;                  // (out, in), (in, out); under GTP a pool buffer's, while its GEMMs are queued
     uint8_t *x, *x_t;                  // (N, in), (in, N)
     uint8_t *dy, *dy_t;                // (N, out), (out, N)
     float *partials;                   // the compute stream's amax-pass scratch (Fp8Device::amax_blocks floats)

@@ -361,10 +361,6 @@ static inline void options_validate_gtp(const Options *o) {
     if (!options_gtp_path(o) && o->gtp_prefetch != GTP_PREFETCH_DEFAULT) {
         fail("--gtp-prefetch %d applies to GTP (--gtp > 1) only; drop it or set --gtp", o->gtp_prefetch);
     }
-    if (options_gtp_path(o) && strcmp(o->precision, "fp8") == 0) {
-        fail("--gtp with --precision fp8 is not built yet (GTP runs in fp32 and bf16); use --precision bf16, or "
-             "--gtp 1 for fp8");
-    }
     if (o->gtp > 1 && o->zero) {
         fail("--zero 1 with --gtp %d is not built yet (GTP shards AdamW's state already); drop --zero or use --gtp 1",
              o->gtp);

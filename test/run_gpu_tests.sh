@@ -3,9 +3,9 @@
 # writes the CPU build's reference state for small models (head sizes 64 and 128; in fp32, and in fp8 with each
 # scaling recipe), runs the parity test against each (fp32 and bf16; fp8 with fp32 and with bf16 activations), the
 # FP8 kernel test, the attention kernel test, resume bit-exactness in bf16 and fp8, and the GTP path on one rank
-# against the plain path (dev/gtp_check.sh, with compute-sanitizer memcheck and racecheck), and preemption
-# (dev/preempt_check.sh, alone and under mpirun); ends with a summary table
-# and a non-zero exit on any failure. Logs go to $LOG_DIR (default: a fresh temporary folder).
+# against the plain path in fp32, bf16 and fp8 (dev/gtp_check.sh, with compute-sanitizer memcheck and racecheck), and
+# preemption (dev/preempt_check.sh, alone and under mpirun); ends with a summary table and a non-zero exit on any
+# failure. Logs go to $LOG_DIR (default: a fresh temporary folder).
 set -u
 cd "$(dirname "$0")/.."
 LOG_DIR=${LOG_DIR:-$(mktemp -d)}
@@ -71,15 +71,21 @@ for prec in bf16 fp8; do
     record "resume $prec" "$log.checks" "$rc"
 done
 
-# the GTP path through communicators of one rank against the plain path, bit for bit, with compute-sanitizer
-GTP_CHECKS=("fp32 1" "bf16 2 memcheck" "bf16 3 racecheck")
+# the GTP path through communicators of one rank against the plain path, bit for bit, with compute-sanitizer: each
+# row "PRECISION PREFETCH [TOOL][|OPTIONS]" (dev/gtp_check.sh's OPTS). fp8: delayed scaling, every block gathering FP8
+# codes; current scaling with a bf16 block at each end (the shards' amaxes maxed over the group before each cast,
+# bf16 and FP8 weights through one pool).
+GTP_CHECKS=("fp32 1" "bf16 2 memcheck" "bf16 3 racecheck" "fp8 2 memcheck"
+            "fp8 1|--fp8-recipe current --fp8-bf16-blocks 1")
 for c in "${GTP_CHECKS[@]}"; do
-    read -r prec depth tool <<<"$c"
+    IFS='|' read -r spec opts <<<"$c"
+    read -r prec depth tool <<<"$spec"
+    name="gtp one-rank $prec prefetch $depth${tool:+ $tool}${opts:+ $opts}"
     log="$LOG_DIR/gtp_${prec}_$depth.log"
-    echo "== gtp one-rank $prec prefetch $depth ${tool:-}"
-    SANITIZE="${tool:-}" dev/gtp_check.sh "$prec" "$depth" > "$log" 2>&1; rc=$?
+    echo "== $name"
+    OPTS="${opts:-}" SANITIZE="${tool:-}" dev/gtp_check.sh "$prec" "$depth" > "$log" 2>&1; rc=$?
     cat "$log"
-    record "gtp one-rank $prec prefetch $depth ${tool:-}" "$log" "$rc"
+    record "$name" "$log" "$rc"
 done
 
 # compute-sanitizer racecheck on the plain path (issue 13's command), our attention and LayerNorm kernels at head

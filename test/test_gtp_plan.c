@@ -8,7 +8,9 @@
  * - the chain, driven as the GPU build drives it (forward: a half-block's two weights interleaved over 1 or 2
  *   chunks; backward: one use each): every weight gathered once, into a buffer whose previous weight was released,
  *   before its first use; at most depth + 1 weights held; a depth too small for the interleaving fails with one
- *   line; uses and bytes at known values.
+ *   line; uses at known values;
+ * - bytes at known values: a pass's gathers (compute precision, FP8 codes, FP8 with bf16 blocks at the ends) and the
+ *   pool buffers (FP8 codes with their transposed copy after them, aligned).
  */
 #include "../llmc/gtp_plan.h"
 #include "test_util.h"
@@ -248,11 +250,32 @@ static void test_chain(void) {
 static void test_bytes(void) {
     GPTConfig c = tiny_config();
     Mesh m = mesh_make(4, 0, 1, 4); // shards of 144/4 = 36, 48/4 = 12, 192/4 = 48, 48/4 = 12 rows of 48, 48, 48, 192
-    size_t want = 2 * 3 * (36 * 48 + 12 * 48 + 48 * 48 + 12 * 192) * 2;
-    size_t got = gtp_pass_gather_bytes(&c, &m, 2);
+    size_t layer = 3 * (36 * 48 + 12 * 48 + 48 * 48 + 12 * 192); // elements a rank receives of one layer's weights
+    size_t want = 2 * layer * 2;
+    size_t got = gtp_pass_gather_bytes(&c, &m, NULL, 2);
     Mesh one = mesh_make(1, 0, 1, 1);
-    check(got == want && gtp_pass_gather_bytes(&c, &one, 2) == 0, "gtp bytes gathered a pass at known values",
+    check(got == want && gtp_pass_gather_bytes(&c, &one, NULL, 2) == 0, "gtp bytes gathered a pass at known values",
           "%zu vs %zu", got, want);
+    // fp8: the FP8 blocks' codes a byte each; with a bf16 block at each end of 3 layers, those two gather bf16
+    Fp8Recipe all = {FP8_DELAYED, 16, 0, 1.0f, 0, 1}, ends = all;
+    ends.bf16_blocks = 1;
+    GPTConfig c3 = c;
+    c3.num_layers = 3;
+    size_t fp8_all = gtp_pass_gather_bytes(&c, &m, &all, 2), fp8_ends = gtp_pass_gather_bytes(&c3, &m, &ends, 2);
+    check(fp8_all == 2 * layer && fp8_ends == 2 * layer * 2 + layer, "gtp fp8 bytes gathered a pass at known values",
+          "%zu vs %zu, %zu vs %zu", fp8_all, 2 * layer, fp8_ends, 2 * layer * 2 + layer);
+    /*
+     * Pool buffers at GTP 5 (every weight padded): gathered rows 145, 50, 195, 50 of 48, 48, 48, 192 columns. FP8:
+     * the codes, rounded up to GTP_BUFFER_ALIGN, then the real rows transposed: qkv 7168 + 6912, attention projection
+     * 2560 + 2304, fc 9472 + 9216, fc projection 9728 + 9216 = 18944 the largest; bf16: fc projection's 50 x 192 x 2.
+     */
+    Mesh m5 = mesh_make(5, 0, 1, 5);
+    GtpShape fcproj = gtp_shape(&c, &m5, P_FCPROJW);
+    size_t at = gtp_transposed_at(&fcproj), b8 = gtp_buffer_bytes(&c, &m5, &all, 2);
+    size_t b16 = gtp_buffer_bytes(&c, &m5, NULL, 2), mixed = gtp_buffer_bytes(&c3, &m5, &ends, 2);
+    check(at == 9728 && at % GTP_BUFFER_ALIGN == 0 && b8 == 18944 && b16 == 19200 && mixed == 19200 &&
+              gtp_buffer_bytes(&c, &m5, NULL, 4) == 38400, "gtp pool buffer bytes at known values",
+          "transposed at %zu, fp8 %zu, bf16 %zu, mixed %zu", at, b8, b16, mixed);
 }
 
 // Ranks numbered node by node, ranks_per_node each: does some rank see its GTP group span nodes?

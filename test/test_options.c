@@ -139,8 +139,6 @@ static void test_validate(void) {
                  "--gtp", "2", "--gtp-materialize", "1", NULL);
     expect_error("gtp_prefetch_needs_gtp", "--gtp-prefetch 3 applies to GTP (--gtp > 1) only", "--gtp-prefetch", "3",
                  NULL);
-    expect_error("gtp_fp8_not_built", "--gtp with --precision fp8 is not built yet", "--gtp-materialize", "1",
-                 "--precision", "fp8", NULL);
     expect_error("gtp_zero_not_built", "--zero 1 with --gtp 2 is not built yet", "--gtp", "2", "--zero", "1", NULL);
     expect_error("heads_divide_width", "--heads 5 must be >= 1 and divide --width 64", "--width", "64", "--heads",
                  "5", NULL);
@@ -165,6 +163,11 @@ static void test_validate(void) {
     options_validate(&f, 1); // exits with the reason if refused
     check(options_fp8(&f) && strcmp(f.fp8_recipe, "current") == 0 && f.fp8_bf16_blocks == 1, "fp8_accepted",
           "precision %s recipe %s bf16 blocks %d", f.precision, f.fp8_recipe, f.fp8_bf16_blocks);
+    Options gf = parse("--precision", "fp8", "--gtp-materialize", "1", "--sample-every", "0", "--batch-size", "4",
+                       "--seq-len", "64", "--total-batch-tokens", "256", NULL);
+    options_validate(&gf, 1); // exits with the reason if refused
+    check(options_fp8(&gf) && options_gtp_path(&gf), "gtp_fp8_accepted", "precision %s gtp path %d", gf.precision,
+          options_gtp_path(&gf));
 
     Options z = parse("--zero", "1", "--sample-every", "0", "--batch-size", "4", "--seq-len", "64", "--total-batch-tokens", "1024", NULL);
     options_validate(&z, 2); // exits with the reason if refused
