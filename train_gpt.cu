@@ -454,14 +454,13 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, con
     g->mlp = 4 * config->channels / mesh->tp;
     param_layout_local(config, mesh, &g->tp_layout);
     param_layout_gtp(config, mesh, &g->layout);
-    size_t gathered = 0, shard = 0;
+    size_t gathered = 0;
     for (int k = 0; k < BLOCK_LINEARS; k++) {
         GtpShape sh = g->gtp_shapes[k] = gtp_shape(config, mesh, BLOCK_LINEAR_WEIGHT[k]);
         gathered = sh.padded_rows * sh.cols > gathered ? sh.padded_rows * sh.cols : gathered;
-        shard = sh.shard_rows * sh.cols > shard ? sh.shard_rows * sh.cols : shard;
     }
     gtp_init(&g->gtp, mesh, o->gtp_materialize, o->gtp_prefetch, gtp_buffer_bytes(config, mesh, fp8, sizeof(floatX)),
-             gathered, shard);
+             gathered);
     dp_init(&g->dp, mesh, config, &g->layout, o->zero);
     if (fp8) {
         g->fp8 = (Fp8Device *)calloc_check(1, sizeof(Fp8Device), "FP8 state");
@@ -977,10 +976,10 @@ static void wgrad_defer(WgradQueue<floatX> *q, int linear, const Linear<floatX> 
 }
 
 /*
- * One deferred weight gradient. Under GTP the GEMM writes the whole gradient into an RS buffer (beta 0), which is
- * reduce-scattered into this rank's shard of lin.dw: on the first micro-step written, else added. With one rank the
- * bits are the plain path's: beta is no part of the GEMM plan (the same algorithm), and cuBLASLt's beta = 1 rounds
- * acc + C once, as the add does.
+ * One deferred weight gradient. Under GTP the GEMM writes the whole gradient into an RS buffer, which is
+ * reduce-scattered into this rank's shard of lin.dw; on the micro-steps after the first it adds (as the plain path's
+ * GEMM adds to lin.dw) to the shard so far that gtp_rs_buffer placed at the shard's rows. With one rank the GEMM is
+ * the plain path's, beta and C included, and the reduce-scatter a copy: the same bits.
  */
 template <typename floatX>
 static void wgrad_run(GPT<floatX> *g, int linear, const Linear<floatX> &lin, const floatX *dout, const floatX *inp,
@@ -992,11 +991,11 @@ static void wgrad_run(GPT<floatX> *g, int linear, const Linear<floatX> &lin, con
     }
     const GtpShape &sh = g->gtp_shapes[linear];
     Linear<floatX> whole = lin;
-    whole.dw = gtp_rs_buffer(&g->gtp, sh.rows * sh.cols, sh.padded_rows * sh.cols, s);
-    linear_backward_weight(whole, dout, inp, N, 0, s);
+    whole.dw = gtp_rs_buffer(&g->gtp, &sh, lin.dw, accumulate, s);
+    linear_backward_weight(whole, dout, inp, N, accumulate, s);
     char what[TRACKED_WHAT_LEN];
     snprintf(what, sizeof(what), "the GTP reduce-scatter of a %s gradient", PARAM_NAMES[BLOCK_LINEAR_WEIGHT[linear]]);
-    gtp_reduce_scatter(&g->gtp, lin.dw, sh.shard_rows * sh.cols, accumulate, s, what);
+    gtp_reduce_scatter(&g->gtp, lin.dw, sh.shard_rows * sh.cols, s, what);
 }
 
 template <typename floatX> static void wgrad_overlap(GPT<floatX> *g, WgradQueue<floatX> *q, int most) {

@@ -10,11 +10,11 @@
  *     all-gather of the G shards (and for an FP8 weight in the backward the transposed copy of the gathered codes);
  *     gathered[b] after it. The compute stream waits for gathered[b] before the weight's first GEMM (timed: a gather
  *     the compute stream waits for is exposed communication).
- *   weight gradient: the GEMM writes the whole (padded) gradient into an RS buffer on the compute stream, RS waits
- *     for it, reduce-scatters it over the GTP group into this rank's fp32 shard gradient (written on the first
- *     micro-step, else through a scratch and added), and records rs_done[b], which the compute stream waits for
- *     before the buffer takes another gradient. gtp_rs_mark lets a reader of the shard gradients (grads_final) wait
- *     for all reduce-scatters queued so far.
+ *   weight gradient: the GEMM writes the whole (padded) gradient into an RS buffer on the compute stream (on the
+ *     micro-steps after the first it adds to what gtp_rs_buffer put there: this rank's shard gradient so far at its
+ *     rows), RS waits for it, reduce-scatters it over the GTP group into this rank's fp32 shard gradient, and records
+ *     rs_done[b], which the compute stream waits for before the buffer takes another gradient. gtp_rs_mark lets a
+ *     reader of the shard gradients (grads_final) wait for all reduce-scatters queued so far.
  *   all-reduce over the group (the squared norm of the shards' gradients, the shards' amaxes of an FP8 weight under
  *     current scaling): on the RS stream, which is idle from the end of a backward to the next one's first
  *     reduce-scatter, behind what the calling stream queued; the caller's stream waits for its event.
@@ -43,14 +43,11 @@ typedef struct {
     float *rs_buf[GTP_RS_BUFFERS];    // whole weight gradients, the largest padded one each
     cudaEvent_t rs_ready[GTP_RS_BUFFERS], rs_done[GTP_RS_BUFFERS];
     int rs_next;
-    float *rs_scratch;                // a shard gradient, for the micro-steps that add to the gradient
     cudaEvent_t rs_mark, compute_mark, reduce_from, reduced;
 } Gtp;
 
-// slot_bytes: a pool buffer (gtp_buffer_bytes); gathered_elems: the largest padded weight (G x shard rows x cols);
-// shard_elems: the largest shard.
-static void gtp_init(Gtp *g, const Mesh *m, int materialize, int depth, size_t slot_bytes, size_t gathered_elems,
-                     size_t shard_elems) {
+// slot_bytes: a pool buffer (gtp_buffer_bytes); gathered_elems: the largest padded weight (G x shard rows x cols).
+static void gtp_init(Gtp *g, const Mesh *m, int materialize, int depth, size_t slot_bytes, size_t gathered_elems) {
     memset(g, 0, sizeof(*g));
     g->active = m->gtp > 1 || materialize;
     g->size = m->gtp;
@@ -71,7 +68,6 @@ static void gtp_init(Gtp *g, const Mesh *m, int materialize, int depth, size_t s
         cudaCheck(cudaEventCreateWithFlags(&g->rs_ready[b], cudaEventDisableTiming));
         cudaCheck(cudaEventCreateWithFlags(&g->rs_done[b], cudaEventDisableTiming));
     }
-    g->rs_scratch = (float *)cuda_alloc(shard_elems * sizeof(float), "GTP shard gradient scratch");
     for (cudaEvent_t *e : {&g->rs_mark, &g->compute_mark, &g->reduce_from, &g->reduced}) {
         cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
     }
@@ -112,37 +108,47 @@ static void gtp_release(Gtp *g, int b, cudaStream_t compute) {
     cudaCheck(cudaEventRecord(g->released[b], compute));
 }
 
-// The next RS buffer, once its previous gradient was reduce-scattered; rows x cols of it will be written, the rest
-// (padded_elems - rows x cols: the padding rows) is zeroed here, as another weight's gradient may have left values.
-static float *gtp_rs_buffer(Gtp *g, size_t real_elems, size_t padded_elems, cudaStream_t compute) {
+// Zeroes n floats at p on the stream (none when n is 0).
+static void gtp_zero(float *p, size_t n, cudaStream_t stream) {
+    if (n > 0) { cudaCheck(cudaMemsetAsync(p, 0, n * sizeof(float), stream)); }
+}
+
+/*
+ * The next RS buffer, once its previous gradient was reduce-scattered, made ready for the GEMM that writes this
+ * rank's whole gradient of a weight of shape s into it (its rows x cols; another weight's gradient may have left
+ * values anywhere). On the first micro-step of a step (!accumulate) the GEMM writes (beta 0) and only the padding
+ * rows are zeroed. On the others it adds (beta 1) to what is here: this rank's shard gradient so far (shard_grad) at
+ * the shard's rows, zeros at the other ranks', so the reduce-scatter that follows leaves the shard so far plus every
+ * rank's new gradient in shard_grad. With one rank that is the plain path's own GEMM, beta and C: its bits whatever
+ * the GEMM's epilogue rounds (an FP8 GEMM scales its sum before adding C, where a separate add after a GEMM with
+ * beta 0 could round differently from one fused multiply-add).
+ */
+static float *gtp_rs_buffer(Gtp *g, const GtpShape *s, const float *shard_grad, int accumulate, cudaStream_t compute) {
     int b = g->rs_next;
+    float *buf = g->rs_buf[b];
+    size_t real = s->rows * s->cols, padded = s->padded_rows * s->cols, shard = s->shard_rows * s->cols;
     comm_compute_wait(compute, g->rs_done[b]);
-    if (padded_elems > real_elems) {
-        cudaCheck(cudaMemsetAsync(g->rs_buf[b] + real_elems, 0, (padded_elems - real_elems) * sizeof(float), compute));
+    if (!accumulate) {
+        gtp_zero(buf + real, padded - real, compute);
+        return buf;
     }
-    return g->rs_buf[b];
+    size_t mine = (size_t)g->rank * shard; // the shard's first element: the reduce-scatter's block of this rank
+    gtp_zero(buf, mine, compute);
+    cudaCheck(cudaMemcpyAsync(buf + mine, shard_grad, shard * sizeof(float), cudaMemcpyDeviceToDevice, compute));
+    gtp_zero(buf + mine + shard, padded - mine - shard, compute);
+    return buf;
 }
 
-__global__ void __launch_bounds__(256) gtp_add_kernel(float *dst, const float *src, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) { dst[i] += src[i]; }
-}
-
-// The gradient the compute stream just wrote into the current RS buffer, summed over the GTP group into this rank's
-// shard gradient (shard_elems long): written when !accumulate, else added to it.
-static void gtp_reduce_scatter(Gtp *g, float *shard_grad, size_t shard_elems, int accumulate, cudaStream_t compute,
-                               const char *what) {
+// The gradient the compute stream just wrote into the current RS buffer (gtp_rs_buffer), summed over the GTP group
+// into this rank's shard gradient (shard_elems long).
+static void gtp_reduce_scatter(Gtp *g, float *shard_grad, size_t shard_elems, cudaStream_t compute, const char *what) {
     int b = g->rs_next;
     g->rs_next = (b + 1) % GTP_RS_BUFFERS;
     cudaCheck(cudaEventRecord(g->rs_ready[b], compute));
     cudaCheck(cudaStreamWaitEvent(g->rs, g->rs_ready[b], 0));
-    float *out = accumulate ? g->rs_scratch : shard_grad;
-    ncclCheck(ncclReduceScatter(g->rs_buf[b], out, shard_elems, ncclFloat32, ncclSum, comm_get(COMM_GTP_RS), g->rs));
+    ncclCheck(ncclReduceScatter(g->rs_buf[b], shard_grad, shard_elems, ncclFloat32, ncclSum, comm_get(COMM_GTP_RS),
+                                g->rs));
     comm_settle(comm_get(COMM_GTP_RS), what, g_comm.timeout_s);
-    if (accumulate) {
-        gtp_add_kernel<<<grid_for(shard_elems, 256), 256, 0, g->rs>>>(shard_grad, g->rs_scratch, shard_elems);
-        cudaCheckLaunch();
-    }
     cudaCheck(cudaEventRecord(g->rs_done[b], g->rs));
     comm_track(g->rs_done[b], what);
 }
