@@ -1593,10 +1593,9 @@ static void choose_gemm_algos(ModelOps *ops, const GPTConfig *config, const char
 
 // The model with its GEMM algorithms chosen; the tuning pass's FP8 amaxes are forgotten.
 template <typename floatX>
-static ModelOps gpt_make(const GPTConfig *config, const Options *opts, Precision p, const Mesh *mesh, int B, int T) {
-    Fp8Recipe recipe = fp8_recipe_from_options(opts);
-    GPT<floatX> *g = gpt_create<floatX>(config, p, p == PRECISION_FP8 ? &recipe : (const Fp8Recipe *)NULL, opts, mesh,
-                                        B, T);
+static ModelOps gpt_make(const GPTConfig *config, const Options *opts, Precision p, const Fp8Recipe *fp8,
+                         const Mesh *mesh, int B, int T) {
+    GPT<floatX> *g = gpt_create<floatX>(config, p, fp8, opts, mesh, B, T);
     ModelOps ops = gpt_ops(g);
     choose_gemm_algos(&ops, config, opts->out_dir, mesh->rank, B, T, opts->gemm_search);
     if (g->fp8) { fp8_discard_step(g->fp8, g_cuda.stream); }
@@ -1610,14 +1609,15 @@ static ModelOps make_gpu_model(const GPTConfig *config, const Options *opts, con
     cuda_context_init(); // on the GPU comm_connect chose (the first one for a single process)
     Precision p = precision_from_options(opts);
     bool fp32 = p == PRECISION_FP32 || (p == PRECISION_FP8 && strcmp(opts->fp8_activations, "fp32") == 0);
-    ModelOps ops = fp32 ? gpt_make<float>(config, opts, p, mesh, B, T) : gpt_make<bf16>(config, opts, p, mesh, B, T);
+    Fp8Recipe recipe = fp8_recipe_from_options(opts);
+    const Fp8Recipe *fp8 = p == PRECISION_FP8 ? &recipe : (const Fp8Recipe *)NULL;
+    ModelOps ops = fp32 ? gpt_make<float>(config, opts, p, fp8, mesh, B, T)
+                        : gpt_make<bf16>(config, opts, p, fp8, mesh, B, T);
     // A profiler started with --profile-from-start off (dev/kernel_times.sh) sees training, not the tuning pass.
     (void)cudaProfilerStart();
     if (mesh->rank == 0) { printf("peak GPU memory: %.1f GB\n", g_cuda_allocated_bytes / 1e9); }
     // a pass's gathers into each rank: the FP8 blocks' weights as FP8 codes, the others in the activation type
-    Fp8Recipe recipe = fp8_recipe_from_options(opts);
-    double gathered_mb = gtp_pass_gather_bytes(config, mesh, p == PRECISION_FP8 ? &recipe : (const Fp8Recipe *)NULL,
-                                               fp32 ? sizeof(float) : sizeof(bf16)) / 1e6;
+    double gathered_mb = gtp_pass_gather_bytes(config, mesh, fp8, fp32 ? sizeof(float) : sizeof(bf16)) / 1e6;
     if (mesh->rank == 0 && options_gtp_path(opts)) {
         ParamLayout mine;
         param_layout_gtp(config, mesh, &mine);
