@@ -1,41 +1,52 @@
 #!/usr/bin/env bash
 # Throughput benchmark: ours beside the PyTorch baseline (shared/bench/torch_gpt.py: compiled, bf16, flash
-# attention), same GPU, same call. GPT-2 124M at batch 32 and 1558M at batch 8, T=1024, bf16.
-# Prints ms/step (median after warm-up), tokens/s, MFU and peak memory, then ratios.
+# attention), same GPU, same call. T=1024, bf16. Prints ms/step (median after warm-up), tokens/s, MFU and peak
+# memory, then ratios.
 #   dev/bench.sh [TORCH_SCRIPT] [SHARD]
+#   BENCH_WHAT=sizes (default): GPT-2 124M B32, 350M B16, 774M B8, 1558M B8, one micro-batch a step.
+#   BENCH_WHAT=accum: 124M and 1558M accumulating to 0.5M tokens a step (AdamW amortised); the baseline is
+#   torch_gpt.py's own model and optimizer with an accumulation loop (dev/torch_accum.py).
+#   BENCH_SIZES="124M 1558M" picks sizes; BENCH_STEPS (30; accum 6) the steps of every run.
 # Needs: a built ./train_gpt, python3 with torch, one training shard.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TORCH=${1:-.carry/torch_gpt.py}
 SHARD=${2:-$(ls data/brown/brown_train_*.bin | head -1)}
-STEPS=${BENCH_STEPS:-30}
+WHAT=${BENCH_WHAT:-sizes}
+SIZES=${BENCH_SIZES:-124M 350M 774M 1558M}
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 OUT_DIR=${OUT:-/tmp}/bench
 mkdir -p "$OUT_DIR"
+ACCUM_TOKENS=524288
+if [ "$WHAT" = accum ]; then STEPS=${BENCH_STEPS:-6} SKIP=2; else STEPS=${BENCH_STEPS:-30} SKIP=5; fi
 
-results=()
+args=()
 bench_one() { # name layers channels batch model [train_gpt options]
     local name=$1 L=$2 C=$3 B=$4 model=$5
     shift 5
-    local tlog="$OUT_DIR/torch_$name.log" olog="$OUT_DIR/ours_$name.log"
-    python3 "$TORCH" --data "$SHARD" --layers "$L" --channels "$C" --batch "$B" --steps "$STEPS" >"$tlog" 2>&1 ||
+    case " $SIZES " in *" $name "*) ;; *) return 0 ;; esac
+    local tlog="$OUT_DIR/torch_${name}_$WHAT.log" olog="$OUT_DIR/ours_${name}_$WHAT.log" rows=$B tokens=$((B * 1024))
+    local torch_cmd=("$TORCH")
+    if [ "$WHAT" = accum ]; then
+        tokens=$ACCUM_TOKENS rows=$((ACCUM_TOKENS / 1024))
+        torch_cmd=(dev/torch_accum.py "$TORCH" --accum $((rows / B)) --skip "$SKIP")
+    fi
+    python3 "${torch_cmd[@]}" --data "$SHARD" --layers "$L" --channels "$C" --batch "$B" --steps "$STEPS" >"$tlog" 2>&1 ||
         { echo "torch baseline failed for $name:"; tail -5 "$tlog"; }
     rm -rf "$OUT_DIR/run_$name"
-    ./train_gpt --model "$model" --batch-size "$B" --seq-len 1024 --total-batch-tokens $((B * 1024)) \
+    ./train_gpt --model "$model" --batch-size "$B" --seq-len 1024 --total-batch-tokens "$tokens" \
         --steps "$STEPS" --val-every 0 --sample-every 0 --precision bf16 --train-data "$SHARD" \
         --out-dir "$OUT_DIR/run_$name" --save 0 --warmup-steps 5 "$@" >"$olog" 2>&1 ||
         { echo "ours failed for $name:"; tail -5 "$olog"; }
-    results+=("$name $tlog $olog $L $C $B")
+    args+=("$name:torch:torch:bf16:$tlog:$L:$C:$rows:$SKIP" "$name:ours:ours:bf16:$olog:$L:$C:$rows:$SKIP"
+        --ratio "$name:ours:torch")
 }
 
-# Each model as fast as fits in the baseline's memory: keeping a layer's GELU output costs 0.2 GB at 124M (all 12:
-# 15.6 GB, under torch's 16.3) and 0.1 GB at 1558M (12 of 48: 45.6 GB, under torch's 46.0).
+# Each model as fast as fits in the baseline's memory: keeping a layer's GELU output (B x T x 4C bf16) costs 0.2 GB
+# at 124M B32 (all 12: 15.6 GB, under torch's 16.3), 0.13 GB at 350M B16 (all 24: 21.2, torch 21.4), 0.08 GB at
+# 774M B8 (all 36: 27.1 GB, over torch's 25.6; 16: ~25.4) and 0.1 GB at 1558M B8 (12 of 48: 45.6 GB, torch 46.0).
 bench_one 124M 12 768 32 d12 --keep-gelu-layers 12
+bench_one 350M 24 1024 16 d24 --keep-gelu-layers 24
+bench_one 774M 36 1280 8 d36 --keep-gelu-layers 16
 bench_one 1558M 48 1600 8 d48 --keep-gelu-layers 12
-
-args=()
-for r in "${results[@]}"; do
-    read -r name tlog olog L C B <<<"$r"
-    args+=("$name:torch:torch:bf16:$tlog:$L:$C:$B" "$name:ours:ours:bf16:$olog:$L:$C:$B" --ratio "$name:ours:torch")
-done
 python3 dev/bench_table.py "${args[@]}"

@@ -43,7 +43,7 @@ static double g_flops; // causal forward FLOPs of the shape
 // the forward's products, and the backward as 7 products split 3 (dQ, which also takes D) to 4 (dK/dV).
 template <int HS> static void time_kernels(Bufs &b) {
     const int grid = attn_bf16_grid(b.B, b.T, b.NH);
-    const float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * ATTN_LOG2E;
+    const float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * LOG2E_F;
     constexpr int fwd_smem = attn_smem_bytes<HS>(ATTN_FWD_TILES, 0), dq_smem = attn_smem_bytes<HS>(ATTN_DQ_TILES, 0);
     constexpr int dkdv_smem = attn_smem_bytes<HS>(ATTN_DKDV_TILES, 4 * ATTN_WG_ROWS * (int)sizeof(float));
     float fwd = median_ms([&] {

@@ -2,8 +2,9 @@
 """The benchmark table of dev/bench.sh and dev/bench_fp8.sh from their runs' logs.
 
     bench_table.py ROW... [--ratio MODEL:WHO:BASE_WHO]...
-ROW is MODEL:WHO:KIND:PRECISION:LOG:LAYERS:CHANNELS:BATCH, KIND torch (torch_gpt.py's line) or ours (train_gpt's log:
-the median of its step times after the first 5, and its peak memory line). Prints ms/step, tokens/s, MFU and peak
+ROW is MODEL:WHO:KIND:PRECISION:LOG:LAYERS:CHANNELS:ROWS[:SKIP], KIND torch (torch_gpt.py's line) or ours (train_gpt's
+log: the median of its step times after the first SKIP, default 5, and its peak memory line); ROWS are the sequences of
+a step (batch x accumulation). Prints ms/step, tokens/s, MFU and peak
 memory per row, then each asked ratio: tokens/s and peak memory of WHO over BASE_WHO for MODEL.
 MFU: the model's FLOPs a token as llm.c counts them (6 params + 12 L C T) over the dense peak, 989 TFLOP/s bf16 on
 H100/H200; for fp8 rows the four block linears' FLOPs (72 C^2 a layer a token) count at the fp8 peak (1979) and the
@@ -27,13 +28,13 @@ def mfu(tok_s, L, C, precision):
     return 100.0 * tok_s * seconds
 
 
-def measure(kind, log, B):
+def measure(kind, log, B, skip):
     text = open(log).read()
     if kind == "torch":
         m = re.search(r"ms/step=([\d.]+) tok/s=(\d+).*peak_mem_GB=([\d.]+)", text)
         return (float(m.group(1)), float(m.group(2)), float(m.group(3))) if m else (float("nan"),) * 3
     steps = [float(x) for x in re.findall(r"^step\s+\d+/\d+ .*?\|\s*([\d.]+) ms", text, re.M)]
-    ms = statistics.median(steps[5:]) if len(steps) > 6 else float("nan")
+    ms = statistics.median(steps[skip:]) if len(steps) > skip else float("nan")
     mem = re.search(r"peak GPU memory[^\d]*([\d.]+) GB", text)
     return ms, B * T / ms * 1e3, float(mem.group(1)) if mem else float("nan")
 
@@ -45,8 +46,8 @@ while args:
     if a == "--ratio":
         ratios.append(args.pop(0).split(":"))
         continue
-    model, who, kind, precision, log, L, C, B = a.split(":")
-    ms, tok, mem = measure(kind, log, int(B))
+    model, who, kind, precision, log, L, C, B, *skip = a.split(":")
+    ms, tok, mem = measure(kind, log, int(B), int(skip[0]) if skip else 5)
     rows[(model, who)] = (ms, tok, mfu(tok, int(L), int(C), precision), mem)
 
 print(f"{'model':6} {'who':14} {'ms/step':>9} {'tok/s':>10} {'MFU%':>6} {'peak GB':>8}")

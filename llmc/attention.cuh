@@ -34,7 +34,6 @@
 
 #include "cuda_common.cuh"
 
-#define ATTN_LOG2E 1.4426950408889634f
 #define ATTN_LN2 0.6931471805599453f
 
 // `addresses`: the activation pointers or'ed together; rows are copied in 16-byte pieces.
@@ -331,12 +330,6 @@ __device__ __forceinline__ uint32_t attn_tile_offset(int r, int c) {
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t *>(&v);
-}
-
-__device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
 }
 
 // Rows [row0, row0 + ATTN_WG_ROWS) of one head (row stride `stride` elements) into a tile, asynchronously; rows past
@@ -653,7 +646,7 @@ __device__ __forceinline__ void attn_row_stats(float (&lrow)[2], float (&drow)[2
         d += __shfl_xor_sync(0xffffffffu, d, 1);
         d += __shfl_xor_sync(0xffffffffu, d, 2);
         drow[hf] = d;
-        lrow[hf] = row < Tlen ? lse_bh[row] * ATTN_LOG2E : 0.0f;
+        lrow[hf] = row < Tlen ? lse_bh[row] * LOG2E_F : 0.0f;
         if (cq == 0 && row < Tlen) { dsum_bh[row] = d; }
     }
 }
@@ -668,7 +661,7 @@ __device__ __forceinline__ void attn_load_query_tile(uint32_t sQ, uint32_t sdO, 
     load_tile_async<HS>(sdO, dO, ostride, q0, Tlen);
     for (int i = threadIdx.x; i < ATTN_WG_ROWS; i += ATTN_WG_THREADS) {
         int qi = q0 + i;
-        sL[i] = qi < Tlen ? lse_bh[qi] * ATTN_LOG2E : INFINITY;
+        sL[i] = qi < Tlen ? lse_bh[qi] * LOG2E_F : INFINITY;
         sD[i] = qi < Tlen ? dsum_bh[qi] : 0.0f;
     }
 }
@@ -929,7 +922,7 @@ static void attention_forward_bf16(bf16 *out, float *lse, const bf16 *qkv, int B
     constexpr int smem = attn_smem_bytes<HS>(ATTN_FWD_TILES, 0);
     attn_set_smem(attention_forward_bf16_kernel<HS>, smem);
     attention_forward_bf16_kernel<HS><<<attn_bf16_grid(B, Tlen, NH), ATTN_WG_THREADS, smem, stream>>>(
-        out, lse, qkv, Tlen, NH, ATTN_LOG2E / sqrtf((float)HS));
+        out, lse, qkv, Tlen, NH, LOG2E_F / sqrtf((float)HS));
     cudaCheckLaunch();
 }
 
@@ -937,7 +930,7 @@ static void attention_forward_bf16(bf16 *out, float *lse, const bf16 *qkv, int B
 template <int HS>
 static void attention_backward_bf16(bf16 *dqkv, float *partial, float *dsum, const bf16 *dout, const bf16 *out,
                                     const bf16 *qkv, const float *lse, int B, int Tlen, int NH, cudaStream_t stream) {
-    const float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * ATTN_LOG2E;
+    const float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * LOG2E_F;
     const int grid = attn_bf16_grid(B, Tlen, NH);
     constexpr int dq_smem = attn_smem_bytes<HS>(ATTN_DQ_TILES, 0);
     constexpr int dkdv_smem = attn_smem_bytes<HS>(ATTN_DKDV_TILES, 4 * ATTN_WG_ROWS * (int)sizeof(float));

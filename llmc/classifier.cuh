@@ -8,10 +8,12 @@
  * fixed order (deterministic) for the host.
  *
  * One block per row, the row staged in shared memory (Vp * sizeof(T): 100 KB in bf16), so the logits are read from
- * memory once and written once. Pass 1 keeps a running (max, sum of exp) per thread over its 16-byte packs, combined
- * across the block; pass 2 reads the row back from shared memory and writes the gradient. Under tensor parallelism
- * the row is split over the ranks and the two passes become two kernels around an exchange of row statistics
- * (below).
+ * memory once and written once. Every thread first puts all its 16-byte packs of the row in flight at once
+ * (cp.async; ~6 a thread at Vp = 50304), where a loop of loads waited for each before the next; then pass 1 keeps a
+ * running (max, sum of exp) per thread over its packs, combined across the block, and pass 2 reads the row again
+ * from shared memory and writes the gradient. A thread reads back only the packs it copied itself, so its own
+ * cp.async wait is all pass 1 needs. Under tensor parallelism the row is split over the ranks and the two passes
+ * become two kernels around an exchange of row statistics (below).
  */
 #ifndef LLMC_CLASSIFIER_CUH
 #define LLMC_CLASSIFIER_CUH
@@ -24,31 +26,43 @@
 #define CLASSIFIER_THREADS 1024
 #define MEAN_LOSS_THREADS 1024
 
-// exp of the logits: the hardware approximation (relative error ~2^-21) where the gradient is stored in bf16, whose
-// rounding (2^-9) hides it, and libm's accurate expf in fp32 mode, which is compared with the CPU build.
-// Two exps per logit are a good part of this kernel's instructions.
-template <typename T> __device__ __forceinline__ float exp_for(float x) {
-    return std::is_same<T, float>::value ? expf(x) : __expf(x);
+// exp(z - c) of a logit: libm's accurate expf in fp32 mode, which is compared with the CPU build; where the gradient
+// is stored in bf16, the hardware exp2 of z log2(e) - c log2(e) (c_log2 = c log2(e), taken once): one FMA and one MUFU
+// op, with errors (~2^-22 relative, and the rounding of c_log2: ~2^-24 |c| log2(e) absolute in the exponent) far
+// below bf16's 2^-9. The two exps per logit are most of this kernel's instructions.
+template <typename T> __device__ __forceinline__ float exp_shifted(float z, float c, float c_log2) {
+    if constexpr (std::is_same<T, float>::value) {
+        return expf(z - c);
+    } else {
+        return fast_exp2(fmaf(z, LOG2E_F, -c_log2));
+    }
+}
+
+// The pack of logits at column `first` in fp32, the padding columns (>= real) as -inf, so that they add exp(-inf) = 0
+// to every sum and get probability 0 without a test of their own; a pack wholly of real columns skips the tests.
+template <typename T>
+__device__ __forceinline__ void logits_of(float (&z)[Packed<T>::N], const Packed<T> &x, int first, int real) {
+    if (first + Packed<T>::N <= real) {
+        for (int j = 0; j < Packed<T>::N; j++) { z[j] = x[j]; }
+    } else {
+        for (int j = 0; j < Packed<T>::N; j++) { z[j] = first + j < real ? x[j] : -INFINITY; }
+    }
 }
 
 // This block's (max, sum of exp(z - max)) over the row's first `real` columns (the real tokens), each thread taking
-// every blockDim.x-th of the packs; keep(p, z) sees each pack as it is read.
-template <typename T, typename Keep>
-__device__ void block_softmax_stats(const T *row, int packs, int real, float *red, float *bm, float *bs, Keep keep) {
+// every blockDim.x-th of the packs; load(p) gives pack p.
+template <typename T, typename Load>
+__device__ void block_softmax_stats(int packs, int real, float *red, float *bm, float *bs, Load load) {
     constexpr int PN = Packed<T>::N;
     float m = -INFINITY, s = 0.0f;
     for (int p = threadIdx.x; p < packs; p += blockDim.x) {
-        Packed<T> z = load_packed_cs(row + p * PN);
-        keep(p, z);
+        float z[PN];
+        logits_of<T>(z, load(p), p * PN, real);
         float pm = m;
-        for (int j = 0; j < PN; j++) {
-            if (p * PN + j < real) { pm = fmaxf(pm, z[j]); }
-        }
+        for (int j = 0; j < PN; j++) { pm = fmaxf(pm, z[j]); }
         if (pm == -INFINITY) { continue; } // a pack of padding only
-        float ps = 0.0f;
-        for (int j = 0; j < PN; j++) {
-            if (p * PN + j < real) { ps += exp_for<T>(z[j] - pm); }
-        }
+        float ps = 0.0f, pm_log2 = pm * LOG2E_F;
+        for (int j = 0; j < PN; j++) { ps += exp_shifted<T>(z[j], pm, pm_log2); }
         s = s * expf(m - pm) + ps; // on the first pack m = -inf: exp(-inf) = 0 and s is 0
         m = pm;
     }
@@ -58,13 +72,15 @@ __device__ void block_softmax_stats(const T *row, int packs, int real, float *re
 
 // The gradient dloss * (softmax - onehot(target)) of one pack of the row, over its first `real` columns (0 beyond).
 template <typename T>
-__device__ __forceinline__ Packed<T> softmax_xent_grad(const Packed<T> &z, int first, int real, int target, float lse,
+__device__ __forceinline__ Packed<T> softmax_xent_grad(const Packed<T> &x, int first, int real, int target, float lse,
                                                        float dloss) {
+    constexpr int PN = Packed<T>::N;
+    float z[PN], lse_log2 = lse * LOG2E_F;
+    logits_of<T>(z, x, first, real);
     Packed<T> g;
-    for (int j = 0; j < Packed<T>::N; j++) {
-        int v = first + j;
-        float prob = v < real ? exp_for<T>(z[j] - lse) : 0.0f;
-        g.set(j, dloss * (prob - (v == target ? 1.0f : 0.0f)));
+    for (int j = 0; j < PN; j++) {
+        float prob = exp_shifted<T>(z[j], lse, lse_log2);
+        g.set(j, dloss * (prob - (first + j == target ? 1.0f : 0.0f)));
     }
     return g;
 }
@@ -79,8 +95,11 @@ __global__ void __launch_bounds__(CLASSIFIER_THREADS)
     Packed<T> *staged = reinterpret_cast<Packed<T> *>(smem_row);
     T *row = logits + (size_t)blockIdx.x * Vp;
     int packs = Vp / PN;
+    for (int p = threadIdx.x; p < packs; p += blockDim.x) { cp_async_packed(staged + p, row + p * PN); }
+    cp_async_commit();
+    cp_async_wait<0>();
     float bm, bs;
-    block_softmax_stats(row, packs, V, red, &bm, &bs, [&](int p, const Packed<T> &z) { staged[p] = z; });
+    block_softmax_stats<T>(packs, V, red, &bm, &bs, [&](int p) { return staged[p]; });
     float lse = bm + logf(bs);
     int target = targets[blockIdx.x];
     if (threadIdx.x == 0) { losses[blockIdx.x] = lse - staged[target / PN][target % PN]; }
@@ -107,7 +126,8 @@ __global__ void __launch_bounds__(CLASSIFIER_THREADS)
     const T *row = logits + (size_t)blockIdx.x * Vl;
     int real = min(max(V - col0, 0), Vl), target = targets[blockIdx.x] - col0;
     float bm, bs;
-    block_softmax_stats(row, Vl / Packed<T>::N, real, red, &bm, &bs, [](int, const Packed<T> &) {});
+    block_softmax_stats<T>(Vl / Packed<T>::N, real, red, &bm, &bs,
+                           [&](int p) { return load_packed_cs(row + p * Packed<T>::N); });
     if (threadIdx.x == 0) {
         float *st = stats + (size_t)blockIdx.x * VOCAB_STATS;
         st[0] = bm;
