@@ -15,7 +15,7 @@
  * (dp_gather_group), before the next forward reads that group; in bf16 mode the fp32 masters outside the slice go
  * stale until get_params gathers them (dp_all_gather).
  * Under GTP the ranks of a GTP group read other tokens too: the tensors GTP leaves whole are summed over the data
- * group (DP x GTP), the shards (already summed over GTP by their reduce-scatter) over DP.
+ * group (DP x GTP), the shards (already summed over GTP by their reduce-scatter) over DP (gtp_grad_sums_over_data).
  * One rank leaves every buffer and every kernel as on a single GPU: no event, no collective.
  */
 #ifndef LLMC_DATA_PARALLEL_CUH
@@ -26,6 +26,7 @@
 #include "gtp_plan.h"
 
 typedef struct {
+    Mesh mesh;       // this rank's place: which group sums which gradients (gtp_grad_sums_over_data)
     int ranks, rank; // the DP group
     int data_ranks;  // the data group (DP x GTP)
     int zero;        // ZeRO-1 on (only with more than one rank: on one rank it would change nothing)
@@ -39,6 +40,7 @@ typedef struct {
 
 static void dp_init(DataParallel *dp, const Mesh *m, const GPTConfig *c, const ParamLayout *p, int zero) {
     memset(dp, 0, sizeof(*dp));
+    dp->mesh = *m;
     dp->ranks = m->dp;
     dp->rank = m->dp_rank;
     dp->data_ranks = m->data_size;
@@ -93,14 +95,14 @@ static void dp_group_what(const DataParallel *dp, int k, const char *verb, char 
     }
 }
 
-// All-reduces group k's spans that sum over `comm` (the whole tensors over the data group, or GTP's shards over DP),
-// as one grouped call, on the DP stream.
+// All-reduces group k's spans that sum over `comm` (the whole tensors over the data group under GTP, the rest over DP:
+// gtp_grad_sums_over_data), as one grouped call, on the DP stream.
 static void dp_all_reduce_spans(DataParallel *dp, int k, float *grads, CommId comm, const char *what) {
     const ParamGroup *g = &dp->groups[k];
     int over_data = comm == COMM_DATA, any = 0;
     ncclCheck(ncclGroupStart());
     for (int i = 0; i < g->count; i++) {
-        if ((dp->data_ranks > dp->ranks && !gtp_sharded(g->tensor[i])) != over_data) { continue; }
+        if (gtp_grad_sums_over_data(&dp->mesh, g->tensor[i]) != over_data) { continue; }
         float *p = grads + g->span[i].begin;
         ncclCheck(ncclAllReduce(p, p, g->span[i].count, ncclFloat32, ncclSum, comm_get(comm), g_comm.dp_stream));
         any = 1;
