@@ -418,7 +418,8 @@ template <typename floatX> static void gpt_check_shape(const GPTConfig *c) {
 
 // The gradient-norm groups (dp_plan.h's parameter groups: layer l's 12 tensors; then wte, wpe, lnf), each the part
 // this rank owns, and where each one's partial sums go. TP ranks hold the same replicated tensors, GTP ranks the same
-// whole ones: only TP rank 0, GTP rank 0 counts them (the sums over the groups then count every parameter once).
+// whole ones: only TP rank 0, GTP rank 0 counts them (norm_counts_tensor: the sums over the groups then count every
+// parameter once).
 template <typename floatX> static void norm_groups_make(GPT<floatX> *g) {
     int L = g->config.num_layers;
     g->norm_groups = (NormGroup *)calloc_check(L + 1, sizeof(NormGroup), "gradient norm groups");
@@ -426,8 +427,7 @@ template <typename floatX> static void norm_groups_make(GPT<floatX> *g) {
     for (int k = 0; k <= L; k++) {
         ParamGroup own = dp_owned_group(&g->dp, k);
         for (int i = 0; i < own.count; i++) {
-            if (g->tp.rank != 0 && param_tp_split(own.tensor[i]) == TP_REPLICATED) { continue; }
-            if (g->gtp.rank != 0 && !gtp_sharded(own.tensor[i])) { continue; }
+            if (!norm_counts_tensor(&g->mesh, own.tensor[i])) { continue; }
             norm_group_add(&g->norm_groups[k], g->grads + own.span[i].begin, own.span[i].count);
         }
     }

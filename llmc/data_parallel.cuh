@@ -15,7 +15,10 @@
  * (dp_gather_group), before the next forward reads that group; in bf16 mode the fp32 masters outside the slice go
  * stale until get_params gathers them (dp_all_gather).
  * Under GTP the ranks of a GTP group read other tokens too: the tensors GTP leaves whole are summed over the data
- * group (DP x GTP), the shards (already summed over GTP by their reduce-scatter) over DP.
+ * group (DP x GTP), the shards (already summed over GTP by their reduce-scatter) over DP (gtp_grad_sums_over_data).
+ * ZeRO-1 then slices each rank's GTP-local buffer over its DP group (the same layout on every rank of it) and changes
+ * only the DP sum: the shards' parts are reduced onto their owners; the whole tensors are all-reduced over the data
+ * group as without ZeRO-1, and each owner updates its part of them.
  * One rank leaves every buffer and every kernel as on a single GPU: no event, no collective.
  */
 #ifndef LLMC_DATA_PARALLEL_CUH
@@ -26,6 +29,7 @@
 #include "gtp_plan.h"
 
 typedef struct {
+    Mesh mesh;       // this rank's place: which group sums which gradients (gtp_grad_sums_over_data)
     int ranks, rank; // the DP group
     int data_ranks;  // the data group (DP x GTP)
     int zero;        // ZeRO-1 on (only with more than one rank: on one rank it would change nothing)
@@ -39,6 +43,7 @@ typedef struct {
 
 static void dp_init(DataParallel *dp, const Mesh *m, const GPTConfig *c, const ParamLayout *p, int zero) {
     memset(dp, 0, sizeof(*dp));
+    dp->mesh = *m;
     dp->ranks = m->dp;
     dp->rank = m->dp_rank;
     dp->data_ranks = m->data_size;
@@ -93,14 +98,14 @@ static void dp_group_what(const DataParallel *dp, int k, const char *verb, char 
     }
 }
 
-// All-reduces group k's spans that sum over `comm` (the whole tensors over the data group, or GTP's shards over DP),
-// as one grouped call, on the DP stream.
+// All-reduces group k's spans that sum over `comm` (the whole tensors over the data group under GTP, the rest over DP:
+// gtp_grad_sums_over_data), as one grouped call, on the DP stream.
 static void dp_all_reduce_spans(DataParallel *dp, int k, float *grads, CommId comm, const char *what) {
     const ParamGroup *g = &dp->groups[k];
     int over_data = comm == COMM_DATA, any = 0;
     ncclCheck(ncclGroupStart());
     for (int i = 0; i < g->count; i++) {
-        if ((dp->data_ranks > dp->ranks && !gtp_sharded(g->tensor[i])) != over_data) { continue; }
+        if (gtp_grad_sums_over_data(&dp->mesh, g->tensor[i]) != over_data) { continue; }
         float *p = grads + g->span[i].begin;
         ncclCheck(ncclAllReduce(p, p, g->span[i].count, ncclFloat32, ncclSum, comm_get(comm), g_comm.dp_stream));
         any = 1;
@@ -109,25 +114,35 @@ static void dp_all_reduce_spans(DataParallel *dp, int k, float *grads, CommId co
     if (any) { comm_settle(comm_get(comm), what, g_comm.timeout_s); }
 }
 
+// ZeRO-1: group k's parts that sum over DP, each reduced onto the rank that owns it, as one grouped call on the DP
+// stream (the whole tensors under GTP were all-reduced over the data group already).
+static void dp_reduce_onto_owners(DataParallel *dp, int k, float *grads, const char *what) {
+    ncclComm_t comm = comm_get(COMM_DP);
+    int any = 0;
+    ncclCheck(ncclGroupStart());
+    dp_for_each_owned_part(dp, k, [&](Span part, int owner, int tensor) {
+        if (gtp_grad_sums_over_data(&dp->mesh, tensor)) { return; }
+        float *p = grads + part.begin;
+        ncclCheck(ncclReduce(p, p, part.count, ncclFloat32, ncclSum, owner, comm, g_comm.dp_stream));
+        any = 1;
+    });
+    ncclCheck(ncclGroupEnd());
+    if (any) { comm_settle(comm, what, g_comm.timeout_s); }
+}
+
 // Group k's gradients are final where `final_event` was recorded on the compute stream: sum them over the ranks that
-// read other tokens, on the DP stream (onto the owning ranks under ZeRO-1). Returns the event that marks them summed.
+// read other tokens, on the DP stream (the DP sum onto the owning ranks under ZeRO-1). Returns the event that marks
+// them summed.
 static cudaEvent_t dp_reduce_group(DataParallel *dp, int k, float *grads, cudaEvent_t final_event) {
     cudaStream_t s = g_comm.dp_stream;
     cudaCheck(cudaStreamWaitEvent(s, final_event, 0));
     char what[TRACKED_WHAT_LEN];
-    dp_group_what(dp, k, dp->zero ? "reduce of the gradients" : "all-reduce of the gradients", what);
+    dp_group_what(dp, k, "sum of the gradients", what);
+    if (dp->data_ranks > dp->ranks) { dp_all_reduce_spans(dp, k, grads, COMM_DATA, what); }
     if (dp->zero) {
-        ncclComm_t comm = comm_get(COMM_DP);
-        ncclCheck(ncclGroupStart());
-        dp_for_each_owned_part(dp, k, [&](Span part, int owner, int) {
-            float *p = grads + part.begin;
-            ncclCheck(ncclReduce(p, p, part.count, ncclFloat32, ncclSum, owner, comm, s));
-        });
-        ncclCheck(ncclGroupEnd());
-        comm_settle(comm, what, g_comm.timeout_s);
-    } else {
-        if (dp->data_ranks > dp->ranks) { dp_all_reduce_spans(dp, k, grads, COMM_DATA, what); }
-        if (dp->ranks > 1) { dp_all_reduce_spans(dp, k, grads, COMM_DP, what); }
+        dp_reduce_onto_owners(dp, k, grads, what);
+    } else if (dp->ranks > 1) {
+        dp_all_reduce_spans(dp, k, grads, COMM_DP, what);
     }
     cudaCheck(cudaEventRecord(dp->reduced[k], s));
     comm_track(dp->reduced[k], what);

@@ -1,7 +1,8 @@
 /*
  * gtp_plan.h: the arithmetic of GTP weight sharding (llmc/mesh.h's GTP group): which rows of which tensor each rank
- * keeps, the rank's flat buffer, the maps to and from the TP-local tensors, and the prefetch chain that materializes
- * each sharded weight just before a pass uses it. Plain C: the GPU build runs it, the CPU tests check it.
+ * keeps, the rank's flat buffer, the maps to and from the TP-local tensors, which ranks sum each gradient and which
+ * one counts it in the norm, and the prefetch chain that materializes each sharded weight just before a pass uses it.
+ * Plain C: the GPU build runs it, the CPU tests check it.
  *
  * Shards. The block linear layers' weight matrices (qkv, attention projection, fc, fc projection; TP-local
  * (rows, cols) = (out, in) features of this TP rank) are split along their first dimension, output features, over
@@ -143,6 +144,29 @@ static inline void param_gather_gtp(const GPTConfig *c, const Mesh *m, const flo
 // This rank's flat buffer cut from its TP-local tensors (--init-from, a resumed checkpoint).
 static inline void param_slice_gtp(const GPTConfig *c, const Mesh *m, const float *tp, float *local) {
     param_copy_gtp(c, m, local, (float *)tp, 1, 1);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Gradient sums and the norm over the data group
+
+/*
+ * The data group (DP x GTP ranks, llmc/mesh.h) reads different tokens, so every gradient is summed over all of it
+ * once. A shard's gradient was summed over its GTP group by the reduce-scatter that made it, which leaves its DP
+ * replicas to sum (the DP group); a tensor GTP leaves whole is on every data rank, and is summed over the data group.
+ * ZeRO-1 (llmc/dp_plan.h) slices a rank's flat buffer over its DP group, whose ranks share the GTP and TP rank, so
+ * the layout: a slice is the same part of the same tensors on each. The shards' DP sum then lands on each part's owner
+ * only; the whole tensors are still all-reduced over the data group (a DP sum on top would count the DP ranks twice)
+ * and each owner reads its part of that. The ranks of a GTP group share the DP rank, so they own the same parts of
+ * their whole tensors, update them from the same sums and keep them identical.
+ */
+static inline int gtp_grad_sums_over_data(const Mesh *m, int t) { return m->gtp > 1 && !gtp_sharded(t); }
+
+// Whether this rank counts tensor t's gradient in the squared norm, which is summed over the TP and GTP groups (and
+// under ZeRO-1 over DP, each rank counting its slice): TP keeps its replicated tensors, GTP its whole ones, identical
+// on every rank of the group, so only the group's rank 0 counts them and every element of the model counts once.
+static inline int norm_counts_tensor(const Mesh *m, int t) {
+    if (m->tp_rank != 0 && param_tp_split(t) == TP_REPLICATED) { return 0; }
+    return m->gtp_rank == 0 || gtp_sharded(t);
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -361,10 +361,6 @@ static inline void options_validate_gtp(const Options *o) {
     if (!options_gtp_path(o) && o->gtp_prefetch != GTP_PREFETCH_DEFAULT) {
         fail("--gtp-prefetch %d applies to GTP (--gtp > 1) only; drop it or set --gtp", o->gtp_prefetch);
     }
-    if (o->gtp > 1 && o->zero) {
-        fail("--zero 1 with --gtp %d is not built yet (GTP shards AdamW's state already); drop --zero or use --gtp 1",
-             o->gtp);
-    }
 }
 
 static inline void options_validate(const Options *o, int dp) {

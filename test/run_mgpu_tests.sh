@@ -40,9 +40,10 @@
 #      GTP in fp8 gathers the FP8 codes that each rank's update wrote with the scale all ranks share, the codes one
 #      GPU would write from the same masters: against one GPU it changes what DP changes (its ranks read different
 #      tokens, so the gradient sums are reordered), and its layouts are held to the same tolerances.
-# 2. resume (bf16, under mpirun): TP=2, TP=2+SP, DP=2+ZeRO-1 and GTP=2 runs checkpointed at step 10 and resumed must
-#    end with the same step-20 model file, byte for byte, as the same run straight through; across layouts (fp32):
-#    a GTP=2 checkpoint resumed on one GPU and the other way round end within the fp32 parity tolerances.
+# 2. resume (bf16, under mpirun): TP=2, TP=2+SP, DP=2+ZeRO-1, GTP=2 and (4 GPUs) DP=2 x GTP=2+ZeRO-1 runs
+#    checkpointed at step 10 and resumed must end with the same step-20 model file, byte for byte, as the same run
+#    straight through; across layouts (fp32): a GTP=2 checkpoint resumed on one GPU and the other way round end
+#    within the fp32 parity tolerances.
 # 3. faults (2 ranks): kill -9 of one rank mid-run (rank 1, then rank 0): the other exits non-zero within
 #    FAULT_LIMIT_S with an error line naming the failure; a rank missing at start-up, a port in use, a wrong world
 #    size: one line, non-zero exit; SIGUSR1 to mpirun -np 2 stops both ranks at one step with a checkpoint, and the
@@ -82,6 +83,7 @@ LAYOUTS=(
     "gtp2_prefetch1|2|--gtp 2 --gtp-prefetch 1|fp32"
     "gtp4|4|--gtp 4|"
     "dp2_gtp2|4|--gtp 2|"
+    "dp2_gtp2_zero1|4|--gtp 2 --zero 1|"
     "tp2_gtp2|4|--tp 2 --gtp 2|"
 )
 # layouts that also run over sockets with torchrun-style variables
@@ -207,7 +209,8 @@ done
 # A run checkpointed at step RESUME_AT and resumed from there must end with the same bits as the same run straight
 # through: the layout's checkpoint gathers its shards (TP slices, ZeRO-1 moments) and the resume scatters them back.
 RESUME_AT=10
-RESUME_LAYOUTS=("tp2|2|--tp 2" "tp2_sp|2|--tp 2 --sequence-parallel 1" "dp2_zero1|2|--zero 1" "gtp2|2|--gtp 2")
+RESUME_LAYOUTS=("tp2|2|--tp 2" "tp2_sp|2|--tp 2 --sequence-parallel 1" "dp2_zero1|2|--zero 1" "gtp2|2|--gtp 2"
+                "dp2_gtp2_zero1|4|--gtp 2 --zero 1")
 resume_test() { # NAME NP OPTIONS...
     local name="resume_$1" np=$2 d s final
     shift 2

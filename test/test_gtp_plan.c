@@ -10,7 +10,10 @@
  *   before its first use; at most depth + 1 weights held; a depth too small for the interleaving fails with one
  *   line; uses at known values;
  * - bytes at known values: a pass's gathers (compute precision, FP8 codes, FP8 with bf16 blocks at the ends) and the
- *   pool buffers (FP8 codes with their transposed copy after them, aligned).
+ *   pool buffers (FP8 codes with their transposed copy after them, aligned);
+ * - gradient sums and the norm over DP x GTP x TP meshes, with and without ZeRO-1, driven as the GPU build drives
+ *   them (test_data_sums): every element a rank updates holds the sum over all data ranks, once; the norm counts
+ *   every element of the model once.
  */
 #include "../llmc/gtp_plan.h"
 #include "test_util.h"
@@ -304,11 +307,187 @@ static void test_nodes(void) {
           "rank 7: %d, rank 8: %d", gtp_group_spans_nodes(&first, 7), gtp_group_spans_nodes(&later, 0));
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// Gradient sums and the norm over the data group
+
+/*
+ * One rank of a simulated mesh: its GTP-local buffer (padded to its DP group's ZeRO-1 slices as dp_init pads it), the
+ * model element (param_layout()'s index) behind each element or GTP_PADDING, and its gradient. A gradient is a sum of
+ * hashes of (data rank, model element), added modulo 2^64: exact, and a term missing or counted twice changes it.
+ */
+typedef struct {
+    Mesh m;
+    ParamLayout pg;
+    ZeroShards z;
+    int zero;       // ZeRO-1 on: --zero 1 with DP > 1 (dp_init)
+    size_t elems;   // the flat buffer's length (dp_buffer_elems)
+    size_t *model;  // model element of each buffer element, or GTP_PADDING
+    uint64_t *grad;
+} SimRank;
+
+static uint64_t grad_term(int data_rank, size_t e) { // splitmix64 of both
+    uint64_t x = ((uint64_t)data_rank << 40) ^ (uint64_t)e;
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+// Rank r's buffer after a backward: a shard's gradient is its GTP group's sum (their reduce-scatter), any other its
+// own data rank's term (TP ranks read the same tokens, so they hold the same replicated gradients).
+static void sim_rank_init(SimRank *r, const GPTConfig *c, int world, int rank, int tp, int gtp, int zero) {
+    r->m = mesh_make(world, rank, tp, gtp);
+    r->zero = zero && r->m.dp > 1;
+    param_layout_gtp(c, &r->m, &r->pg);
+    r->z = zero_shards_make(r->pg.total, r->zero ? r->m.dp : 1);
+    r->elems = r->zero ? r->z.padded : r->pg.total;
+    r->model = (size_t *)malloc_check(r->elems * sizeof(size_t), "model elements");
+    r->grad = (uint64_t *)calloc_check(r->elems, sizeof(uint64_t), "gradients");
+    ParamLayout full;
+    param_layout(c, &full);
+    for (size_t i = r->pg.total; i < r->elems; i++) { r->model[i] = GTP_PADDING; }
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+        for (size_t i = 0; i < r->pg.size[t]; i++) {
+            size_t b = r->pg.offset[t] + i, e = gtp_local_to_tp(c, &r->m, t, i);
+            r->model[b] = e == GTP_PADDING ? GTP_PADDING : full.offset[t] + tp_local_to_global(c, &r->m, t, e);
+            if (r->model[b] == GTP_PADDING) { continue; }
+            for (int g = 0; g < gtp; g++) {
+                if (gtp_sharded(t) || g == r->m.gtp_rank) {
+                    r->grad[b] += grad_term(r->m.dp_rank * gtp + g, r->model[b]);
+                }
+            }
+        }
+    }
+}
+
+// Sums elements [s.begin, s.begin + s.count) over the ranks of `group` that hold rank `me`'s place in it (`onto`: the
+// one that receives the sum, or -1 for all of them: an all-reduce), as the collective would.
+static void sim_sum(SimRank *ranks, int world, const SimRank *me, MeshGroup group, Span s, int onto) {
+    int color = mesh_group_color(&me->m, group);
+    for (size_t e = s.begin; e < s.begin + s.count; e++) {
+        uint64_t sum = 0;
+        for (int q = 0; q < world; q++) {
+            if (mesh_group_color(&ranks[q].m, group) == color) { sum += ranks[q].grad[e]; }
+        }
+        for (int q = 0; q < world; q++) {
+            const Mesh *m = &ranks[q].m;
+            if (mesh_group_color(m, group) == color && (onto < 0 || mesh_group_key(m, group) == onto)) {
+                ranks[q].grad[e] = sum;
+            }
+        }
+    }
+}
+
+// llmc/data_parallel.cuh's dp_reduce_group for every group, on every group of ranks at once (a group's first rank
+// stands for it): the data group's all-reduce of the spans gtp_grad_sums_over_data names, then the DP sum of the
+// others, under ZeRO-1 each part (of a span and a DP rank's padded slice, as dp_for_each_owned_part cuts them) onto
+// its owner.
+static void sim_reduce(SimRank *ranks, int world, const GPTConfig *c) {
+    for (int k = 0; k <= c->num_layers; k++) {
+        for (int q = 0; q < world; q++) {
+            const SimRank *r = &ranks[q];
+            ParamGroup g = param_group(&r->pg, c->num_layers, k);
+            for (int i = 0; i < g.count; i++) {
+                if (gtp_grad_sums_over_data(&r->m, g.tensor[i])) {
+                    if (r->m.data_rank == 0) { sim_sum(ranks, world, r, GROUP_DATA, g.span[i], -1); }
+                } else if (r->m.dp_rank == 0 && r->zero) {
+                    for (int o = 0; o < r->m.dp; o++) {
+                        Span part = span_intersect(g.span[i], zero_padded_slice(&r->z, o));
+                        if (part.count > 0) { sim_sum(ranks, world, r, GROUP_DP, part, o); }
+                    }
+                } else if (r->m.dp_rank == 0 && r->m.dp > 1) {
+                    sim_sum(ranks, world, r, GROUP_DP, g.span[i], -1);
+                }
+            }
+        }
+    }
+}
+
+// The part of the buffer rank r updates (and takes the norm of): its ZeRO-1 slice, else all of it (dp_owned).
+static Span sim_owned(const SimRank *r) {
+    Span all = {0, r->pg.total};
+    return r->zero ? zero_owned(&r->z, r->m.dp_rank) : all;
+}
+
+// Errors of one mesh: elements updated from a wrong sum, model elements the norm counts other than once, ranks of a
+// GTP group whose ZeRO-1 slices hold other parts of their (identical) whole tensors.
+static int data_sums_bad(const GPTConfig *c, int dp, int gtp, int tp, int zero) {
+    int world = dp * gtp * tp, bad = 0;
+    SimRank *ranks = (SimRank *)calloc_check((size_t)world, sizeof(SimRank), "simulated ranks");
+    for (int q = 0; q < world; q++) { sim_rank_init(&ranks[q], c, world, q, tp, gtp, zero); }
+    sim_reduce(ranks, world, c);
+    ParamLayout full;
+    param_layout(c, &full);
+    for (int q = 0; q < world; q++) {
+        const SimRank *r = &ranks[q];
+        Span own = sim_owned(r);
+        for (size_t b = own.begin; b < own.begin + own.count; b++) {
+            if (r->model[b] == GTP_PADDING) { continue; }
+            uint64_t want = 0;
+            for (int d = 0; d < r->m.data_size; d++) { want += grad_term(d, r->model[b]); }
+            bad += r->grad[b] != want;
+        }
+        const SimRank *first = &ranks[mesh_rank_of(&r->m, r->m.dp_rank, 0, r->m.tp_rank)];
+        bad += memcmp(&r->pg, &first->pg, sizeof(r->pg)) != 0 || r->z.slice != first->z.slice;
+    }
+    // The norm: one rank's sums its own squares, then over TP and GTP, and under ZeRO-1 over DP too (grad_norm)
+    unsigned char *counted = (unsigned char *)malloc_check(full.total, "norm counts");
+    for (int view = 0; view < (ranks[0].zero ? 1 : dp); view++) {
+        memset(counted, 0, full.total);
+        for (int q = 0; q < world; q++) {
+            const SimRank *r = &ranks[q];
+            if (!r->zero && r->m.dp_rank != view) { continue; }
+            for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+                Span tensor = {r->pg.offset[t], r->pg.size[t]}, part = span_intersect(tensor, sim_owned(r));
+                if (!norm_counts_tensor(&r->m, t)) { continue; }
+                for (size_t b = part.begin; b < part.begin + part.count; b++) {
+                    if (r->model[b] != GTP_PADDING) { counted[r->model[b]]++; }
+                }
+            }
+        }
+        for (size_t e = 0; e < full.total; e++) { bad += counted[e] != 1; }
+    }
+    free(counted);
+    for (int q = 0; q < world; q++) {
+        free(ranks[q].model);
+        free(ranks[q].grad);
+    }
+    free(ranks);
+    return bad;
+}
+
+static void test_data_sums(void) {
+    GPTConfig c = tiny_config();
+    int dps[] = {1, 2, 3}, gtps[] = {1, 2, 5}, tps[] = {1, 2};
+    for (int zero = 0; zero <= 1; zero++) {
+        int bad = 0;
+        for (int a = 0; a < 3; a++) for (int b = 0; b < 3; b++) for (int d = 0; d < 2; d++) {
+            int n = data_sums_bad(&c, dps[a], gtps[b], tps[d], zero);
+            if (n) { printf("  dp %d gtp %d tp %d zero %d: %d errors\n", dps[a], gtps[b], tps[d], zero, n); }
+            bad += n;
+        }
+        check(bad == 0, zero ? "gtp data sums under ZeRO-1: owned parts summed over all data ranks once, norm once"
+                             : "gtp data sums: every rank's gradients summed over all data ranks once, norm once",
+              "%d errors", bad);
+    }
+    // The same at known values: DP 2 x GTP 2, rank 1 (DP rank 0, GTP rank 1): fc's shard sums over DP only, wte over
+    // the data group; rank 1 counts its shards in the norm but not wte (GTP rank 1), its TP-replicated LayerNorm too.
+    Mesh m = mesh_make(4, 1, 1, 2);
+    check(!gtp_grad_sums_over_data(&m, P_FCW) && gtp_grad_sums_over_data(&m, P_WTE) &&
+              gtp_grad_sums_over_data(&m, P_LN1W) && norm_counts_tensor(&m, P_FCW) && !norm_counts_tensor(&m, P_WTE),
+          "gtp data sums at known values", "fcw %d wte %d; norm fcw %d wte %d", gtp_grad_sums_over_data(&m, P_FCW),
+          gtp_grad_sums_over_data(&m, P_WTE), norm_counts_tensor(&m, P_FCW), norm_counts_tensor(&m, P_WTE));
+    Mesh one = mesh_make(2, 1, 1, 1);
+    check(!gtp_grad_sums_over_data(&one, P_WTE) && norm_counts_tensor(&one, P_WTE),
+          "without GTP every gradient sums over DP", "wte over data %d", gtp_grad_sums_over_data(&one, P_WTE));
+}
+
 int main(void) {
     test_nodes();
     test_shards();
     test_round_trip();
     test_chain();
     test_bytes();
+    test_data_sums();
     return test_exit();
 }

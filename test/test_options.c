@@ -139,7 +139,6 @@ static void test_validate(void) {
                  "--gtp", "2", "--gtp-materialize", "1", NULL);
     expect_error("gtp_prefetch_needs_gtp", "--gtp-prefetch 3 applies to GTP (--gtp > 1) only", "--gtp-prefetch", "3",
                  NULL);
-    expect_error("gtp_zero_not_built", "--zero 1 with --gtp 2 is not built yet", "--gtp", "2", "--zero", "1", NULL);
     expect_error("heads_divide_width", "--heads 5 must be >= 1 and divide --width 64", "--width", "64", "--heads",
                  "5", NULL);
     expect_error("empty_train_data", "--train-data is empty", "--train-data=", NULL);
@@ -172,6 +171,10 @@ static void test_validate(void) {
     Options z = parse("--zero", "1", "--sample-every", "0", "--batch-size", "4", "--seq-len", "64", "--total-batch-tokens", "1024", NULL);
     options_validate(&z, 2); // exits with the reason if refused
     check(z.zero == 1, "zero_accepted", "--zero %d", z.zero);
+    Options zg = parse("--zero", "1", "--gtp", "2", "--sample-every", "0", "--batch-size", "4", "--seq-len", "64",
+                       "--total-batch-tokens", "1024", NULL);
+    options_validate(&zg, 4); // DP 2 x GTP 2 data ranks; exits with the reason if refused
+    check(zg.zero == 1 && zg.gtp == 2, "zero_with_gtp_accepted", "--zero %d --gtp %d", zg.zero, zg.gtp);
 
     Options o = parse("--batch-size", "4", "--seq-len", "64", "--total-batch-tokens", "1024", NULL);
     check(options_grad_accum(&o, 1) == 4 && options_grad_accum(&o, 2) == 2, "grad_accum", "accum %d (dp 1), %d (dp 2)",
