@@ -153,7 +153,7 @@ static inline void param_slice_gtp(const GPTConfig *c, const Mesh *m, const floa
  * The data group (DP x GTP ranks, llmc/mesh.h) reads different tokens, so every gradient is summed over all of it
  * once. A shard's gradient was summed over its GTP group by the reduce-scatter that made it, which leaves its DP
  * replicas to sum (the DP group); a tensor GTP leaves whole is on every data rank, and is summed over the data group.
- * ZeRO-1 (llmc/dp_plan.h) slices a rank's flat buffer over its DP group, whose ranks share the GTP and TP rank, so
+ * ZeRO-1 (llmc/dp_plan.h) slices a rank's flat buffer over its DP group, whose ranks share the GTP and TP rank and so
  * the layout: a slice is the same part of the same tensors on each. The shards' DP sum then lands on each part's owner
  * only; the whole tensors are still all-reduced over the data group (a DP sum on top would count the DP ranks twice)
  * and each owner reads its part of that. The ranks of a GTP group share the DP rank, so they own the same parts of
