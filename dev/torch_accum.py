@@ -10,17 +10,25 @@ import sys, time
 import numpy as np, torch
 
 script, argv = sys.argv[1], sys.argv[2:]
-accum = int(argv[argv.index("--accum") + 1]); del argv[argv.index("--accum"):argv.index("--accum") + 2]
-skip = 2
-if "--skip" in argv:
-    skip = int(argv[argv.index("--skip") + 1]); del argv[argv.index("--skip"):argv.index("--skip") + 2]
+
+
+def take(flag, default=None):  # this script's own option, removed before torch_gpt.py parses the rest
+    if flag not in argv:
+        if default is None: sys.exit(f"torch_accum.py: {flag} N is required")
+        return default
+    i = argv.index(flag)
+    value = int(argv[i + 1]); del argv[i:i + 2]
+    return value
+
+
+accum, skip = take("--accum"), take("--skip", 2)
 source = open(script).read()
 loop_at = source.index("data = np.memmap")  # torch_gpt.py's training loop starts here
 sys.argv = [script] + argv
 g = {"__name__": "torch_gpt"}
 exec(compile(source[:loop_at], script, "exec"), g)
 a, m, opt, B, T = g["a"], g["m"], g["opt"], g["B"], g["T"]
-assert g["a"].mode == "single", "torch_accum.py runs the one-GPU baseline"
+assert a.mode == "single", "torch_accum.py runs the one-GPU baseline"
 data = np.memmap(a.data, dtype=np.uint16, mode="r", offset=1024)
 pos, times = 0, []
 for step in range(a.steps):

@@ -474,9 +474,11 @@ static void test_data_sums(void) {
     // the data group; rank 1 counts its shards in the norm but not wte (GTP rank 1), its TP-replicated LayerNorm too.
     Mesh m = mesh_make(4, 1, 1, 2);
     check(!gtp_grad_sums_over_data(&m, P_FCW) && gtp_grad_sums_over_data(&m, P_WTE) &&
-              gtp_grad_sums_over_data(&m, P_LN1W) && norm_counts_tensor(&m, P_FCW) && !norm_counts_tensor(&m, P_WTE),
-          "gtp data sums at known values", "fcw %d wte %d; norm fcw %d wte %d", gtp_grad_sums_over_data(&m, P_FCW),
-          gtp_grad_sums_over_data(&m, P_WTE), norm_counts_tensor(&m, P_FCW), norm_counts_tensor(&m, P_WTE));
+              gtp_grad_sums_over_data(&m, P_LN1W) && norm_counts_tensor(&m, P_FCW) && !norm_counts_tensor(&m, P_WTE) &&
+              !norm_counts_tensor(&m, P_LN1W),
+          "gtp data sums at known values", "fcw %d wte %d; norm fcw %d wte %d ln1w %d",
+          gtp_grad_sums_over_data(&m, P_FCW), gtp_grad_sums_over_data(&m, P_WTE), norm_counts_tensor(&m, P_FCW),
+          norm_counts_tensor(&m, P_WTE), norm_counts_tensor(&m, P_LN1W));
     Mesh one = mesh_make(2, 1, 1, 1);
     check(!gtp_grad_sums_over_data(&one, P_WTE) && norm_counts_tensor(&one, P_WTE),
           "without GTP every gradient sums over DP", "wte over data %d", gtp_grad_sums_over_data(&one, P_WTE));
