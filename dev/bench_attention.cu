@@ -44,8 +44,7 @@ static double g_flops; // causal forward FLOPs of the shape
 template <int HS> static void time_kernels(Bufs &b) {
     const int grid = attn_bf16_grid(b.B, b.T, b.NH);
     const float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * LOG2E_F;
-    constexpr int fwd_smem = attn_smem_bytes<HS>(ATTN_FWD_TILES, 0), dq_smem = attn_smem_bytes<HS>(ATTN_DQ_TILES, 0);
-    constexpr int dkdv_smem = attn_smem_bytes<HS>(ATTN_DKDV_TILES, 4 * ATTN_WG_ROWS * (int)sizeof(float));
+    constexpr int fwd_smem = attn_forward_smem<HS>(), dq_smem = attn_dq_smem<HS>(), dkdv_smem = attn_dkdv_smem<HS>();
     float fwd = median_ms([&] {
         attention_forward_bf16_kernel<HS>
             <<<grid, ATTN_WG_THREADS, fwd_smem>>>(b.out, b.lse, b.qkv, b.T, b.NH, scale_log2);

@@ -651,8 +651,11 @@ __device__ __forceinline__ void attn_row_stats(float (&lrow)[2], float (&drow)[2
     }
 }
 
-// The dK/dV kernels' query tile from row q0: Q and dO (cp.async, into tiles sQ and sdO), lse * log2(e) and D (sL,
-// sD). Rows past Tlen get lse = +inf, so P = 0 there whatever the causal mask says.
+// The dK/dV kernel's query tile from row q0: Q and dO (into tiles sQ and sdO), lse and D (sL, sD), all copied
+// asynchronously, so that no thread stalls on a load of the next tile's statistics before it issues the current
+// tile's products (they were plain loads: 2% of the kernel's time at 1558M). Rows past Tlen get lse = +inf, so P = 0
+// there whatever the causal mask says. Once the copies have landed, attn_query_tile_landed turns lse into
+// lse * log2(e).
 template <int HS>
 __device__ __forceinline__ void attn_load_query_tile(uint32_t sQ, uint32_t sdO, float *sL, float *sD, const bf16 *q,
                                                      size_t stride, const bf16 *dO, size_t ostride,
@@ -660,10 +663,19 @@ __device__ __forceinline__ void attn_load_query_tile(uint32_t sQ, uint32_t sdO, 
     load_tile_async<HS>(sQ, q, stride, q0, Tlen);
     load_tile_async<HS>(sdO, dO, ostride, q0, Tlen);
     for (int i = threadIdx.x; i < ATTN_WG_ROWS; i += ATTN_WG_THREADS) {
-        int qi = q0 + i;
-        sL[i] = qi < Tlen ? lse_bh[qi] * LOG2E_F : INFINITY;
-        sD[i] = qi < Tlen ? dsum_bh[qi] : 0.0f;
+        if (q0 + i < Tlen) {
+            cp_async_float(sL + i, lse_bh + q0 + i);
+            cp_async_float(sD + i, dsum_bh + q0 + i);
+        } else {
+            sL[i] = INFINITY;
+            sD[i] = 0.0f;
+        }
     }
+}
+// After this thread's copies of attn_load_query_tile have landed (each thread converts the lse values it copied),
+// before the barrier that shows them to the other warps.
+__device__ __forceinline__ void attn_query_tile_landed(float *sL) {
+    for (int i = threadIdx.x; i < ATTN_WG_ROWS; i += ATTN_WG_THREADS) { sL[i] *= LOG2E_F; }
 }
 
 // A backward kernel's result for rows row0 + ... of the slab: acc times `mul` into dst (rows stride elements apart),
@@ -828,9 +840,12 @@ __global__ void __launch_bounds__(ATTN_WG_THREADS)
 // columns of head h; the dQ kernel writes the Q columns of the same rows.
 
 #define ATTN_DKDV_TILES 6 // K, V, 2 x (Q, dO); then 2 x (lse, D) of the query tiles
+// Blocks an SM must hold: at HS = 64 ptxas would otherwise take up to 219 registers (2 blocks) where 168 suffice
+// without spilling; HS = 128 needs 255.
+#define ATTN_DKDV_MIN_BLOCKS(HS) ((HS) == 64 ? 3 : 2)
 
 template <int HS>
-__global__ void __launch_bounds__(ATTN_WG_THREADS)
+__global__ void __launch_bounds__(ATTN_WG_THREADS, ATTN_DKDV_MIN_BLOCKS(HS))
     attention_backward_dkdv_bf16_kernel(bf16 *dqkv, float *partial, const bf16 *dout, const bf16 *qkv,
                                         const float *lse, const float *dsum, int Tlen, int NH, float scale_log2,
                                         float scale) {
@@ -861,6 +876,7 @@ __global__ void __launch_bounds__(ATTN_WG_THREADS)
     load_q_tile(0, qt0);
     cp_async_commit();
     cp_async_wait<0>();
+    attn_query_tile_landed(sL);
     fence_proxy_async();
     __syncthreads();
     const uint64_t kdesc = wgmma_desc(sK), vdesc = wgmma_desc(sV);
@@ -897,6 +913,7 @@ __global__ void __launch_bounds__(ATTN_WG_THREADS)
         wgmma_hold(dk);
         wgmma_hold(dv);
         cp_async_wait<0>();
+        if (qt + 1 < nqt) { attn_query_tile_landed(sL + (st ^ 1) * ROWS); }
         fence_proxy_async();
         __syncthreads();
     }
@@ -915,11 +932,17 @@ template <typename Kernel> static void attn_set_smem(Kernel kernel, int bytes) {
 }
 
 static int attn_bf16_grid(int B, int Tlen, int NH) { return B * NH * ceil_div_int(Tlen, ATTN_WG_ROWS); }
+// Dynamic shared memory of the three bf16 kernels.
+template <int HS> constexpr int attn_forward_smem() { return attn_smem_bytes<HS>(ATTN_FWD_TILES, 0); }
+template <int HS> constexpr int attn_dq_smem() { return attn_smem_bytes<HS>(ATTN_DQ_TILES, 0); }
+template <int HS> constexpr int attn_dkdv_smem() {
+    return attn_smem_bytes<HS>(ATTN_DKDV_TILES, 4 * ATTN_WG_ROWS * (int)sizeof(float));
+}
 
 template <int HS>
 static void attention_forward_bf16(bf16 *out, float *lse, const bf16 *qkv, int B, int Tlen, int NH,
                                    cudaStream_t stream) {
-    constexpr int smem = attn_smem_bytes<HS>(ATTN_FWD_TILES, 0);
+    constexpr int smem = attn_forward_smem<HS>();
     attn_set_smem(attention_forward_bf16_kernel<HS>, smem);
     attention_forward_bf16_kernel<HS><<<attn_bf16_grid(B, Tlen, NH), ATTN_WG_THREADS, smem, stream>>>(
         out, lse, qkv, Tlen, NH, LOG2E_F / sqrtf((float)HS));
@@ -932,8 +955,7 @@ static void attention_backward_bf16(bf16 *dqkv, float *partial, float *dsum, con
                                     const bf16 *qkv, const float *lse, int B, int Tlen, int NH, cudaStream_t stream) {
     const float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * LOG2E_F;
     const int grid = attn_bf16_grid(B, Tlen, NH);
-    constexpr int dq_smem = attn_smem_bytes<HS>(ATTN_DQ_TILES, 0);
-    constexpr int dkdv_smem = attn_smem_bytes<HS>(ATTN_DKDV_TILES, 4 * ATTN_WG_ROWS * (int)sizeof(float));
+    constexpr int dq_smem = attn_dq_smem<HS>(), dkdv_smem = attn_dkdv_smem<HS>();
     attn_set_smem(attention_backward_dq_bf16_kernel<HS>, dq_smem);
     attention_backward_dq_bf16_kernel<HS><<<grid, ATTN_WG_THREADS, dq_smem, stream>>>(
         dqkv, partial, dsum, dout, out, qkv, lse, Tlen, NH, scale_log2, scale);

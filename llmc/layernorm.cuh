@@ -15,7 +15,8 @@
  *
  * Geometry: one thread block per row (grid-stride over rows); thread i holds packs i, i + blockDim.x, ... of the
  * row (PACKS of them, 16 bytes each; in registers, and backward stages them in shared memory first), so a row is read
- * once. Rows of up to LN_MAX_PACKS packs.
+ * once. Forward takes the fewest packs a thread that fit a block, backward LN_BWD_PACKS. Rows of up to LN_MAX_PACKS
+ * packs.
  */
 #ifndef LLMC_LAYERNORM_CUH
 #define LLMC_LAYERNORM_CUH
@@ -85,11 +86,17 @@ __global__ void __launch_bounds__(LN_THREADS_MAX)
 // too: a register loaded rows ahead would have to be moved along every row, which waits for the load). A thread reads
 // back only what it copied itself, so waiting for its own copies suffices; a slot is refilled only after the next
 // row's block_sum2 barriers, which order the refill after every read of it. The update reads the row again from
-// shared memory rather than keeping it in registers across the reduction. Registers are capped so that
-// LN_BWD_MIN_BLOCKS / PACKS blocks fit on an SM; w is read once.
+// shared memory rather than keeping it in registers across the reduction (keeping g = dy w and xhat in registers
+// instead, 236 registers at 4 packs, measured the same). Registers are capped so that LN_BWD_MIN_BLOCKS / PACKS
+// blocks fit on an SM; w is read once.
 #define LN_BWD_MIN_BLOCKS 4
 #define LN_BWD_STAGES 3 // slots of rows in shared memory: the one worked on and LN_BWD_STAGES - 1 in flight
 #define LN_BWD_ARRAYS 3 // per slot: dout, inp, dinp
+// Packs a thread takes of a row in backward (layernorm_backward_shape): 4 rather than the fewest that fit, so that a
+// row's reduction, barriers and copies are paid once per 32 bf16 values rather than 8. H100, dev/bench_layernorm.cu,
+// us a call with 1 -> 4 packs: 124M (C 768, 32768 rows) 108.8 -> 94.4, 350M 90.5 -> 84.2, 774M 71.9 -> 57.1,
+// 1558M 72.9 -> 70.9.
+#define LN_BWD_PACKS 4
 
 // Shared memory of the backward kernel: LN_BWD_STAGES slots of LN_BWD_ARRAYS rows of C, then per slot the mean and
 // rstd each thread copied for itself.
@@ -199,7 +206,8 @@ typedef struct {
     int packs_per_thread, threads;
 } LnShape;
 
-template <typename T> static LnShape layernorm_shape(int C) {
+// The shape with packs_per_thread packs a thread (0: the fewest, 1, 2 or 4, that fit LN_THREADS_MAX threads).
+template <typename T> static LnShape layernorm_shape(int C, int packs_per_thread = 0) {
     int packs = C / Packed<T>::N;
     if (C % Packed<T>::N != 0 || packs > LN_MAX_PACKS) {
         fail("LayerNorm on the GPU needs the width to be a multiple of %d and at most %d in %s (got %d); "
@@ -207,7 +215,7 @@ template <typename T> static LnShape layernorm_shape(int C) {
              Packed<T>::N, LN_MAX_PACKS * Packed<T>::N, TypeInfo<T>::name, C);
     }
     LnShape s;
-    s.packs_per_thread = 1;
+    s.packs_per_thread = packs_per_thread > 0 ? packs_per_thread : 1;
     while (ceil_div_int(packs, s.packs_per_thread) > LN_THREADS_MAX) { s.packs_per_thread *= 2; }
     s.threads = ceil_div_int(ceil_div_int(packs, s.packs_per_thread), WARP_SIZE) * WARP_SIZE;
     return s;
@@ -224,15 +232,19 @@ template <typename T> static LnBackwardKernel<T> layernorm_backward_kernel_for(i
     }
 }
 
+// The backward's shape: LN_BWD_PACKS packs a thread where the row has that many for every thread it needs.
+template <typename T> static LnShape layernorm_backward_shape(int C) {
+    return layernorm_shape<T>(C, LN_BWD_PACKS);
+}
+
 // Blocks of the backward kernel: as many as are resident at once (the rows are grid-strided, so one more would wait
 // for a whole block to finish), no more, since each block writes rows of partials (LN_PARTIALS * C floats). Also
 // lets the kernel have its shared memory: over the default 48 KB from 2520 bf16 / 1260 fp32 channels, 154 KB at the
 // widest rows (8192 bf16), within the 227 KB of sm_90. The attribute and the occupancy query are host calls of
-// microseconds, and a model asks ~2 L times a step for one width: made once per width (and element type).
-template <typename T> static int layernorm_backward_blocks(int rows, int C) {
-    static int known_C = 0, known_blocks = 0;
-    if (C != known_C) {
-        LnShape s = layernorm_shape<T>(C);
+// microseconds, and a model asks ~2 L times a step for one width: made once per width and shape (and element type).
+template <typename T> static int layernorm_backward_blocks(int rows, int C, LnShape s) {
+    static int known_C = 0, known_ppt = 0, known_blocks = 0;
+    if (C != known_C || s.packs_per_thread != known_ppt) {
         LnBackwardKernel<T> kernel = layernorm_backward_kernel_for<T>(s.packs_per_thread);
         size_t smem = layernorm_backward_smem<T>(C, s.threads);
         cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -240,13 +252,14 @@ template <typename T> static int layernorm_backward_blocks(int rows, int C) {
         cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, s.threads, smem));
         known_blocks = g_cuda.props.multiProcessorCount * (per_sm > 0 ? per_sm : 1);
         known_C = C;
+        known_ppt = s.packs_per_thread;
     }
     return rows < known_blocks ? rows : known_blocks;
 }
 
 // Floats of scratch layernorm_backward needs for `rows` rows.
 template <typename T> static size_t layernorm_backward_scratch_floats(int rows, int C) {
-    return (size_t)layernorm_backward_blocks<T>(rows, C) * LN_PARTIALS * C;
+    return (size_t)layernorm_backward_blocks<T>(rows, C, layernorm_backward_shape<T>(C)) * LN_PARTIALS * C;
 }
 
 // out = LayerNorm(x + dx) (or of x when dx is NULL, then resid is unused); resid = x + dx.
@@ -269,19 +282,26 @@ static void layernorm_forward(T *out, float *mean, float *rstd, T *resid, const 
 }
 
 // dinp += dLayerNorm/dinp (dout); dw += ..., db += ... (written when not accumulate); dsum (unless NULL) likewise
-// gets the column sums of the resulting dinp. scratch: layernorm_backward_scratch_floats(rows, C).
+// gets the column sums of the resulting dinp. scratch: layernorm_backward_scratch_floats(rows, C) (for the shape
+// layernorm_backward_shape; dev/bench_layernorm.cu passes others).
 template <typename T>
 static void layernorm_backward(T *dinp, float *dw, float *db, float *dsum, float *scratch, const T *dout,
                                const T *inp, const T *w, const float *mean, const float *rstd, int rows, int C,
-                               int accumulate, cudaStream_t stream) {
-    LnShape s = layernorm_shape<T>(C);
-    int blocks = layernorm_backward_blocks<T>(rows, C);
+                               int accumulate, cudaStream_t stream, LnShape s) {
+    int blocks = layernorm_backward_blocks<T>(rows, C, s);
     layernorm_backward_kernel_for<T>(s.packs_per_thread)<<<blocks, s.threads, layernorm_backward_smem<T>(C, s.threads),
                                                            stream>>>(dinp, scratch, dout, inp, w, mean, rstd, rows, C);
     cudaCheckLaunch();
     PartialSumDsts dsts = {{dw, db, dsum}};
     add_partial_sums(dsts, dsum ? LN_PARTIALS : LN_PARTIALS - 1, scratch, blocks, C, LN_PARTIALS * C, accumulate,
                      stream);
+}
+template <typename T>
+static void layernorm_backward(T *dinp, float *dw, float *db, float *dsum, float *scratch, const T *dout,
+                               const T *inp, const T *w, const float *mean, const float *rstd, int rows, int C,
+                               int accumulate, cudaStream_t stream) {
+    layernorm_backward(dinp, dw, db, dsum, scratch, dout, inp, w, mean, rstd, rows, C, accumulate, stream,
+                       layernorm_backward_shape<T>(C));
 }
 
 #endif // LLMC_LAYERNORM_CUH
