@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Whole-step A/B of two builds in one call, runs interleaved (old, new, old, new) so that the card's drift under its
+# power limit falls on both: "new" is ./train_gpt built from this tree, "old" the same tree with the files under
+# OLD_DIR laid over it (same relative paths, e.g. OLD_DIR/llmc/layernorm.cuh; copy them from `git show REV:path`
+# before the call, the device has no git history). Prints the median step time of steps 6.. of each run, and how
+# many GEMM algorithm choices (gemm_algos.txt) differ between runs.
+#   dev/ab_step.sh OLD_DIR [MODEL:BATCH:KEEP_GELU_LAYERS ...]     (default d24:16:24 d36:8:16 d12:32:12)
+#   STEPS (20) steps a run. Needs data/brown (or SHARD).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OLD_DIR=${1:?usage: dev/ab_step.sh OLD_DIR [MODEL:BATCH:KEEP ...]}
+shift
+SPECS=("$@")
+[ ${#SPECS[@]} -gt 0 ] || SPECS=(d24:16:24 d36:8:16 d12:32:12)
+SHARD=${SHARD:-$(ls data/brown/brown_train_*.bin | head -1)}
+export NCCL_NVLS_ENABLE=0
+OLD_TREE=/tmp/ab_old_tree
+rm -rf "$OLD_TREE" && mkdir -p "$OLD_TREE"
+tar --exclude=./data --exclude=./runs -cf - . | tar -xf - -C "$OLD_TREE"
+cp -r "$OLD_DIR"/. "$OLD_TREE"/
+ln -s "$PWD/data" "$OLD_TREE/data"
+(cd "$OLD_TREE" && make -j8 train_gpt > /tmp/ab_old_build.log 2>&1) & old_build=$!
+make -j8 train_gpt > /tmp/ab_new_build.log 2>&1 || { tail -5 /tmp/ab_new_build.log; exit 1; }
+wait $old_build || { tail -5 /tmp/ab_old_build.log; exit 1; }
+median() { grep -o "| [0-9.]* ms |" "$1" | awk 'NR > 5 {print $2}' | sort -n |
+    awk '{a[NR] = $1} END {print (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2)}'; }
+run() { # binary model batch keep tag
+    local dir=/tmp/ab_run_$5
+    rm -rf "$dir"
+    "$1" --model "$2" --batch-size "$3" --seq-len 1024 --total-batch-tokens $(($3 * 1024)) --steps "${STEPS:-20}" \
+        --val-every 0 --sample-every 0 --precision bf16 --train-data "$SHARD" --out-dir "$dir" --save 0 \
+        --warmup-steps 5 --keep-gelu-layers "$4" > "/tmp/ab_$5.log" 2>&1 || { echo "$5 failed"; tail -3 "/tmp/ab_$5.log"; }
+    echo "$5 $(median "/tmp/ab_$5.log") ms"
+}
+for spec in "${SPECS[@]}"; do
+    IFS=: read -r model batch keep <<<"$spec"
+    for rep in 1 2; do
+        run "$OLD_TREE/train_gpt" "$model" "$batch" "$keep" "${model}_old_$rep"
+        run ./train_gpt "$model" "$batch" "$keep" "${model}_new_$rep"
+    done
+    n=$(wc -l < "/tmp/ab_run_${model}_new_1/gemm_algos.txt")
+    d() { diff "/tmp/ab_run_$1/gemm_algos.txt" "/tmp/ab_run_$2/gemm_algos.txt" | grep -c '^<' || true; }
+    echo "$model GEMM choices differing (of $n): old runs $(d "${model}_old_1" "${model}_old_2"), new runs" \
+        "$(d "${model}_new_1" "${model}_new_2"), old vs new $(d "${model}_old_1" "${model}_new_1")"
+done
