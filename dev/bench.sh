@@ -6,14 +6,15 @@
 #   BENCH_WHAT=sizes (default): GPT-2 124M B32, 350M B16, 774M B8, 1558M B8, one micro-batch a step.
 #   BENCH_WHAT=accum: 124M and 1558M accumulating to 0.5M tokens a step (AdamW amortised); the baseline is
 #   torch_gpt.py's own model and optimizer with an accumulation loop (dev/torch_accum.py).
-#   BENCH_SIZES="124M 1558M" picks sizes; BENCH_STEPS (30; accum 6) the steps of every run.
+#   BENCH_SIZES="124M 1558M" picks sizes (all four accumulating take ~11 min: over one device call); BENCH_STEPS (30;
+#   accum 6) the steps of every run.
 # Needs: a built ./train_gpt, python3 with torch, one training shard.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TORCH=${1:-.carry/torch_gpt.py}
 SHARD=${2:-$(ls data/brown/brown_train_*.bin | head -1)}
 WHAT=${BENCH_WHAT:-sizes}
-SIZES=${BENCH_SIZES:-124M 350M 774M 1558M}
+if [ "$WHAT" = accum ]; then SIZES=${BENCH_SIZES:-124M 1558M}; else SIZES=${BENCH_SIZES:-124M 350M 774M 1558M}; fi
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 OUT_DIR=${OUT:-/tmp}/bench
 mkdir -p "$OUT_DIR"
