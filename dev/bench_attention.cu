@@ -5,31 +5,11 @@
  *   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I. dev/bench_attention.cu -o /tmp/bench_attention
  *   /tmp/bench_attention [B T NH HS]      (default 32 1024 12 64)
  */
-#include <algorithm>
 #include <vector>
 
 #include "llmc/attention.cuh"
+#include "test/cuda_timing.cuh"
 #include "test/test_util.h"
-
-#define WARMUP 5
-#define REPS 30
-
-template <typename F> static float median_ms(F fn) {
-    cudaEvent_t e0, e1;
-    cudaCheck(cudaEventCreate(&e0));
-    cudaCheck(cudaEventCreate(&e1));
-    for (int i = 0; i < WARMUP; i++) { fn(); }
-    std::vector<float> ms(REPS);
-    for (int i = 0; i < REPS; i++) {
-        cudaCheck(cudaEventRecord(e0));
-        fn();
-        cudaCheck(cudaEventRecord(e1));
-        cudaCheck(cudaEventSynchronize(e1));
-        cudaCheck(cudaEventElapsedTime(&ms[i], e0, e1));
-    }
-    std::sort(ms.begin(), ms.end());
-    return ms[REPS / 2];
-}
 
 struct Bufs {
     int B, T, NH, HS;

@@ -6,31 +6,13 @@
  *   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I. dev/bench_layernorm.cu -lcublasLt -o /tmp/bench_ln
  *   /tmp/bench_ln [rows C packs]      (one shape only, e.g. under ncu)
  */
-#include <algorithm>
 #include <vector>
 
 #include "llmc/layernorm.cuh"
+#include "test/cuda_timing.cuh"
 #include "test/test_util.h"
 
-#define WARMUP 5
-#define REPS 50
-
-template <typename F> static float median_ms(F fn) {
-    cudaEvent_t e0, e1;
-    cudaCheck(cudaEventCreate(&e0));
-    cudaCheck(cudaEventCreate(&e1));
-    for (int i = 0; i < WARMUP; i++) { fn(); }
-    std::vector<float> ms(REPS);
-    for (int i = 0; i < REPS; i++) {
-        cudaCheck(cudaEventRecord(e0, g_cuda.stream));
-        fn();
-        cudaCheck(cudaEventRecord(e1, g_cuda.stream));
-        cudaCheck(cudaEventSynchronize(e1));
-        cudaCheck(cudaEventElapsedTime(&ms[i], e0, e1));
-    }
-    std::sort(ms.begin(), ms.end());
-    return ms[REPS / 2];
-}
+#define REPS 50 // timed runs a shape
 
 static std::vector<bf16> random_bf16(size_t n, uint64_t seed, float scale) {
     std::vector<bf16> h(n);
@@ -66,7 +48,7 @@ static void bench_width(int rows, int C, int only_ppt) {
             layernorm_backward(dinp, sums, sums + C, sums + 2 * C, scratch, dout, inp, w, mean, rstd, rows, C, 0,
                                g_cuda.stream, s);
         };
-        float ms = median_ms(run);
+        float ms = median_ms(run, g_cuda.stream, REPS);
         // one call from the same dinp for the comparison (the stream does not synchronize with cudaMemcpy's)
         cudaCheck(cudaMemcpyAsync(dinp, dinp0, n * sizeof(bf16), cudaMemcpyDeviceToDevice, g_cuda.stream));
         run();

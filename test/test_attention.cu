@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "llmc/attention.cuh"
+#include "test/cuda_timing.cuh"
 #include "test/test_util.h"
 
 // fp32 parity target of the GPU build against the CPU reference.
@@ -247,31 +248,6 @@ template <typename T> static void test_shape(int B, int Tlen, int NH, int HS) {
                     (void *)rdout, (void *)rout, (void *)rlse, (void *)rdsum, (void *)rdq, (void *)rdk, (void *)rdv}) {
         cudaCheck(cudaFree(p));
     }
-}
-
-// ----------------------------------------------------------------------------------------------------------------
-// timing: median over BENCH_REPS runs after BENCH_WARMUP, CUDA events around each run
-
-#define BENCH_WARMUP 5
-#define BENCH_REPS 30
-
-template <typename F> static float median_ms(F fn) {
-    cudaEvent_t e0, e1;
-    cudaCheck(cudaEventCreate(&e0));
-    cudaCheck(cudaEventCreate(&e1));
-    for (int i = 0; i < BENCH_WARMUP; i++) { fn(); }
-    std::vector<float> ms(BENCH_REPS);
-    for (int i = 0; i < BENCH_REPS; i++) {
-        cudaCheck(cudaEventRecord(e0));
-        fn();
-        cudaCheck(cudaEventRecord(e1));
-        cudaCheck(cudaEventSynchronize(e1));
-        cudaCheck(cudaEventElapsedTime(&ms[i], e0, e1));
-    }
-    cudaCheck(cudaEventDestroy(e0));
-    cudaCheck(cudaEventDestroy(e1));
-    std::sort(ms.begin(), ms.end());
-    return ms[BENCH_REPS / 2];
 }
 
 template <typename T> static void bench_shape(int B, int Tlen, int NH, int HS) {
