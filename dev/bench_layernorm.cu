@@ -46,7 +46,7 @@ static void bench_width(int rows, int C, int only_ppt) {
         float *scratch = (float *)cuda_alloc((size_t)blocks * LN_PARTIALS * C * sizeof(float), "scratch");
         auto run = [&] {
             layernorm_backward(dinp, sums, sums + C, sums + 2 * C, scratch, dout, inp, w, mean, rstd, rows, C, 0,
-                               g_cuda.stream, s);
+                               g_cuda.stream, ppt);
         };
         float ms = median_ms(run, g_cuda.stream, REPS);
         // one call from the same dinp for the comparison (the stream does not synchronize with cudaMemcpy's)

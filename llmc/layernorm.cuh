@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(LN_THREADS_MAX)
 #define LN_BWD_MIN_BLOCKS 4
 #define LN_BWD_STAGES 3 // slots of rows in shared memory: the one worked on and LN_BWD_STAGES - 1 in flight
 #define LN_BWD_ARRAYS 3 // per slot: dout, inp, dinp
-// Packs a thread takes of a row in backward (layernorm_backward_shape): 4 rather than the fewest that fit, so that a
+// Packs a thread takes of a row in backward: 4 rather than the fewest that fit, so that a
 // row's reduction, barriers and copies are paid once per 32 bf16 values rather than 8. H100, dev/bench_layernorm.cu,
 // us a call with 1 -> 4 packs: 124M (C 768, 32768 rows) 108.8 -> 94.4, 350M 90.5 -> 84.2, 774M 71.9 -> 57.1,
 // 1558M 72.9 -> 70.9.
@@ -232,11 +232,6 @@ template <typename T> static LnBackwardKernel<T> layernorm_backward_kernel_for(i
     }
 }
 
-// The backward's shape: LN_BWD_PACKS packs a thread where the row has that many for every thread it needs.
-template <typename T> static LnShape layernorm_backward_shape(int C) {
-    return layernorm_shape<T>(C, LN_BWD_PACKS);
-}
-
 // Blocks of the backward kernel: as many as are resident at once (the rows are grid-strided, so one more would wait
 // for a whole block to finish), no more, since each block writes rows of partials (LN_PARTIALS * C floats). Also
 // lets the kernel have its shared memory: over the default 48 KB from 2520 bf16 / 1260 fp32 channels, 154 KB at the
@@ -259,7 +254,7 @@ template <typename T> static int layernorm_backward_blocks(int rows, int C, LnSh
 
 // Floats of scratch layernorm_backward needs for `rows` rows.
 template <typename T> static size_t layernorm_backward_scratch_floats(int rows, int C) {
-    return (size_t)layernorm_backward_blocks<T>(rows, C, layernorm_backward_shape<T>(C)) * LN_PARTIALS * C;
+    return (size_t)layernorm_backward_blocks<T>(rows, C, layernorm_shape<T>(C, LN_BWD_PACKS)) * LN_PARTIALS * C;
 }
 
 // out = LayerNorm(x + dx) (or of x when dx is NULL, then resid is unused); resid = x + dx.
@@ -282,12 +277,13 @@ static void layernorm_forward(T *out, float *mean, float *rstd, T *resid, const 
 }
 
 // dinp += dLayerNorm/dinp (dout); dw += ..., db += ... (written when not accumulate); dsum (unless NULL) likewise
-// gets the column sums of the resulting dinp. scratch: layernorm_backward_scratch_floats(rows, C) (for the shape
-// layernorm_backward_shape; dev/bench_layernorm.cu passes others).
+// gets the column sums of the resulting dinp. scratch: layernorm_backward_scratch_floats(rows, C). packs_per_thread:
+// LN_BWD_PACKS (dev/bench_layernorm.cu times the others, with scratch for them).
 template <typename T>
 static void layernorm_backward(T *dinp, float *dw, float *db, float *dsum, float *scratch, const T *dout,
                                const T *inp, const T *w, const float *mean, const float *rstd, int rows, int C,
-                               int accumulate, cudaStream_t stream, LnShape s) {
+                               int accumulate, cudaStream_t stream, int packs_per_thread = LN_BWD_PACKS) {
+    LnShape s = layernorm_shape<T>(C, packs_per_thread);
     int blocks = layernorm_backward_blocks<T>(rows, C, s);
     layernorm_backward_kernel_for<T>(s.packs_per_thread)<<<blocks, s.threads, layernorm_backward_smem<T>(C, s.threads),
                                                            stream>>>(dinp, scratch, dout, inp, w, mean, rstd, rows, C);
@@ -295,13 +291,6 @@ static void layernorm_backward(T *dinp, float *dw, float *db, float *dsum, float
     PartialSumDsts dsts = {{dw, db, dsum}};
     add_partial_sums(dsts, dsum ? LN_PARTIALS : LN_PARTIALS - 1, scratch, blocks, C, LN_PARTIALS * C, accumulate,
                      stream);
-}
-template <typename T>
-static void layernorm_backward(T *dinp, float *dw, float *db, float *dsum, float *scratch, const T *dout,
-                               const T *inp, const T *w, const float *mean, const float *rstd, int rows, int C,
-                               int accumulate, cudaStream_t stream) {
-    layernorm_backward(dinp, dw, db, dsum, scratch, dout, inp, w, mean, rstd, rows, C, accumulate, stream,
-                       layernorm_backward_shape<T>(C));
 }
 
 #endif // LLMC_LAYERNORM_CUH
