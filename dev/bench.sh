@@ -8,9 +8,10 @@
 #   torch_gpt.py's own model and optimizer with an accumulation loop (dev/torch_accum.py).
 #   BENCH_SIZES="124M 1558M" picks sizes (all four accumulating take ~11 min: over one device call); BENCH_STEPS (30;
 #   accum 6) the steps of every run.
-# Needs: a built ./train_gpt, python3 with torch, one training shard.
+# Needs: python3 with torch, one training shard. Builds ./train_gpt first (a fresh device machine has none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+make -j"$(nproc)" train_gpt >/tmp/bench_build.log 2>&1 || { tail -20 /tmp/bench_build.log; echo "build failed"; exit 1; }
 TORCH=${1:-.carry/torch_gpt.py}
 SHARD=${2:-$(ls data/brown/brown_train_*.bin | head -1)}
 WHAT=${BENCH_WHAT:-sizes}
