@@ -9,6 +9,7 @@ shift $(($# < 3 ? $# : 3))
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 OUT_DIR=${OUT:-/tmp}/trace
 mkdir -p "$OUT_DIR"
+make -j"$(nproc)" train_gpt >"$OUT_DIR/build.log" 2>&1 || { tail -20 "$OUT_DIR/build.log"; echo "build failed"; exit 1; }
 lib="$OUT_DIR/libktrace.so"
 gcc -O2 -shared -fPIC -I"$CUDA_HOME/include" dev/kernel_trace.c -o "$lib" \
     -L"$CUDA_HOME/lib64" -L"$CUDA_HOME/lib" -L"$CUDA_HOME/extras/CUPTI/lib64" -lcupti
