@@ -11,7 +11,6 @@
 # Needs: python3 with torch, one training shard. Builds ./train_gpt first (a fresh device machine has none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-make -j"$(nproc)" train_gpt >/tmp/bench_build.log 2>&1 || { tail -20 /tmp/bench_build.log; echo "build failed"; exit 1; }
 TORCH=${1:-.carry/torch_gpt.py}
 SHARD=${2:-$(ls data/brown/brown_train_*.bin | head -1)}
 WHAT=${BENCH_WHAT:-sizes}
@@ -19,6 +18,7 @@ if [ "$WHAT" = accum ]; then SIZES=${BENCH_SIZES:-124M 1558M}; else SIZES=${BENC
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 OUT_DIR=${OUT:-/tmp}/bench
 mkdir -p "$OUT_DIR"
+make -j"$(nproc)" train_gpt >"$OUT_DIR/build.log" 2>&1 || { tail -20 "$OUT_DIR/build.log"; echo "build failed"; exit 1; }
 ACCUM_TOKENS=524288
 if [ "$WHAT" = accum ]; then STEPS=${BENCH_STEPS:-6} SKIP=2; else STEPS=${BENCH_STEPS:-30} SKIP=5; fi
 

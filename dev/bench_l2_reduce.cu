@@ -13,7 +13,7 @@
  * iterations may hit the same tile at once (rmw then loses updates): a timing, not a sum.
  *
  *   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I. dev/bench_l2_reduce.cu -o /tmp/bench_l2_reduce
- *   /tmp/bench_l2_reduce [blocks iters tiles]       (default 396 64 400: 3 blocks an SM, 6.4 MB window)
+ *   /tmp/bench_l2_reduce [blocks iters tiles]       (default 396 64 400: 3 blocks an SM, 6.6 MB window)
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -8,7 +8,7 @@ SPECS=("$@")
 [ ${#SPECS[@]} -gt 0 ] || SPECS=(d12:32:12 d24:16:24 d48:8:12)
 SHARD=${SHARD:-$(ls data/brown/brown_train_*.bin | head -1)}
 export NCCL_NVLS_ENABLE=0
-[ -x ./train_gpt ] || make -j8 train_gpt > /tmp/power_build.log 2>&1
+make -j"$(nproc)" train_gpt >/tmp/power_build.log 2>&1 || { tail -20 /tmp/power_build.log; echo "build failed"; exit 1; }
 nvidia-smi --query-gpu=power.limit,clocks.max.sm --format=csv
 for spec in "${SPECS[@]}"; do
     IFS=: read -r model batch keep <<<"$spec"

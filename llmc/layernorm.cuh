@@ -92,10 +92,9 @@ __global__ void __launch_bounds__(LN_THREADS_MAX)
 #define LN_BWD_MIN_BLOCKS 4
 #define LN_BWD_STAGES 3 // slots of rows in shared memory: the one worked on and LN_BWD_STAGES - 1 in flight
 #define LN_BWD_ARRAYS 3 // per slot: dout, inp, dinp
-// Packs a thread takes of a row in backward: 4 rather than the fewest that fit, so that a
-// row's reduction, barriers and copies are paid once per 32 bf16 values rather than 8. H100, dev/bench_layernorm.cu,
-// us a call with 1 -> 4 packs: 124M (C 768, 32768 rows) 108.8 -> 94.4, 350M 90.5 -> 84.2, 774M 71.9 -> 57.1,
-// 1558M 72.9 -> 70.9.
+// Packs a thread takes of a row in backward: 4 rather than the fewest that fit, so that a row's reduction, barriers
+// and copies are paid once per 32 bf16 values rather than 8. H100, dev/bench_layernorm.cu, us a call with 1 -> 4
+// packs: 124M (C 768, 32768 rows) 108.8 -> 94.4, 350M 90.5 -> 84.2, 774M 71.9 -> 57.1, 1558M 72.9 -> 70.9.
 #define LN_BWD_PACKS 4
 
 // Shared memory of the backward kernel: LN_BWD_STAGES slots of LN_BWD_ARRAYS rows of C, then per slot the mean and
