@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Multi-GPU throughput benchmark, on a machine with 2 GPUs, in one call: ours beside the PyTorch baseline
-# (shared/bench/torch_gpt.py, carried as .carry/torch_gpt.py: compiled, bf16, flash attention). T=1024, bf16.
+# (shared/bench/torch_gpt.py, carried as .carry/torch_gpt.py: compiled, bf16, flash attention). T=1024, bf16 unless
+# a row says fp8.
 #   GPT-2 124M:  ours on 1 GPU (batch 32) | ours DP=2 (batch 32 per GPU) | torch DDP on 2 GPUs (batch 32 per GPU)
 #   GPT-2 1558M: ours TP=2 (batch 8) | ours TP=2 + sequence parallel (batch 8) | torch FSDP on 2 GPUs (batch 8 per GPU)
-#                | ours DP=2 and ours GTP=2 (batch 8 per GPU each)
+#                | ours DP=2 and ours GTP=2 (batch 8 per GPU each), in bf16 and in fp8
+#   4.7B (48 layers, 2816 channels): ours DP=2 and GTP=2 (batch 4 per GPU)
 # ms/step is the median of the steps after WARMUP_STEPS (the baseline takes the same median itself); tokens/s
-# counts all GPUs; MFU is per GPU against PEAK_TFLOPS; peak memory is rank 0's; exposed communication is the
+# counts all GPUs; MFU is per GPU against the dense peak of the row's precision; peak memory is rank 0's; exposed communication is the
 # median of our step line's "| comm X ms" field (world > 1), "-" where the trainer does not print it. Then the
-# issues' ratios: ours DP=2 / torch DDP tokens/s (bar 1.10x), ours DP=2 / ours 1 GPU (bar 1.9x), TP=2's exposed
-# communication as a share of its step (bar < 10%); GTP=2 / DP=2 tokens/s (bar 0.95x) and peak memory (bar <= 0.75x),
-# GTP=2 / torch FSDP tokens/s (bar 1.8x), GTP=2's exposed communication (bar < 5%).
+# issues' ratios: ours DP=2 / torch DDP tokens/s (bar 1.10x), ours DP=2 / ours 1 GPU (bar 1.95x, issue 14), TP=2's
+# exposed communication as a share of its step (bar < 10%); in bf16 and in fp8, GTP=2 / DP=2 tokens/s (bar 0.95x)
+# and peak memory (bar <= 0.75x), GTP=2 / torch FSDP tokens/s (bar 1.8x), GTP=2's exposed communication (bar < 5%);
+# last the largest-model line (a model DP=2 cannot hold, trained with GTP=2).
 # Note: FSDP at batch 8 per GPU runs 16 sequences a step where TP=2 runs 8; compare them by tokens/s.
 #   dev/bench_mgpu.sh [TORCH_SCRIPT] [SHARD]
 # BENCH_ROWS="124M_1gpu 124M_dp2 ..." runs only the rows named (the table shows the others as missing).
@@ -24,8 +27,10 @@ TORCH=${1:-.carry/torch_gpt.py}
 SHARD=${2:-$(ls data/brown/brown_train_*.bin 2>/dev/null | head -1)}
 STEPS_SMALL=${BENCH_STEPS:-25}
 STEPS_LARGE=${BENCH_STEPS:-15}
+STEPS_BIG=${BENCH_STEPS:-10}
 WARMUP_STEPS=5           # steps left out of the median (start-up, allocator, clocks); torch_gpt.py leaves out 5 too
-PEAK_TFLOPS=989          # dense bf16 peak of H100/H200 SXM (the MFU denominator)
+PEAK_TFLOPS_BF16=989     # dense peaks of H100/H200 SXM (the MFU denominator of a row, by its precision)
+PEAK_TFLOPS_FP8=1979
 SEQ=1024
 NP=2
 BENCH_DEADLINE_S=${BENCH_DEADLINE_S:-540} # every run ends by then, leaving time for the table within 10 minutes
@@ -56,11 +61,11 @@ limit_for() {
 }
 
 results=()
-# run_one NAME WHO KIND L C GLOBAL_SEQS GPUS STEPS LIMIT COMMAND...: runs COMMAND into $LOGS/NAME.log under a time
-# limit; records a result row (KIND: ours|torch; GLOBAL_SEQS: sequences per step over all GPUs).
+# run_one NAME WHO KIND PREC L C GLOBAL_SEQS GPUS STEPS LIMIT COMMAND...: runs COMMAND into $LOGS/NAME.log under a
+# time limit; records a result row (KIND: ours|torch; GLOBAL_SEQS: sequences per step over all GPUs).
 run_one() {
-    local name=$1 who=$2 kind=$3 L=$4 C=$5 seqs=$6 gpus=$7 steps=$8 max=$9 limit status
-    shift 9
+    local name=$1 who=$2 kind=$3 prec=$4 L=$5 C=$6 seqs=$7 gpus=$8 steps=$9 max=${10} limit status
+    shift 10
     local log="$LOGS/$name.log"
     limit=$(limit_for "$max")
     if [ "$limit" -eq 0 ]; then
@@ -77,19 +82,24 @@ run_one() {
             echo "$name failed (exit $rc):"; tail -5 "$log"
         fi
     fi
-    results+=("$name|$who|$kind|$L|$C|$seqs|$gpus|$steps|$status|$log")
+    results+=("$name|$who|$kind|$prec|$L|$C|$seqs|$gpus|$steps|$status|$log")
 }
 
-# ours NAME WHO RANKS L MODEL B STEPS [options]: our trainer, one process or RANKS under mpirun.
+# ours NAME WHO RANKS MODEL B STEPS [options]: our trainer, one process or RANKS under mpirun, bf16 unless the options
+# say --precision; --depth and --width in the options override the preset's shape.
 ours() {
-    local name=$1 who=$2 ranks=$3 L=$4 model=$5 B=$6 steps=$7 C dp=$3
-    shift 7
-    case $model in d12) C=768 ;; d48) C=1600 ;; esac
+    local name=$1 who=$2 ranks=$3 model=$4 B=$5 steps=$6 L C dp=$3 prec=bf16 prev=""
+    shift 6
+    case $model in d12) L=12 C=768 ;; d48) L=48 C=1600 ;; esac
+    for a in "$@"; do
+        case $prev in --depth) L=$a ;; --width) C=$a ;; --precision) prec=$a ;; esac
+        prev=$a
+    done
     case " $* " in *" --tp "*) dp=1 ;; esac # the TP runs here use both GPUs for one model
     local launch=()
     [ "$ranks" -gt 1 ] && launch=(mpirun --allow-run-as-root -np "$ranks" --bind-to none -x NCCL_NVLS_ENABLE)
     rm -rf "$LOGS/run_$name"
-    run_one "$name" "$who" ours "$L" "$C" $((B * dp)) "$ranks" "$steps" "$OURS_LIMIT_S" "${launch[@]}" ./train_gpt \
+    run_one "$name" "$who" ours "$prec" "$L" "$C" $((B * dp)) "$ranks" "$steps" "$OURS_LIMIT_S" "${launch[@]}" ./train_gpt \
         --model "$model" --batch-size "$B" --seq-len "$SEQ" --total-batch-tokens $((B * SEQ * dp)) --steps "$steps" \
         --val-every 0 --sample-every 0 --precision bf16 --train-data "$SHARD" --out-dir "$LOGS/run_$name" --save 0 \
         --warmup-steps 5 "$@"
@@ -98,7 +108,7 @@ ours() {
 # torch NAME WHO MODE L C B STEPS: the baseline on NP GPUs (B sequences per GPU).
 torch_run() {
     local name=$1 who=$2 mode=$3 L=$4 C=$5 B=$6 steps=$7
-    run_one "$name" "$who" torch "$L" "$C" $((B * NP)) "$NP" "$steps" "$TORCH_LIMIT_S" "${TORCHRUN[@]}" --standalone \
+    run_one "$name" "$who" torch bf16 "$L" "$C" $((B * NP)) "$NP" "$steps" "$TORCH_LIMIT_S" "${TORCHRUN[@]}" --standalone \
         --nproc_per_node="$NP" "$TORCH" --mode "$mode" --data "$SHARD" --layers "$L" --channels "$C" --batch "$B" \
         --seq "$SEQ" --steps "$steps"
 }
@@ -110,19 +120,28 @@ row() {
 
 # As dev/bench.sh: 124M keeps every layer's GELU output (fits beside torch's memory), 1558M the first 12 of 48.
 # Ours first: on a fresh machine each torch run spends minutes compiling, and what the deadline cuts should be those.
-row ours 124M_1gpu "ours 1 GPU" 1 12 d12 32 "$STEPS_SMALL" --keep-gelu-layers 12
-row ours 124M_dp2 "ours DP=2" "$NP" 12 d12 32 "$STEPS_SMALL" --keep-gelu-layers 12
-row ours 1558M_dp2 "ours DP=2" "$NP" 48 d48 8 "$STEPS_LARGE" --keep-gelu-layers 12
-row ours 1558M_gtp2 "ours GTP=2" "$NP" 48 d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --gtp "$NP"
-row ours 1558M_tp2 "ours TP=2" "$NP" 48 d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --tp "$NP"
-row ours 1558M_tp2_sp "ours TP=2+SP" "$NP" 48 d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --tp "$NP" --sequence-parallel 1
+row ours 124M_1gpu "ours 1 GPU" 1 d12 32 "$STEPS_SMALL" --keep-gelu-layers 12
+row ours 124M_dp2 "ours DP=2" "$NP" d12 32 "$STEPS_SMALL" --keep-gelu-layers 12
+row ours 1558M_dp2 "ours DP=2" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12
+row ours 1558M_gtp2 "ours GTP=2" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --gtp "$NP"
+row ours 1558M_tp2 "ours TP=2" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --tp "$NP"
+row ours 1558M_tp2_sp "ours TP=2+SP" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --tp "$NP" --sequence-parallel 1
+row ours 1558M_dp2_fp8 "ours DP=2 fp8" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --precision fp8
+row ours 1558M_gtp2_fp8 "ours GTP=2 fp8" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --precision fp8 --gtp "$NP"
+# What GTP is for: BIG_MODEL (4.7B parameters; under DP a GPU holds 18 bytes a parameter, fp32 and bf16 weights, fp32
+# gradients, both AdamW moments: 85 GB, more than an 80 GB card) trains with GTP=2, which halves the block weights'
+# share (44 GB); the DP=2 row shows the failure a user would get.
+BIG_MODEL=(--depth 48 --width 2816 --heads 22)
+row ours big_dp2 "ours DP=2" "$NP" d48 4 "$STEPS_BIG" --keep-gelu-layers 0 "${BIG_MODEL[@]}"
+row ours big_gtp2 "ours GTP=2" "$NP" d48 4 "$STEPS_BIG" --keep-gelu-layers 0 --gtp "$NP" "${BIG_MODEL[@]}"
 row torch_run 124M_ddp "torch DDP" ddp 12 768 32 "$STEPS_SMALL"
 row torch_run 1558M_fsdp "torch FSDP" fsdp 48 1600 8 "$STEPS_LARGE"
 
 echo
-python3 - "$PEAK_TFLOPS" "$SEQ" "$WARMUP_STEPS" "${results[@]}" <<'PY'
+python3 - "$PEAK_TFLOPS_BF16" "$PEAK_TFLOPS_FP8" "$SEQ" "$WARMUP_STEPS" "${results[@]}" <<'PY'
 import re, statistics, sys
-peak, T, warm = float(sys.argv[1]) * 1e12, int(sys.argv[2]), int(sys.argv[3])
+peaks = {"bf16": float(sys.argv[1]) * 1e12, "fp8": float(sys.argv[2]) * 1e12}
+T, warm = int(sys.argv[3]), int(sys.argv[4])
 V = 50304  # padded vocabulary
 def flops_per_token(L, C):  # as dev/bench.sh: 6 x parameters + attention
     params = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
@@ -130,8 +149,8 @@ def flops_per_token(L, C):  # as dev/bench.sh: 6 x parameters + attention
 STEP = re.compile(r"^step\s+(\d+)/\d+ \| loss .*?\| ([\d.]+) ms \| [\d.]+ tok/s(.*)$", re.M)
 rows = {}
 print(f"{'layout':14} {'who':14} {'ms/step':>9} {'tok/s':>10} {'MFU%/GPU':>9} {'peak GB':>8} {'comm ms':>8}")
-for r in sys.argv[4:]:
-    name, who, kind, L, C, seqs, gpus, steps, status, log = r.split("|")
+for r in sys.argv[5:]:
+    name, who, kind, prec, L, C, seqs, gpus, steps, status, log = r.split("|")
     L, C, seqs, gpus = int(L), int(C), int(seqs), int(gpus)
     text = open(log, errors="replace").read() if status != "SKIPPED" else ""
     ms = tok = mem = comm = None
@@ -152,9 +171,13 @@ for r in sys.argv[4:]:
         status = "FAILED"  # ran, but printed no timed step
     rows[name] = (ms, tok, comm, mem)
     if ms is None:
-        print(f"{name:14} {who:14} {status:>9}")
+        why = ""
+        if status == "FAILED":  # the trainer's own error line, if it printed one (an allocation that failed, say)
+            m = re.search(r"^\[train_gpt rank \d+\] error: .*$", text, re.M)
+            why = "  " + m.group(0) if m else ""
+        print(f"{name:14} {who:14} {status:>9}{why}")
         continue
-    mfu = tok / gpus * flops_per_token(L, C) / peak * 100
+    mfu = tok / gpus * flops_per_token(L, C) / peaks[prec] * 100
     fmt = lambda v, f: format(v, f) if v is not None else "-"
     print(f"{name:14} {who:14} {ms:9.2f} {tok:10.0f} {mfu:9.1f} {fmt(mem, '8.1f'):>8} {fmt(comm, '8.2f'):>8}")
 
@@ -167,22 +190,34 @@ def ratio(label, a, b, bar):  # bar None: for information, the issue sets none
     v = x / y
     verdict = "" if bar is None else (": meets" if v >= bar else ": MISSES")
     print(f"{label:34} {v:6.3f}x  ({want}{verdict})")
+print(f"(MFU against the dense peak of the row's precision: bf16 {peaks['bf16'] / 1e12:.0f}, "
+      f"fp8 {peaks['fp8'] / 1e12:.0f} TFLOP/s)")
 print()
 ratio("ours DP=2 / torch DDP tokens/s", "124M_dp2", "124M_ddp", 1.10)
-ratio("ours DP=2 / ours 1 GPU tokens/s", "124M_dp2", "124M_1gpu", 1.9)
-for name, bar in (("1558M_tp2", 10), ("1558M_tp2_sp", 10), ("1558M_gtp2", 5)):
+ratio("ours DP=2 / ours 1 GPU tokens/s", "124M_dp2", "124M_1gpu", 1.95)
+def exposed(name, bar):
     ms, _, comm, _ = rows.get(name, (None,) * 4)
     if ms is None or comm is None:
         print(f"{name + ' exposed comm / step':34} -        (bar < {bar}%; {'no run' if ms is None else 'no comm field'})")
     else:
         share = comm / ms * 100
         print(f"{name + ' exposed comm / step':34} {share:6.1f}%  (bar < {bar}%: {'meets' if share < bar else 'MISSES'})")
+exposed("1558M_tp2", 10)
+exposed("1558M_tp2_sp", 10)
 ratio("ours TP=2 / torch FSDP tokens/s", "1558M_tp2", "1558M_fsdp", None)
-ratio("ours GTP=2 / ours DP=2 tokens/s", "1558M_gtp2", "1558M_dp2", 0.95)
-ratio("ours GTP=2 / torch FSDP tokens/s", "1558M_gtp2", "1558M_fsdp", 1.8)
-mg, md = rows.get("1558M_gtp2", (None,) * 4)[3], rows.get("1558M_dp2", (None,) * 4)[3]
-if mg is None or md is None:
-    print(f"{'ours GTP=2 / DP=2 peak memory':34} -        (bar <= 0.75x; a run is missing)")
-else:
-    print(f"{'ours GTP=2 / DP=2 peak memory':34} {mg / md:6.3f}x  (bar <= 0.75x: {'meets' if mg / md <= 0.75 else 'MISSES'})")
+for p in ("", "_fp8"):  # GTP's bars, in bf16 and in fp8 (against the same bf16 FSDP baseline)
+    gtp, dp, label = "1558M_gtp2" + p, "1558M_dp2" + p, "ours GTP=2" + p.replace("_", " ")
+    ratio(f"{label} / ours DP=2 tokens/s", gtp, dp, 0.95)
+    ratio(f"{label} / torch FSDP tokens/s", gtp, "1558M_fsdp", 1.8)
+    mg, md = rows.get(gtp, (None,) * 4)[3], rows.get(dp, (None,) * 4)[3]
+    if mg is None or md is None:
+        print(f"{label + ' / DP=2 peak memory':34} -        (bar <= 0.75x; a run is missing)")
+    else:
+        print(f"{label + ' / DP=2 peak memory':34} {mg / md:6.3f}x  (bar <= 0.75x: {'meets' if mg / md <= 0.75 else 'MISSES'})")
+    exposed(gtp, 5)
+ms, tok, _, mem = rows.get("big_gtp2", (None,) * 4)
+big = " ".join(a for a in sys.argv[5:] if a.startswith("big_gtp2|")).split("|")
+if ms is not None:
+    print(f"largest-model line: GTP=2 trains a {big[4]}-layer, {big[5]}-channel GPT at {tok:.0f} tokens/s, "
+          f"{mem:.1f} GB a GPU; DP=2: {'fits too' if rows.get('big_dp2', (None,) * 4)[0] else 'does not run (row above)'}")
 PY

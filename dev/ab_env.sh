@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Whole-step A/B of one build under several environment settings (NCCL knobs, a GPU choice), runs interleaved
+# round by round so that the cards' drift under their power limit falls on every setting alike. Prints, per run,
+# the median step time of steps 6.. and the median of the step line's "| comm X ms" (world > 1).
+#   dev/ab_env.sh NP MODEL:BATCH:KEEP_GELU_LAYERS SETTING...
+#   SETTING: "VAR=value VAR2=value" ('' is the environment as it is). NP 1: one process; NP > 1: mpirun -np NP as
+#   data parallelism (every rank batch BATCH), with each setting's variables passed to the ranks.
+#   ROUNDS (2) rounds, STEPS (20) steps a run, EXTRA (more train_gpt options). Needs data/brown (or SHARD).
+# Example: dev/ab_env.sh 2 d12:32:12 '' NCCL_MAX_CTAS=8 NCCL_MAX_CTAS=4
+set -euo pipefail
+cd "$(dirname "$0")/.."
+NP=${1:?usage: dev/ab_env.sh NP MODEL:BATCH:KEEP SETTING...}
+SPEC=${2:?usage: dev/ab_env.sh NP MODEL:BATCH:KEEP SETTING...}
+shift 2
+[ $# -gt 0 ] || { echo "error: name at least one setting ('' for the environment as it is)"; exit 1; }
+IFS=: read -r model batch keep <<<"$SPEC"
+SHARD=${SHARD:-$(ls data/brown/brown_train_*.bin | head -1)}
+export NCCL_NVLS_ENABLE=0
+make -j8 train_gpt > /tmp/ab_env_build.log 2>&1 || { tail -5 /tmp/ab_env_build.log; exit 1; }
+median() { awk 'NR > 5' | sort -n | awk '{a[NR] = $1} END {print NR ? (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2) : "-"}'; }
+for round in $(seq 1 "${ROUNDS:-2}"); do
+    i=0
+    for setting in "$@"; do
+        i=$((i + 1))
+        tag="s${i}_r$round" dir=/tmp/ab_env_run
+        launch=()
+        if [ "$NP" -gt 1 ]; then
+            launch=(mpirun --allow-run-as-root -np "$NP" --bind-to none -x NCCL_NVLS_ENABLE)
+            for kv in $setting; do launch+=(-x "${kv%%=*}"); done
+        fi
+        rm -rf "$dir"
+        # shellcheck disable=SC2086 # the setting is a list of VAR=value words
+        env $setting "${launch[@]}" ./train_gpt --model "$model" --batch-size "$batch" --seq-len 1024 \
+            --total-batch-tokens $((batch * 1024 * NP)) --steps "${STEPS:-20}" --val-every 0 --sample-every 0 \
+            --precision bf16 --train-data "$SHARD" --out-dir "$dir" --save 0 --warmup-steps 5 \
+            --keep-gelu-layers "$keep" ${EXTRA:-} > "/tmp/ab_env_$tag.log" 2>&1 ||
+            { echo "$tag failed:"; tail -3 "/tmp/ab_env_$tag.log"; continue; }
+        ms=$(grep -o "| [0-9.]* ms | [0-9]* tok/s" "/tmp/ab_env_$tag.log" | awk '{print $2}' | median)
+        # one process prints no comm field: grep finding nothing is no failure here
+        comm=$({ grep -o "| comm [0-9.]* ms" "/tmp/ab_env_$tag.log" || true; } | awk '{print $3}' | median)
+        printf '%-6s %-44s %8s ms  comm %6s ms\n' "$tag" "${setting:-(as is)}" "$ms" "$comm"
+    done
+done
