@@ -7,17 +7,17 @@
 #                | ours DP=2 and ours GTP=2 (batch 8 per GPU each), in bf16 and in fp8
 #   4.7B (48 layers, 2816 channels): ours DP=2 and GTP=2 (batch 4 per GPU)
 # ms/step is the median of the steps after WARMUP_STEPS (the baseline takes the same median itself); tokens/s
-# counts all GPUs; MFU is per GPU against the dense peak of the row's precision; peak memory is rank 0's; exposed communication is the
-# median of our step line's "| comm X ms" field (world > 1), "-" where the trainer does not print it. Then the
-# issues' ratios: ours DP=2 / torch DDP tokens/s (bar 1.10x), ours DP=2 / ours 1 GPU (bar 1.95x, issue 14), TP=2's
-# exposed communication as a share of its step (bar < 10%); in bf16 and in fp8, GTP=2 / DP=2 tokens/s (bar 0.95x)
-# and peak memory (bar <= 0.75x), GTP=2 / torch FSDP tokens/s (bar 1.8x), GTP=2's exposed communication (bar < 5%);
-# last the largest-model line (a model DP=2 cannot hold, trained with GTP=2).
+# counts all GPUs; MFU is per GPU against the dense peak of the row's precision; peak memory is rank 0's; exposed
+# communication is the median of our step line's "| comm X ms" field (world > 1), "-" where the trainer does not
+# print it. Then the issues' ratios: ours DP=2 / torch DDP tokens/s (bar 1.10x), ours DP=2 / ours 1 GPU (bar 1.95x,
+# issue 14), TP=2's exposed communication as a share of its step (bar < 10%); in bf16 and in fp8, GTP=2 / DP=2
+# tokens/s (bar 0.95x) and peak memory (bar <= 0.75x), GTP=2 / torch FSDP tokens/s (bar 1.8x), GTP=2's exposed
+# communication (bar < 5%); last the largest-model line (a model DP=2 cannot hold, trained with GTP=2).
 # Note: FSDP at batch 8 per GPU runs 16 sequences a step where TP=2 runs 8; compare them by tokens/s.
 #   dev/bench_mgpu.sh [TORCH_SCRIPT] [SHARD]
 # BENCH_ROWS="124M_1gpu 124M_dp2 ..." runs only the rows named (the table shows the others as missing).
-# Step counts are small so that the whole call (build included) fits in about 8 minutes of device time:
-# 25 steps at 124M, 15 at 1558M (BENCH_STEPS sets both). Every run has a time limit, and all of them together end
+# Step counts are small so that the whole call (build included) fits in about 8 minutes of device time (all rows
+# took ~5 minutes on 2 x H100): 25 steps at 124M, 15 at 1558M, 10 at 4.7B (BENCH_STEPS sets all three). Every run has a time limit, and all of them together end
 # by BENCH_DEADLINE_S after the start: a run that fails, hangs or gets no time shows FAILED or SKIPPED in the table,
 # and the script goes on. Logs under $OUT/bench_mgpu (default /tmp/bench_mgpu).
 set -uo pipefail
@@ -147,7 +147,7 @@ def flops_per_token(L, C):  # as dev/bench.sh: 6 x parameters + attention
     params = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
     return 6 * params + 12 * L * C * T
 STEP = re.compile(r"^step\s+(\d+)/\d+ \| loss .*?\| ([\d.]+) ms \| [\d.]+ tok/s(.*)$", re.M)
-rows = {}
+rows, shapes = {}, {}
 print(f"{'layout':14} {'who':14} {'ms/step':>9} {'tok/s':>10} {'MFU%/GPU':>9} {'peak GB':>8} {'comm ms':>8}")
 for r in sys.argv[5:]:
     name, who, kind, prec, L, C, seqs, gpus, steps, status, log = r.split("|")
@@ -170,6 +170,7 @@ for r in sys.argv[5:]:
     if ms is None and status == "ok":
         status = "FAILED"  # ran, but printed no timed step
     rows[name] = (ms, tok, comm, mem)
+    shapes[name] = (L, C)
     if ms is None:
         why = ""
         if status == "FAILED":  # the trainer's own error line, if it printed one (an allocation that failed, say)
@@ -216,8 +217,8 @@ for p in ("", "_fp8"):  # GTP's bars, in bf16 and in fp8 (against the same bf16 
         print(f"{label + ' / DP=2 peak memory':34} {mg / md:6.3f}x  (bar <= 0.75x: {'meets' if mg / md <= 0.75 else 'MISSES'})")
     exposed(gtp, 5)
 ms, tok, _, mem = rows.get("big_gtp2", (None,) * 4)
-big = " ".join(a for a in sys.argv[5:] if a.startswith("big_gtp2|")).split("|")
 if ms is not None:
-    print(f"largest-model line: GTP=2 trains a {big[4]}-layer, {big[5]}-channel GPT at {tok:.0f} tokens/s, "
+    L, C = shapes["big_gtp2"]
+    print(f"largest-model line: GTP=2 trains a {L}-layer, {C}-channel GPT at {tok:.0f} tokens/s, "
           f"{mem:.1f} GB a GPU; DP=2: {'fits too' if rows.get('big_dp2', (None,) * 4)[0] else 'does not run (row above)'}")
 PY
