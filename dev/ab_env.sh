@@ -9,6 +9,7 @@
 # Example: dev/ab_env.sh 2 d12:32:12 '' NCCL_MAX_CTAS=8 NCCL_MAX_CTAS=4
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source dev/ab_lib.sh
 NP=${1:?usage: dev/ab_env.sh NP MODEL:BATCH:KEEP SETTING...}
 SPEC=${2:?usage: dev/ab_env.sh NP MODEL:BATCH:KEEP SETTING...}
 shift 2
@@ -17,7 +18,6 @@ IFS=: read -r model batch keep <<<"$SPEC"
 SHARD=${SHARD:-$(ls data/brown/brown_train_*.bin | head -1)}
 export NCCL_NVLS_ENABLE=0
 make -j8 train_gpt > /tmp/ab_env_build.log 2>&1 || { tail -5 /tmp/ab_env_build.log; exit 1; }
-median() { awk 'NR > 5' | sort -n | awk '{a[NR] = $1} END {print NR ? (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2) : "-"}'; }
 for round in $(seq 1 "${ROUNDS:-2}"); do
     i=0
     for setting in "$@"; do
@@ -29,15 +29,13 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
             for kv in $setting; do launch+=(-x "${kv%%=*}"); done
         fi
         rm -rf "$dir"
-        # shellcheck disable=SC2086 # the setting is a list of VAR=value words
-        env $setting "${launch[@]}" ./train_gpt --model "$model" --batch-size "$batch" --seq-len 1024 \
-            --total-batch-tokens $((batch * 1024 * NP)) --steps "${STEPS:-20}" --val-every 0 --sample-every 0 \
-            --precision bf16 --train-data "$SHARD" --out-dir "$dir" --save 0 --warmup-steps 5 \
-            --keep-gelu-layers "$keep" ${EXTRA:-} > "/tmp/ab_env_$tag.log" 2>&1 ||
+        ab_options "$model" "$batch" "$keep" "$NP" "$dir"
+        # shellcheck disable=SC2086 # the setting is a list of VAR=value words, EXTRA of options
+        env $setting "${launch[@]}" ./train_gpt "${AB_OPTS[@]}" ${EXTRA:-} > "/tmp/ab_env_$tag.log" 2>&1 ||
             { echo "$tag failed:"; tail -3 "/tmp/ab_env_$tag.log"; continue; }
-        ms=$(grep -o "| [0-9.]* ms | [0-9]* tok/s" "/tmp/ab_env_$tag.log" | awk '{print $2}' | median)
+        ms=$(grep -o "| [0-9.]* ms | [0-9]* tok/s" "/tmp/ab_env_$tag.log" | awk '{print $2}' | ab_median)
         # one process prints no comm field: grep finding nothing is no failure here
-        comm=$({ grep -o "| comm [0-9.]* ms" "/tmp/ab_env_$tag.log" || true; } | awk '{print $3}' | median)
+        comm=$({ grep -o "| comm [0-9.]* ms" "/tmp/ab_env_$tag.log" || true; } | awk '{print $3}' | ab_median)
         printf '%-6s %-44s %8s ms  comm %6s ms\n' "$tag" "${setting:-(as is)}" "$ms" "$comm"
     done
 done

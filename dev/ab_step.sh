@@ -8,6 +8,7 @@
 #   STEPS (20) steps a run. Needs data/brown (or SHARD).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source dev/ab_lib.sh
 OLD_DIR=${1:?usage: dev/ab_step.sh OLD_DIR [MODEL:BATCH:KEEP ...]}
 shift
 SPECS=("$@")
@@ -22,15 +23,12 @@ ln -s "$PWD/data" "$OLD_TREE/data"
 (cd "$OLD_TREE" && make -j8 train_gpt > /tmp/ab_old_build.log 2>&1) & old_build=$!
 make -j8 train_gpt > /tmp/ab_new_build.log 2>&1 || { tail -5 /tmp/ab_new_build.log; exit 1; }
 wait $old_build || { tail -5 /tmp/ab_old_build.log; exit 1; }
-median() { grep -o "| [0-9.]* ms |" "$1" | awk 'NR > 5 {print $2}' | sort -n |
-    awk '{a[NR] = $1} END {print (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2)}'; }
 run() { # binary model batch keep tag
     local dir=/tmp/ab_run_$5
     rm -rf "$dir"
-    "$1" --model "$2" --batch-size "$3" --seq-len 1024 --total-batch-tokens $(($3 * 1024)) --steps "${STEPS:-20}" \
-        --val-every 0 --sample-every 0 --precision bf16 --train-data "$SHARD" --out-dir "$dir" --save 0 \
-        --warmup-steps 5 --keep-gelu-layers "$4" > "/tmp/ab_$5.log" 2>&1 || { echo "$5 failed"; tail -3 "/tmp/ab_$5.log"; }
-    echo "$5 $(median "/tmp/ab_$5.log") ms"
+    ab_options "$2" "$3" "$4" 1 "$dir"
+    "$1" "${AB_OPTS[@]}" > "/tmp/ab_$5.log" 2>&1 || { echo "$5 failed"; tail -3 "/tmp/ab_$5.log"; }
+    echo "$5 $(grep -o "| [0-9.]* ms |" "/tmp/ab_$5.log" | awk '{print $2}' | ab_median) ms"
 }
 for spec in "${SPECS[@]}"; do
     IFS=: read -r model batch keep <<<"$spec"

@@ -17,9 +17,10 @@
 #   dev/bench_mgpu.sh [TORCH_SCRIPT] [SHARD]
 # BENCH_ROWS="124M_1gpu 124M_dp2 ..." runs only the rows named (the table shows the others as missing).
 # Step counts are small so that the whole call (build included) fits in about 8 minutes of device time (all rows
-# took ~5 minutes on 2 x H100): 25 steps at 124M, 15 at 1558M, 10 at 4.7B (BENCH_STEPS sets all three). Every run has a time limit, and all of them together end
-# by BENCH_DEADLINE_S after the start: a run that fails, hangs or gets no time shows FAILED or SKIPPED in the table,
-# and the script goes on. Logs under $OUT/bench_mgpu (default /tmp/bench_mgpu).
+# took ~5 minutes on 2 x H100): 25 steps at 124M, 15 at 1558M, 10 at 4.7B (BENCH_STEPS sets all three). Every run
+# has a time limit, and all of them together end by BENCH_DEADLINE_S after the start: a run that fails, hangs or
+# gets no time shows FAILED or SKIPPED in the table, and the script goes on. Logs under $OUT/bench_mgpu (default
+# /tmp/bench_mgpu).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 # NVLink multicast stays off on the lent machines
@@ -99,7 +100,8 @@ ours() {
     local launch=()
     [ "$ranks" -gt 1 ] && launch=(mpirun --allow-run-as-root -np "$ranks" --bind-to none -x NCCL_NVLS_ENABLE)
     rm -rf "$LOGS/run_$name"
-    run_one "$name" "$who" ours "$prec" "$L" "$C" $((B * dp)) "$ranks" "$steps" "$OURS_LIMIT_S" "${launch[@]}" ./train_gpt \
+    run_one "$name" "$who" ours "$prec" "$L" "$C" $((B * dp)) "$ranks" "$steps" "$OURS_LIMIT_S" "${launch[@]}" \
+        ./train_gpt \
         --model "$model" --batch-size "$B" --seq-len "$SEQ" --total-batch-tokens $((B * SEQ * dp)) --steps "$steps" \
         --val-every 0 --sample-every 0 --precision bf16 --train-data "$SHARD" --out-dir "$LOGS/run_$name" --save 0 \
         --warmup-steps 5 "$@"
@@ -108,7 +110,8 @@ ours() {
 # torch NAME WHO MODE L C B STEPS: the baseline on NP GPUs (B sequences per GPU).
 torch_run() {
     local name=$1 who=$2 mode=$3 L=$4 C=$5 B=$6 steps=$7
-    run_one "$name" "$who" torch bf16 "$L" "$C" $((B * NP)) "$NP" "$steps" "$TORCH_LIMIT_S" "${TORCHRUN[@]}" --standalone \
+    run_one "$name" "$who" torch bf16 "$L" "$C" $((B * NP)) "$NP" "$steps" "$TORCH_LIMIT_S" "${TORCHRUN[@]}" \
+        --standalone \
         --nproc_per_node="$NP" "$TORCH" --mode "$mode" --data "$SHARD" --layers "$L" --channels "$C" --batch "$B" \
         --seq "$SEQ" --steps "$steps"
 }
@@ -219,6 +222,7 @@ for p in ("", "_fp8"):  # GTP's bars, in bf16 and in fp8 (against the same bf16 
 ms, tok, _, mem = rows.get("big_gtp2", (None,) * 4)
 if ms is not None:
     L, C = shapes["big_gtp2"]
+    dp_runs = rows.get("big_dp2", (None,) * 4)[0] is not None
     print(f"largest-model line: GTP=2 trains a {L}-layer, {C}-channel GPT at {tok:.0f} tokens/s, "
-          f"{mem:.1f} GB a GPU; DP=2: {'fits too' if rows.get('big_dp2', (None,) * 4)[0] else 'does not run (row above)'}")
+          f"{mem:.1f} GB a GPU; DP=2: {'fits too' if dp_runs else 'does not run (row above)'}")
 PY
