@@ -180,7 +180,7 @@ template <typename floatX> struct GPT {
     Linear<floatX> head;           // the LM head
     Fp8Device *fp8;                // --precision fp8: the recipe's state (llmc/fp8.cuh); NULL otherwise
     Fp8Linear *fp8_linears;        // (L, BLOCK_LINEARS): the FP8 blocks' (Linear::fp8 points here)
-    float *fp8_partials[2];        // amax-pass scratch of the compute stream and of the side stream (weight casts),
+    float *fp8_partials[2];        // amax-pass scratch of the compute stream and of the update stream (weight casts),
                                    // BLOCK_LINEARS x Fp8Device::amax_blocks floats each: a layer's weights at once
     cudaEvent_t fp8_transposed;    // the FP8 weights' transposes of the last update are made (gpt_update)
     int fp8_transposes_pending;    // and the next backward waits for them
@@ -197,11 +197,15 @@ template <typename floatX> struct GPT {
     cudaEvent_t grads_final_event, side_done;
     cudaEvent_t dfch_ready, fc_bias_done, sums_final; // fc_bias_backward and grads_final
     cudaEvent_t forward_done, gelu_recomputed;        // gelu_recompute
-    // parameters updated (see gpt_update): AdamW runs group by group on the side stream, the next forward waits for
-    // each group just before it reads it
+    // parameters updated (see gpt_update): AdamW runs group by group on the update stream, the next forward waits
+    // for each group just before it reads it
     cudaEvent_t norm_done;         // the clip factor AdamW reads is ready
-    cudaEvent_t *updated;          // L + 1: group k's parameters are updated (group L, the rest, is updated first)
+    cudaEvent_t *updated;          // L + 1: group k's parameters are updated
+    int update_last;               // the group whose event was recorded last: it follows all the others
     int update_pending;            // AdamW was queued and the compute stream has not waited for all of it
+    int update_in_backward;        // --update-in-backward
+    int update_started;            // this backward queues (queued) AdamW group by group (update_starts_early),
+    UpdateArgs update_args;        // with these arguments, which gpt_update must get
     int eval_B, eval_T;            // shape of the logits the last eval_loss left
     floatX *row_gather;            // TP > 1: one row of logits, all-gathered (op_logits_at)
     char device_name[256];
@@ -445,6 +449,7 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, con
     g->maxB = B;
     g->maxT = T;
     g->keep_gelu = o->keep_gelu_layers < config->num_layers ? o->keep_gelu_layers : config->num_layers;
+    g->update_in_backward = o->update_in_backward;
     g->mesh = *mesh;
     tp_init(&g->tp, mesh, o->sequence_parallel);
     Span vocab = tp_vocab_rows(mesh, config);
@@ -621,8 +626,7 @@ template <typename floatX> static void updated_wait(GPT<floatX> *g, int group) {
 // The compute stream waits for the whole pending update: for whatever reads or writes the parameters, moments or
 // gradients other than the forward, which waits group by group.
 template <typename floatX> static void updated_join(GPT<floatX> *g) {
-    updated_wait(g, g->config.num_layers - 1); // the last group queued: its stream (side, or DP under ZeRO-1)
-                                               // runs in order
+    updated_wait(g, g->update_last);
     g->update_pending = 0;
 }
 
@@ -833,9 +837,14 @@ template <typename floatX> static void gpt_loss(GPT<floatX> *g, int N, float dlo
  * parallelism each TP rank's replicated LayerNorm and projection-bias gradients cover its own tokens: on the last
  * micro-step they are first summed over the TP group (on the TP stream; wpe's gradient is taken from all tokens,
  * gathered, so it is whole already). grads_final_join makes the compute stream wait for all of it (so for the
- * reductions too), before anything reads the norm or writes the gradients again.
+ * reductions too), before anything reads the norm or writes the gradients again. When the update starts during the
+ * backward (update_starts_early), the group's AdamW follows on the update stream, which the compute stream waits for
+ * only in the next forward.
  */
 static bool sp_partial_gradient(int t) { return param_tp_split(t) == TP_REPLICATED && t != P_WPE; }
+
+template <typename floatX>
+static void update_group_adamw(GPT<floatX> *g, int k, const UpdateArgs *u, const float *clip_factor);
 
 template <typename floatX> static cudaEvent_t sp_sum_replicated(GPT<floatX> *g, int group, cudaEvent_t ready) {
     TensorParallel *tp = &g->tp;
@@ -868,6 +877,11 @@ template <typename floatX> static void grads_final(GPT<floatX> *g, int group) {
     if (g->reduce_grads && g->mesh.data_size > 1) { ready = dp_reduce_group(&g->dp, group, g->grads, ready); }
     cudaCheck(cudaStreamWaitEvent(g_cuda.side, ready, 0));
     grad_norm_partials(g->acts.norm_scratch + g->norm_first[group], &g->norm_groups[group], g_cuda.side);
+    if (g->update_started) {
+        cudaCheck(cudaStreamWaitEvent(g_cuda.update, ready, 0));
+        update_group_adamw(g, group, &g->update_args, (const float *)NULL);
+        g->update_pending = 1;
+    }
 }
 
 template <typename floatX> static void grads_final_join(GPT<floatX> *g) {
@@ -1149,19 +1163,120 @@ template <typename floatX> static void grad_norm(GPT<floatX> *g, float grad_clip
 }
 
 /*
- * The norm, then AdamW group by group on the side stream: the rest (wte, wpe, lnf) first, then layers 0, 1, ...,
- * the order in which the next forward reads them; each group's event lets that forward start on a layer as soon as
- * it is updated, so the memory-bound update (30 bytes a parameter: ~15 ms a step at 1558M) runs beside the
- * forward's GEMMs instead of before them. Returns the norm as soon as it is known, with AdamW still running.
- * With DP > 1 the gradients were summed over the ranks in backward (grads_final); under ZeRO-1 each rank updates
- * the part of each group it owns, then broadcasts it (dp_gather_group) before that group's event fires.
+ * AdamW group by group on the update stream, in one of two orders:
+ * - After the norm (gpt_update): the rest (wte, wpe, lnf) first, then layers 0, 1, ..., the order in which the next
+ *   forward reads them; each group's event lets that forward start on a layer as soon as it is updated, so the
+ *   memory-bound update (30 bytes a parameter: ~15 ms a step at 1558M) runs beside the forward's GEMMs instead of
+ *   before them. The clip factor needs every group's gradients, so with clipping this is the only order.
+ * - During the backward (update_starts_early): without clipping a group's update needs nothing but its own final
+ *   gradients, so grads_final queues it there, layers L-1 ... 0 and then the rest, beside the backward of the layers
+ *   below; nothing reads a layer's weights again in that backward. The next forward then waits only for what is
+ *   still running. FP8 keeps the first order: its weights' codes take scales from the step's amaxes (fp8_end_step).
+ * The same AdamW either way, so the same bits. With DP > 1 the gradients were summed over the ranks in backward
+ * (grads_final); under ZeRO-1 each rank updates the part of each group it owns, then broadcasts it (dp_gather_group,
+ * queued in forward order by gpt_update, so that no broadcast waits in the DP stream ahead of a backward's sums)
+ * before that group's event fires.
  */
+template <typename floatX> static bool update_starts_early(const GPT<floatX> *g, const UpdateArgs *last) {
+    return last && g->update_in_backward && last->grad_clip == 0.0f && !g->fp8;
+}
+
+template <typename floatX> static bool fp8_weight(const GPT<floatX> *g, int k, int tensor) {
+    return k < g->config.num_layers && fp8_layer(g, k) && block_linear_of_weight(tensor) >= 0;
+}
+
+// The FP8 codes of element e of an FP8 weight of layer k.
+template <typename floatX> static uint8_t *fp8_code(GPT<floatX> *g, int k, int tensor, size_t e) {
+    return fp8_codes(g, k, block_linear_of_weight(tensor)) + (e - param_view_begin(g, tensor, k));
+}
+
+// Under delayed scaling AdamW writes the FP8 weights' codes itself (their scale is the history's).
+template <typename floatX> static bool fp8_codes_by_adamw(const GPT<floatX> *g) {
+    return g->fp8 && !fp8_scales_current(g->fp8);
+}
+
+/*
+ * AdamW of the part of group k this rank owns (all of it without ZeRO-1), on the update stream (whose caller made it
+ * wait for the group's gradients and, with clipping, the clip factor: clip_factor, NULL when not clipping), then its
+ * event. FP8 weights get no compute-precision copy: under delayed scaling AdamW writes their codes, otherwise
+ * update_group_publish casts them.
+ */
+template <typename floatX>
+static void update_group_adamw(GPT<floatX> *g, int k, const UpdateArgs *u, const float *clip_factor) {
+    AdamWStep step = {u->lr, u->beta1, u->beta2, (float)(1.0 - pow(u->beta1, u->t)),
+                      (float)(1.0 - pow(u->beta2, u->t)), u->eps};
+    floatX *copy = (void *)g->weights == (void *)g->params ? NULL : g->weights;
+    size_t moments_begin = dp_owned(&g->dp).begin; // the moments hold the owned span only
+    bool fused_fp8 = fp8_codes_by_adamw(g);
+    AdamWFp8 f8;
+    memset(&f8, 0, sizeof(f8));
+    if (g->fp8) { f8 = adamw_fp8_of(g->fp8); }
+    ParamGroup own = dp_owned_group(&g->dp, k);
+    AdamWGroup grp;
+    memset(&grp, 0, sizeof(grp));
+    for (int i = 0; i < own.count; i++) {
+        size_t o = own.span[i].begin;
+        int t = own.tensor[i];
+        adamw_group_add(&grp, o, o - moments_begin, own.span[i].count, param_is_decayed(t) ? u->weight_decay : 0.0f,
+                        !fp8_weight(g, k, t));
+        if (fused_fp8 && fp8_weight(g, k, t)) {
+            adamw_group_fp8(&grp, fp8_code(g, k, t, o), fp8_tensor(k, block_linear_of_weight(t), FP8_WEIGHT));
+        }
+    }
+    adamw_update(g->params, copy, g->grads, g->m, g->v, &grp, step, clip_factor, f8, g_cuda.update);
+    cudaCheck(cudaEventRecord(g->updated[k], g_cuda.update));
+    g->update_last = k;
+}
+
+/*
+ * What the next forward needs of group k besides its AdamW: under ZeRO-1 the owners' parts, broadcast; FP8 weights
+ * under current scaling cast from their masters (under ZeRO-1 gathered first), scale and all, and under delayed
+ * scaling their transposes, which only the backward reads, made on the sums stream, idle until then
+ * (fp8_transposed). Under GTP a rank writes the codes of its shards, and each gather makes the transposes
+ * (gtp_issue). In fp8 the update stream closes every group, so the last group's event still follows all the others
+ * (updated_join).
+ */
+template <typename floatX> static void update_group_publish(GPT<floatX> *g, int k) {
+    bool fused_fp8 = fp8_codes_by_adamw(g);
+    if (g->dp.zero) {
+        dp_gather_group(&g->dp, k, [&](Span part, int tensor) -> DpPart {
+            if (!fp8_weight(g, k, tensor)) { return {g->weights + part.begin, NcclType<floatX>::id}; }
+            if (fused_fp8) { return {fp8_code(g, k, tensor, part.begin), ncclUint8}; }
+            return {g->params + part.begin, ncclFloat32};
+        }, g->updated[k]);
+        g->update_last = k;
+    }
+    if (!g->fp8) { return; }
+    cudaCheck(cudaStreamWaitEvent(g_cuda.update, g->updated[k], 0));
+    if (!fused_fp8 && fp8_layer(g, k)) { fp8_cast_layer_weights(g, k, g->fp8_partials[1], g_cuda.update); }
+    cudaCheck(cudaEventRecord(g->updated[k], g_cuda.update));
+    g->update_last = k;
+    if (fused_fp8 && !g->gtp.active && k < g->config.num_layers && fp8_layer(g, k)) {
+        cudaCheck(cudaStreamWaitEvent(g_cuda.sums, g->updated[k], 0));
+        for (int j = 0; j < BLOCK_LINEARS; j++) {
+            const Linear<floatX> &lin = block_linear(g, k, j);
+            fp8_transpose(lin.fp8->w, lin.fp8->w_t, lin.out, lin.in, g_cuda.sums);
+        }
+    }
+}
+
+// The norm, then (unless the backward started it) AdamW, and every group's publication. Returns the norm as soon as
+// it is known, with the update still running.
 template <typename floatX> static float gpt_update(GPT<floatX> *g, const UpdateArgs *u) {
     cudaStream_t s = g_cuda.stream;
     const Activations<floatX> &a = g->acts;
     int L = g->config.num_layers;
-    updated_join(g);
-    grads_materialize(g);
+    int started = g->update_started;
+    if (started && memcmp(&g->update_args, u, sizeof(*u)) != 0) {
+        fail("the update's arguments (step %d, lr %g) are not the ones its last micro-step was given (step %d, lr %g), "
+             "with which that backward already started it; pass forward_backward the update's own arguments",
+             u->t, u->lr, g->update_args.t, g->update_args.lr);
+    }
+    g->update_started = 0;
+    if (!started) { // the update in flight, if any, is the last step's
+        updated_join(g);
+        grads_materialize(g);
+    }
     if (!g->norm_ready) { // no backward since zero_grad: the same partial sums, taken here
         for (int k = 0; k <= L; k++) { grad_norm_partials(a.norm_scratch + g->norm_first[k], &g->norm_groups[k], s); }
     }
@@ -1178,68 +1293,14 @@ template <typename floatX> static float gpt_update(GPT<floatX> *g, const UpdateA
     cudaCheck(cudaMemcpyAsync(g->host.scalars + 1, a.scalars + 1, sizeof(float), cudaMemcpyDeviceToHost, s));
     cudaCheck(cudaEventRecord(g->scalars_ready, s));
 
-    AdamWStep step = {u->lr, u->beta1, u->beta2, (float)(1.0 - pow(u->beta1, u->t)),
-                      (float)(1.0 - pow(u->beta2, u->t)), u->eps};
-    floatX *copy = (void *)g->weights == (void *)g->params ? NULL : g->weights;
-    cudaStream_t side = g_cuda.side;
-    cudaCheck(cudaStreamWaitEvent(side, g->norm_done, 0));
-    size_t moments_begin = dp_owned(&g->dp).begin; // the moments hold the owned span only
-    /*
-     * AdamW of the part of group k this rank owns (all of it without ZeRO-1), then its event. FP8 weights get no
-     * compute-precision copy: under delayed scaling AdamW writes their FP8 codes itself (their scale is the history's),
-     * and their transposes, which only the backward reads, are made on the sums stream, idle until then
-     * (fp8_transposed); under current scaling they are cast from their masters (under ZeRO-1 gathered first), scale
-     * and all. Under GTP a rank writes the codes of its shards, and each gather makes the transposes (gtp_issue). In
-     * fp8 the side stream closes every group, so the last group's event still follows all the others (updated_join).
-     */
-    bool fused_fp8 = g->fp8 && !fp8_scales_current(g->fp8);
-    bool transposes = fused_fp8 && !g->gtp.active;
-    AdamWFp8 f8;
-    memset(&f8, 0, sizeof(f8));
-    if (g->fp8) { f8 = adamw_fp8_of(g->fp8); }
-    auto update_group = [&](int k) {
-        auto fp8_weight = [&](int tensor) { return k < L && fp8_layer(g, k) && block_linear_of_weight(tensor) >= 0; };
-        // the FP8 codes of element e of an FP8 weight of this layer
-        auto fp8_code = [&](int tensor, size_t e) {
-            return fp8_codes(g, k, block_linear_of_weight(tensor)) + (e - param_view_begin(g, tensor, k));
-        };
-        ParamGroup own = dp_owned_group(&g->dp, k);
-        AdamWGroup grp;
-        memset(&grp, 0, sizeof(grp));
-        for (int i = 0; i < own.count; i++) {
-            size_t o = own.span[i].begin;
-            int t = own.tensor[i];
-            adamw_group_add(&grp, o, o - moments_begin, own.span[i].count,
-                            param_is_decayed(t) ? u->weight_decay : 0.0f, !fp8_weight(t));
-            if (fused_fp8 && fp8_weight(t)) {
-                adamw_group_fp8(&grp, fp8_code(t, o), fp8_tensor(k, block_linear_of_weight(t), FP8_WEIGHT));
-            }
-        }
-        adamw_update(g->params, copy, g->grads, g->m, g->v, &grp, step, a.scalars + 1, f8, side);
-        cudaCheck(cudaEventRecord(g->updated[k], side));
-        if (g->dp.zero) {
-            dp_gather_group(&g->dp, k, [&](Span part, int tensor) -> DpPart {
-                if (!fp8_weight(tensor)) { return {g->weights + part.begin, NcclType<floatX>::id}; }
-                if (fused_fp8) { return {fp8_code(tensor, part.begin), ncclUint8}; }
-                return {g->params + part.begin, ncclFloat32};
-            }, g->updated[k]);
-        }
-        if (g->fp8) {
-            cudaCheck(cudaStreamWaitEvent(side, g->updated[k], 0));
-            if (!fused_fp8 && fp8_layer(g, k)) { fp8_cast_layer_weights(g, k, g->fp8_partials[1], side); }
-            cudaCheck(cudaEventRecord(g->updated[k], side));
-        }
-        if (transposes && k < L && fp8_layer(g, k)) { // on the sums stream, idle until the backward
-            cudaCheck(cudaStreamWaitEvent(g_cuda.sums, g->updated[k], 0));
-            for (int j = 0; j < BLOCK_LINEARS; j++) {
-                const Linear<floatX> &lin = block_linear(g, k, j);
-                fp8_transpose(lin.fp8->w, lin.fp8->w_t, lin.out, lin.in, g_cuda.sums);
-            }
-        }
-    };
-    update_group(L);
-    for (int l = 0; l < L; l++) { update_group(l); }
-    if (transposes) {
+    if (!started) { cudaCheck(cudaStreamWaitEvent(g_cuda.update, g->norm_done, 0)); }
+    const float *clip_factor = u->grad_clip > 0.0f ? a.scalars + 2 : NULL;
+    for (int i = 0; i <= L; i++) {
+        int k = i == 0 ? L : i - 1; // the rest first, then the layers in forward order
+        if (!started) { update_group_adamw(g, k, u, clip_factor); }
+        update_group_publish(g, k);
+    }
+    if (fp8_codes_by_adamw(g) && !g->gtp.active) {
         cudaCheck(cudaEventRecord(g->fp8_transposed, g_cuda.sums));
         g->fp8_transposes_pending = 1;
     }
@@ -1266,10 +1327,12 @@ template <typename floatX> static void op_zero_grad(void *ctx) {
 
 template <typename floatX>
 static float op_forward_backward(void *ctx, const int *inputs, const int *targets, int B, int T, float loss_scale,
-                                 int last) {
+                                 const UpdateArgs *last) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     g->reduce_grads = last && (g->mesh.data_size > 1 || g->tp.sp);
     check_batch(g, B, T);
+    g->update_started = update_starts_early(g, last);
+    if (g->update_started) { g->update_args = *last; }
     int N = B * T;
     if (g->fp8) { g->fp8->recording = 1; } // a training pass: its FP8 casts record their amax
     gpt_load_tokens(g, inputs, targets, N);
@@ -1581,7 +1644,7 @@ static void choose_gemm_algos(ModelOps *ops, const GPTConfig *config, const char
     for (int i = 0; i < N; i++) { tokens[i] = i % config->vocab_size; }
     gemm_tuning(search);
     ops->zero_grad(ops->ctx);
-    ops->forward_backward(ops->ctx, tokens, tokens, B, T, 1.0f / N, 0);
+    ops->forward_backward(ops->ctx, tokens, tokens, B, T, 1.0f / N, NULL);
     gemm_tuning(0);
     ops->zero_grad(ops->ctx);
     free(tokens);

@@ -22,8 +22,8 @@
 static void cpu_zero_grad(void *ctx) { cpu_model_zero_grad((CpuModel *)ctx); }
 
 static float cpu_forward_backward(void *ctx, const int *inputs, const int *targets, int B, int T, float loss_scale,
-                                  int last) {
-    (void)last; // one process: nothing to reduce across ranks
+                                  const UpdateArgs *last) {
+    (void)last; // one process: nothing to reduce across ranks; the update waits for cpu_update
     CpuModel *m = (CpuModel *)ctx;
     m->training = 1;
     float loss = (float)cpu_model_forward(m, inputs, targets, B, T);
@@ -174,6 +174,7 @@ static int write_reference_state(const Options *o) {
     for (int step = 0; step < o->ref_steps; step++) {
         ops.zero_grad(ops.ctx);
         double loss = 0.0;
+        UpdateArgs args = {lr_at_step(o, step), o->weight_decay, o->beta1, o->beta2, o->eps, o->grad_clip, step + 1};
         for (int micro = 0; micro < accum; micro++) {
             int *in = inputs + micro * n, *tg = targets + micro * n;
             dataloader_next(&dl, in, tg);
@@ -181,10 +182,9 @@ static int write_reference_state(const Options *o) {
                 ops.eval_loss(ops.ctx, in, tg, B, T);
                 ops.copy_logits(ops.ctx, logits);
             }
-            loss += ops.forward_backward(ops.ctx, in, tg, B, T, loss_scale, micro == accum - 1);
+            loss += ops.forward_backward(ops.ctx, in, tg, B, T, loss_scale, micro == accum - 1 ? &args : NULL);
         }
         if (step == 0) { ops.get_grads(ops.ctx, grads); }
-        UpdateArgs args = {lr_at_step(o, step), o->weight_decay, o->beta1, o->beta2, o->eps, o->grad_clip, step + 1};
         float norm = ops.update(ops.ctx, &args);
         int records_params = step < refstate_param_steps(&h);
         if (records_params) { ops.get_params(ops.ctx, params); }

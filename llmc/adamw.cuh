@@ -217,13 +217,14 @@ static void adamw_group_fp8(AdamWGroup *g, uint8_t *codes, int t) {
 }
 
 // copy (the compute-precision weights) is NULL when the GEMMs read the master weights themselves (fp32 mode); a span
-// without its copy flag leaves it alone.
+// without its copy flag leaves it alone. clip_factor: the clip factor on the device (grad_norm_finish's), or NULL for
+// an update that does not clip (a factor of 1, the same bits, known before the norm).
 template <typename T>
 __global__ void __launch_bounds__(ADAMW_THREADS) adamw_kernel(float *p, T *copy, const float *g, float *m, float *v,
-                                                              AdamWGroup grp, AdamWStep a, const float *norm_clip,
+                                                              AdamWGroup grp, AdamWStep a, const float *clip_factor,
                                                               AdamWFp8 f8) {
     __shared__ unsigned s_max[WARP_SIZE];
-    const float clip = norm_clip[1];
+    const float clip = clip_factor ? *clip_factor : 1.0f;
     const int2 sc = block_span_chunk(grp);
     const int k = sc.x;
     size_t j = (size_t)sc.y * ADAMW_CHUNK + threadIdx.x * 4;
@@ -267,10 +268,10 @@ __global__ void __launch_bounds__(ADAMW_THREADS) adamw_kernel(float *p, T *copy,
 // (adamw_group_fp8) get their scales.
 template <typename T>
 static void adamw_update(float *p, T *copy, const float *g, float *m, float *v, const AdamWGroup *grp,
-                         AdamWStep a, const float *norm_clip, AdamWFp8 f8, cudaStream_t stream) {
+                         AdamWStep a, const float *clip_factor, AdamWFp8 f8, cudaStream_t stream) {
     int blocks = adamw_group_chunks(grp);
     if (blocks == 0) { return; }
-    adamw_kernel<<<blocks, ADAMW_THREADS, 0, stream>>>(p, copy, g, m, v, *grp, a, norm_clip, f8);
+    adamw_kernel<<<blocks, ADAMW_THREADS, 0, stream>>>(p, copy, g, m, v, *grp, a, clip_factor, f8);
     cudaCheckLaunch();
 }
 

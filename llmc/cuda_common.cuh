@@ -217,8 +217,10 @@ typedef struct {
     void *lt_workspace;
     cudaStream_t stream; // the compute stream (high priority)
     cudaStream_t side;   // low priority: memory-bound work that may run beside the compute stream's GEMMs, fed
-                         // by events (train_gpt.cu: the gradient norm per layer, AdamW per layer); its blocks fill
-                         // the SMs the compute stream leaves idle rather than delaying its kernels
+                         // by events (train_gpt.cu: the gradient norm per layer); its blocks fill the SMs the
+                         // compute stream leaves idle rather than delaying its kernels
+    cudaStream_t update; // low priority, like side: AdamW per layer, apart from the norm's partial sums so that the
+                         // norm is never queued behind an update that started during the backward
     cudaStream_t sums;   // low priority, like side, for work the compute stream waits for within backward (the fc
                          // bias sums): it never waits for another rank, as side does, so neither does the compute
                          // stream when it waits for it
@@ -267,6 +269,7 @@ static inline void cuda_context_init(void) {
     cudaCheck(cudaStreamCreateWithPriority(&g_cuda.stream, cudaStreamNonBlocking, greatest));
     cudaCheck(cudaStreamCreateWithPriority(&g_cuda.side, cudaStreamNonBlocking, least));
     cudaCheck(cudaStreamCreateWithPriority(&g_cuda.sums, cudaStreamNonBlocking, least));
+    cudaCheck(cudaStreamCreateWithPriority(&g_cuda.update, cudaStreamNonBlocking, least));
     g_cuda_ready = 1;
 }
 

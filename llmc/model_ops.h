@@ -28,13 +28,16 @@ typedef struct {
     // Forward and backward of one micro-batch of B x T tokens (int32, targets are inputs shifted by one);
     // gradients of loss_scale * (sum of per-token losses) are ADDED to the gradient buffers. The trainer passes
     // loss_scale = 1 / (B*T*accum*data-parallel ranks), so gradients are those of the global mean loss.
-    // last = 1 on the last micro-step of an optimizer step: the gradients are final during this backward, so a
-    // data-parallel model starts reducing them across ranks as they become final. Returns the mean loss over this
-    // rank's B*T tokens.
+    // last is NULL but on the last micro-step of an optimizer step, where it points at the arguments that the update
+    // after it will get: the gradients are final during this backward, so a data-parallel model starts reducing them
+    // across ranks as they become final, and a model may start the update of the parameters whose gradients are
+    // final where it does not wait for the global norm (no clipping). Returns the mean loss over this rank's B*T
+    // tokens.
     float (*forward_backward)(void *ctx, const int *inputs, const int *targets, int B, int T, float loss_scale,
-                              int last);
+                              const UpdateArgs *last);
     // Global gradient norm, clipping and AdamW as dev/NOTES.md defines them, on the gradients summed over the
-    // data-parallel ranks. Returns the norm before clipping (the same on every rank).
+    // data-parallel ranks. Returns the norm before clipping (the same on every rank). After a last micro-step it
+    // takes the arguments that micro-step was given.
     float (*update)(void *ctx, const UpdateArgs *args);
     // Forward only: mean loss over B x T tokens. Leaves the logits of this batch readable by copy_logits.
     float (*eval_loss)(void *ctx, const int *inputs, const int *targets, int B, int T);

@@ -58,6 +58,7 @@ typedef struct {
     char fp8_activations[OPT_STR_LEN]; // GPU build: bf16 | fp32 around the FP8 GEMMs
     int keep_gelu_layers;        // GPU build: layers (from the first) whose gelu(fc) is kept for backward
     int gemm_search;             // GPU build: time cuBLASLt's candidate algorithms at start-up (else its first)
+    int update_in_backward;      // GPU build: without clipping, AdamW of each layer once its gradients are final
     // parallel layout (world = DP x GTP x TP)
     int tp, gtp, gtp_prefetch, gtp_materialize, sequence_parallel, zero;
     // CPU build: reference state for the GPU parity test
@@ -154,6 +155,9 @@ static const OptionSpec OPTION_SPECS[] = {
     {"gemm-search", OPT_INT, OPT_FIELD(gemm_search), "1", 0, 1, NULL,
      "GPU build: 1 = time cuBLASLt's candidate algorithms of each GEMM at start-up and keep the fastest (saved in "
      "gemm_algos.txt); 0 = take cuBLASLt's first choice (compute-sanitizer's racecheck faults in some candidates)"},
+    {"update-in-backward", OPT_INT, OPT_FIELD(update_in_backward), "1", 0, 1, NULL,
+     "GPU build, with --grad-clip 0 and not fp8: 1 = update each layer's parameters as soon as its gradients are "
+     "final, beside the rest of the backward; 0 = after the backward, as with clipping (the same numbers either way)"},
     {"tp", OPT_INT, OPT_FIELD(tp), "1", 1, 1024, NULL, "tensor-parallel degree"},
     {"gtp", OPT_INT, OPT_FIELD(gtp), "1", 1, 1024, NULL,
      "weight-sharding (GTP) degree: the block weight matrices, their gradients and AdamW state split over this many "

@@ -350,14 +350,14 @@ static inline StepStats trainer_step(Trainer *tr, int step) {
     const Options *o = &tr->o;
     double t0 = wall_seconds();
     float loss_scale = 1.0f / (float)((double)o->batch_size * o->seq_len * tr->accum * tr->data_ranks);
+    UpdateArgs args = {lr_at_step(o, step), o->weight_decay, o->beta1, o->beta2, o->eps, o->grad_clip, step + 1};
     tr->ops.zero_grad(tr->ops.ctx);
     double loss = 0.0;
     for (int micro = 0; micro < tr->accum; micro++) {
         dataloader_next(&tr->train, tr->inputs, tr->targets);
         loss += tr->ops.forward_backward(tr->ops.ctx, tr->inputs, tr->targets, o->batch_size, o->seq_len, loss_scale,
-                                         micro == tr->accum - 1);
+                                         micro == tr->accum - 1 ? &args : NULL);
     }
-    UpdateArgs args = {lr_at_step(o, step), o->weight_decay, o->beta1, o->beta2, o->eps, o->grad_clip, step + 1};
     float norm = tr->ops.update(tr->ops.ctx, &args); // returns a host value, so the device work is done
     trainer_sum_over_data_ranks(tr, &loss);          // after the update: the host queued it without waiting
     double seconds = wall_seconds() - t0;

@@ -3,9 +3,10 @@
 # writes the CPU build's reference state for small models (head sizes 64 and 128; in fp32, and in fp8 with each
 # scaling recipe), runs the parity test against each (fp32 and bf16; fp8 with fp32 and with bf16 activations), the
 # FP8 kernel test, the attention kernel test, resume bit-exactness in bf16 and fp8, and the GTP path on one rank
-# against the plain path in fp32, bf16 and fp8 (dev/gtp_check.sh, with compute-sanitizer memcheck and racecheck), and
-# preemption (dev/preempt_check.sh, alone and under mpirun); ends with a summary table and a non-zero exit on any
-# failure. Logs go to $LOG_DIR (default: a fresh temporary folder).
+# against the plain path in fp32, bf16 and fp8 (dev/gtp_check.sh, with compute-sanitizer memcheck and racecheck), the
+# update in backward against the update after it (dev/update_check.sh), and preemption (dev/preempt_check.sh, alone
+# and under mpirun); ends with a summary table and a non-zero exit on any failure. Logs go to $LOG_DIR (default: a
+# fresh temporary folder).
 set -u
 cd "$(dirname "$0")/.."
 LOG_DIR=${LOG_DIR:-$(mktemp -d)}
@@ -14,11 +15,13 @@ make -s train_gpt_cpu train_gpt test/gpubin/test_gpu_parity test/gpubin/test_att
     { echo "FAIL build"; exit 1; }
 
 # name, CPU options and GPU modes of each reference model: 20 steps of B 4 x T 64, two micro-steps per step. 3 layers
-# in some, so that the parity test's GELU recompute runs both ways (test_gpu_parity.cu: keep_gelu_layers); in fp8
-# the delayed recipe (its history shorter than the run in one), and the current one with a bf16 block at each end.
+# in some, so that the parity test's GELU recompute runs both ways (test_gpu_parity.cu: keep_gelu_layers); one without
+# clipping, whose updates after the first start in the backward; in fp8 the delayed recipe (its history shorter than
+# the run in one), and the current one with a bf16 block at each end.
 REF_COMMON="--ref-steps 20 --seq-len 64 --batch-size 4 --total-batch-tokens 512 --sample-every 0"
 REFS=("d3_w128_hs64:--depth 3 --width 128 --heads 2:fp32 bf16"
       "d2_w256_hs128:--depth 2 --width 256 --heads 2:fp32 bf16"
+      "d3_w128_hs64_noclip:--depth 3 --width 128 --heads 2 --grad-clip 0:fp32 bf16"
       "d3_w128_hs64_fp8_delayed:--depth 3 --width 128 --heads 2 --precision fp8:fp8-fp32 fp8"
       "d3_w128_fp8_current_ends:--depth 3 --width 128 --heads 2 --precision fp8 --fp8-recipe current --fp8-bf16-blocks 1 --fp8-margin 1:fp8-fp32 fp8"
       "d2_w256_hs128_fp8_h4:--depth 2 --width 256 --heads 2 --precision fp8 --fp8-amax-history 4:fp8-fp32 fp8")
@@ -71,21 +74,37 @@ for prec in bf16 fp8; do
     record "resume $prec" "$log.checks" "$rc"
 done
 
+# variant_row NAME LOG_NAME OPTIONS TOOL SCRIPT ARGS...: a dev/variant_check.sh variant (OPTS, SANITIZE) as one row
+variant_row() {
+    local name=$1 log="$LOG_DIR/$2.log" opts=$3 tool=$4 rc
+    shift 4
+    echo "== $name"
+    OPTS="$opts" SANITIZE="$tool" "$@" > "$log" 2>&1; rc=$?
+    cat "$log"
+    record "$name" "$log" "$rc"
+}
+
 # the GTP path through communicators of one rank against the plain path, bit for bit, with compute-sanitizer: each
 # row "PRECISION PREFETCH [TOOL][|OPTIONS]" (dev/gtp_check.sh's OPTS). fp8: delayed scaling, every block gathering FP8
 # codes; current scaling with a bf16 block at each end (the shards' amaxes maxed over the group before each cast,
-# bf16 and FP8 weights through one pool).
+# bf16 and FP8 weights through one pool); bf16 without clipping: the update in backward, on the shards.
 GTP_CHECKS=("fp32 1" "bf16 2 memcheck" "bf16 3 racecheck" "fp8 2 memcheck"
-            "fp8 1|--fp8-recipe current --fp8-bf16-blocks 1")
+            "fp8 1|--fp8-recipe current --fp8-bf16-blocks 1" "bf16 2|--grad-clip 0")
 for c in "${GTP_CHECKS[@]}"; do
     IFS='|' read -r spec opts <<<"$c"
     read -r prec depth tool <<<"$spec"
-    name="gtp one-rank $prec prefetch $depth${tool:+ $tool}${opts:+ $opts}"
-    log="$LOG_DIR/gtp_${prec}_$depth.log"
-    echo "== $name"
-    OPTS="${opts:-}" SANITIZE="${tool:-}" dev/gtp_check.sh "$prec" "$depth" > "$log" 2>&1; rc=$?
-    cat "$log"
-    record "$name" "$log" "$rc"
+    variant_row "gtp one-rank $prec prefetch $depth${tool:+ $tool}${opts:+ $opts}" "gtp_${prec}_${depth}${opts:+_nc}" \
+        "${opts:-}" "${tool:-}" dev/gtp_check.sh "$prec" "$depth"
+done
+
+# the update in backward (--grad-clip 0) against the update after it, bit for bit: each row "PRECISION [TOOL][|OPTIONS]"
+# (dev/update_check.sh's OPTS); one micro-step a step too (the gradients written, not added to, before AdamW reads them)
+UPDATE_CHECKS=("fp32" "bf16 memcheck" "bf16|--total-batch-tokens 256")
+for c in "${UPDATE_CHECKS[@]}"; do
+    IFS='|' read -r spec opts <<<"$c"
+    read -r prec tool <<<"$spec"
+    variant_row "update in backward $prec${tool:+ $tool}${opts:+ $opts}" "update_${prec}${opts:+_b1}" "${opts:-}" \
+        "${tool:-}" dev/update_check.sh "$prec"
 done
 
 # compute-sanitizer racecheck on the plain path (issue 13's command), our attention and LayerNorm kernels at head

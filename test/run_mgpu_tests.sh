@@ -43,7 +43,8 @@
 # 2. resume (bf16, under mpirun): TP=2, TP=2+SP, DP=2+ZeRO-1, GTP=2 and (4 GPUs) DP=2 x GTP=2+ZeRO-1 runs
 #    checkpointed at step 10 and resumed must end with the same step-20 model file, byte for byte, as the same run
 #    straight through; across layouts (fp32): a GTP=2 checkpoint resumed on one GPU and the other way round end
-#    within the fp32 parity tolerances.
+#    within the fp32 parity tolerances. The update in backward (bf16, --grad-clip 0): DP=2, DP=2+ZeRO-1, TP=2+SP,
+#    GTP=2 and (4 GPUs) DP=2 x GTP=2+ZeRO-1 end with the same step-20 model file as with --update-in-backward 0.
 # 3. faults (2 ranks): kill -9 of one rank mid-run (rank 1, then rank 0): the other exits non-zero within
 #    FAULT_LIMIT_S with an error line naming the failure; a rank missing at start-up, a port in use, a wrong world
 #    size: one line, non-zero exit; SIGUSR1 to mpirun -np 2 stops both ranks at one step with a checkpoint, and the
@@ -205,43 +206,61 @@ for prec in fp32 bf16 fp8; do
     done
 done
 
-# --- 2. resume on parallel layouts -----------------------------------------------------------------------------
+# --- 2. resume on parallel layouts, and the update in backward ------------------------------------------------
 # A run checkpointed at step RESUME_AT and resumed from there must end with the same bits as the same run straight
 # through: the layout's checkpoint gathers its shards (TP slices, ZeRO-1 moments) and the resume scatters them back.
+# Without clipping the update starts in the backward, each group's AdamW behind that layout's own events for it (the
+# DP sums, ZeRO-1's reduction onto the owners and the broadcasts after it, SP's TP sums, GTP's reduce-scatters): such
+# a run must end with the same bits as the same run updating after the backward (--update-in-backward 0).
 RESUME_AT=10
 RESUME_LAYOUTS=("tp2|2|--tp 2" "tp2_sp|2|--tp 2 --sequence-parallel 1" "dp2_zero1|2|--zero 1" "gtp2|2|--gtp 2"
                 "dp2_gtp2_zero1|4|--gtp 2 --zero 1")
-resume_test() { # NAME NP OPTIONS...
-    local name="resume_$1" np=$2 d s final
-    shift 2
+EARLY_LAYOUTS=("dp2|2|--zero 0" "dp2_zero1|2|--zero 1" "tp2_sp|2|--tp 2 --sequence-parallel 1" "gtp2|2|--gtp 2"
+               "dp2_gtp2_zero1|4|--gtp 2 --zero 1")
+twin_test() { # resume|early NAME NP OPTIONS...: two bf16 runs under mpirun that must end with the same model file
+    local kind=$1 name="$1_$2" np=$3 d s final runs
+    shift 3
     d="$LOG_DIR/$name"
-    mkdir -p "$d/straight" "$d/resumed"
-    local args=("${COMMON[@]}" --precision bf16 --checkpoint-every "$RESUME_AT" "$@")
+    local args=("${COMMON[@]}" --precision bf16 "$@")
+    if [ "$kind" = resume ]; then
+        runs=(straight resumed); args+=(--checkpoint-every "$RESUME_AT")
+    else
+        runs=(after during); args+=(--grad-clip 0)
+    fi
+    mkdir -p "$d/${runs[0]}" "$d/${runs[1]}"
     final=$(printf 'model_%08d.bin' "$STEPS")
-    for s in straight resumed; do
+    for s in "${runs[@]}"; do
+        local more=()
         if [ "$s" = resumed ]; then
             cp "$d/straight/$(printf 'model_%08d.bin' "$RESUME_AT")" "$d/straight/$(printf 'state_%08d.bin' "$RESUME_AT")" \
                 "$d/straight/"$GEMM_ALGOS_GLOB "$d/straight/log.txt" "$d/resumed/"
-            args+=(--resume 1)
+            more=(--resume 1)
         fi
+        [ "$s" = after ] && more=(--update-in-backward 0)
+        [ "$s" = during ] && cp "$d/after/"$GEMM_ALGOS_GLOB "$d/during/"
         if ! timeout "$RUN_TIMEOUT_S" mpirun --allow-run-as-root -np "$np" --bind-to none -x NCCL_NVLS_ENABLE \
-            ./train_gpt "${args[@]}" --out-dir "$d/$s" > "$d/$s.out" 2>&1; then
+            ./train_gpt "${args[@]}" "${more[@]}" --out-dir "$d/$s" > "$d/$s.out" 2>&1; then
             fail_check "$name" "the $s run failed (see $d/$s.out)"; return
         fi
     done
-    if cmp -s "$d/straight/$final" "$d/resumed/$final"; then
+    if ! cmp -s "$d/${runs[0]}/$final" "$d/${runs[1]}/$final"; then
+        fail_check "$name" "the step-$STEPS models of the ${runs[0]} and the ${runs[1]} run differ ($d)"
+    elif [ "$kind" = resume ]; then
         pass "$name: resumed at step $RESUME_AT, step-$STEPS model bit-identical to the straight run"
     else
-        fail_check "$name" "the step-$STEPS models of the straight and the resumed run differ ($d)"
+        pass "$name: update during the backward, step-$STEPS model bit-identical to the update after it"
     fi
 }
-for entry in "${RESUME_LAYOUTS[@]}"; do
-    IFS='|' read -r name np opt_text <<<"$entry"
-    read -r -a opts <<<"$opt_text"
-    if [ "$np" -gt "$NGPU" ] || ! command -v mpirun > /dev/null; then
-        skip "resume_$name: needs $np GPUs and mpirun"; continue
-    fi
-    resume_test "$name" "$np" "${opts[@]}"
+for kind in resume early; do
+    if [ "$kind" = resume ]; then layouts=("${RESUME_LAYOUTS[@]}"); else layouts=("${EARLY_LAYOUTS[@]}"); fi
+    for entry in "${layouts[@]}"; do
+        IFS='|' read -r name np opt_text <<<"$entry"
+        read -r -a opts <<<"$opt_text"
+        if [ "$np" -gt "$NGPU" ] || ! command -v mpirun > /dev/null; then
+            skip "${kind}_$name: needs $np GPUs and mpirun"; continue
+        fi
+        twin_test "$kind" "$name" "$np" "${opts[@]}"
+    done
 done
 
 # Checkpoints are the whole model, so a run may resume on another layout: a GTP=2 run's step-RESUME_AT checkpoint

@@ -182,10 +182,15 @@ int main(int argc, char **argv) {
     printf("step | loss cpu    | loss gpu    | rel      | norm cpu   | norm gpu   | rel\n");
     for (int s = 0; s < h->steps; s++) {
         const int *in = ref->inputs + (size_t)s * A * n, *tg = ref->targets + (size_t)s * A * n;
+        UpdateArgs args = {ref->lr[s], h->weight_decay, h->beta1, h->beta2, h->eps, h->grad_clip, s + 1};
+        // The first step's backward runs twice and leaves the update to ops.update (the weights must not change
+        // between the two); the later ones tell their last micro-step the update's arguments, so without clipping
+        // that update starts during the backward, as in training.
+        const UpdateArgs *last = s == 0 ? NULL : &args;
         ops.zero_grad(ops.ctx);
         double loss = 0;
         for (int m = 0; m < A; m++) {
-            loss += ops.forward_backward(ops.ctx, in + m * n, tg + m * n, B, T, loss_scale, m == A - 1);
+            loss += ops.forward_backward(ops.ctx, in + m * n, tg + m * n, B, T, loss_scale, m == A - 1 ? last : NULL);
         }
         loss /= A;
         if (s == 0) {
@@ -194,13 +199,12 @@ int main(int argc, char **argv) {
             // the same micro-batches again: bitwise the same gradients
             ops.zero_grad(ops.ctx);
             for (int m = 0; m < A; m++) {
-                ops.forward_backward(ops.ctx, in + m * n, tg + m * n, B, T, loss_scale, m == A - 1);
+                ops.forward_backward(ops.ctx, in + m * n, tg + m * n, B, T, loss_scale, NULL);
             }
             ops.get_grads(ops.ctx, buf2);
             check(memcmp(buf, buf2, P * sizeof(float)) == 0, "deterministic gradients",
                   "two backward passes over the same tokens differ");
         }
-        UpdateArgs args = {ref->lr[s], h->weight_decay, h->beta1, h->beta2, h->eps, h->grad_clip, s + 1};
         float norm = ops.update(ops.ctx, &args);
         double le = rel_scalar(loss, ref->loss[s]), ne = rel_scalar(norm, ref->norm[s]);
         printf("%4d | %.8f | %.8f | %.2e | %.6e | %.6e | %.2e\n", s + 1, ref->loss[s], loss, le, ref->norm[s], norm,

@@ -41,6 +41,8 @@ typedef struct {
     GPTConfig c;
     size_t n;
     float *params, *grads, *m, *v;
+    UpdateArgs last; // what the last micro-step said the update would get (ModelOps::forward_backward)
+    int has_last;
 } Toy;
 
 static float toy_target(const Toy *t, int token) { return (float)token / (float)t->c.vocab_size; }
@@ -71,10 +73,15 @@ static void toy_maybe_raise(int *calls, int at) {
     for (int i = 0; i < g_raise_count; i++) { raise(SIGTERM); }
 }
 
-static float toy_forward_backward(void *ctx, const int *in, const int *tg, int B, int T, float scale, int last) {
-    (void)last;
+// The trainer keeps ModelOps' promise about the last micro-step, or the toy ends the run as the GPU model would.
+static float toy_forward_backward(void *ctx, const int *in, const int *tg, int B, int T, float scale,
+                                  const UpdateArgs *last) {
+    Toy *t = (Toy *)ctx;
     toy_maybe_raise(&g_calls_fb, g_raise_at_fb);
-    return toy_loss((Toy *)ctx, in, tg, B, T, scale, 1);
+    if (last && t->has_last) { fail("toy: two last micro-steps without an update between them"); }
+    if (last) { t->last = *last; }
+    t->has_last = last != NULL;
+    return toy_loss(t, in, tg, B, T, scale, 1);
 }
 
 static float toy_eval_loss(void *ctx, const int *in, const int *tg, int B, int T) {
@@ -84,6 +91,10 @@ static float toy_eval_loss(void *ctx, const int *in, const int *tg, int B, int T
 static float toy_update(void *ctx, const UpdateArgs *a) {
     Toy *t = (Toy *)ctx;
     toy_maybe_raise(&g_calls_update, g_raise_at_update);
+    if (!t->has_last || memcmp(&t->last, a, sizeof(*a)) != 0) {
+        fail("toy: the update's arguments are not the ones the last micro-step was given");
+    }
+    t->has_last = 0;
     double sq = 0.0;
     for (size_t i = 0; i < t->n; i++) { sq += (double)t->grads[i] * t->grads[i]; }
     float norm = (float)sqrt(sq);
