@@ -8,6 +8,9 @@
 #   torch_gpt.py's own model and optimizer with an accumulation loop (dev/torch_accum.py).
 #   BENCH_SIZES="124M 1558M" picks sizes (all four accumulating take ~11 min: over one device call); BENCH_STEPS (30;
 #   accum 6) the steps of every run.
+# Ours trains as the baseline does, without clipping the gradient norm (torch_gpt.py clips nothing): row "ours", with
+# --grad-clip 0, whose update starts in the backward (--update-in-backward). Row "ours_clip" is our default, clipping
+# at 1.0 (the norm first, then the update), for what clipping costs; BENCH_CLIPPED=0 leaves it out.
 # Needs: python3 with torch, one training shard. Builds ./train_gpt first (a fresh device machine has none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,7 +30,7 @@ bench_one() { # name layers channels batch model [train_gpt options]
     local name=$1 L=$2 C=$3 B=$4 model=$5
     shift 5
     case " $SIZES " in *" $name "*) ;; *) return 0 ;; esac
-    local tlog="$OUT_DIR/torch_${name}_$WHAT.log" olog="$OUT_DIR/ours_${name}_$WHAT.log" rows=$B tokens=$((B * 1024))
+    local tlog="$OUT_DIR/torch_${name}_$WHAT.log" olog rows=$B tokens=$((B * 1024))
     local torch_cmd=("$TORCH")
     if [ "$WHAT" = accum ]; then
         tokens=$ACCUM_TOKENS rows=$((ACCUM_TOKENS / 1024))
@@ -35,13 +38,18 @@ bench_one() { # name layers channels batch model [train_gpt options]
     fi
     python3 "${torch_cmd[@]}" --data "$SHARD" --layers "$L" --channels "$C" --batch "$B" --steps "$STEPS" >"$tlog" 2>&1 ||
         { echo "torch baseline failed for $name:"; tail -5 "$tlog"; }
-    rm -rf "$OUT_DIR/run_$name"
-    ./train_gpt --model "$model" --batch-size "$B" --seq-len 1024 --total-batch-tokens "$tokens" \
-        --steps "$STEPS" --val-every 0 --sample-every 0 --precision bf16 --train-data "$SHARD" \
-        --out-dir "$OUT_DIR/run_$name" --save 0 --warmup-steps 5 "$@" >"$olog" 2>&1 ||
-        { echo "ours failed for $name:"; tail -5 "$olog"; }
-    args+=("$name:torch:torch:bf16:$tlog:$L:$C:$rows:$SKIP" "$name:ours:ours:bf16:$olog:$L:$C:$rows:$SKIP"
-        --ratio "$name:ours:torch")
+    args+=("$name:torch:torch:bf16:$tlog:$L:$C:$rows:$SKIP")
+    local who clip
+    for who in ours ours_clip; do
+        if [ "$who" = ours ]; then clip=0; else clip=1.0; [ "${BENCH_CLIPPED:-1}" = 1 ] || continue; fi
+        olog="$OUT_DIR/${who}_${name}_$WHAT.log"
+        rm -rf "$OUT_DIR/run_$name"
+        ./train_gpt --model "$model" --batch-size "$B" --seq-len 1024 --total-batch-tokens "$tokens" \
+            --steps "$STEPS" --val-every 0 --sample-every 0 --precision bf16 --train-data "$SHARD" \
+            --out-dir "$OUT_DIR/run_$name" --save 0 --warmup-steps 5 --grad-clip "$clip" "$@" >"$olog" 2>&1 ||
+            { echo "$who failed for $name:"; tail -5 "$olog"; }
+        args+=("$name:$who:ours:bf16:$olog:$L:$C:$rows:$SKIP" --ratio "$name:$who:torch")
+    done
 }
 
 # Each model as fast as fits in the baseline's memory: keeping a layer's GELU output (B x T x 4C bf16) costs 0.2 GB

@@ -13,7 +13,9 @@
 # issue 14), TP=2's exposed communication as a share of its step (bar < 10%); in bf16 and in fp8, GTP=2 / DP=2
 # tokens/s (bar 0.95x) and peak memory (bar <= 0.75x), GTP=2 / torch FSDP tokens/s (bar 1.8x), GTP=2's exposed
 # communication (bar < 5%); last the largest-model line (a model DP=2 cannot hold, trained with GTP=2).
-# Note: FSDP at batch 8 per GPU runs 16 sequences a step where TP=2 runs 8; compare them by tokens/s.
+# Note: FSDP at batch 8 per GPU runs 16 sequences a step where TP=2 runs 8; compare them by tokens/s. Ours trains as
+# the baseline does, without clipping the gradient norm (--grad-clip 0; torch_gpt.py clips nothing), so that its
+# update starts in the backward where the layout allows it (not fp8: --update-in-backward).
 #   dev/bench_mgpu.sh [TORCH_SCRIPT] [SHARD]
 # BENCH_ROWS="124M_1gpu 124M_dp2 ..." runs only the rows named (the table shows the others as missing).
 # Step counts are small so that the whole call (build included) fits in about 8 minutes of device time (all rows
@@ -104,7 +106,7 @@ ours() {
         ./train_gpt \
         --model "$model" --batch-size "$B" --seq-len "$SEQ" --total-batch-tokens $((B * SEQ * dp)) --steps "$steps" \
         --val-every 0 --sample-every 0 --precision bf16 --train-data "$SHARD" --out-dir "$LOGS/run_$name" --save 0 \
-        --warmup-steps 5 "$@"
+        --warmup-steps 5 --grad-clip 0 "$@"
 }
 
 # torch NAME WHO MODE L C B STEPS: the baseline on NP GPUs (B sequences per GPU).

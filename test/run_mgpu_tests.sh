@@ -91,6 +91,10 @@ LAYOUTS=(
 TCP_LAYOUTS=(dp2 tp2)
 
 passed=0; failed=0; skipped=0; table=()
+# MGPU_PARTS: which of the sections below run (parity, twins = resume and the update in backward, faults), so that a
+# device call of limited length can take them in turns
+MGPU_PARTS=${MGPU_PARTS:-parity twins faults}
+part() { case " $MGPU_PARTS " in *" $1 "*) return 0 ;; esac; skip "$1: not in MGPU_PARTS ($MGPU_PARTS)"; return 1; }
 pass() { echo "PASS $1"; passed=$((passed + 1)); }
 fail_check() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
 skip() { echo "SKIP $1"; skipped=$((skipped + 1)); }
@@ -185,26 +189,29 @@ run_layout() {
 echo "GPUs: $NGPU"
 PORT=$PORT_BASE
 if command -v mpirun > /dev/null; then LAUNCH=mpi; else LAUNCH=tcp; fi
-for prec in fp32 bf16 fp8; do
-    ref="$LOG_DIR/single_$prec"
-    if ! timeout "$RUN_TIMEOUT_S" ./train_gpt "${COMMON[@]}" --precision "$prec" --out-dir "$ref" > "$ref.out" 2>&1; then
-        fail_check "single_$prec" "the one-GPU run failed (see $ref.out)"
-        row "single" "$prec" - - - - FAILED; continue
-    fi
-    for entry in "${LAYOUTS[@]}"; do
-        IFS='|' read -r name np opt_text precs <<<"$entry"
-        read -r -a opts <<<"$opt_text"
-        if [ -n "$precs" ] && ! grep -qw "$prec" <<<"$precs"; then continue; fi
-        if [ "$np" -gt "$NGPU" ]; then
-            skip "$name $prec: needs $np GPUs, this machine has $NGPU"
-            row "$name" "$prec" - - - - "SKIP ($np GPUs)"; continue
+if part parity; then
+    for prec in fp32 bf16 fp8; do
+        ref="$LOG_DIR/single_$prec"
+        if ! timeout "$RUN_TIMEOUT_S" ./train_gpt "${COMMON[@]}" --precision "$prec" --out-dir "$ref" > "$ref.out" \
+            2>&1; then
+            fail_check "single_$prec" "the one-GPU run failed (see $ref.out)"
+            row "single" "$prec" - - - - FAILED; continue
         fi
-        run_layout "${name}_$prec" "$np" "$prec" "$ref" "$LAUNCH" "${opts[@]}"
-        for tcp in "${TCP_LAYOUTS[@]}"; do
-            [ "$tcp" = "$name" ] && run_layout "env_tcp_${name}_$prec" "$np" "$prec" "$ref" tcp "${opts[@]}"
+        for entry in "${LAYOUTS[@]}"; do
+            IFS='|' read -r name np opt_text precs <<<"$entry"
+            read -r -a opts <<<"$opt_text"
+            if [ -n "$precs" ] && ! grep -qw "$prec" <<<"$precs"; then continue; fi
+            if [ "$np" -gt "$NGPU" ]; then
+                skip "$name $prec: needs $np GPUs, this machine has $NGPU"
+                row "$name" "$prec" - - - - "SKIP ($np GPUs)"; continue
+            fi
+            run_layout "${name}_$prec" "$np" "$prec" "$ref" "$LAUNCH" "${opts[@]}"
+            for tcp in "${TCP_LAYOUTS[@]}"; do
+                [ "$tcp" = "$name" ] && run_layout "env_tcp_${name}_$prec" "$np" "$prec" "$ref" tcp "${opts[@]}"
+            done
         done
     done
-done
+fi
 
 # --- 2. resume on parallel layouts, and the update in backward ------------------------------------------------
 # A run checkpointed at step RESUME_AT and resumed from there must end with the same bits as the same run straight
@@ -232,8 +239,9 @@ twin_test() { # resume|early NAME NP OPTIONS...: two bf16 runs under mpirun that
     for s in "${runs[@]}"; do
         local more=()
         if [ "$s" = resumed ]; then
-            cp "$d/straight/$(printf 'model_%08d.bin' "$RESUME_AT")" "$d/straight/$(printf 'state_%08d.bin' "$RESUME_AT")" \
-                "$d/straight/"$GEMM_ALGOS_GLOB "$d/straight/log.txt" "$d/resumed/"
+            cp "$d/straight/$(printf 'model_%08d.bin' "$RESUME_AT")" \
+                "$d/straight/$(printf 'state_%08d.bin' "$RESUME_AT")" "$d/straight/"$GEMM_ALGOS_GLOB \
+                "$d/straight/log.txt" "$d/resumed/"
             more=(--resume 1)
         fi
         [ "$s" = after ] && more=(--update-in-backward 0)
@@ -251,50 +259,54 @@ twin_test() { # resume|early NAME NP OPTIONS...: two bf16 runs under mpirun that
         pass "$name: update during the backward, step-$STEPS model bit-identical to the update after it"
     fi
 }
-for kind in resume early; do
-    if [ "$kind" = resume ]; then layouts=("${RESUME_LAYOUTS[@]}"); else layouts=("${EARLY_LAYOUTS[@]}"); fi
-    for entry in "${layouts[@]}"; do
-        IFS='|' read -r name np opt_text <<<"$entry"
-        read -r -a opts <<<"$opt_text"
-        if [ "$np" -gt "$NGPU" ] || ! command -v mpirun > /dev/null; then
-            skip "${kind}_$name: needs $np GPUs and mpirun"; continue
-        fi
-        twin_test "$kind" "$name" "$np" "${opts[@]}"
+if part twins; then
+    for kind in resume early; do
+        if [ "$kind" = resume ]; then layouts=("${RESUME_LAYOUTS[@]}"); else layouts=("${EARLY_LAYOUTS[@]}"); fi
+        for entry in "${layouts[@]}"; do
+            IFS='|' read -r name np opt_text <<<"$entry"
+            read -r -a opts <<<"$opt_text"
+            if [ "$np" -gt "$NGPU" ] || ! command -v mpirun > /dev/null; then
+                skip "${kind}_$name: needs $np GPUs and mpirun"; continue
+            fi
+            twin_test "$kind" "$name" "$np" "${opts[@]}"
+        done
     done
-done
 
-# Checkpoints are the whole model, so a run may resume on another layout: a GTP=2 run's step-RESUME_AT checkpoint
-# resumed on one GPU, and a one-GPU run's on GTP=2, in fp32, must each end within the fp32 parity tolerances of the
-# one-GPU run straight through (single_fp32).
-cross_resume() { # NAME FROM_NP TO_NP "FROM OPTIONS" "TO OPTIONS"
-    local name="cross_resume_$1" from_np=$2 to_np=$3 np s dir opts
-    for s in first resumed; do
-        dir="$LOG_DIR/$name"
-        if [ "$s" = first ]; then
-            dir="${dir}_first"; np=$from_np; read -r -a opts <<<"$4"
-        else
-            np=$to_np; read -r -a opts <<<"$5"
-        fi
-        mkdir -p "$dir"
-        local args=("${COMMON[@]}" --precision fp32 --checkpoint-every "$RESUME_AT" --out-dir "$dir" "${opts[@]}")
-        if [ "$s" = resumed ]; then
-            cp "$LOG_DIR/${name}_first/$(printf 'model_%08d.bin' "$RESUME_AT")" \
-                "$LOG_DIR/${name}_first/$(printf 'state_%08d.bin' "$RESUME_AT")" "$LOG_DIR/${name}_first/log.txt" "$dir/"
-            args+=(--resume 1)
-        fi
-        local launch=(./train_gpt)
-        [ "$np" -gt 1 ] && launch=(mpirun --allow-run-as-root -np "$np" --bind-to none -x NCCL_NVLS_ENABLE ./train_gpt)
-        if ! timeout "$RUN_TIMEOUT_S" "${launch[@]}" "${args[@]}" > "$dir.out" 2>&1; then
-            fail_check "$name" "the $s run failed (see $dir.out)"; return
-        fi
-    done
-    compare "$name" fp32 "$LOG_DIR/single_fp32"
-}
-if [ "$NGPU" -ge 2 ] && command -v mpirun > /dev/null && [ -d "$LOG_DIR/single_fp32" ]; then
-    cross_resume gtp2_to_1gpu 2 1 "--gtp 2" ""
-    cross_resume 1gpu_to_gtp2 1 2 "" "--gtp 2"
-else
-    skip "cross_resume: needs 2 GPUs, mpirun and the one-GPU fp32 run"
+    # Checkpoints are the whole model, so a run may resume on another layout: a GTP=2 run's step-RESUME_AT checkpoint
+    # resumed on one GPU, and a one-GPU run's on GTP=2, in fp32, must each end within the fp32 parity tolerances of the
+    # one-GPU run straight through (single_fp32).
+    cross_resume() { # NAME FROM_NP TO_NP "FROM OPTIONS" "TO OPTIONS"
+        local name="cross_resume_$1" from_np=$2 to_np=$3 np s dir opts
+        for s in first resumed; do
+            dir="$LOG_DIR/$name"
+            if [ "$s" = first ]; then
+                dir="${dir}_first"; np=$from_np; read -r -a opts <<<"$4"
+            else
+                np=$to_np; read -r -a opts <<<"$5"
+            fi
+            mkdir -p "$dir"
+            local args=("${COMMON[@]}" --precision fp32 --checkpoint-every "$RESUME_AT" --out-dir "$dir" "${opts[@]}")
+            if [ "$s" = resumed ]; then
+                cp "$LOG_DIR/${name}_first/$(printf 'model_%08d.bin' "$RESUME_AT")" \
+                    "$LOG_DIR/${name}_first/$(printf 'state_%08d.bin' "$RESUME_AT")" \
+                    "$LOG_DIR/${name}_first/log.txt" "$dir/"
+                args+=(--resume 1)
+            fi
+            local launch=(./train_gpt)
+            [ "$np" -gt 1 ] &&
+                launch=(mpirun --allow-run-as-root -np "$np" --bind-to none -x NCCL_NVLS_ENABLE ./train_gpt)
+            if ! timeout "$RUN_TIMEOUT_S" "${launch[@]}" "${args[@]}" > "$dir.out" 2>&1; then
+                fail_check "$name" "the $s run failed (see $dir.out)"; return
+            fi
+        done
+        compare "$name" fp32 "$LOG_DIR/single_fp32"
+    }
+    if [ "$NGPU" -ge 2 ] && command -v mpirun > /dev/null && [ -d "$LOG_DIR/single_fp32" ]; then
+        cross_resume gtp2_to_1gpu 2 1 "--gtp 2" ""
+        cross_resume 1gpu_to_gtp2 1 2 "" "--gtp 2"
+    else
+        skip "cross_resume: needs 2 GPUs, mpirun and the one-GPU fp32 run"
+    fi
 fi
 
 # --- 3. faults ------------------------------------------------------------------------------------------------
@@ -348,53 +360,59 @@ expect_start_error() {
     fi
 }
 
-if [ "$NGPU" -lt "$FAULT_NP" ]; then
-    skip "faults: need $FAULT_NP GPUs, this machine has $NGPU"
-else
-    kill_test 1 $((PORT_FAULT + 1))
-    kill_test 0 $((PORT_FAULT + 2))
-
-    # a missing rank: only rank 0 of 2 is started
-    port=$((PORT_FAULT + 3))
-    RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port TRAIN_GPT_BOOTSTRAP_TIMEOUT=5 \
-        ./train_gpt "${LONG[@]}" --out-dir "$LOG_DIR/missing" > "$LOG_DIR/missing.rank0.out" \
-        2> "$LOG_DIR/missing.rank0.err" &
-    PIDS=($!)
-    expect_start_error missing "for ranks \[1\] to connect"
-
-    # a wrong world size: rank 1 believes in 3 ranks
-    port=$((PORT_FAULT + 4))
-    PIDS=()
-    for r in 0 1; do
-        w=$((r == 0 ? 2 : 3))
-        RANK=$r WORLD_SIZE=$w LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port TRAIN_GPT_BOOTSTRAP_TIMEOUT=5 \
-            ./train_gpt "${LONG[@]}" --out-dir "$LOG_DIR/world" > "$LOG_DIR/world.rank$r.out" \
-            2> "$LOG_DIR/world.rank$r.err" &
-        PIDS+=($!)
-    done
-    expect_start_error world "world size"
-
-    # a port in use: the rank 0 of another job (waiting for its rank 1) holds MASTER_PORT
-    port=$((PORT_FAULT + 5))
-    RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port TRAIN_GPT_BOOTSTRAP_TIMEOUT=30 \
-        ./train_gpt "${LONG[@]}" --out-dir "$LOG_DIR/holder" > /dev/null 2>&1 &
-    holder=$!
-    sleep 2
-    RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-        ./train_gpt "${LONG[@]}" --out-dir "$LOG_DIR/port" > "$LOG_DIR/port.rank0.out" 2> "$LOG_DIR/port.rank0.err" &
-    PIDS=($!)
-    expect_start_error port "MASTER_PORT $port on 127.0.0.1 is in use"
-    kill "$holder" 2>/dev/null
-    wait "$holder" 2>/dev/null
-
-    # preemption: SIGUSR1 to mpirun reaches both ranks; they stop at one step with a checkpoint and the same command
-    # finishes the run bit-exactly (dev/preempt_check.sh)
-    if command -v mpirun > /dev/null; then
-        while read -r line; do
-            case "$line" in PASS*) pass "${line#PASS }" ;; FAIL*) fail_check preempt_mpirun_np2 "${line#FAIL }" ;; esac
-        done < <(dev/preempt_check.sh mpirun "$FAULT_NP" 2>&1)
+if part faults; then
+    if [ "$NGPU" -lt "$FAULT_NP" ]; then
+        skip "faults: need $FAULT_NP GPUs, this machine has $NGPU"
     else
-        skip "preempt_mpirun_np2: needs mpirun"
+        kill_test 1 $((PORT_FAULT + 1))
+        kill_test 0 $((PORT_FAULT + 2))
+
+        # a missing rank: only rank 0 of 2 is started
+        port=$((PORT_FAULT + 3))
+        RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port TRAIN_GPT_BOOTSTRAP_TIMEOUT=5 \
+            ./train_gpt "${LONG[@]}" --out-dir "$LOG_DIR/missing" > "$LOG_DIR/missing.rank0.out" \
+            2> "$LOG_DIR/missing.rank0.err" &
+        PIDS=($!)
+        expect_start_error missing "for ranks \[1\] to connect"
+
+        # a wrong world size: rank 1 believes in 3 ranks
+        port=$((PORT_FAULT + 4))
+        PIDS=()
+        for r in 0 1; do
+            w=$((r == 0 ? 2 : 3))
+            RANK=$r WORLD_SIZE=$w LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port TRAIN_GPT_BOOTSTRAP_TIMEOUT=5 \
+                ./train_gpt "${LONG[@]}" --out-dir "$LOG_DIR/world" > "$LOG_DIR/world.rank$r.out" \
+                2> "$LOG_DIR/world.rank$r.err" &
+            PIDS+=($!)
+        done
+        expect_start_error world "world size"
+
+        # a port in use: the rank 0 of another job (waiting for its rank 1) holds MASTER_PORT
+        port=$((PORT_FAULT + 5))
+        RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port TRAIN_GPT_BOOTSTRAP_TIMEOUT=30 \
+            ./train_gpt "${LONG[@]}" --out-dir "$LOG_DIR/holder" > /dev/null 2>&1 &
+        holder=$!
+        sleep 2
+        RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+            ./train_gpt "${LONG[@]}" --out-dir "$LOG_DIR/port" > "$LOG_DIR/port.rank0.out" \
+            2> "$LOG_DIR/port.rank0.err" &
+        PIDS=($!)
+        expect_start_error port "MASTER_PORT $port on 127.0.0.1 is in use"
+        kill "$holder" 2>/dev/null
+        wait "$holder" 2>/dev/null
+
+        # preemption: SIGUSR1 to mpirun reaches both ranks; they stop at one step with a checkpoint and the same command
+        # finishes the run bit-exactly (dev/preempt_check.sh)
+        if command -v mpirun > /dev/null; then
+            while read -r line; do
+                case "$line" in
+                    PASS*) pass "${line#PASS }" ;;
+                    FAIL*) fail_check preempt_mpirun_np2 "${line#FAIL }" ;;
+                esac
+            done < <(dev/preempt_check.sh mpirun "$FAULT_NP" 2>&1)
+        else
+            skip "preempt_mpirun_np2: needs mpirun"
+        fi
     fi
 fi
 
