@@ -5,7 +5,7 @@
 # before the call, the device has no git history). Prints the median step time of steps 6.. of each run, and how
 # many GEMM algorithm choices (gemm_algos.txt) differ between runs.
 #   dev/ab_step.sh OLD_DIR [MODEL:BATCH:KEEP_GELU_LAYERS ...]     (default d24:16:24 d36:8:16 d12:32:12)
-#   STEPS (20) steps a run. Needs data/brown (or SHARD).
+#   STEPS (20) steps a run, EXTRA (more train_gpt options, e.g. "--grad-clip 0"). Needs data/brown (or SHARD).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source dev/ab_lib.sh
@@ -27,7 +27,8 @@ run() { # binary model batch keep tag
     local dir=/tmp/ab_run_$5
     rm -rf "$dir"
     ab_options "$2" "$3" "$4" 1 "$dir"
-    "$1" "${AB_OPTS[@]}" > "/tmp/ab_$5.log" 2>&1 || { echo "$5 failed"; tail -3 "/tmp/ab_$5.log"; }
+    # shellcheck disable=SC2086 # EXTRA is a list of options
+    "$1" "${AB_OPTS[@]}" ${EXTRA:-} > "/tmp/ab_$5.log" 2>&1 || { echo "$5 failed"; tail -3 "/tmp/ab_$5.log"; }
     echo "$5 $(grep -o "| [0-9.]* ms |" "/tmp/ab_$5.log" | awk '{print $2}' | ab_median) ms"
 }
 for spec in "${SPECS[@]}"; do
