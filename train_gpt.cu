@@ -204,8 +204,8 @@ template <typename floatX> struct GPT {
     int update_last;               // the group whose event was recorded last: it follows all the others
     int update_pending;            // AdamW was queued and the compute stream has not waited for all of it
     int update_in_backward;        // --update-in-backward
-    int update_started;            // this backward queues (queued) AdamW group by group (update_starts_early),
-    UpdateArgs update_args;        // with these arguments, which gpt_update must get
+    int update_started;            // the last micro-step's backward queues AdamW group by group (update_starts_early)
+    UpdateArgs update_args;        // with these arguments, which the gpt_update after it must be given
     int eval_B, eval_T;            // shape of the logits the last eval_loss left
     floatX *row_gather;            // TP > 1: one row of logits, all-gathered (op_logits_at)
     char device_name[256];

@@ -74,10 +74,10 @@ for prec in bf16 fp8; do
     record "resume $prec" "$log.checks" "$rc"
 done
 
-# variant_row NAME LOG_NAME OPTIONS TOOL SCRIPT ARGS...: a dev/variant_check.sh variant (OPTS, SANITIZE) as one row
+# variant_row NAME OPTIONS TOOL SCRIPT ARGS...: a dev/variant_check.sh variant (OPTS, SANITIZE) as one row
 variant_row() {
-    local name=$1 log="$LOG_DIR/$2.log" opts=$3 tool=$4 rc
-    shift 4
+    local name=$1 log="$LOG_DIR/${1//[^A-Za-z0-9]/_}.log" opts=$2 tool=$3 rc
+    shift 3
     echo "== $name"
     OPTS="$opts" SANITIZE="$tool" "$@" > "$log" 2>&1; rc=$?
     cat "$log"
@@ -93,8 +93,8 @@ GTP_CHECKS=("fp32 1" "bf16 2 memcheck" "bf16 3 racecheck" "fp8 2 memcheck"
 for c in "${GTP_CHECKS[@]}"; do
     IFS='|' read -r spec opts <<<"$c"
     read -r prec depth tool <<<"$spec"
-    variant_row "gtp one-rank $prec prefetch $depth${tool:+ $tool}${opts:+ $opts}" "gtp_${prec}_${depth}${opts:+_nc}" \
-        "${opts:-}" "${tool:-}" dev/gtp_check.sh "$prec" "$depth"
+    variant_row "gtp one-rank $prec prefetch $depth${tool:+ $tool}${opts:+ $opts}" "${opts:-}" "${tool:-}" \
+        dev/gtp_check.sh "$prec" "$depth"
 done
 
 # the update in backward (--grad-clip 0) against the update after it, bit for bit: each row "PRECISION [TOOL][|OPTIONS]"
@@ -103,8 +103,8 @@ UPDATE_CHECKS=("fp32" "bf16 memcheck" "bf16|--total-batch-tokens 256")
 for c in "${UPDATE_CHECKS[@]}"; do
     IFS='|' read -r spec opts <<<"$c"
     read -r prec tool <<<"$spec"
-    variant_row "update in backward $prec${tool:+ $tool}${opts:+ $opts}" "update_${prec}${opts:+_b1}" "${opts:-}" \
-        "${tool:-}" dev/update_check.sh "$prec"
+    variant_row "update in backward $prec${tool:+ $tool}${opts:+ $opts}" "${opts:-}" "${tool:-}" \
+        dev/update_check.sh "$prec"
 done
 
 # compute-sanitizer racecheck on the plain path (issue 13's command), our attention and LayerNorm kernels at head
