@@ -259,6 +259,34 @@ twin_test() { # resume|early NAME NP OPTIONS...: two bf16 runs under mpirun that
         pass "$name: update during the backward, step-$STEPS model bit-identical to the update after it"
     fi
 }
+# Checkpoints are the whole model, so a run may resume on another layout: a GTP=2 run's step-RESUME_AT checkpoint
+# resumed on one GPU, and a one-GPU run's on GTP=2, in fp32, must each end within the fp32 parity tolerances of the
+# one-GPU run straight through (single_fp32).
+cross_resume() { # NAME FROM_NP TO_NP "FROM OPTIONS" "TO OPTIONS"
+    local name="cross_resume_$1" from_np=$2 to_np=$3 np s dir opts
+    for s in first resumed; do
+        dir="$LOG_DIR/$name"
+        if [ "$s" = first ]; then
+            dir="${dir}_first"; np=$from_np; read -r -a opts <<<"$4"
+        else
+            np=$to_np; read -r -a opts <<<"$5"
+        fi
+        mkdir -p "$dir"
+        local args=("${COMMON[@]}" --precision fp32 --checkpoint-every "$RESUME_AT" --out-dir "$dir" "${opts[@]}")
+        if [ "$s" = resumed ]; then
+            cp "$LOG_DIR/${name}_first/$(printf 'model_%08d.bin' "$RESUME_AT")" \
+                "$LOG_DIR/${name}_first/$(printf 'state_%08d.bin' "$RESUME_AT")" "$LOG_DIR/${name}_first/log.txt" "$dir/"
+            args+=(--resume 1)
+        fi
+        local launch=(./train_gpt)
+        [ "$np" -gt 1 ] && launch=(mpirun --allow-run-as-root -np "$np" --bind-to none -x NCCL_NVLS_ENABLE ./train_gpt)
+        if ! timeout "$RUN_TIMEOUT_S" "${launch[@]}" "${args[@]}" > "$dir.out" 2>&1; then
+            fail_check "$name" "the $s run failed (see $dir.out)"; return
+        fi
+    done
+    compare "$name" fp32 "$LOG_DIR/single_fp32"
+}
+
 if part twins; then
     for kind in resume early; do
         if [ "$kind" = resume ]; then layouts=("${RESUME_LAYOUTS[@]}"); else layouts=("${EARLY_LAYOUTS[@]}"); fi
@@ -272,35 +300,6 @@ if part twins; then
         done
     done
 
-    # Checkpoints are the whole model, so a run may resume on another layout: a GTP=2 run's step-RESUME_AT checkpoint
-    # resumed on one GPU, and a one-GPU run's on GTP=2, in fp32, must each end within the fp32 parity tolerances of the
-    # one-GPU run straight through (single_fp32).
-    cross_resume() { # NAME FROM_NP TO_NP "FROM OPTIONS" "TO OPTIONS"
-        local name="cross_resume_$1" from_np=$2 to_np=$3 np s dir opts
-        for s in first resumed; do
-            dir="$LOG_DIR/$name"
-            if [ "$s" = first ]; then
-                dir="${dir}_first"; np=$from_np; read -r -a opts <<<"$4"
-            else
-                np=$to_np; read -r -a opts <<<"$5"
-            fi
-            mkdir -p "$dir"
-            local args=("${COMMON[@]}" --precision fp32 --checkpoint-every "$RESUME_AT" --out-dir "$dir" "${opts[@]}")
-            if [ "$s" = resumed ]; then
-                cp "$LOG_DIR/${name}_first/$(printf 'model_%08d.bin' "$RESUME_AT")" \
-                    "$LOG_DIR/${name}_first/$(printf 'state_%08d.bin' "$RESUME_AT")" \
-                    "$LOG_DIR/${name}_first/log.txt" "$dir/"
-                args+=(--resume 1)
-            fi
-            local launch=(./train_gpt)
-            [ "$np" -gt 1 ] &&
-                launch=(mpirun --allow-run-as-root -np "$np" --bind-to none -x NCCL_NVLS_ENABLE ./train_gpt)
-            if ! timeout "$RUN_TIMEOUT_S" "${launch[@]}" "${args[@]}" > "$dir.out" 2>&1; then
-                fail_check "$name" "the $s run failed (see $dir.out)"; return
-            fi
-        done
-        compare "$name" fp32 "$LOG_DIR/single_fp32"
-    }
     if [ "$NGPU" -ge 2 ] && command -v mpirun > /dev/null && [ -d "$LOG_DIR/single_fp32" ]; then
         cross_resume gtp2_to_1gpu 2 1 "--gtp 2" ""
         cross_resume 1gpu_to_gtp2 1 2 "" "--gtp 2"
