@@ -80,7 +80,7 @@ typedef struct {
     int aborting;                   // set once: the first fatal error aborts the communicators
     pthread_t watchdog;
     int watchdog_running, stop, closing; // closing: a normal end, peers may now close their connections
-    cudaStream_t dp_stream;
+    cudaStream_t dp_stream;         // the data-parallel collectives and the host's scalar reductions
     cudaEvent_t sums_done, barrier_done, stream_done;
     cudaEvent_t world_in, world_out; // comm_world_reduce_on_device
     double *d_sums, *h_sums;        // sum_over_data_ranks staging (device, pinned host)
@@ -414,7 +414,11 @@ static void comm_connect(const Mesh *m) {
         comm_publish((CommId)id);
     }
 
-    cudaCheck(cudaStreamCreateWithFlags(&c->dp_stream, cudaStreamNonBlocking));
+    // At the compute stream's priority, as the TP and GTP streams: NCCL's few blocks must not queue behind AdamW's
+    // many on the lowest-priority update stream, or the last gradient sums are exposed longer.
+    int least, greatest;
+    cudaCheck(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    cudaCheck(cudaStreamCreateWithPriority(&c->dp_stream, cudaStreamNonBlocking, greatest));
     cudaCheck(cudaEventCreateWithFlags(&c->sums_done, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&c->barrier_done, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&c->stream_done, cudaEventDisableTiming));

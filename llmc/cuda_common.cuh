@@ -216,12 +216,13 @@ typedef struct {
     cublasLtHandle_t lt;
     void *lt_workspace;
     cudaStream_t stream; // the compute stream (high priority)
-    cudaStream_t side;   // low priority: memory-bound work that may run beside the compute stream's GEMMs, fed
+    cudaStream_t side;   // lower priority: memory-bound work that may run beside the compute stream's GEMMs, fed
                          // by events (train_gpt.cu: the gradient norm per layer); its blocks fill the SMs the
                          // compute stream leaves idle rather than delaying its kernels
-    cudaStream_t update; // low priority, like side: AdamW per layer, apart from the norm's partial sums so that the
-                         // norm is never queued behind an update that started during the backward
-    cudaStream_t sums;   // low priority, like side, for work the compute stream waits for within backward (the fc
+    cudaStream_t update; // lowest priority: AdamW per layer, apart from the norm's partial sums so that the norm is
+                         // never queued behind an update that started during the backward, and below side and sums,
+                         // whose work the compute stream waits for within the step (the next forward's for the update)
+    cudaStream_t sums;   // lower priority, like side, for work the compute stream waits for within backward (the fc
                          // bias sums): it never waits for another rank, as side does, so neither does the compute
                          // stream when it waits for it
 } CudaContext;
@@ -264,11 +265,12 @@ static inline void cuda_context_init(void) {
     }
     cublasCheck(cublasLtCreate(&g_cuda.lt));
     g_cuda.lt_workspace = cuda_alloc(CUBLASLT_WORKSPACE_BYTES, "the cuBLASLt workspace");
-    int least, greatest;
+    int least, greatest; // numerically greatest < least; a device with two levels puts side and sums at least too
     cudaCheck(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    int lower = greatest < least ? greatest + 1 : least;
     cudaCheck(cudaStreamCreateWithPriority(&g_cuda.stream, cudaStreamNonBlocking, greatest));
-    cudaCheck(cudaStreamCreateWithPriority(&g_cuda.side, cudaStreamNonBlocking, least));
-    cudaCheck(cudaStreamCreateWithPriority(&g_cuda.sums, cudaStreamNonBlocking, least));
+    cudaCheck(cudaStreamCreateWithPriority(&g_cuda.side, cudaStreamNonBlocking, lower));
+    cudaCheck(cudaStreamCreateWithPriority(&g_cuda.sums, cudaStreamNonBlocking, lower));
     cudaCheck(cudaStreamCreateWithPriority(&g_cuda.update, cudaStreamNonBlocking, least));
     g_cuda_ready = 1;
 }
