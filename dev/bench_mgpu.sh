@@ -6,13 +6,17 @@
 #   GPT-2 1558M: ours TP=2 (batch 8) | ours TP=2 + sequence parallel (batch 8) | torch FSDP on 2 GPUs (batch 8 per GPU)
 #                | ours DP=2 and ours GTP=2 (batch 8 per GPU each), in bf16 and in fp8
 #   4.7B (48 layers, 2816 channels): ours DP=2 and GTP=2 (batch 4 per GPU)
+#   On 4 GPUs (rows skipped where fewer are present): 124M ours DP=4; 1558M ours DP=4, GTP=4 and DP=2 x GTP=2 (batch
+#   8 per data rank each) and torch FSDP on 4 GPUs
 # ms/step is the median of the steps after WARMUP_STEPS (the baseline takes the same median itself); tokens/s
 # counts all GPUs; MFU is per GPU against the dense peak of the row's precision; peak memory is rank 0's; exposed
 # communication is the median of our step line's "| comm X ms" field (world > 1), "-" where the trainer does not
 # print it. Then the issues' ratios: ours DP=2 / torch DDP tokens/s (bar 1.10x), ours DP=2 / ours 1 GPU (bar 1.95x,
 # issue 14), TP=2's exposed communication as a share of its step (bar < 10%); in bf16 and in fp8, GTP=2 / DP=2
 # tokens/s (bar 0.95x) and peak memory (bar <= 0.75x), GTP=2 / torch FSDP tokens/s (bar 1.8x), GTP=2's exposed
-# communication (bar < 5%); last the largest-model line (a model DP=2 cannot hold, trained with GTP=2).
+# communication (bar < 5%); last the largest-model line (a model DP=2 cannot hold, trained with GTP=2); then the
+# 4-GPU lines, for information (the issues set no bars there): DP=4 / one GPU, GTP=4 and DP=2 x GTP=2 / DP=4 tokens/s
+# and peak memory, GTP=4 / torch FSDP on 4 GPUs, their exposed communication.
 # Note: FSDP at batch 8 per GPU runs 16 sequences a step where TP=2 runs 8; compare them by tokens/s. Ours trains as
 # the baseline does, without clipping the gradient norm (--grad-clip 0; torch_gpt.py clips nothing), so that its
 # update starts in the backward where the layout allows it (not fp8: --update-in-backward).
@@ -35,7 +39,8 @@ WARMUP_STEPS=5           # steps left out of the median (start-up, allocator, cl
 PEAK_TFLOPS_BF16=989     # dense peaks of H100/H200 SXM (the MFU denominator of a row, by its precision)
 PEAK_TFLOPS_FP8=1979
 SEQ=1024
-NP=2
+NP=2                     # GPUs of the 2-GPU rows; the 4-GPU rows name their own
+GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 BENCH_DEADLINE_S=${BENCH_DEADLINE_S:-540} # every run ends by then, leaving time for the table within 10 minutes
 OURS_LIMIT_S=150         # one run of ours: start-up (init, GEMM tuning) plus a few seconds of steps
 TORCH_LIMIT_S=240        # one torch run: torch.compile of the blocks takes most of it
@@ -71,7 +76,10 @@ run_one() {
     shift 10
     local log="$LOGS/$name.log"
     limit=$(limit_for "$max")
-    if [ "$limit" -eq 0 ]; then
+    if [ "$gpus" -gt "$GPUS" ]; then
+        echo "skipped $name: needs $gpus GPUs, this machine has $GPUS"
+        status=SKIPPED
+    elif [ "$limit" -eq 0 ]; then
         echo "skipped $name: less than ${MIN_RUN_S}s left of BENCH_DEADLINE_S=${BENCH_DEADLINE_S}s"
         status=SKIPPED
     else
@@ -109,12 +117,12 @@ ours() {
         --warmup-steps 5 --grad-clip 0 "$@"
 }
 
-# torch NAME WHO MODE L C B STEPS: the baseline on NP GPUs (B sequences per GPU).
+# torch NAME WHO MODE L C B STEPS [GPUS]: the baseline on GPUS GPUs (default NP; B sequences per GPU).
 torch_run() {
-    local name=$1 who=$2 mode=$3 L=$4 C=$5 B=$6 steps=$7
-    run_one "$name" "$who" torch bf16 "$L" "$C" $((B * NP)) "$NP" "$steps" "$TORCH_LIMIT_S" "${TORCHRUN[@]}" \
+    local name=$1 who=$2 mode=$3 L=$4 C=$5 B=$6 steps=$7 np=${8:-$NP}
+    run_one "$name" "$who" torch bf16 "$L" "$C" $((B * np)) "$np" "$steps" "$TORCH_LIMIT_S" "${TORCHRUN[@]}" \
         --standalone \
-        --nproc_per_node="$NP" "$TORCH" --mode "$mode" --data "$SHARD" --layers "$L" --channels "$C" --batch "$B" \
+        --nproc_per_node="$np" "$TORCH" --mode "$mode" --data "$SHARD" --layers "$L" --channels "$C" --batch "$B" \
         --seq "$SEQ" --steps "$steps"
 }
 
@@ -141,6 +149,12 @@ row ours big_dp2 "ours DP=2" "$NP" d48 4 "$STEPS_BIG" --keep-gelu-layers 0 "${BI
 row ours big_gtp2 "ours GTP=2" "$NP" d48 4 "$STEPS_BIG" --keep-gelu-layers 0 --gtp "$NP" "${BIG_MODEL[@]}"
 row torch_run 124M_ddp "torch DDP" ddp 12 768 32 "$STEPS_SMALL"
 row torch_run 1558M_fsdp "torch FSDP" fsdp 48 1600 8 "$STEPS_LARGE"
+# 4 GPUs: GTP over all four, and GTP=2 inside each of two data-parallel pairs, beside plain DP=4.
+row ours 124M_dp4 "ours DP=4" 4 d12 32 "$STEPS_SMALL" --keep-gelu-layers 12
+row ours 1558M_dp4 "ours DP=4" 4 d48 8 "$STEPS_LARGE" --keep-gelu-layers 12
+row ours 1558M_gtp4 "ours GTP=4" 4 d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --gtp 4
+row ours 1558M_dp2_gtp2 "ours DP2xGTP2" 4 d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --gtp 2
+row torch_run 1558M_fsdp4 "torch FSDP" fsdp 48 1600 8 "$STEPS_LARGE" 4
 
 echo
 python3 - "$PEAK_TFLOPS_BF16" "$PEAK_TFLOPS_FP8" "$SEQ" "$WARMUP_STEPS" "${results[@]}" <<'PY'
@@ -208,6 +222,14 @@ def exposed(name, bar):
     else:
         share = comm / ms * 100
         print(f"{name + ' exposed comm / step':34} {share:6.1f}%  (bar < {bar}%: {'meets' if share < bar else 'MISSES'})")
+def memory_ratio(label, a, b, bar):  # peak memory a GPU of a against b's; bar None: for information
+    ma, mb = rows.get(a, (None,) * 4)[3], rows.get(b, (None,) * 4)[3]
+    want = f"bar <= {bar}x" if bar else "no bar"
+    if ma is None or mb is None:
+        print(f"{label:34} -        ({want}; a run is missing)")
+    else:
+        verdict = "" if bar is None else (": meets" if ma / mb <= bar else ": MISSES")
+        print(f"{label:34} {ma / mb:6.3f}x  ({want}{verdict})")
 exposed("1558M_tp2", 10)
 exposed("1558M_tp2_sp", 10)
 ratio("ours TP=2 / torch FSDP tokens/s", "1558M_tp2", "1558M_fsdp", None)
@@ -215,11 +237,7 @@ for p in ("", "_fp8"):  # GTP's bars, in bf16 and in fp8 (against the same bf16 
     gtp, dp, label = "1558M_gtp2" + p, "1558M_dp2" + p, "ours GTP=2" + p.replace("_", " ")
     ratio(f"{label} / ours DP=2 tokens/s", gtp, dp, 0.95)
     ratio(f"{label} / torch FSDP tokens/s", gtp, "1558M_fsdp", 1.8)
-    mg, md = rows.get(gtp, (None,) * 4)[3], rows.get(dp, (None,) * 4)[3]
-    if mg is None or md is None:
-        print(f"{label + ' / DP=2 peak memory':34} -        (bar <= 0.75x; a run is missing)")
-    else:
-        print(f"{label + ' / DP=2 peak memory':34} {mg / md:6.3f}x  (bar <= 0.75x: {'meets' if mg / md <= 0.75 else 'MISSES'})")
+    memory_ratio(f"{label} / DP=2 peak memory", gtp, dp, 0.75)
     exposed(gtp, 5)
 ms, tok, _, mem = rows.get("big_gtp2", (None,) * 4)
 if ms is not None:
@@ -227,4 +245,12 @@ if ms is not None:
     dp_runs = rows.get("big_dp2", (None,) * 4)[0] is not None
     print(f"largest-model line: GTP=2 trains a {L}-layer, {C}-channel GPT at {tok:.0f} tokens/s, "
           f"{mem:.1f} GB a GPU; DP=2: {'fits too' if dp_runs else 'does not run (row above)'}")
+four = ("124M_dp4", "1558M_dp4", "1558M_gtp4", "1558M_dp2_gtp2", "1558M_fsdp4")
+if any(rows.get(n, (None,) * 4)[0] is not None for n in four):  # the 4-GPU lines, where such rows ran
+    ratio("ours DP=4 / ours 1 GPU tokens/s", "124M_dp4", "124M_1gpu", None)
+    for name, label in (("1558M_gtp4", "ours GTP=4"), ("1558M_dp2_gtp2", "ours DP2xGTP2")):
+        ratio(f"{label} / ours DP=4 tokens/s", name, "1558M_dp4", None)
+        memory_ratio(f"{label} / DP=4 peak memory", name, "1558M_dp4", None)
+        exposed(name, 5)
+    ratio("ours GTP=4 / torch FSDP 4 GPUs tokens/s", "1558M_gtp4", "1558M_fsdp4", None)
 PY
