@@ -174,7 +174,7 @@ static int write_reference_state(const Options *o) {
     for (int step = 0; step < o->ref_steps; step++) {
         ops.zero_grad(ops.ctx);
         double loss = 0.0;
-        UpdateArgs args = {lr_at_step(o, step), o->weight_decay, o->beta1, o->beta2, o->eps, o->grad_clip, step + 1};
+        UpdateArgs args = update_args_at(o, step);
         for (int micro = 0; micro < accum; micro++) {
             int *in = inputs + micro * n, *tg = targets + micro * n;
             dataloader_next(&dl, in, tg);

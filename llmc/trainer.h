@@ -345,12 +345,18 @@ static inline int trainer_stop_signal(const Trainer *tr) {
     return (int)sig;
 }
 
+// The update of step `step` (0-based) as the options define it: what the step's last micro-step and its update get.
+static inline UpdateArgs update_args_at(const Options *o, int step) {
+    UpdateArgs u = {lr_at_step(o, step), o->weight_decay, o->beta1, o->beta2, o->eps, o->grad_clip, step + 1};
+    return u;
+}
+
 // Runs step `step` (0-based) and returns its statistics (step = steps done after it).
 static inline StepStats trainer_step(Trainer *tr, int step) {
     const Options *o = &tr->o;
     double t0 = wall_seconds();
     float loss_scale = 1.0f / (float)((double)o->batch_size * o->seq_len * tr->accum * tr->data_ranks);
-    UpdateArgs args = {lr_at_step(o, step), o->weight_decay, o->beta1, o->beta2, o->eps, o->grad_clip, step + 1};
+    UpdateArgs args = update_args_at(o, step);
     tr->ops.zero_grad(tr->ops.ctx);
     double loss = 0.0;
     for (int micro = 0; micro < tr->accum; micro++) {
