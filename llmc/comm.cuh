@@ -134,7 +134,9 @@ static void comm_settle(ncclComm_t comm, const char *what, double timeout_s) {
 
 // A non-blocking ncclCommSplit may return before NCCL's own thread has made the new communicator, with the handle
 // still NULL (seen with NCCL 2.28 on 2 x H200: polling the NULL handle failed on every rank), so wait for the
-// handle while watching the parent, then for the child itself.
+// handle while watching the parent, then for the child itself, then for the parent: it stays ncclInProgress a
+// little after the child is done, and the next split of it would be refused ("Attempt to use communicator before
+// the previous operation returned ncclSuccess", seen once in ~50 launches on 4 x H200, two ranks over sockets).
 static void comm_settle_split(ncclComm_t parent, ncclComm_t *child, const char *what, double timeout_s) {
     double deadline = comm_clock_s() + timeout_s;
     while (*(volatile ncclComm_t *)child == NULL) {
@@ -146,6 +148,7 @@ static void comm_settle_split(ncclComm_t parent, ncclComm_t *child, const char *
         usleep(SETTLE_POLL_US);
     }
     comm_settle(*child, what, timeout_s);
+    comm_settle(parent, what, timeout_s);
 }
 
 // ---------------------------------------------------------------------------------------------------------
