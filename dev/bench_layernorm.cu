@@ -25,7 +25,9 @@ static std::vector<bf16> random_bf16(size_t n, uint64_t seed, float scale) {
 
 template <typename T> static T *upload(const std::vector<T> &h) {
     T *d = (T *)cuda_alloc(h.size() * sizeof(T), "bench buffer");
-    cudaCheck(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+    // through the stream the kernels run on: the legacy stream's copy is not ordered with it
+    cudaCheck(cudaMemcpyAsync(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice, g_cuda.stream));
+    cudaCheck(cudaStreamSynchronize(g_cuda.stream));
     return d;
 }
 

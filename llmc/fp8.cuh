@@ -64,9 +64,11 @@ static void fp8_device_init(Fp8Device *d, const Fp8Recipe *r, int L) {
     d->verdict = (Fp8Verdict *)cuda_alloc(sizeof(Fp8Verdict), "FP8 check");
     cudaCheck(cudaMallocHost(&d->host_verdict, sizeof(Fp8Verdict)));
     d->amax_blocks = 2 * g_cuda.props.multiProcessorCount;
-    cudaCheck(cudaMemset(d->amax_step, 0, T * sizeof(unsigned)));
-    cudaCheck(cudaMemset(d->amax_scale, 0, T * sizeof(float)));
-    cudaCheck(cudaMemset(d->ring, 0, T * d->length * sizeof(float)));
+    // on the compute stream, which every later reader follows (a plain cudaMemset would go through the legacy default
+    // stream, which the non-blocking streams do not wait for)
+    cudaCheck(cudaMemsetAsync(d->amax_step, 0, T * sizeof(unsigned), g_cuda.stream));
+    cudaCheck(cudaMemsetAsync(d->amax_scale, 0, T * sizeof(float), g_cuda.stream));
+    cudaCheck(cudaMemsetAsync(d->ring, 0, T * d->length * sizeof(float), g_cuda.stream));
     d->weights_stale = 1;
 }
 

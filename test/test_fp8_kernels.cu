@@ -41,15 +41,23 @@ template <> bf16 to_type<bf16>(float x) { return __float2bfloat16_rn(x); }
 static float host_float(float x) { return x; }
 static float host_float(bf16 x) { return __bfloat162float(x); }
 
+// Every copy and fill goes through the stream the kernels under test run on (g_cuda.stream, non-blocking): cudaMemcpy
+// and cudaMemset would go through the legacy default stream, which is not ordered with it, so a poison fill could
+// land after the kernel or a read-back before it finish (seen on a busy GPU: bytes of a transpose "misplaced").
+static void copy_now(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
+    cudaCheck(cudaMemcpyAsync(dst, src, bytes, kind, g_cuda.stream));
+    cudaCheck(cudaStreamSynchronize(g_cuda.stream));
+}
+static void fill(void *dst, int byte, size_t bytes) { cudaCheck(cudaMemsetAsync(dst, byte, bytes, g_cuda.stream)); }
 template <typename T> static T *to_device(const std::vector<T> &h) {
     T *d = NULL;
     cudaCheck(cudaMalloc(&d, h.size() * sizeof(T)));
-    cudaCheck(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+    copy_now(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
     return d;
 }
 template <typename T> static std::vector<T> to_host(const T *d, size_t n) {
     std::vector<T> h(n);
-    cudaCheck(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+    copy_now(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost);
     return h;
 }
 
@@ -97,7 +105,7 @@ static void test_every_bf16(void) {
         d.steps = 1;
         int t = fp8_tensor(0, LIN_QKV, f == FP8_E4M3 ? FP8_INPUT : FP8_GRAD);
         float mx = fp8_max((Fp8Format)f);
-        cudaCheck(cudaMemcpy(d.amax_scale + t, &mx, sizeof(float), cudaMemcpyHostToDevice));
+        copy_now(d.amax_scale + t, &mx, sizeof(float), cudaMemcpyHostToDevice);
         Fp8CastOut o = {rows, cols, R, 0, NULL};
         run_cast(&d, t, Fp8Plain<bf16>{src}, R, Cn, o, false, (float *)NULL);
         std::vector<uint8_t> qr = to_host(rows, R * Cn), qc = to_host(cols, R * Cn);
@@ -171,12 +179,12 @@ static void check_cast(const char *what, int rows, int cols, int col0, int ld_t,
     int t = fp8_tensor(0, LIN_FC, f == FP8_E4M3 ? FP8_INPUT : FP8_GRAD);
     float given = 2.5f, scale = fp8_scale_of(amax, f, r.margin_scale);
     if (way == CAST_DELAYED) {
-        cudaCheck(cudaMemcpy(d.amax_scale + t, &given, sizeof(float), cudaMemcpyHostToDevice));
+        copy_now(d.amax_scale + t, &given, sizeof(float), cudaMemcpyHostToDevice);
         scale = fp8_scale_of(given, f, r.margin_scale);
     }
     if (way == CAST_AGAIN) {
         scale = 37.25f;
-        cudaCheck(cudaMemcpy(fp8_scale(&d, t), &scale, sizeof(float), cudaMemcpyHostToDevice));
+        copy_now(fp8_scale(&d, t), &scale, sizeof(float), cudaMemcpyHostToDevice);
     }
     size_t tbytes = (size_t)cols * ld_t, nsums = fp8_col_sums_floats(rows, cols);
     uint8_t *rows_out, *t_out;
@@ -185,7 +193,7 @@ static void check_cast(const char *what, int rows, int cols, int col0, int ld_t,
     cudaCheck(cudaMalloc(&t_out, tbytes));
     cudaCheck(cudaMalloc(&partials, d.amax_blocks * sizeof(float)));
     cudaCheck(cudaMalloc(&sums, nsums * sizeof(float)));
-    cudaCheck(cudaMemset(t_out, POISON, tbytes));
+    fill(t_out, POISON, tbytes);
     Fp8CastOut o = {rows_out, t_out, ld_t, col0, kind == SRC_DGELU ? sums : (float *)NULL};
     if (kind == SRC_PLAIN) { run_cast(&d, t, Fp8Plain<T>{src}, rows, cols, o, way == CAST_AGAIN, partials); }
     if (kind == SRC_GELU) { run_cast(&d, t, Fp8GeluOf<T>{src}, rows, cols, o, way == CAST_AGAIN, partials); }
@@ -283,7 +291,7 @@ static void test_adamw_fp8(void) {
     d.steps = 1;
     int t = fp8_tensor(0, LIN_QKV, FP8_WEIGHT);
     float hist = 0.04f;
-    cudaCheck(cudaMemcpy(d.amax_scale + t, &hist, sizeof(float), cudaMemcpyHostToDevice));
+    copy_now(d.amax_scale + t, &hist, sizeof(float), cudaMemcpyHostToDevice);
     uint8_t *codes, *cast;
     cudaCheck(cudaMalloc(&codes, n));
     cudaCheck(cudaMalloc(&cast, n));
@@ -296,7 +304,7 @@ static void test_adamw_fp8(void) {
     cudaCheck(cudaStreamSynchronize(g_cuda.stream));
     float scale = to_host(fp8_scale(&d, t), 1)[0];
     unsigned amax = to_host(d.amax_step + t, 1)[0];
-    cudaCheck(cudaMemset(d.amax_step + t, 0, sizeof(unsigned)));
+    fill(d.amax_step + t, 0, sizeof(unsigned));
     Fp8CastOut o = {cast, NULL, 0, 0, NULL};
     run_cast(&d, t, Fp8Plain<float>{dp}, 1, (int)n, o, false, (float *)NULL);
     std::vector<uint8_t> a = to_host(codes, n), b = to_host(cast, n);
@@ -326,7 +334,7 @@ static void test_history(void) {
             step[t] = host_bits(a);
             want_scale[t] = fp8_history_push(h.ring + (size_t)t * h.length, h.length, s, a);
         }
-        cudaCheck(cudaMemcpy(d.amax_step, step.data(), d.tensors * sizeof(unsigned), cudaMemcpyHostToDevice));
+        copy_now(d.amax_step, step.data(), d.tensors * sizeof(unsigned), cudaMemcpyHostToDevice);
         fp8_end_step(&d, g_cuda.stream);
         cudaCheck(cudaStreamSynchronize(g_cuda.stream));
         std::vector<float> got = to_host(d.amax_scale, d.tensors);
@@ -381,7 +389,7 @@ static void check_gemm(const char *name, int m, int n, int k, bool a_t_only, boo
     void *dd;
     cudaCheck(cudaMalloc(&dd, (size_t)m * n * esz));
     if (dt == CUDA_R_32F) {
-        cudaCheck(cudaMemcpy(dd, d0.data(), (size_t)m * n * 4, cudaMemcpyHostToDevice));
+        copy_now(dd, d0.data(), (size_t)m * n * 4, cudaMemcpyHostToDevice);
     }
     gemm_lt(dd, dt, ga, transa, lda, gb, transb, ldb, m, n, k, beta, GEMM_PLAIN, 0, g_cuda.stream);
     cudaCheck(cudaStreamSynchronize(g_cuda.stream));
@@ -421,10 +429,10 @@ static void report_fused_epilogues(void) {
     cudaCheck(cudaMalloc(&d, m * n * 2));
     cudaCheck(cudaMalloc(&aux, m * n * 2));
     cudaCheck(cudaMalloc(&bias, m * 2));
-    cudaCheck(cudaMemset(a, 0x38, m * k)); // 1.0 in E4M3
-    cudaCheck(cudaMemset(b, 0x38, k * n));
-    cudaCheck(cudaMemset(aux, 0, m * n * 2));
-    cudaCheck(cudaMemset(bias, 0, m * 2));
+    fill(a, 0x38, m * k); // 1.0 in E4M3
+    fill(b, 0x38, k * n);
+    fill(aux, 0, m * n * 2);
+    fill(bias, 0, m * 2);
     GemmOperand ga = {a, NULL, CUDA_R_8F_E4M3, s}, gb = {b, NULL, CUDA_R_8F_E4M3, s};
     const struct {
         const char *name;
