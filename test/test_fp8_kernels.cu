@@ -166,7 +166,8 @@ static void check_cast(const char *what, int rows, int cols, int col0, int ld_t,
     if (kind != SRC_PLAIN) {
         float *dv = to_device(v), *dv2 = to_device(v2), *dg;
         cudaCheck(cudaMalloc(&dg, n * sizeof(float)));
-        gelu_values_kernel<<<grid_for(n, 256), 256, 0, g_cuda.stream>>>(dg, dv, kind == SRC_DGELU ? dv2 : (float *)NULL, n);
+        gelu_values_kernel<<<grid_for(n, 256), 256, 0, g_cuda.stream>>>(dg, dv, kind == SRC_DGELU ? dv2 : (float *)NULL,
+                                                                        n);
         v = to_host(dg, n);
         for (float *p : {dv, dv2, dg}) { cudaCheck(cudaFree(p)); }
     }
