@@ -43,7 +43,8 @@ static float host_float(bf16 x) { return __bfloat162float(x); }
 
 // Every copy and fill goes through the stream the kernels under test run on (g_cuda.stream, non-blocking): cudaMemcpy
 // and cudaMemset would go through the legacy default stream, which is not ordered with it, so a poison fill could
-// land after the kernel or a read-back before it finish (seen on a busy GPU: bytes of a transpose "misplaced").
+// land after the kernel, or a read-back happen before it finished (seen on a busy GPU: a transpose's bytes
+// "misplaced").
 static void copy_now(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
     cudaCheck(cudaMemcpyAsync(dst, src, bytes, kind, g_cuda.stream));
     cudaCheck(cudaStreamSynchronize(g_cuda.stream));
