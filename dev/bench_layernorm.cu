@@ -4,7 +4,7 @@
  * results compared with the first's (they differ only in the order of the row sums). Median of CUDA-event timings
  * after warm-up, on random inputs; GB/s counts dout, inp and dinp read, dinp written.
  *   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I. dev/bench_layernorm.cu -lcublasLt -o /tmp/bench_ln
- *   /tmp/bench_ln [rows C packs]      (one shape only, e.g. under ncu)
+ *   /tmp/bench_ln [rows C packs]      (one shape only, at most that many packs a thread; e.g. under ncu)
  */
 #include <vector>
 
@@ -41,10 +41,15 @@ static void bench_width(int rows, int C, int only_ppt) {
     bf16 *dinp = (bf16 *)cuda_alloc(n * sizeof(bf16), "dinp");
     float *sums = (float *)cuda_alloc(3 * C * sizeof(float), "sums");
     std::vector<float> first;
-    for (int ppt = 1; ppt <= LN_PACKS_MAX; ppt *= 2) {
+    LnShape last = {0, 0};
+    for (int ppt = 1; ppt <= LN_PACKS_MAX; ppt++) { // at most ppt packs a thread
         LnShape s = layernorm_shape<bf16>(C, ppt);
-        if (s.packs_per_thread != ppt || (only_ppt && ppt != only_ppt)) { continue; }
-        int blocks = layernorm_backward_blocks<bf16>(rows, C, s);
+        if ((s.packs_per_thread == last.packs_per_thread && s.threads == last.threads) || (only_ppt && ppt != only_ppt)) {
+            continue;
+        }
+        last = s;
+        LnBackwardLaunch l = layernorm_backward_launch<bf16>(rows, C, s);
+        int blocks = l.blocks;
         float *scratch = (float *)cuda_alloc((size_t)blocks * LN_PARTIALS * C * sizeof(float), "scratch");
         auto run = [&] {
             layernorm_backward(dinp, sums, sums + C, sums + 2 * C, scratch, dout, inp, w, mean, rstd, rows, C, 0,
@@ -63,8 +68,9 @@ static void bench_width(int rows, int C, int only_ppt) {
         if (first.empty()) { first = out; }
         double e_dinp = max_rel_err(out.data(), first.data(), n), e_sums = max_rel_err(out.data() + n, first.data() + n, 3 * C);
         double gb = 4.0 * n * sizeof(bf16) / 1e9;
-        printf("rows %6d C %5d | %d packs x %3d threads, %4d blocks | %7.1f us %6.0f GB/s | vs first: dinp %.1e sums %.1e\n",
-               rows, C, ppt, s.threads, blocks, ms * 1e3, gb / (ms * 1e-3), e_dinp, e_sums);
+        printf("rows %6d C %5d | %d packs x %3d threads x %d groups, %4d blocks | %7.1f us %6.0f GB/s | vs first: dinp "
+               "%.1e sums %.1e\n",
+               rows, C, s.packs_per_thread, s.threads, l.groups, blocks, ms * 1e3, gb / (ms * 1e-3), e_dinp, e_sums);
         cudaCheck(cudaFree(scratch));
     }
     for (void *p : {(void *)dout, (void *)inp, (void *)w, (void *)dinp0, (void *)mean, (void *)rstd, (void *)dinp,

@@ -85,6 +85,10 @@ template <typename T> __device__ __forceinline__ Packed<T> load_packed_cs(const 
 template <typename T> __device__ __forceinline__ void store_packed(T *p, const Packed<T> &x) {
     *reinterpret_cast<Packed<T> *>(p) = x;
 }
+// Four floats of v to p (16-byte aligned) in one store.
+__device__ __forceinline__ void store_float4(float *p, const float *v) {
+    *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
 // Asynchronous copy of 16 bytes from global to shared memory (cp.async: through L2 only, and no registers held
 // while in flight, so a thread can have several rows on the way). A thread's copies are grouped by cp_async_commit;
 // cp_async_wait<N> returns once at most N of its groups are still in flight, and the thread may then read what the
@@ -148,17 +152,9 @@ __device__ __forceinline__ float block_sum(float x, float *shared) {
     __syncthreads();
     return x;
 }
-// Two sums over the block in one pass (one pair of barriers): the same order as two block_sum calls, so the same bits.
-// `shared` holds 32 float2.
-__device__ __forceinline__ float2 block_sum2(float2 x, float2 *shared) {
-    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, nwarps = blockDim.x / WARP_SIZE;
-    x = make_float2(warp_sum(x.x), warp_sum(x.y));
-    if (lane == 0) { shared[warp] = x; }
-    __syncthreads();
-    x = lane < nwarps ? shared[lane] : make_float2(0.0f, 0.0f);
-    x = make_float2(warp_sum(x.x), warp_sum(x.y));
-    __syncthreads();
-    return x;
+// Waits for `threads` threads of the block (a multiple of 32) at barrier `id` (1..15; 0 is __syncthreads').
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 __device__ __forceinline__ float block_max(float x, float *shared) {
     int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, nwarps = blockDim.x / WARP_SIZE;

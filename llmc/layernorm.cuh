@@ -9,14 +9,14 @@
  *           dr += rstd * (g - mean(g) - xhat * mean(g * xhat)),  dw += sum_rows dy * xhat,  db += sum_rows dy,
  *           and optionally dsum += sum_rows dr: dr, the gradient of the residual stream, is the output gradient of
  *           the projection that wrote r, so this is that projection's bias gradient, taken while dr is in registers.
- * The parameter gradients are column sums: each block sums its rows in registers, writes one row of partials,
- * and add_partial_sums adds the blocks in order, all three sums in one launch (no atomics, so the result does not
- * depend on timing).
+ * The parameter gradients are column sums: each row group sums its rows in registers, a block adds its groups in
+ * order and writes one row of partials, and add_partial_sums adds the blocks in order, all three sums in one launch
+ * (no atomics, so the result does not depend on timing).
  *
- * Geometry: one thread block per row (grid-stride over rows); thread i holds packs i, i + blockDim.x, ... of the
- * row (PACKS of them, 16 bytes each; in registers, and backward stages them in shared memory first), so a row is read
- * once. Forward takes the fewest packs a thread that fit a block, backward LN_BWD_PACKS. Rows of up to LN_MAX_PACKS
- * packs.
+ * Geometry: a row is taken by one thread block in forward, by one row group of a block in backward (grid-stride
+ * over rows); thread i holds packs i, i + blockDim.x, ... of the row (PACKS of them, 16 bytes each; in registers, and
+ * backward stages them in shared memory first), so a row is read once. Forward takes the fewest packs a thread that
+ * fit a block, backward up to LN_BWD_PACKS. Rows of up to LN_MAX_PACKS packs.
  */
 #ifndef LLMC_LAYERNORM_CUH
 #define LLMC_LAYERNORM_CUH
@@ -78,28 +78,33 @@ __global__ void __launch_bounds__(LN_THREADS_MAX)
     }
 }
 
-// Backward is a pipeline over a block's rows (blockIdx.x, + gridDim.x, ...): each thread copies its packs of a row's
-// dout, inp and dinp, and the row's mean and rstd, into shared memory with cp.async, LN_BWD_STAGES - 1 rows ahead of
-// the row it works on. So the next rows' loads are in flight while the block reduces and updates this one, and a row
-// does not wait a memory round trip before its reduction (before, nothing was in flight during the reduction and the
-// update, and the 28 warps per SM at 1558M did not cover that). Copies in flight hold no registers (the statistics
-// too: a register loaded rows ahead would have to be moved along every row, which waits for the load). A thread reads
-// back only what it copied itself, so waiting for its own copies suffices; a slot is refilled only after the next
-// row's block_sum2 barriers, which order the refill after every read of it. The update reads the row again from
-// shared memory rather than keeping it in registers across the reduction (keeping g = dy w and xhat in registers
-// instead, 236 registers at 4 packs, measured the same). Registers are capped so that LN_BWD_MIN_BLOCKS / PACKS
-// blocks fit on an SM; w is read once.
+// Backward: a block is blockDim.y row groups of blockDim.x threads, each group working through its own rows (group
+// g of the grid takes rows g, g + groups, ...), so the groups of a block need no barrier between them in the row loop
+// and a block writes one row of column partials for all of them. Each group is a pipeline over its rows: each thread
+// copies its packs of a row's dout, inp and dinp, and the row's mean and rstd, into shared memory with cp.async,
+// LN_BWD_STAGES - 1 rows ahead of the row it works on. So the next rows' loads are in flight while the group reduces
+// and updates this one, and a row does not wait a memory round trip before its reduction. Copies in flight hold no
+// registers (the statistics too: a register loaded rows ahead would have to be moved along every row, which waits for
+// the load). A thread reads back only what it copied itself, so waiting for its own copies suffices, and its refill
+// of a slot comes after its own reads of it in program order: no barrier is needed for the slots. The update reads
+// the row again from shared memory rather than keeping it in registers across the reduction (keeping g = dy w and
+// xhat in registers instead, 236 registers at 4 packs, measured the same). Registers are capped so that
+// LN_BWD_MIN_BLOCKS / PACKS blocks of LN_THREADS_MAX fit on an SM; w is read once.
+// The row groups exist for the partials: with a block per group (1056 one-warp blocks at C 1024), the partials were
+// 13 MB a call, a tenth of the kernel's traffic, written by every block at the end and read again by
+// add_partial_sums (H200: 6.5 us of a 44 us call).
 #define LN_BWD_MIN_BLOCKS 4
 #define LN_BWD_STAGES 3 // slots of rows in shared memory: the one worked on and LN_BWD_STAGES - 1 in flight
 #define LN_BWD_ARRAYS 3 // per slot: dout, inp, dinp
-// Packs a thread takes of a row in backward: 4 rather than the fewest that fit, so that a row's reduction, barriers
-// and copies are paid once per 32 bf16 values rather than 8. H100, dev/bench_layernorm.cu, us a call with 1 -> 4
-// packs: 124M (C 768, 32768 rows) 108.8 -> 94.4, 350M 90.5 -> 84.2, 774M 71.9 -> 57.1, 1558M 72.9 -> 70.9.
-#define LN_BWD_PACKS 4
+#define LN_GROUPS_MAX (LN_THREADS_MAX / WARP_SIZE)
+// Packs a thread takes of a row in backward, at most: more than one, so that a row's reduction, barriers and copies
+// are paid once per several packs, but not so many that a row takes too few threads (H200, dev/bench_layernorm.cu).
+#define LN_BWD_PACKS 3
 
-// Shared memory of the backward kernel: LN_BWD_STAGES slots of LN_BWD_ARRAYS rows of C, then per slot the mean and
-// rstd each thread copied for itself.
-template <typename T> static size_t layernorm_backward_smem(int C, int threads) {
+// Shared memory of one row group of the backward kernel: LN_BWD_STAGES slots of LN_BWD_ARRAYS rows of C, then per
+// slot the mean and rstd each thread copied for itself. At the end the block's groups put their column sums
+// (LN_PARTIALS * C floats each, less than a group's slots) in the same memory.
+template <typename T> __host__ __device__ static size_t layernorm_backward_smem(int C, int threads) {
     return (size_t)LN_BWD_STAGES * (LN_BWD_ARRAYS * C * sizeof(T) + 2 * threads * sizeof(float));
 }
 
@@ -123,15 +128,31 @@ __device__ __forceinline__ void layernorm_backward_fetch(Packed<T> *slots, float
     cp_async_float(stats + (2 * k + 1) * blockDim.x + threadIdx.x, rstd + row);
 }
 
+// Two sums over a row group (the blockDim.x threads of this threadIdx.y), each warp's then the warps' in order, with
+// the group's own named barrier (1 + threadIdx.y; 0 is __syncthreads') so that the other groups go on. A one-warp
+// group needs no shared memory or barrier. `shared` holds 32 float2 for the group.
+__device__ __forceinline__ float2 group_sum2(float2 x, float2 *shared) {
+    x = make_float2(warp_sum(x.x), warp_sum(x.y));
+    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, nwarps = blockDim.x / WARP_SIZE;
+    if (nwarps == 1) { return x; }
+    if (lane == 0) { shared[warp] = x; }
+    named_barrier_sync(1 + threadIdx.y, blockDim.x);
+    x = lane < nwarps ? shared[lane] : make_float2(0.0f, 0.0f);
+    x = make_float2(warp_sum(x.x), warp_sum(x.y));
+    named_barrier_sync(1 + threadIdx.y, blockDim.x); // the next row's writes wait for these reads
+    return x;
+}
+
 template <typename T, int PACKS>
 __global__ void __launch_bounds__(LN_THREADS_MAX, LN_BWD_MIN_BLOCKS / PACKS)
     layernorm_backward_kernel(T *dinp, float *partial, const T *dout, const T *inp, const T *w, const float *mean,
                               const float *rstd, int rows, int C) {
     constexpr int PN = Packed<T>::N, S = LN_BWD_STAGES;
-    extern __shared__ int4 ln_bwd_smem[]; // layernorm_backward_smem
-    __shared__ float2 red[WARP_SIZE];
-    int packs = C / PN;
-    Packed<T> *slots = reinterpret_cast<Packed<T> *>(ln_bwd_smem);
+    extern __shared__ int4 ln_bwd_smem[]; // blockDim.y x layernorm_backward_smem
+    __shared__ float2 red[LN_GROUPS_MAX][WARP_SIZE];
+    int packs = C / PN, group = threadIdx.y, groups = gridDim.x * blockDim.y;
+    Packed<T> *slots = reinterpret_cast<Packed<T> *>(reinterpret_cast<char *>(ln_bwd_smem) +
+                                                     group * layernorm_backward_smem<T>(C, blockDim.x));
     float *stats = reinterpret_cast<float *>(slots + S * LN_BWD_ARRAYS * packs);
     float wv[PACKS][PN], dw[PACKS][PN], db[PACKS][PN], ds[PACKS][PN];
     for (int k = 0; k < PACKS; k++) {
@@ -143,13 +164,14 @@ __global__ void __launch_bounds__(LN_THREADS_MAX, LN_BWD_MIN_BLOCKS / PACKS)
             dw[k][j] = db[k][j] = ds[k][j] = 0.0f;
         }
     }
+    int first = blockIdx.x * blockDim.y + group;
     // The first S - 1 rows in flight: one group of copies per row (empty past the last row), so row i is group i.
     for (int i = 0; i < S - 1; i++) {
-        int row = blockIdx.x + i * gridDim.x;
+        int row = first + i * groups;
         if (row < rows) { layernorm_backward_fetch<T, PACKS>(slots, stats, i, dout, inp, dinp, mean, rstd, row, C); }
         cp_async_commit();
     }
-    for (int i = 0, row = blockIdx.x; row < rows; i++, row += gridDim.x) {
+    for (int i = 0, row = first; row < rows; i++, row += groups) {
         int slot = i % S;
         const Packed<T> *da = slots + slot * LN_BWD_ARRAYS * packs, *xa = da + packs, *acc = xa + packs;
         cp_async_wait<S - 2>(); // this row's group has landed; the S - 2 after it may still be in flight
@@ -165,10 +187,10 @@ __global__ void __launch_bounds__(LN_THREADS_MAX, LN_BWD_MIN_BLOCKS / PACKS)
                 s.y += g * ((x[j] - mu) * rs);
             }
         }
-        s = block_sum2(s, red);
+        s = group_sum2(s, red[group]);
         float mean_g = s.x / C, mean_gx = s.y / C;
-        // Refill the slot the previous row used (every thread has read it: the barriers above are after).
-        int ahead = row + (S - 1) * gridDim.x;
+        // Refill the slot the previous row used (this thread's reads of it are done: their values were stored).
+        int ahead = row + (S - 1) * groups;
         if (ahead < rows) {
             layernorm_backward_fetch<T, PACKS>(slots, stats, (i + S - 1) % S, dout, inp, dinp, mean, rstd, ahead, C);
         }
@@ -188,24 +210,40 @@ __global__ void __launch_bounds__(LN_THREADS_MAX, LN_BWD_MIN_BLOCKS / PACKS)
             store_packed(dinp + base + p * PN, out);
         }
     }
-    float *pw = partial + (size_t)blockIdx.x * LN_PARTIALS * C, *pb = pw + C, *ps = pb + C;
+    // The groups' column sums, added in group order through shared memory (free once the last, empty, copy groups
+    // are done and every group has left its rows), then one row of partials a block in 16-byte stores.
+    cp_async_wait<0>();
+    __syncthreads();
+    float *sums = reinterpret_cast<float *>(ln_bwd_smem), *mine = sums + (size_t)group * LN_PARTIALS * C;
     for (int k = 0; k < PACKS; k++) {
         int p = threadIdx.x + k * blockDim.x;
         if (p >= packs) { continue; }
-        for (int j = 0; j < PN; j++) {
-            pw[p * PN + j] = dw[k][j];
-            pb[p * PN + j] = db[k][j];
-            ps[p * PN + j] = ds[k][j];
+        for (int j = 0; j < PN; j += 4) {
+            store_float4(mine + p * PN + j, dw[k] + j);
+            store_float4(mine + C + p * PN + j, db[k] + j);
+            store_float4(mine + 2 * C + p * PN + j, ds[k] + j);
         }
+    }
+    __syncthreads();
+    float *prow = partial + (size_t)blockIdx.x * LN_PARTIALS * C;
+    for (int c = 4 * (threadIdx.y * blockDim.x + threadIdx.x); c < LN_PARTIALS * C; c += 4 * blockDim.x * blockDim.y) {
+        float4 t = *reinterpret_cast<const float4 *>(sums + c);
+        for (int g = 1; g < blockDim.y; g++) {
+            float4 u = *reinterpret_cast<const float4 *>(sums + (size_t)g * LN_PARTIALS * C + c);
+            t.x += u.x, t.y += u.y, t.z += u.z, t.w += u.w;
+        }
+        *reinterpret_cast<float4 *>(prow + c) = t;
     }
 }
 
-// Launch shape for rows of C channels: packs per thread (1, 2 or 4) and threads (a multiple of 32).
+// Launch shape for rows of C channels: packs per thread (1 to 4) and threads (a multiple of 32).
 typedef struct {
     int packs_per_thread, threads;
 } LnShape;
 
-// The shape with packs_per_thread packs a thread (0: the fewest, 1, 2 or 4, that fit LN_THREADS_MAX threads).
+// The shape with at most packs_per_thread packs a thread (0: the fewest of 1, 2 or 4 that fit LN_THREADS_MAX
+// threads): the fewest warps that hold the row at that many packs, the row then spread over all their threads (C 768
+// at 4: one warp of 3 packs a thread, not 24 threads of 4 and 8 idle).
 template <typename T> static LnShape layernorm_shape(int C, int packs_per_thread = 0) {
     int packs = C / Packed<T>::N;
     if (C % Packed<T>::N != 0 || packs > LN_MAX_PACKS) {
@@ -213,10 +251,11 @@ template <typename T> static LnShape layernorm_shape(int C, int packs_per_thread
              "change --width",
              Packed<T>::N, LN_MAX_PACKS * Packed<T>::N, TypeInfo<T>::name, C);
     }
+    int most = packs_per_thread > 0 ? packs_per_thread : 1;
+    while (ceil_div_int(packs, most) > LN_THREADS_MAX) { most *= 2; }
     LnShape s;
-    s.packs_per_thread = packs_per_thread > 0 ? packs_per_thread : 1;
-    while (ceil_div_int(packs, s.packs_per_thread) > LN_THREADS_MAX) { s.packs_per_thread *= 2; }
-    s.threads = ceil_div_int(ceil_div_int(packs, s.packs_per_thread), WARP_SIZE) * WARP_SIZE;
+    s.threads = ceil_div_int(ceil_div_int(packs, most), WARP_SIZE) * WARP_SIZE;
+    s.packs_per_thread = ceil_div_int(packs, s.threads);
     return s;
 }
 
@@ -227,33 +266,55 @@ template <typename T> static LnBackwardKernel<T> layernorm_backward_kernel_for(i
     switch (packs_per_thread) {
     case 1: return layernorm_backward_kernel<T, 1>;
     case 2: return layernorm_backward_kernel<T, 2>;
+    case 3: return layernorm_backward_kernel<T, 3>;
     default: return layernorm_backward_kernel<T, 4>;
     }
 }
 
-// Blocks of the backward kernel: as many as are resident at once (the rows are grid-strided, so one more would wait
-// for a whole block to finish), no more, since each block writes rows of partials (LN_PARTIALS * C floats). Also
-// lets the kernel have its shared memory: over the default 48 KB from 2520 bf16 / 1260 fp32 channels, 154 KB at the
-// widest rows (8192 bf16), within the 227 KB of sm_90. The attribute and the occupancy query are host calls of
+// Launch of the backward kernel for a width and shape: row groups a block and blocks.
+typedef struct {
+    int groups, blocks;
+} LnBackwardLaunch;
+
+// As many blocks as are resident at once (the rows are grid-strided, so one more would wait for a whole block to
+// finish), no more, since each block writes a row of partials (LN_PARTIALS * C floats); and as many row groups a
+// block as keep the groups resident on an SM what they would be as blocks of their own (C 1024 bf16: 8 one-warp
+// groups, one block an SM; C 768: 6 of 12). Also lets the kernel have its shared memory: over the default 48 KB from
+// 2520 bf16 / 1260 fp32 channels for one group. The attribute and the occupancy queries are host calls of
 // microseconds, and a model asks ~2 L times a step for one width: made once per width and shape (and element type).
-template <typename T> static int layernorm_backward_blocks(int rows, int C, LnShape s) {
-    static int known_C = 0, known_ppt = 0, known_blocks = 0;
+template <typename T> static LnBackwardLaunch layernorm_backward_launch(int rows, int C, LnShape s) {
+    static int known_C = 0, known_ppt = 0, known_groups = 0, known_per_sm = 0;
     if (C != known_C || s.packs_per_thread != known_ppt) {
         LnBackwardKernel<T> kernel = layernorm_backward_kernel_for<T>(s.packs_per_thread);
-        size_t smem = layernorm_backward_smem<T>(C, s.threads);
-        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        int per_sm = 0;
-        cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, s.threads, smem));
-        known_blocks = g_cuda.props.multiProcessorCount * (per_sm > 0 ? per_sm : 1);
+        size_t group_smem = layernorm_backward_smem<T>(C, s.threads);
+        cudaFuncAttributes attr;
+        cudaCheck(cudaFuncGetAttributes(&attr, kernel));
+        size_t most = g_cuda.props.sharedMemPerBlockOptin - attr.sharedSizeBytes;
+        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)most));
+        int alone = 0; // resident groups an SM as blocks of one group
+        cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&alone, kernel, s.threads, group_smem));
+        known_groups = 1, known_per_sm = alone > 0 ? alone : 1;
+        for (int g = LN_THREADS_MAX / s.threads; g > 1; g--) {
+            int per_sm = 0;
+            if (g * group_smem > most) { continue; }
+            cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, g * s.threads, g * group_smem));
+            if (per_sm * g >= alone) {
+                known_groups = g, known_per_sm = per_sm;
+                break;
+            }
+        }
         known_C = C;
         known_ppt = s.packs_per_thread;
     }
-    return rows < known_blocks ? rows : known_blocks;
+    LnBackwardLaunch l = {known_groups, g_cuda.props.multiProcessorCount * known_per_sm};
+    int need = ceil_div_int(rows, l.groups);
+    if (l.blocks > need) { l.blocks = need; }
+    return l;
 }
 
 // Floats of scratch layernorm_backward needs for `rows` rows.
 template <typename T> static size_t layernorm_backward_scratch_floats(int rows, int C) {
-    return (size_t)layernorm_backward_blocks<T>(rows, C, layernorm_shape<T>(C, LN_BWD_PACKS)) * LN_PARTIALS * C;
+    return (size_t)layernorm_backward_launch<T>(rows, C, layernorm_shape<T>(C, LN_BWD_PACKS)).blocks * LN_PARTIALS * C;
 }
 
 // out = LayerNorm(x + dx) (or of x when dx is NULL, then resid is unused); resid = x + dx.
@@ -283,12 +344,13 @@ static void layernorm_backward(T *dinp, float *dw, float *db, float *dsum, float
                                const T *inp, const T *w, const float *mean, const float *rstd, int rows, int C,
                                int accumulate, cudaStream_t stream, int packs_per_thread = LN_BWD_PACKS) {
     LnShape s = layernorm_shape<T>(C, packs_per_thread);
-    int blocks = layernorm_backward_blocks<T>(rows, C, s);
-    layernorm_backward_kernel_for<T>(s.packs_per_thread)<<<blocks, s.threads, layernorm_backward_smem<T>(C, s.threads),
-                                                           stream>>>(dinp, scratch, dout, inp, w, mean, rstd, rows, C);
+    LnBackwardLaunch l = layernorm_backward_launch<T>(rows, C, s);
+    layernorm_backward_kernel_for<T>(s.packs_per_thread)<<<l.blocks, dim3(s.threads, l.groups),
+                                                           l.groups * layernorm_backward_smem<T>(C, s.threads), stream>>>(
+        dinp, scratch, dout, inp, w, mean, rstd, rows, C);
     cudaCheckLaunch();
     PartialSumDsts dsts = {{dw, db, dsum}};
-    add_partial_sums(dsts, dsum ? LN_PARTIALS : LN_PARTIALS - 1, scratch, blocks, C, LN_PARTIALS * C, accumulate,
+    add_partial_sums(dsts, dsum ? LN_PARTIALS : LN_PARTIALS - 1, scratch, l.blocks, C, LN_PARTIALS * C, accumulate,
                      stream);
 }
 
