@@ -998,9 +998,15 @@ template <typename T> static int attention_bias_part_rows() {
 
 // The backward's workspace holds D, one float per (b, h, t), then the bias partials: B ceil(T / rows) rows of
 // 3 NH HS floats (2.4 MB at 1558M, B = 8, in bf16).
+// Floats of the workspace's D rows, rounded up so that the bias partials after them are 16-byte aligned
+// (add_partial_sums reads them in 16-byte loads).
+static inline size_t attention_dsum_floats(int B, int Tlen, int NH) {
+    return ((size_t)B * NH * Tlen + PARTIAL_VEC - 1) / PARTIAL_VEC * PARTIAL_VEC;
+}
+
 template <typename T> static size_t attention_backward_workspace_bytes(int B, int Tlen, int NH, int HS) {
     size_t parts = (size_t)B * ceil_div_int(Tlen, attention_bias_part_rows<T>());
-    return ((size_t)B * NH * Tlen + parts * 3 * NH * HS) * sizeof(float);
+    return (attention_dsum_floats(B, Tlen, NH) + parts * 3 * NH * HS) * sizeof(float);
 }
 
 // qkv: (B, T, 3, NH, HS) as the QKV GEMM writes it. out: (B, T, NH, HS). lse: (B, NH, T).
@@ -1025,8 +1031,7 @@ static void attention_backward(T *dqkv, float *dbias, const T *dout, const T *ou
                                void *workspace, int B, int Tlen, int NH, int HS, int accumulate, cudaStream_t stream) {
     attention_check_args(HS, (uintptr_t)dqkv | (uintptr_t)dout | (uintptr_t)out | (uintptr_t)qkv);
     float *dsum = (float *)workspace;
-    const int nrows = B * Tlen * NH;
-    float *partial = dbias ? dsum + nrows : NULL;
+    float *partial = dbias ? dsum + attention_dsum_floats(B, Tlen, NH) : NULL;
     if constexpr (std::is_same<T, float>::value) {
         if (HS == 64) { attention_backward_f32<64>(dqkv, partial, dsum, dout, out, qkv, lse, B, Tlen, NH, stream); }
         else { attention_backward_f32<128>(dqkv, partial, dsum, dout, out, qkv, lse, B, Tlen, NH, stream); }
