@@ -44,9 +44,8 @@ static void bench_width(int rows, int C, int only_ppt) {
     LnShape last = {0, 0};
     for (int ppt = 1; ppt <= LN_PACKS_MAX; ppt++) { // at most ppt packs a thread
         LnShape s = layernorm_shape<bf16>(C, ppt);
-        if ((s.packs_per_thread == last.packs_per_thread && s.threads == last.threads) || (only_ppt && ppt != only_ppt)) {
-            continue;
-        }
+        bool same = s.packs_per_thread == last.packs_per_thread && s.threads == last.threads;
+        if (same || (only_ppt && ppt != only_ppt)) { continue; }
         last = s;
         LnBackwardLaunch l = layernorm_backward_launch<bf16>(rows, C, s);
         int blocks = l.blocks;

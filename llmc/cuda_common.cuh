@@ -209,7 +209,8 @@ __global__ void __launch_bounds__(PARTIAL_COLS / PARTIAL_VEC * PARTIAL_GROUPS)
         s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
     }
     const float add[PARTIAL_VEC] = {s.x, s.y, s.z, s.w};
-    for (int j = 0; j < PARTIAL_VEC; j++) { dst[c + j] = accumulate ? dst[c + j] + add[j] : add[j]; } // dst: any alignment
+    // dst, a parameter's gradient, may start at any float: 4-byte stores
+    for (int j = 0; j < PARTIAL_VEC; j++) { dst[c + j] = accumulate ? dst[c + j] + add[j] : add[j]; }
 }
 
 // ----------------------------------------------------------------------------------------------------------------

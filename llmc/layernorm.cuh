@@ -98,7 +98,9 @@ __global__ void __launch_bounds__(LN_THREADS_MAX)
 #define LN_BWD_ARRAYS 3 // per slot: dout, inp, dinp
 #define LN_GROUPS_MAX (LN_THREADS_MAX / WARP_SIZE)
 // Packs a thread takes of a row in backward, at most: more than one, so that a row's reduction, barriers and copies
-// are paid once per several packs, but not so many that a row takes too few threads (H200, dev/bench_layernorm.cu).
+// are paid once per several packs, but not so many that a row takes too few threads (H200, dev/bench_layernorm.cu, us
+// a call at at most 1 / 2 / 3 / 4 packs: C 768 75.3 / 64.8 / 62.1 / 62.1, 1024 54.8 / 46.7 / 46.7 / 49.0, 1280
+// 39.9 / 36.3 / 37.6 / 37.6, 1600 50.9 / 43.8 / 42.5 / 44.9).
 #define LN_BWD_PACKS 3
 
 // Shared memory of one row group of the backward kernel: LN_BWD_STAGES slots of LN_BWD_ARRAYS rows of C, then per
@@ -278,13 +280,14 @@ typedef struct {
 
 // As many blocks as are resident at once (the rows are grid-strided, so one more would wait for a whole block to
 // finish), no more, since each block writes a row of partials (LN_PARTIALS * C floats); and as many row groups a
-// block as keep the groups resident on an SM what they would be as blocks of their own (C 1024 bf16: 8 one-warp
-// groups, one block an SM; C 768: 6 of 12). Also lets the kernel have its shared memory: over the default 48 KB from
-// 2520 bf16 / 1260 fp32 channels for one group. The attribute and the occupancy queries are host calls of
-// microseconds, and a model asks ~2 L times a step for one width: made once per width and shape (and element type).
+// block as keep the groups resident on an SM what they would be as blocks of their own (bf16, H200: C 768, 8
+// one-warp groups, one block an SM; C 1024, 4 two-warp groups, two). Also lets the kernel have its shared memory:
+// over the default 48 KB from 2520 bf16 / 1260 fp32 channels for one group. The attribute and the occupancy queries
+// are host calls of microseconds, and a model asks ~2 L times a step for one width: made once per width and shape
+// (and element type).
 template <typename T> static LnBackwardLaunch layernorm_backward_launch(int rows, int C, LnShape s) {
-    static int known_C = 0, known_ppt = 0, known_groups = 0, known_per_sm = 0;
-    if (C != known_C || s.packs_per_thread != known_ppt) {
+    static int known_C = 0, known_ppt = 0, known_threads = 0, known_groups = 0, known_per_sm = 0;
+    if (C != known_C || s.packs_per_thread != known_ppt || s.threads != known_threads) {
         LnBackwardKernel<T> kernel = layernorm_backward_kernel_for<T>(s.packs_per_thread);
         size_t group_smem = layernorm_backward_smem<T>(C, s.threads);
         cudaFuncAttributes attr;
@@ -305,6 +308,7 @@ template <typename T> static LnBackwardLaunch layernorm_backward_launch(int rows
         }
         known_C = C;
         known_ppt = s.packs_per_thread;
+        known_threads = s.threads;
     }
     LnBackwardLaunch l = {known_groups, g_cuda.props.multiProcessorCount * known_per_sm};
     int need = ceil_div_int(rows, l.groups);
@@ -345,8 +349,8 @@ static void layernorm_backward(T *dinp, float *dw, float *db, float *dsum, float
                                int accumulate, cudaStream_t stream, int packs_per_thread = LN_BWD_PACKS) {
     LnShape s = layernorm_shape<T>(C, packs_per_thread);
     LnBackwardLaunch l = layernorm_backward_launch<T>(rows, C, s);
-    layernorm_backward_kernel_for<T>(s.packs_per_thread)<<<l.blocks, dim3(s.threads, l.groups),
-                                                           l.groups * layernorm_backward_smem<T>(C, s.threads), stream>>>(
+    size_t smem = l.groups * layernorm_backward_smem<T>(C, s.threads);
+    layernorm_backward_kernel_for<T>(s.packs_per_thread)<<<l.blocks, dim3(s.threads, l.groups), smem, stream>>>(
         dinp, scratch, dout, inp, w, mean, rstd, rows, C);
     cudaCheckLaunch();
     PartialSumDsts dsts = {{dw, db, dsum}};
