@@ -255,6 +255,7 @@ template <typename T> static LnShape layernorm_shape(int C, int packs_per_thread
     }
     int most = packs_per_thread > 0 ? packs_per_thread : 1;
     while (ceil_div_int(packs, most) > LN_THREADS_MAX) { most *= 2; }
+    if (most > LN_PACKS_MAX) { most = LN_PACKS_MAX; } // a row of up to LN_MAX_PACKS packs always fits at this many
     LnShape s;
     s.threads = ceil_div_int(ceil_div_int(packs, most), WARP_SIZE) * WARP_SIZE;
     s.packs_per_thread = ceil_div_int(packs, s.threads);

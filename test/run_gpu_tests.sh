@@ -2,17 +2,17 @@
 # GPU tests, on a machine with a GPU (CI compiles them but cannot run them). Builds the trainers and the GPU tests,
 # writes the CPU build's reference state for small models (head sizes 64 and 128; in fp32, and in fp8 with each
 # scaling recipe), runs the parity test against each (fp32 and bf16; fp8 with fp32 and with bf16 activations), the
-# FP8 kernel test, the attention kernel test, resume bit-exactness in bf16 and fp8, and the GTP path on one rank
-# against the plain path in fp32, bf16 and fp8 (dev/gtp_check.sh, with compute-sanitizer memcheck and racecheck), the
-# update in backward against the update after it (dev/update_check.sh), and preemption (dev/preempt_check.sh, alone
-# and under mpirun); ends with a summary table and a non-zero exit on any failure. Logs go to $LOG_DIR (default: a
-# fresh temporary folder).
+# FP8 kernel test, the attention kernel test, the LayerNorm kernel test (plain, memcheck, racecheck), resume
+# bit-exactness in bf16 and fp8, and the GTP path on one rank against the plain path in fp32, bf16 and fp8
+# (dev/gtp_check.sh, with compute-sanitizer memcheck and racecheck), the update in backward against the update after
+# it (dev/update_check.sh), and preemption (dev/preempt_check.sh, alone and under mpirun); ends with a summary table
+# and a non-zero exit on any failure. Logs go to $LOG_DIR (default: a fresh temporary folder).
 set -u
 cd "$(dirname "$0")/.."
 LOG_DIR=${LOG_DIR:-$(mktemp -d)}
 mkdir -p "$LOG_DIR"
-make -s train_gpt_cpu train_gpt test/gpubin/test_gpu_parity test/gpubin/test_attention test/gpubin/test_fp8_kernels ||
-    { echo "FAIL build"; exit 1; }
+make -s train_gpt_cpu train_gpt test/gpubin/test_gpu_parity test/gpubin/test_attention test/gpubin/test_fp8_kernels \
+    test/gpubin/test_layernorm || { echo "FAIL build"; exit 1; }
 
 # name, CPU options and GPU modes of each reference model: 20 steps of B 4 x T 64, two micro-steps per step. 3 layers
 # in some, so that the parity test's GELU recompute runs both ways (test_gpu_parity.cu: keep_gelu_layers); one without
@@ -64,6 +64,21 @@ echo "== fp8 kernels"
 test/gpubin/test_fp8_kernels > "$log" 2>&1; rc=$?
 grep -v '^PASS ' "$log" | tail -20
 record "fp8 kernels" "$log" "$rc"
+
+log="$LOG_DIR/layernorm.log"
+echo "== layernorm"
+test/gpubin/test_layernorm > "$log" 2>&1; rc=$?
+grep -v '^PASS ' "$log" | tail -20
+record "layernorm" "$log" "$rc"
+# the LayerNorm kernels' shared memory, named barriers and row groups under compute-sanitizer (a few rows a shape):
+# the row fails on any error or hazard the tool reports (its exit status) as on a failed check
+for tool in memcheck racecheck; do
+    log="$LOG_DIR/layernorm_$tool.log"
+    echo "== layernorm $tool"
+    compute-sanitizer --tool "$tool" --error-exitcode 9 test/gpubin/test_layernorm small > "$log" 2>&1; rc=$?
+    grep -v '^PASS ' "$log" | tail -5
+    record "layernorm small $tool" "$log" "$rc"
+done
 
 for prec in bf16 fp8; do
     log="$LOG_DIR/resume_$prec.log"
