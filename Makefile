@@ -96,7 +96,7 @@ test/bin/compare_runs: test/compare_runs.c $(HEADERS) test/test_util.h $(CPU_BUI
 # test/run_gpu_tests.sh runs them on a machine with a GPU.
 GPU_TEST_SRCS = $(wildcard test/test_*.cu)
 GPU_TEST_BINS = $(patsubst test/%.cu,test/gpubin/%,$(GPU_TEST_SRCS))
-test/gpubin/%: test/%.cu $(HEADERS) $(CUDA_HEADERS) test/test_util.h test/cuda_timing.cuh train_gpt.cu
+test/gpubin/%: test/%.cu $(HEADERS) $(CUDA_HEADERS) test/test_util.h test/cuda_timing.cuh test/gpu_test_util.cuh train_gpt.cu
 	@mkdir -p test/gpubin
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVLDLIBS)
 

@@ -13,6 +13,7 @@
 
 #include "llmc/attention.cuh"
 #include "test/cuda_timing.cuh"
+#include "test/gpu_test_util.cuh"
 #include "test/test_util.h"
 
 // fp32 parity target of the GPU build against the CPU reference.
@@ -110,17 +111,12 @@ static float rand_uniform(float lo, float hi) { // xorshift64*: fixed sequence, 
     return lo + (float)(u * (hi - lo));
 }
 
-static float to_host_float(float x) { return x; }
-static float to_host_float(bf16 x) { return __bfloat162float(x); }
-template <typename T> static T from_host_float(float x);
-template <> float from_host_float<float>(float x) { return x; }
-template <> bf16 from_host_float<bf16>(float x) { return __float2bfloat16_rn(x); }
 
 template <typename T> static std::vector<float> download(const T *d, size_t n) {
     std::vector<T> h(n);
     cudaCheck(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
     std::vector<float> f(n);
-    for (size_t i = 0; i < n; i++) { f[i] = to_host_float(h[i]); }
+    for (size_t i = 0; i < n; i++) { f[i] = host_float(h[i]); }
     return f;
 }
 static std::vector<float> download_double(const double *d, size_t n) {
@@ -162,12 +158,12 @@ template <typename T> static void test_shape(int B, int Tlen, int NH, int HS) {
     std::vector<T> h_qkv(n_qkv), h_dout(n_out);
     std::vector<double> r_qkv(n_qkv), r_dout(n_out);
     for (size_t i = 0; i < n_qkv; i++) {
-        h_qkv[i] = from_host_float<T>(rand_uniform(-2.0f, 2.0f));
-        r_qkv[i] = to_host_float(h_qkv[i]);
+        h_qkv[i] = to_type<T>(rand_uniform(-2.0f, 2.0f));
+        r_qkv[i] = host_float(h_qkv[i]);
     }
     for (size_t i = 0; i < n_out; i++) {
-        h_dout[i] = from_host_float<T>(rand_uniform(-1.0f, 1.0f));
-        r_dout[i] = to_host_float(h_dout[i]);
+        h_dout[i] = to_type<T>(rand_uniform(-1.0f, 1.0f));
+        r_dout[i] = host_float(h_dout[i]);
     }
     T *qkv, *dout, *out, *dqkv;
     float *lse, *dbias;
@@ -253,7 +249,7 @@ template <typename T> static void test_shape(int B, int Tlen, int NH, int HS) {
 template <typename T> static void bench_shape(int B, int Tlen, int NH, int HS) {
     const size_t n_qkv = (size_t)B * Tlen * 3 * NH * HS, n_out = (size_t)B * Tlen * NH * HS;
     std::vector<T> h(n_qkv);
-    for (size_t i = 0; i < n_qkv; i++) { h[i] = from_host_float<T>(rand_uniform(-2.0f, 2.0f)); }
+    for (size_t i = 0; i < n_qkv; i++) { h[i] = to_type<T>(rand_uniform(-2.0f, 2.0f)); }
     T *qkv, *dout, *out, *dqkv;
     float *lse, *dbias;
     void *ws;

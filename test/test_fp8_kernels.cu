@@ -18,6 +18,7 @@
 
 #include "llmc/adamw.cuh"
 #include "llmc/matmul.cuh"
+#include "test/gpu_test_util.cuh"
 #include "test/test_util.h"
 
 #define POISON 0xA5
@@ -35,20 +36,8 @@ static float rand_uniform(void) { // (-1, 1)
     return (float)((double)(g_rng >> 8) / (double)(1u << 24) * 2.0 - 1.0);
 }
 
-template <typename T> static T to_type(float x);
-template <> float to_type<float>(float x) { return x; }
-template <> bf16 to_type<bf16>(float x) { return __float2bfloat16_rn(x); }
-static float host_float(float x) { return x; }
-static float host_float(bf16 x) { return __bfloat162float(x); }
-
-// Every copy and fill goes through the stream the kernels under test run on (g_cuda.stream, non-blocking): cudaMemcpy
-// and cudaMemset would go through the legacy default stream, which is not ordered with it, so a poison fill could
-// land after the kernel, or a read-back happen before it finished (seen on a busy GPU: a transpose's bytes
-// "misplaced").
-static void copy_now(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
-    cudaCheck(cudaMemcpyAsync(dst, src, bytes, kind, g_cuda.stream));
-    cudaCheck(cudaStreamSynchronize(g_cuda.stream));
-}
+// Fills go through the compute stream as copies do (copy_now): a cudaMemset on the legacy stream could land after
+// the kernel it was meant to precede.
 static void fill(void *dst, int byte, size_t bytes) { cudaCheck(cudaMemsetAsync(dst, byte, bytes, g_cuda.stream)); }
 template <typename T> static T *to_device(const std::vector<T> &h) {
     T *d = NULL;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "llmc/layernorm.cuh"
+#include "test/gpu_test_util.cuh"
 #include "test/test_util.h"
 
 #define TOL_F32 1e-5
@@ -32,17 +33,6 @@ static float rand_uniform(void) { // (-1, 1)
     return (float)((double)(g_rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
 }
 
-template <typename T> static T to_type(float x);
-template <> float to_type<float>(float x) { return x; }
-template <> bf16 to_type<bf16>(float x) { return __float2bfloat16_rn(x); }
-static double host_double(float x) { return x; }
-static double host_double(bf16 x) { return __bfloat162float(x); }
-
-// Copies through the stream the kernels run on (non-blocking: the legacy stream is not ordered with it).
-static void copy_now(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
-    cudaCheck(cudaMemcpyAsync(dst, src, bytes, kind, g_cuda.stream));
-    cudaCheck(cudaStreamSynchronize(g_cuda.stream));
-}
 template <typename T> static T *to_device(const std::vector<T> &h) {
     T *d = (T *)cuda_alloc(h.size() * sizeof(T), "test tensor");
     copy_now(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
@@ -52,7 +42,7 @@ template <typename T> static std::vector<double> to_host(const T *d, size_t n) {
     std::vector<T> h(n);
     copy_now(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost);
     std::vector<double> out(n);
-    for (size_t i = 0; i < n; i++) { out[i] = host_double(h[i]); }
+    for (size_t i = 0; i < n; i++) { out[i] = host_float(h[i]); }
     return out;
 }
 template <typename T> static std::vector<T> random_tensor(size_t n, float scale, float offset = 0.0f) {
@@ -98,7 +88,7 @@ template <typename T> static void test_width(int rows, int C, double tol_stored,
         double mu = 0.0, var = 0.0;
         for (int c = 0; c < C; c++) {
             size_t i = (size_t)r * C + c;
-            ref_res[i] = host_double(to_type<T>((float)host_double(x[i]) + (float)host_double(dx[i])));
+            ref_res[i] = host_float(to_type<T>((float)host_float(x[i]) + (float)host_float(dx[i])));
             mu += ref_res[i];
         }
         mu /= C;
@@ -107,7 +97,7 @@ template <typename T> static void test_width(int rows, int C, double tol_stored,
         ref_mean[r] = mu, ref_rstd[r] = rs;
         for (int c = 0; c < C; c++) {
             size_t i = (size_t)r * C + c;
-            ref_out[i] = (ref_res[i] - mu) * rs * host_double(w[c]) + host_double(b[c]);
+            ref_out[i] = (ref_res[i] - mu) * rs * host_float(w[c]) + host_float(b[c]);
         }
     }
     expect("forward resid", label, rel_err(res, ref_res), tol_stored);
@@ -121,16 +111,16 @@ template <typename T> static void test_width(int rows, int C, double tol_stored,
         double mg = 0.0, mgx = 0.0;
         for (int c = 0; c < C; c++) {
             size_t i = (size_t)r * C + c;
-            double g = host_double(dout[i]) * host_double(w[c]), xhat = (res[i] - mean[r]) * rstd[r];
+            double g = host_float(dout[i]) * host_float(w[c]), xhat = (res[i] - mean[r]) * rstd[r];
             mg += g, mgx += g * xhat;
         }
         mg /= C, mgx /= C;
         for (int c = 0; c < C; c++) {
             size_t i = (size_t)r * C + c;
-            double g = host_double(dout[i]) * host_double(w[c]), xhat = (res[i] - mean[r]) * rstd[r];
-            ref_dinp[i] = host_double(dinp0[i]) + rstd[r] * (g - mg - xhat * mgx);
-            ref_dw[c] += host_double(dout[i]) * xhat;
-            ref_db[c] += host_double(dout[i]);
+            double g = host_float(dout[i]) * host_float(w[c]), xhat = (res[i] - mean[r]) * rstd[r];
+            ref_dinp[i] = host_float(dinp0[i]) + rstd[r] * (g - mg - xhat * mgx);
+            ref_dw[c] += host_float(dout[i]) * xhat;
+            ref_db[c] += host_float(dout[i]);
         }
     }
     T *d_dinp = (T *)cuda_alloc(n * sizeof(T), "dinp");

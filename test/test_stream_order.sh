@@ -10,7 +10,8 @@
 # A planted violation of each kind must be found, so that a scanner that finds nothing fails here.
 set -u
 cd "$(dirname "$0")/.."
-FILES=(train_gpt.cu llmc/*.cuh test/test_fp8_kernels.cu test/test_gpu_parity.cu test/test_layernorm.cu)
+FILES=(train_gpt.cu llmc/*.cuh test/test_fp8_kernels.cu test/test_gpu_parity.cu test/test_layernorm.cu
+       test/gpu_test_util.cuh)
 
 # scan FILE...: one line "FILE: what" for each legacy-stream call or launch
 scan() {

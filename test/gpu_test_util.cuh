@@ -1,0 +1,24 @@
+/*
+ * gpu_test_util.cuh: what the GPU tests share: values of an activation type to and from fp32 on the host, and copies
+ * ordered with the trainer's compute stream.
+ */
+#ifndef TEST_GPU_TEST_UTIL_CUH
+#define TEST_GPU_TEST_UTIL_CUH
+
+#include "llmc/cuda_common.cuh"
+
+template <typename T> static T to_type(float x);
+template <> float to_type<float>(float x) { return x; }
+template <> bf16 to_type<bf16>(float x) { return __float2bfloat16_rn(x); }
+static float host_float(float x) { return x; }
+static float host_float(bf16 x) { return __bfloat162float(x); }
+
+// A copy through the stream the kernels under test run on (g_cuda.stream, non-blocking), finished on return:
+// cudaMemcpy would go through the legacy default stream, which is not ordered with it, so a read-back could happen
+// before a kernel finished (seen on a busy GPU: a transpose's bytes "misplaced").
+static void copy_now(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
+    cudaCheck(cudaMemcpyAsync(dst, src, bytes, kind, g_cuda.stream));
+    cudaCheck(cudaStreamSynchronize(g_cuda.stream));
+}
+
+#endif // TEST_GPU_TEST_UTIL_CUH
