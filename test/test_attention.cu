@@ -111,7 +111,6 @@ static float rand_uniform(float lo, float hi) { // xorshift64*: fixed sequence, 
     return lo + (float)(u * (hi - lo));
 }
 
-
 template <typename T> static std::vector<float> download(const T *d, size_t n) {
     std::vector<T> h(n);
     cudaCheck(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
