@@ -152,10 +152,6 @@ __device__ __forceinline__ float block_sum(float x, float *shared) {
     __syncthreads();
     return x;
 }
-// Waits for `threads` threads of the block (a multiple of 32) at barrier `id` (1..15; 0 is __syncthreads').
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
 __device__ __forceinline__ float block_max(float x, float *shared) {
     int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, nwarps = blockDim.x / WARP_SIZE;
     x = warp_max(x);

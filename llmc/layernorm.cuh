@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(LN_THREADS_MAX)
 
 // Backward: a block is blockDim.y row groups of blockDim.x threads, each group working through its own rows (group
 // g of the grid takes rows g, g + groups, ...), so the groups of a block need no barrier between them in the row loop
-// and a block writes one row of column partials for all of them. Each group is a pipeline over its rows: each thread
+// (a group of several warps is alone in its block) and a block writes one row of column partials for all of them. Each group is a pipeline over its rows: each thread
 // copies its packs of a row's dout, inp and dinp, and the row's mean and rstd, into shared memory with cp.async,
 // LN_BWD_STAGES - 1 rows ahead of the row it works on. So the next rows' loads are in flight while the group reduces
 // and updates this one, and a row does not wait a memory round trip before its reduction. Copies in flight hold no
@@ -96,7 +96,6 @@ __global__ void __launch_bounds__(LN_THREADS_MAX)
 #define LN_BWD_MIN_BLOCKS 4
 #define LN_BWD_STAGES 3 // slots of rows in shared memory: the one worked on and LN_BWD_STAGES - 1 in flight
 #define LN_BWD_ARRAYS 3 // per slot: dout, inp, dinp
-#define LN_GROUPS_MAX (LN_THREADS_MAX / WARP_SIZE)
 // Packs a thread takes of a row in backward, at most: more than one, so that a row's reduction, barriers and copies
 // are paid once per several packs, but not so many that a row takes too few threads (H200, dev/bench_layernorm.cu, us
 // a call at at most 1 / 2 / 3 / 4 packs: C 768 75.3 / 64.8 / 62.1 / 62.1, 1024 54.8 / 46.7 / 46.7 / 49.0, 1280
@@ -130,18 +129,18 @@ __device__ __forceinline__ void layernorm_backward_fetch(Packed<T> *slots, float
     cp_async_float(stats + (2 * k + 1) * blockDim.x + threadIdx.x, rstd + row);
 }
 
-// Two sums over a row group (the blockDim.x threads of this threadIdx.y), each warp's then the warps' in order, with
-// the group's own named barrier (1 + threadIdx.y; 0 is __syncthreads') so that the other groups go on. A one-warp
-// group needs no shared memory or barrier. `shared` holds 32 float2 for the group.
+// Two sums over a row group (the blockDim.x threads of this threadIdx.y), each warp's then the warps' in order. A
+// one-warp group needs no shared memory or barrier; a group of several warps is its block's only one
+// (layernorm_backward_launch), so its barrier is the block's. `shared` holds 32 float2.
 __device__ __forceinline__ float2 group_sum2(float2 x, float2 *shared) {
     x = make_float2(warp_sum(x.x), warp_sum(x.y));
     int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, nwarps = blockDim.x / WARP_SIZE;
     if (nwarps == 1) { return x; }
     if (lane == 0) { shared[warp] = x; }
-    named_barrier_sync(1 + threadIdx.y, blockDim.x);
+    __syncthreads();
     x = lane < nwarps ? shared[lane] : make_float2(0.0f, 0.0f);
     x = make_float2(warp_sum(x.x), warp_sum(x.y));
-    named_barrier_sync(1 + threadIdx.y, blockDim.x); // the next row's writes wait for these reads
+    __syncthreads(); // the next row's writes wait for these reads
     return x;
 }
 
@@ -151,7 +150,7 @@ __global__ void __launch_bounds__(LN_THREADS_MAX, LN_BWD_MIN_BLOCKS / PACKS)
                               const float *rstd, int rows, int C) {
     constexpr int PN = Packed<T>::N, S = LN_BWD_STAGES;
     extern __shared__ int4 ln_bwd_smem[]; // blockDim.y x layernorm_backward_smem
-    __shared__ float2 red[LN_GROUPS_MAX][WARP_SIZE];
+    __shared__ float2 red[WARP_SIZE];
     int packs = C / PN, group = threadIdx.y, groups = gridDim.x * blockDim.y;
     Packed<T> *slots = reinterpret_cast<Packed<T> *>(reinterpret_cast<char *>(ln_bwd_smem) +
                                                      group * layernorm_backward_smem<T>(C, blockDim.x));
@@ -189,7 +188,7 @@ __global__ void __launch_bounds__(LN_THREADS_MAX, LN_BWD_MIN_BLOCKS / PACKS)
                 s.y += g * ((x[j] - mu) * rs);
             }
         }
-        s = group_sum2(s, red[group]);
+        s = group_sum2(s, red);
         float mean_g = s.x / C, mean_gx = s.y / C;
         // Refill the slot the previous row used (this thread's reads of it are done: their values were stored).
         int ahead = row + (S - 1) * groups;
@@ -298,7 +297,10 @@ template <typename T> static LnBackwardLaunch layernorm_backward_launch(int rows
         int alone = 0; // resident groups an SM as blocks of one group
         cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&alone, kernel, s.threads, group_smem));
         known_groups = 1, known_per_sm = alone > 0 ? alone : 1;
-        for (int g = LN_THREADS_MAX / s.threads; g > 1; g--) {
+        // groups of one warp only: those of several need a barrier of their own, and named barriers (one per group)
+        // made compute-sanitizer racecheck report hazards between the groups' column sums and their sum across
+        // groups, where the groups had passed different numbers of them (test_layernorm, 2026-11-26)
+        for (int g = s.threads == WARP_SIZE ? LN_THREADS_MAX / WARP_SIZE : 1; g > 1; g--) {
             int per_sm = 0;
             if (g * group_smem > most) { continue; }
             cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, g * s.threads, g * group_smem));
