@@ -127,6 +127,9 @@ int main(int argc, char **argv) {
                                            : (l.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
             bench(nm, l.out, N, l.in, 1, 0, l.in, l.in, CUDA_R_16BF, 0.0f, fe, l.bias ? (void *)w : NULL,
                   l.gelu ? (void *)aux : NULL, w, x, y);
+            if (l.gelu) { // the same with the weight stored transposed ([in, out]): which kernels the epilogue gets
+                bench("fc fwd wT", l.out, N, l.in, 0, 0, l.out, l.in, CUDA_R_16BF, 0.0f, fe, w, aux, w, x, y);
+            }
             snprintf(nm, sizeof(nm), "%s wgrad", l.name);
             bench(nm, l.in, l.out, N, 0, 1, l.in, l.out, CUDA_R_32F, 1.0f,
                   l.bias ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT, l.bias ? (void *)db : NULL, NULL, x,
@@ -144,6 +147,8 @@ int main(int argc, char **argv) {
                       NULL, aux, w, dy, y);
                 bench("fcproj dgelub", l.in, N, l.out, 0, 0, l.in, l.out, CUDA_R_16BF, 0.0f,
                       CUBLASLT_EPILOGUE_DGELU_BGRAD, db, aux, w, dy, y);
+                bench("fcproj dgelu wT", l.in, N, l.out, 1, 0, l.out, l.out, CUDA_R_16BF, 0.0f,
+                      CUBLASLT_EPILOGUE_DGELU, NULL, aux, w, dy, y);
             }
         }
         for (void *p : {(void *)x, (void *)dy, (void *)w, (void *)y, (void *)aux, (void *)dw, (void *)db}) {

@@ -89,6 +89,10 @@ template <typename T> __device__ __forceinline__ void store_packed(T *p, const P
 __device__ __forceinline__ void store_float4(float *p, const float *v) {
     *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
 }
+// s += v, component by component.
+__device__ __forceinline__ void add_float4(float4 &s, const float4 &v) {
+    s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+}
 // Asynchronous copy of 16 bytes from global to shared memory (cp.async: through L2 only, and no registers held
 // while in flight, so a thread can have several rows on the way). A thread's copies are grouped by cp_async_commit;
 // cp_async_wait<N> returns once at most N of its groups are still in flight, and the thread may then read what the
@@ -193,7 +197,7 @@ __global__ void __launch_bounds__(PARTIAL_COLS / PARTIAL_VEC * PARTIAL_GROUPS)
 #pragma unroll 8
         for (int p = threadIdx.y; p < parts; p += PARTIAL_GROUPS) {
             float4 v = *reinterpret_cast<const float4 *>(partial + (size_t)p * stride + c);
-            s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+            add_float4(s, v);
         }
     }
     sums[threadIdx.y][threadIdx.x] = s;
@@ -202,7 +206,7 @@ __global__ void __launch_bounds__(PARTIAL_COLS / PARTIAL_VEC * PARTIAL_GROUPS)
     s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     for (int g = 0; g < PARTIAL_GROUPS; g++) {
         float4 v = sums[g][threadIdx.x];
-        s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+        add_float4(s, v);
     }
     const float add[PARTIAL_VEC] = {s.x, s.y, s.z, s.w};
     // dst, a parameter's gradient, may start at any float: 4-byte stores

@@ -78,18 +78,19 @@ __global__ void __launch_bounds__(LN_THREADS_MAX)
     }
 }
 
-// Backward: a block is blockDim.y row groups of blockDim.x threads, each group working through its own rows (group
-// g of the grid takes rows g, g + groups, ...), so the groups of a block need no barrier between them in the row loop
-// (a group of several warps is alone in its block) and a block writes one row of column partials for all of them. Each group is a pipeline over its rows: each thread
-// copies its packs of a row's dout, inp and dinp, and the row's mean and rstd, into shared memory with cp.async,
-// LN_BWD_STAGES - 1 rows ahead of the row it works on. So the next rows' loads are in flight while the group reduces
-// and updates this one, and a row does not wait a memory round trip before its reduction. Copies in flight hold no
-// registers (the statistics too: a register loaded rows ahead would have to be moved along every row, which waits for
-// the load). A thread reads back only what it copied itself, so waiting for its own copies suffices, and its refill
-// of a slot comes after its own reads of it in program order: no barrier is needed for the slots. The update reads
-// the row again from shared memory rather than keeping it in registers across the reduction (keeping g = dy w and
-// xhat in registers instead, 236 registers at 4 packs, measured the same). Registers are capped so that
-// LN_BWD_MIN_BLOCKS / PACKS blocks of LN_THREADS_MAX fit on an SM; w is read once.
+// Backward: a block is blockDim.y row groups of blockDim.x threads, each group working through its own rows (group g of
+// the grid takes rows g, g + groups, ...), so the groups of a block need no barrier between them in the row loop (a
+// group of several warps is alone in its block: its barriers are the block's) and a block writes one row of column
+// partials for all of them. Each group is a pipeline over its rows: each thread copies its packs of a row's dout, inp
+// and dinp, and the row's mean and rstd, into shared memory with cp.async, LN_BWD_STAGES - 1 rows ahead of the row it
+// works on. So the next rows' loads are in flight while the group reduces and updates this one, and a row does not wait
+// a memory round trip before its reduction. Copies in flight hold no registers (the statistics too: a register loaded
+// rows ahead would have to be moved along every row, which waits for the load). A thread reads back only what it copied
+// itself, so waiting for its own copies suffices, and its refill of a slot comes after its own reads of it in program
+// order: no barrier is needed for the slots. The update reads the row again from shared memory rather than keeping it
+// in registers across the reduction (keeping g = dy w and xhat in registers instead, 236 registers at 4 packs, measured
+// the same). Registers are capped so that LN_BWD_MIN_BLOCKS / PACKS blocks of LN_THREADS_MAX fit on an SM; w is read
+// once.
 // The row groups exist for the partials: with a block per group (1056 one-warp blocks at C 1024), the partials were
 // 13 MB a call, a tenth of the kernel's traffic, written by every block at the end and read again by
 // add_partial_sums (H200: 6.5 us of a 44 us call).
@@ -98,8 +99,8 @@ __global__ void __launch_bounds__(LN_THREADS_MAX)
 #define LN_BWD_ARRAYS 3 // per slot: dout, inp, dinp
 // Packs a thread takes of a row in backward, at most: more than one, so that a row's reduction, barriers and copies
 // are paid once per several packs, but not so many that a row takes too few threads (H200, dev/bench_layernorm.cu, us
-// a call at at most 1 / 2 / 3 / 4 packs: C 768 75.3 / 64.8 / 62.1 / 62.1, 1024 54.8 / 46.7 / 46.7 / 49.0, 1280
-// 39.9 / 36.3 / 37.6 / 37.6, 1600 50.9 / 43.8 / 42.5 / 44.9).
+// a call at at most 1 / 2 / 3 / 4 packs: C 768 77.3 / 70.3 / 61.3 / 61.3, 1024 56.8 / 49.7 / 49.7 / 48.4, 1280
+// 40.9 / 38.4 / 35.3 / 35.3, 1600 49.4 / 42.8 / 42.0 / 43.9; 188.3 us summed at 3, 188.9 at 4).
 #define LN_BWD_PACKS 3
 
 // Shared memory of one row group of the backward kernel: LN_BWD_STAGES slots of LN_BWD_ARRAYS rows of C, then per
@@ -230,8 +231,7 @@ __global__ void __launch_bounds__(LN_THREADS_MAX, LN_BWD_MIN_BLOCKS / PACKS)
     for (int c = 4 * (threadIdx.y * blockDim.x + threadIdx.x); c < LN_PARTIALS * C; c += 4 * blockDim.x * blockDim.y) {
         float4 t = *reinterpret_cast<const float4 *>(sums + c);
         for (int g = 1; g < blockDim.y; g++) {
-            float4 u = *reinterpret_cast<const float4 *>(sums + (size_t)g * LN_PARTIALS * C + c);
-            t.x += u.x, t.y += u.y, t.z += u.z, t.w += u.w;
+            add_float4(t, *reinterpret_cast<const float4 *>(sums + (size_t)g * LN_PARTIALS * C + c));
         }
         *reinterpret_cast<float4 *>(prow + c) = t;
     }
@@ -280,8 +280,8 @@ typedef struct {
 
 // As many blocks as are resident at once (the rows are grid-strided, so one more would wait for a whole block to
 // finish), no more, since each block writes a row of partials (LN_PARTIALS * C floats); and as many row groups a
-// block as keep the groups resident on an SM what they would be as blocks of their own (bf16, H200: C 768, 8
-// one-warp groups, one block an SM; C 1024, 4 two-warp groups, two). Also lets the kernel have its shared memory:
+// block as keep the groups resident on an SM what they would be as blocks of their own (bf16, H200: C 768, 6
+// one-warp groups, two blocks an SM; C 1024, one two-warp group, eight). Also lets the kernel have its shared memory:
 // over the default 48 KB from 2520 bf16 / 1260 fp32 channels for one group. The attribute and the occupancy queries
 // are host calls of microseconds, and a model asks ~2 L times a step for one width: made once per width and shape
 // (and element type).

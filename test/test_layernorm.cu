@@ -52,13 +52,7 @@ template <typename T> static std::vector<T> random_tensor(size_t n, float scale,
 }
 
 static double rel_err(const std::vector<double> &a, const std::vector<double> &b) {
-    double maxdiff = 0.0, maxref = 0.0;
-    for (size_t i = 0; i < a.size(); i++) {
-        double d = fabs(a[i] - b[i]);
-        if (!(d <= maxdiff)) { maxdiff = d; } // NaN propagates
-        maxref = fmax(maxref, fabs(b[i]));
-    }
-    return maxref > 0 ? maxdiff / maxref : maxdiff;
+    return max_rel_err_f64(a.data(), b.data(), a.size());
 }
 
 static void expect(const char *what, const char *label, double err, double tol) {

@@ -35,16 +35,20 @@ static void check(int ok, const char *name, const char *fmt, ...) {
 static int test_exit(void) { return g_test_failures ? 1 : 0; }
 
 // max |a - b| / max |b|: the per-tensor relative error used by every parity check (elementwise relative
-// error is meaningless where the reference crosses zero).
-static double max_rel_err(const float *a, const float *b, size_t n) {
-    double maxdiff = 0.0, maxref = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - (double)b[i]);
-        if (!(d <= maxdiff)) { maxdiff = d; } // NaN propagates to the result
-        if (fabs((double)b[i]) > maxref) { maxref = fabs((double)b[i]); }
+// error is meaningless where the reference crosses zero). One definition for float and double arrays (the GPU
+// kernel tests compare against fp64 references).
+#define DEFINE_MAX_REL_ERR(name, T)                                                                                  \
+    static double name(const T *a, const T *b, size_t n) {                                                           \
+        double maxdiff = 0.0, maxref = 0.0;                                                                          \
+        for (size_t i = 0; i < n; i++) {                                                                             \
+            double d = fabs((double)a[i] - (double)b[i]);                                                            \
+            if (!(d <= maxdiff)) { maxdiff = d; } /* NaN propagates to the result */                                 \
+            if (fabs((double)b[i]) > maxref) { maxref = fabs((double)b[i]); }                                        \
+        }                                                                                                            \
+        return maxref > 0 ? maxdiff / maxref : maxdiff;                                                              \
     }
-    return maxref > 0 ? maxdiff / maxref : maxdiff;
-}
+DEFINE_MAX_REL_ERR(max_rel_err, float)
+DEFINE_MAX_REL_ERR(max_rel_err_f64, double)
 
 /*
  * Weights after AdamW updates, compared between two runs that differ only in rounding (summation order, bf16
