@@ -100,8 +100,16 @@ test/gpubin/%: test/%.cu $(HEADERS) $(CUDA_HEADERS) test/test_util.h test/cuda_t
 	@mkdir -p test/gpubin
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVLDLIBS)
 
+# The kernel benchmarks of dev/ (run by hand or by dev/ scripts on the device): built here too, so that a change to a
+# kernel's interface that breaks one fails CI rather than the next device call.
+DEV_BENCH_SRCS = $(wildcard dev/bench_*.cu)
+DEV_BENCH_BINS = $(patsubst dev/%.cu,dev/bin/%,$(DEV_BENCH_SRCS))
+dev/bin/%: dev/%.cu $(HEADERS) $(CUDA_HEADERS) test/test_util.h test/cuda_timing.cuh
+	@mkdir -p dev/bin
+	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVLDLIBS)
+
 ifneq ($(NVCC),)
-all: $(GPU_TEST_BINS)
+all: $(GPU_TEST_BINS) $(DEV_BENCH_BINS)
 endif
 
 gpu-test: train_gpt_cpu train_gpt $(GPU_TEST_BINS)
@@ -131,4 +139,4 @@ data: tokenize
 	data/prepare_brown.sh
 
 clean:
-	rm -rf train_gpt train_gpt_cpu tokenize hf_gpt2 test/bin test/gpubin
+	rm -rf train_gpt train_gpt_cpu tokenize hf_gpt2 test/bin test/gpubin dev/bin
