@@ -1,5 +1,6 @@
 # train_gpt: every build and test target.
-#   make            build everything that can be built here (the CUDA trainer when nvcc is found)
+#   make            build everything that can be built here (with nvcc: the CUDA trainer, the GPU tests and the
+#                   kernel benchmarks of dev/, into dev/bin/)
 #   make test       CPU test suite (what CI runs); ends with "N passed, N failed"
 #   make gpu-test   GPU parity and kernel tests (needs a GPU; run on the device)
 #   make mgpu-test  multi-GPU parity and fault tests (needs 2 GPUs; run on the device)
