@@ -184,8 +184,12 @@ static void space(const char *name, const Gemm &g) {
                                    &algo) != CUBLAS_STATUS_SUCCESS) {
             continue;
         }
-        std::vector<uint32_t> epis = algo_cap_list<uint32_t>(&algo, CUBLASLT_ALGO_CAP_EPILOGUE_MASK);
-        if (epi != CUBLASLT_EPILOGUE_DEFAULT && (epis.empty() || (epis[0] & epi) != epi)) { continue; }
+        uint32_t epis = 0; // the epilogues it has; where it does not say, cublasLtMatmulAlgoCheck decides
+        if (cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_EPILOGUE_MASK, &epis, sizeof(epis), &written) ==
+                CUBLAS_STATUS_SUCCESS &&
+            (epis & epi) != epi) {
+            continue;
+        }
         std::vector<uint32_t> tiles = algo_cap_list<uint32_t>(&algo, CUBLASLT_ALGO_CAP_TILE_IDS);
         std::vector<uint32_t> stages = algo_cap_list<uint32_t>(&algo, CUBLASLT_ALGO_CAP_STAGES_IDS);
         if (tiles.empty()) { tiles.push_back(CUBLASLT_MATMUL_TILE_UNDEFINED); }
