@@ -25,7 +25,8 @@ import torch
 from torch.profiler import profile, ProfilerActivity, schedule
 
 sys.argv = [script] + sys.argv[2:]
-prof = profile(activities=[ProfilerActivity.CUDA], schedule=schedule(wait=WAIT, warmup=WARMUP, active=PROFILED))
+prof = profile(activities=[ProfilerActivity.CUDA],
+               schedule=schedule(wait=WAIT, warmup=WARMUP, active=PROFILED, repeat=1)) # one window, however many steps
 exec(compile(source, script, "exec"), {"__name__": "torch_gpt", "prof": prof})
 prof.stop()
 
