@@ -5,6 +5,8 @@
 #ifndef TEST_GPU_TEST_UTIL_CUH
 #define TEST_GPU_TEST_UTIL_CUH
 
+#include <vector>
+
 #include "llmc/cuda_common.cuh"
 
 template <typename T> static T to_type(float x);
@@ -19,6 +21,13 @@ static float host_float(bf16 x) { return __bfloat162float(x); }
 static void copy_now(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
     cudaCheck(cudaMemcpyAsync(dst, src, bytes, kind, g_cuda.stream));
     cudaCheck(cudaStreamSynchronize(g_cuda.stream));
+}
+
+// A device copy of h (freed with cudaFree).
+template <typename T> static T *to_device(const std::vector<T> &h) {
+    T *d = (T *)cuda_alloc(h.size() * sizeof(T), "test tensor");
+    copy_now(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
+    return d;
 }
 
 #endif // TEST_GPU_TEST_UTIL_CUH

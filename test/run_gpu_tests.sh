@@ -70,7 +70,7 @@ echo "== layernorm"
 test/gpubin/test_layernorm > "$log" 2>&1; rc=$?
 grep -v '^PASS ' "$log" | tail -20
 record "layernorm" "$log" "$rc"
-# the LayerNorm kernels' shared memory, named barriers and row groups under compute-sanitizer (a few rows a shape):
+# the LayerNorm kernels' shared memory, barriers and row groups under compute-sanitizer (a few rows a shape):
 # the row fails on any error or hazard the tool reports (its exit status) as on a failed check
 for tool in memcheck racecheck; do
     log="$LOG_DIR/layernorm_$tool.log"

@@ -33,11 +33,6 @@ static float rand_uniform(void) { // (-1, 1)
     return (float)((double)(g_rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
 }
 
-template <typename T> static T *to_device(const std::vector<T> &h) {
-    T *d = (T *)cuda_alloc(h.size() * sizeof(T), "test tensor");
-    copy_now(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
-    return d;
-}
 template <typename T> static std::vector<double> to_host(const T *d, size_t n) {
     std::vector<T> h(n);
     copy_now(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost);
