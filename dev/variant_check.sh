@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A variant of the GPU trainer's path against its plain path, bit for bit: 6 steps of a small model, two micro-steps
 # a step (so the gradients are written, then added to), checkpointed at step 3 and resumed; the variant's step-6 model
-# and state files, and its resumed run's, must be identical to the plain run's. The variant runs start from the plain
+# and state files, and its resumed run's, must be identical to the plain run's, and so must the gradient norm each
+# step logged (metrics.jsonl: 9 significant digits, which round-trip a float). The variant runs start from the plain
 # run's GEMM choices (the same algorithms: an algorithm sums in its own order). OPTS go to every run, the plain one's
 # too; the variant's options come after them, so they override.
 #   dev/variant_check.sh NAME "VARIANT OPTIONS" [PRECISION] [SHARD]   SANITIZE=memcheck|racecheck: also that tool on
@@ -34,6 +35,19 @@ for f in model_00000006.bin state_00000006.bin; do
             echo "FAIL $NAME: $d $f differs from the plain run's"; status=1
         fi
     done
+done
+norms() { sed -n 's/.*"step":\([0-9]*\),.*"norm":\([^,}]*\).*/\1 \2/p' "$1/metrics.jsonl"; }
+norms "$DIR/plain" > "$DIR/plain_norms"
+for d in variant resumed; do
+    norms "$DIR/$d" > "$DIR/${d}_norms"
+    # the resumed run logs steps 4 .. 6 only: each of its steps against the plain run's
+    differ=$(join "$DIR/${d}_norms" "$DIR/plain_norms" | awk '$2 != $3' | wc -l)
+    steps=$(wc -l < "$DIR/${d}_norms")
+    if [ "$steps" -gt 0 ] && [ "$differ" -eq 0 ]; then
+        echo "PASS $NAME: $d run's logged gradient norms ($steps steps) identical to the plain run's"
+    else
+        echo "FAIL $NAME: $d run's logged gradient norms: $differ of $steps steps differ from the plain run's"; status=1
+    fi
 done
 if [ -n "${SANITIZE:-}" ]; then
     dev/sanitize.sh "$NAME compute-sanitizer $SANITIZE" "$SANITIZE" "$DIR/sanitize.log" ./train_gpt \

@@ -2,8 +2,9 @@
 # GPU tests, on a machine with a GPU (CI compiles them but cannot run them). Builds the trainers and the GPU tests,
 # writes the CPU build's reference state for small models (head sizes 64 and 128; in fp32, and in fp8 with each
 # scaling recipe), runs the parity test against each (fp32 and bf16; fp8 with fp32 and with bf16 activations), the
-# FP8 kernel test, the attention kernel test, the LayerNorm kernel test (plain, memcheck, racecheck), resume
-# bit-exactness in bf16 and fp8, and the GTP path on one rank against the plain path in fp32, bf16 and fp8
+# FP8 kernel test, the attention kernel test, the AdamW kernel test (its update and the norm's partial sums it
+# takes), the LayerNorm kernel test (plain, memcheck, racecheck), resume bit-exactness in bf16 and fp8, and the GTP
+# path on one rank against the plain path in fp32, bf16 and fp8
 # (dev/gtp_check.sh, with compute-sanitizer memcheck and racecheck), the update in backward against the update after
 # it (dev/update_check.sh), and preemption (dev/preempt_check.sh, alone and under mpirun); ends with a summary table
 # and a non-zero exit on any failure. Logs go to $LOG_DIR (default: a fresh temporary folder).
@@ -12,7 +13,7 @@ cd "$(dirname "$0")/.."
 LOG_DIR=${LOG_DIR:-$(mktemp -d)}
 mkdir -p "$LOG_DIR"
 make -s train_gpt_cpu train_gpt test/gpubin/test_gpu_parity test/gpubin/test_attention test/gpubin/test_fp8_kernels \
-    test/gpubin/test_layernorm || { echo "FAIL build"; exit 1; }
+    test/gpubin/test_layernorm test/gpubin/test_adamw || { echo "FAIL build"; exit 1; }
 
 # name, CPU options and GPU modes of each reference model: 20 steps of B 4 x T 64, two micro-steps per step. 3 layers
 # in some, so that the parity test's GELU recompute runs both ways (test_gpu_parity.cu: keep_gelu_layers); one without
@@ -58,6 +59,12 @@ echo "== attention"
 test/gpubin/test_attention > "$log" 2>&1; rc=$?
 grep -v '^PASS ' "$log" | tail -20
 record "attention" "$log" "$rc"
+
+log="$LOG_DIR/adamw.log"
+echo "== adamw"
+test/gpubin/test_adamw > "$log" 2>&1; rc=$?
+grep -v '^PASS ' "$log" | tail -20
+record "adamw" "$log" "$rc"
 
 log="$LOG_DIR/fp8_kernels.log"
 echo "== fp8 kernels"
