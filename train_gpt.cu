@@ -1096,7 +1096,7 @@ template <typename floatX> static void block_backward(GPT<floatX> *g, int l, int
 // written there when they are zero (g->grads_zero: the first micro-step of an optimizer step), which saves a pass
 // that zeroes them. The last micro-step (the one the caller passes the update's arguments) takes the norm's partial
 // sums group by group as the gradients become final (grads_final); the others' would be thrown away (accumulating at
-// 1558M, 8 micro-steps: 1.29 -> 1.27 s a step). A caller that does not pass them gets the sums taken in gpt_update instead.
+// 1558M, 8 micro-steps: 1.29 -> 1.27 s a step). Without those arguments gpt_update takes them instead.
 template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T) {
     const GPTConfig *c = &g->config;
     int C = c->channels, L = c->num_layers, N = B * T, acc = !g->grads_zero, ns = tp_local_tokens(&g->tp, N);
