@@ -4,9 +4,13 @@
  * attention beside it.
  *   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I. dev/bench_attention.cu -o /tmp/bench_attention
  *   /tmp/bench_attention [B T NH HS]      (default 32 1024 12 64)
+ *   /tmp/bench_attention --energy [B T NH HS]   a layer's forward and backward back to back at the power cap: joules
+ *                                  a layer and per TFLOP (dev/cuda_energy.cuh; dev/bench_attention.py --energy for
+ *                                  PyTorch's)
  */
 #include <vector>
 
+#include "dev/cuda_energy.cuh"
 #include "llmc/attention.cuh"
 #include "test/cuda_timing.cuh"
 #include "test/test_util.h"
@@ -53,7 +57,19 @@ template <int HS> static void bench(Bufs &b) {
     time_kernels<HS>(b); // after the interface's calls set the kernels' shared-memory limits and wrote D
 }
 
+// A layer's attention, forward then backward, as training calls it: 3.5 forwards' products (the backward 2.5).
+template <int HS> static void energy_layer(Bufs &b) {
+    Nvml n = nvml_open();
+    energy_idle(n);
+    energy(n, "attention layer", [&] {
+        attention_forward<bf16>(b.out, b.lse, b.qkv, b.B, b.T, b.NH, HS, 0);
+        attention_backward<bf16>(b.dqkv, nullptr, b.dout, b.out, b.qkv, b.lse, b.dsum, b.B, b.T, b.NH, HS, 0, 0);
+    }, (cudaStream_t)0, 3.5 * g_flops * 1e-12, "TFLOP");
+}
+
 int main(int argc, char **argv) {
+    const bool energy_mode = argc > 1 && strcmp(argv[1], "--energy") == 0;
+    if (energy_mode) { argc--, argv++; }
     Bufs b = {32, 1024, 12, 64};
     if (argc >= 5) { b = {atoi(argv[1]), atoi(argv[2]), atoi(argv[3]), atoi(argv[4])}; }
     if (b.HS != 64 && b.HS != 128) { fail("head size must be 64 or 128"); }
@@ -74,6 +90,12 @@ int main(int argc, char **argv) {
     cudaCheck(cudaMemcpy(b.qkv, h.data(), n_qkv * sizeof(bf16), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(b.dout, h.data() + n_out, n_out * sizeof(bf16), cudaMemcpyHostToDevice));
     printf("B=%d T=%d NH=%d HS=%d\n", b.B, b.T, b.NH, b.HS);
-    if (b.HS == 64) { bench<64>(b); } else { bench<128>(b); }
+    if (energy_mode) {
+        if (b.HS == 64) { energy_layer<64>(b); } else { energy_layer<128>(b); }
+    } else if (b.HS == 64) {
+        bench<64>(b);
+    } else {
+        bench<128>(b);
+    }
     return 0;
 }

@@ -3,12 +3,21 @@ bench_attention.py: PyTorch's flash attention (SDPA, FLASH backend) at the shape
 the baseline for llmc/attention.cuh. Same layout (q, k, v strided views of one (B, T, 3, NH, HS) bf16 tensor),
 same FLOP count (causal forward 4 B NH T^2 HS / 2, backward 2.5x), median of CUDA-event timings after warm-up.
 Run on the GPU machine: python3 dev/bench_attention.py
+With --energy: a layer's forward and backward back to back at the card's power cap, in the FLASH and the cuDNN
+backends (cuDNN's is what torch_gpt.py's step runs), joules a layer and per TFLOP from NVML's energy counter, as
+dev/bench_attention.cu --energy (dev/cuda_energy.cuh) prints ours.
 """
+import ctypes
+import sys
+import time
+
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 WARMUP, REPS = 5, 30
+ENERGY_SECONDS, ENERGY_WARMUP_SECONDS, ENERGY_BATCH = 3.0, 1.5, 8
+NVML_CLOCK_SM = 1
 SHAPES = [(32, 1024, 12, 64), (8, 1024, 25, 64), (16, 1024, 12, 128)]
 
 
@@ -26,7 +35,66 @@ def median_ms(fn):
     return sorted(times)[REPS // 2]
 
 
+class Nvml:
+    """NVML's energy counter and SM clock of the current GPU, through the driver's libnvidia-ml."""
+
+    def __init__(self):
+        self.lib = ctypes.CDLL("libnvidia-ml.so.1")
+        self.dev = ctypes.c_void_p()
+        if self.lib.nvmlInit_v2() != 0 or self.lib.nvmlDeviceGetHandleByIndex_v2(
+                ctypes.c_uint(torch.cuda.current_device()), ctypes.byref(self.dev)) != 0:
+            sys.exit("NVML did not open the GPU")
+
+    def energy_j(self):
+        mj = ctypes.c_ulonglong()
+        if self.lib.nvmlDeviceGetTotalEnergyConsumption(self.dev, ctypes.byref(mj)) != 0:
+            sys.exit("NVML has no energy counter for this GPU")
+        return mj.value * 1e-3
+
+    def clock_mhz(self):
+        mhz = ctypes.c_uint()
+        self.lib.nvmlDeviceGetClockInfo(self.dev, NVML_CLOCK_SM, ctypes.byref(mhz))
+        return mhz.value
+
+
+def energy(nvml, name, fn, tflop):
+    def run_for(seconds):
+        calls, t0 = 0, time.monotonic()
+        while time.monotonic() - t0 < seconds:
+            for _ in range(ENERGY_BATCH):
+                fn()
+            calls += ENERGY_BATCH
+            torch.cuda.synchronize()
+        return calls
+    run_for(ENERGY_WARMUP_SECONDS)
+    e0, t0 = nvml.energy_j(), time.monotonic()
+    calls = run_for(ENERGY_SECONDS)
+    seconds, joules = time.monotonic() - t0, nvml.energy_j() - e0
+    print(f"{name:<24s} {joules / seconds:6.1f} W  SM {nvml.clock_mhz():4d} MHz  "
+          f"{seconds / calls * 1e3:8.3f} ms a call  {tflop * calls / seconds:7.1f} TFLOP/s  "
+          f"{joules / calls:7.3f} J a call  {joules / (tflop * calls):7.3f} J per TFLOP")
+
+
+def main_energy():
+    nvml = Nvml()
+    torch.manual_seed(0)
+    for B, T, NH, HS in SHAPES:
+        qkv = (torch.rand(B, T, 3, NH, HS, device="cuda", dtype=torch.bfloat16) * 4 - 2).requires_grad_()
+        q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
+        dout = torch.rand(B, NH, T, HS, device="cuda", dtype=torch.bfloat16) * 2 - 1
+        tflop = 3.5 * 4.0 * B * NH * T * T * HS / 2 * 1e-12
+        print(f"B={B} T={T} NH={NH} HS={HS}")
+        for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION):
+            def layer():
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                torch.autograd.grad(out, (q, k, v), dout)
+            with sdpa_kernel(backend):
+                energy(nvml, f"torch {backend.name.lower()}", layer, tflop)
+
+
 def main():
+    if "--energy" in sys.argv[1:]:
+        return main_energy()
     torch.manual_seed(0)
     for B, T, NH, HS in SHAPES:
         qkv = (torch.rand(B, T, 3, NH, HS, device="cuda", dtype=torch.bfloat16) * 4 - 2).requires_grad_()

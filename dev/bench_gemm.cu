@@ -6,19 +6,16 @@
  *   nvcc -O3 -std=c++17 -arch=sm_90 -I. dev/bench_gemm.cu -o dev/bench_gemm -lcublasLt
  *   dev/bench_gemm C N [C N ...]      e.g. dev/bench_gemm 768 32768 1600 8192
  *   dev/bench_gemm --space C N ...    the GELU epilogues' GEMMs over every configuration cuBLASLt has (space())
- *   dev/bench_gemm --energy C N ...   the card's energy per unit of work (energy()): the fc GEMMs with and without
- *                                     their GELU epilogues, a memory-bound pass, and the card idle
+ *   dev/bench_gemm --energy C N ...   the card's energy per unit of work (dev/cuda_energy.cuh): the fc GEMMs with
+ *                                     and without their GELU epilogues, a memory-bound pass, and the card idle
  *
  * One line per GEMM: TFLOP/s of the heuristic's first algorithm, of the best one and which it is, and the
  * configuration (tile, stages, split-K, cluster) of both. Inputs are random bf16 (never zeros: see METHOD.md).
  */
-#include <dlfcn.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <chrono>
 #include <vector>
 
+#include "dev/cuda_energy.cuh"
 #include "llmc/cuda_common.cuh"
 
 #define GEMM_CANDIDATES 16
@@ -230,81 +227,6 @@ static void space(const char *name, const Gemm &g) {
     }
 }
 
-/*
- * Energy: training runs at the card's power cap (700 W on H200), where a step's time is its energy over the cap, not
- * the sum of its kernels' times at full clocks. So what a kind of work costs is its energy: each workload runs back to
- * back for ENERGY_SECONDS after ENERGY_WARMUP_SECONDS (the clocks settle at the cap), and NVML's energy counter
- * (read through libnvidia-ml, loaded at run time: the driver has it, the toolkit only a stub) gives joules per call,
- * per TFLOP for GEMMs and per GB moved for the memory pass, beside the mean power and the SM clock at the end.
- */
-#define ENERGY_SECONDS 3.0
-#define ENERGY_WARMUP_SECONDS 1.5
-#define NVML_CLOCK_SM 1
-
-static double now_seconds(void) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-struct Nvml {
-    void *device;
-    int (*energy_mj)(void *, unsigned long long *); // nvmlDeviceGetTotalEnergyConsumption
-    int (*clock_mhz)(void *, int, unsigned *);      // nvmlDeviceGetClockInfo
-};
-
-static Nvml nvml_open(void) {
-    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW);
-    if (!lib) { fail("--energy needs the driver's libnvidia-ml.so.1: %s", dlerror()); }
-    Nvml n = {};
-    int (*init)(void) = (int (*)(void))dlsym(lib, "nvmlInit_v2");
-    int (*handle)(unsigned, void **) = (int (*)(unsigned, void **))dlsym(lib, "nvmlDeviceGetHandleByIndex_v2");
-    n.energy_mj = (int (*)(void *, unsigned long long *))dlsym(lib, "nvmlDeviceGetTotalEnergyConsumption");
-    n.clock_mhz = (int (*)(void *, int, unsigned *))dlsym(lib, "nvmlDeviceGetClockInfo");
-    int dev = 0;
-    cudaCheck(cudaGetDevice(&dev));
-    if (!init || !handle || !n.energy_mj || !n.clock_mhz || init() != 0 || handle((unsigned)dev, &n.device) != 0) {
-        fail("NVML did not open device %d (libnvidia-ml.so.1 lacks a function or refused)", dev);
-    }
-    return n;
-}
-
-static unsigned long long nvml_energy_mj(const Nvml &n) {
-    unsigned long long mj = 0;
-    if (n.energy_mj(n.device, &mj) != 0) { fail("NVML has no energy counter for this GPU"); }
-    return mj;
-}
-
-// The card's power with nothing queued, over ENERGY_SECONDS.
-static void energy_idle(const Nvml &n) {
-    unsigned long long e0 = nvml_energy_mj(n);
-    double t0 = now_seconds();
-    sleep((unsigned)ENERGY_SECONDS);
-    printf("%-18s %6.1f W\n", "idle", (nvml_energy_mj(n) - e0) * 1e-3 / (now_seconds() - t0));
-}
-
-// Runs `work` (one call queued on g_cuda.stream) for the warm-up, then for ENERGY_SECONDS, and prints the energy per
-// call and per unit (units per call: TFLOP or GB; unit names it).
-template <typename F> static void energy(const Nvml &n, const char *name, F work, double units, const char *unit) {
-    auto run_for = [&](double seconds) {
-        long calls = 0;
-        double t0 = now_seconds();
-        while (now_seconds() - t0 < seconds) {
-            for (int i = 0; i < 8; i++, calls++) { work(); }
-            cudaCheck(cudaStreamSynchronize(g_cuda.stream));
-        }
-        return calls;
-    };
-    run_for(ENERGY_WARMUP_SECONDS);
-    unsigned long long e0 = nvml_energy_mj(n);
-    double t0 = now_seconds();
-    long calls = run_for(ENERGY_SECONDS);
-    double seconds = now_seconds() - t0, joules = (nvml_energy_mj(n) - e0) * 1e-3;
-    unsigned mhz = 0;
-    n.clock_mhz(n.device, NVML_CLOCK_SM, &mhz);
-    printf("%-18s %6.1f W  SM %4u MHz  %8.3f ms a call  %7.1f %s/s  %7.3f J a call  %7.3f J per %s\n", name,
-           joules / seconds, mhz, seconds / calls * 1e3, units * calls / seconds, unit, joules / calls,
-           joules / (units * calls), unit);
-}
-
 // out = in, n16 pieces of 16 bytes (8 bf16), one a thread: a pass at the memory's bandwidth.
 __global__ void copy_bf16(bf16 *out, const bf16 *in, size_t n16) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -321,7 +243,7 @@ static void energy_all(int C, int N, bf16 *x, bf16 *w, bf16 *y, bf16 *aux, size_
         energy(n, name, [&] {
             cublasCheck(cublasLtMatmul(g_cuda.lt, g.desc, &alpha, g.A, g.la, g.B, g.lb, &g.beta, g.D, g.ld, g.D, g.ld,
                                        &heur[0].algo, g_cuda.lt_workspace, CUBLASLT_WORKSPACE_BYTES, g_cuda.stream));
-        }, 2.0 * g.m * g.n * g.k * 1e-12, "TFLOP");
+        }, g_cuda.stream, 2.0 * g.m * g.n * g.k * 1e-12, "TFLOP");
         gemm_destroy(g);
     };
     gemm_energy("fc fwd bias", gemm_make(4 * C, N, C, 1, 0, C, C, CUDA_R_16BF, 0.0f, CUBLASLT_EPILOGUE_BIAS, w, NULL,
@@ -336,7 +258,7 @@ static void energy_all(int C, int N, bf16 *x, bf16 *w, bf16 *y, bf16 *aux, size_
     energy(n, "copy (memory)", [&] {
         copy_bf16<<<grid_for(n16, 256), 256, 0, g_cuda.stream>>>(y, x, n16);
         cudaCheckLaunch();
-    }, 2.0 * big * sizeof(bf16) * 1e-9, "GB");
+    }, g_cuda.stream, 2.0 * big * sizeof(bf16) * 1e-9, "GB");
 }
 
 int main(int argc, char **argv) {
