@@ -30,4 +30,11 @@ template <typename T> static T *to_device(const std::vector<T> &h) {
     return d;
 }
 
+// A host copy of n elements at d.
+template <typename T> static std::vector<T> to_host(const T *d, size_t n) {
+    std::vector<T> h(n);
+    copy_now(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost);
+    return h;
+}
+
 #endif // TEST_GPU_TEST_UTIL_CUH

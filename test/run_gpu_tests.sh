@@ -2,9 +2,9 @@
 # GPU tests, on a machine with a GPU (CI compiles them but cannot run them). Builds the trainers and the GPU tests,
 # writes the CPU build's reference state for small models (head sizes 64 and 128; in fp32, and in fp8 with each
 # scaling recipe), runs the parity test against each (fp32 and bf16; fp8 with fp32 and with bf16 activations), the
-# FP8 kernel test, the attention kernel test, the AdamW kernel test (its update and the norm's partial sums it
-# takes), the LayerNorm kernel test (plain, memcheck, racecheck), resume bit-exactness in bf16 and fp8, and the GTP
-# path on one rank against the plain path in fp32, bf16 and fp8
+# FP8 kernel test, the attention kernel test, the AdamW kernel test (its update against fp64), the LayerNorm kernel
+# test (plain, memcheck, racecheck), resume bit-exactness in bf16 and fp8, and the GTP path on one rank against the
+# plain path in fp32, bf16 and fp8
 # (dev/gtp_check.sh, with compute-sanitizer memcheck and racecheck), the update in backward against the update after
 # it (dev/update_check.sh), and preemption (dev/preempt_check.sh, alone and under mpirun); ends with a summary table
 # and a non-zero exit on any failure. Logs go to $LOG_DIR (default: a fresh temporary folder).

@@ -65,14 +65,8 @@ int main(void) {
     memset(&f8, 0, sizeof(f8));
     adamw_update(dp, dcopy, dg, dm, dv, &grp, step, dclip, f8, g_cuda.stream);
     cudaCheck(cudaStreamSynchronize(g_cuda.stream));
-    std::vector<float> out[3];
-    float *dev[3] = {dp, dm, dv};
-    for (int t = 0; t < 3; t++) {
-        out[t].resize(total + GUARD);
-        copy_now(out[t].data(), dev[t], out[t].size() * sizeof(float), cudaMemcpyDeviceToHost);
-    }
-    std::vector<bf16> copy(total + GUARD);
-    copy_now(copy.data(), dcopy, copy.size() * sizeof(bf16), cudaMemcpyDeviceToHost);
+    std::vector<float> out[3] = {to_host(dp, total + GUARD), to_host(dm, total + GUARD), to_host(dv, total + GUARD)};
+    std::vector<bf16> copy = to_host(dcopy, total + GUARD);
     for (void *q : {(void *)dp, (void *)dg, (void *)dm, (void *)dv, (void *)dclip, (void *)dcopy}) {
         cudaCheck(cudaFree(q));
     }

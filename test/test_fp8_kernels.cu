@@ -39,11 +39,6 @@ static float rand_uniform(void) { // (-1, 1)
 // Fills go through the compute stream as copies do (copy_now): a cudaMemset on the legacy stream could land after
 // the kernel it was meant to precede.
 static void fill(void *dst, int byte, size_t bytes) { cudaCheck(cudaMemsetAsync(dst, byte, bytes, g_cuda.stream)); }
-template <typename T> static std::vector<T> to_host(const T *d, size_t n) {
-    std::vector<T> h(n);
-    copy_now(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost);
-    return h;
-}
 
 static unsigned host_bits(float x) {
     unsigned u;

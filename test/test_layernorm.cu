@@ -33,9 +33,9 @@ static float rand_uniform(void) { // (-1, 1)
     return (float)((double)(g_rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
 }
 
-template <typename T> static std::vector<double> to_host(const T *d, size_t n) {
-    std::vector<T> h(n);
-    copy_now(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost);
+// A host copy of n values at d, in fp64 (the references' type).
+template <typename T> static std::vector<double> to_host_f64(const T *d, size_t n) {
+    std::vector<T> h = to_host(d, n);
     std::vector<double> out(n);
     for (size_t i = 0; i < n; i++) { out[i] = host_float(h[i]); }
     return out;
@@ -70,8 +70,8 @@ template <typename T> static void test_width(int rows, int C, double tol_stored,
 
     // forward, with the residual add; the reference takes r as stored (rounded to T), as backward does
     layernorm_forward(d_out, d_mean, d_rstd, d_res, d_x, d_dx, d_w, d_b, rows, C, g_cuda.stream);
-    std::vector<double> res = to_host(d_res, n), out = to_host(d_out, n);
-    std::vector<double> mean = to_host(d_mean, rows), rstd = to_host(d_rstd, rows);
+    std::vector<double> res = to_host_f64(d_res, n), out = to_host_f64(d_out, n);
+    std::vector<double> mean = to_host_f64(d_mean, rows), rstd = to_host_f64(d_rstd, rows);
     std::vector<double> ref_res(n), ref_out(n), ref_mean(rows), ref_rstd(rows);
     for (int r = 0; r < rows; r++) {
         double mu = 0.0, var = 0.0;
@@ -130,7 +130,7 @@ template <typename T> static void test_width(int rows, int C, double tol_stored,
             layernorm_backward(d_dinp, d_sums, d_sums + C, d_sums + 2 * C, shape_scratch, d_dout, d_res, d_w, d_mean,
                                d_rstd, rows, C, accumulate, g_cuda.stream, most);
             cudaCheck(cudaStreamSynchronize(g_cuda.stream));
-            std::vector<double> dinp = to_host(d_dinp, n), sums = to_host(d_sums, 3 * C);
+            std::vector<double> dinp = to_host_f64(d_dinp, n), sums = to_host_f64(d_sums, 3 * C);
             std::vector<double> ref_ds(C, 0.0);
             for (size_t i = 0; i < n; i++) { ref_ds[i % C] += dinp[i]; } // dsum adds dinp as stored
             const double times = accumulate ? 2.0 : 1.0; // accumulate adds the same sums onto the first call's
@@ -154,11 +154,11 @@ template <typename T> static void test_width(int rows, int C, double tol_stored,
         copy_now(d_dinp, dinp0.data(), n * sizeof(T), cudaMemcpyHostToDevice);
         layernorm_backward(d_dinp, d_sums, d_sums + C, d_sums + 2 * C, shape_scratch, d_dout, d_res, d_w, d_mean,
                            d_rstd, rows, C, 0, g_cuda.stream, most);
-        std::vector<double> again = to_host(d_dinp, n), sums_again = to_host(d_sums, 3 * C);
+        std::vector<double> again = to_host_f64(d_dinp, n), sums_again = to_host_f64(d_sums, 3 * C);
         copy_now(d_dinp, dinp0.data(), n * sizeof(T), cudaMemcpyHostToDevice);
         layernorm_backward(d_dinp, d_sums, d_sums + C, d_sums + 2 * C, shape_scratch, d_dout, d_res, d_w, d_mean,
                            d_rstd, rows, C, 0, g_cuda.stream, most);
-        std::vector<double> third = to_host(d_dinp, n), sums_third = to_host(d_sums, 3 * C);
+        std::vector<double> third = to_host_f64(d_dinp, n), sums_third = to_host_f64(d_sums, 3 * C);
         char name[200];
         snprintf(name, sizeof(name), "%s repeat", shape);
         check(again == third && sums_again == sums_third, name, "two calls on the same inputs differ");
