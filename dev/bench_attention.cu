@@ -57,14 +57,18 @@ template <int HS> static void bench(Bufs &b) {
     time_kernels<HS>(b); // after the interface's calls set the kernels' shared-memory limits and wrote D
 }
 
-// A layer's attention, forward then backward, as training calls it: 3.5 forwards' products (the backward 2.5).
+// A layer's attention as training calls it, the forward (a forward's products) and the backward (2.5 forwards')
+// alone, then both back to back.
 template <int HS> static void energy_layer(Bufs &b) {
     Nvml n = nvml_open();
     energy_idle(n);
-    energy(n, "attention layer", [&] {
-        attention_forward<bf16>(b.out, b.lse, b.qkv, b.B, b.T, b.NH, HS, 0);
+    auto fwd = [&] { attention_forward<bf16>(b.out, b.lse, b.qkv, b.B, b.T, b.NH, HS, 0); };
+    auto bwd = [&] {
         attention_backward<bf16>(b.dqkv, nullptr, b.dout, b.out, b.qkv, b.lse, b.dsum, b.B, b.T, b.NH, HS, 0, 0);
-    }, (cudaStream_t)0, 3.5 * g_flops * 1e-12, "TFLOP");
+    };
+    energy(n, "attention forward", fwd, (cudaStream_t)0, g_flops * 1e-12, "TFLOP");
+    energy(n, "attention backward", bwd, (cudaStream_t)0, 2.5 * g_flops * 1e-12, "TFLOP");
+    energy(n, "attention layer", [&] { fwd(), bwd(); }, (cudaStream_t)0, 3.5 * g_flops * 1e-12, "TFLOP");
 }
 
 int main(int argc, char **argv) {

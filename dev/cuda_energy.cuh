@@ -58,7 +58,7 @@ static void energy_idle(const Nvml &n) {
     unsigned long long e0 = nvml_energy_mj(n);
     double t0 = now_seconds();
     sleep((unsigned)ENERGY_SECONDS);
-    printf("%-18s %6.1f W\n", "idle", (nvml_energy_mj(n) - e0) * 1e-3 / (now_seconds() - t0));
+    printf("%-20s %6.1f W\n", "idle", (nvml_energy_mj(n) - e0) * 1e-3 / (now_seconds() - t0));
 }
 
 // Runs `work` (one call, queued on `stream`) for the warm-up, then for ENERGY_SECONDS, and prints the energy per call
@@ -81,7 +81,7 @@ static void energy(const Nvml &n, const char *name, F work, cudaStream_t stream,
     double seconds = now_seconds() - t0, joules = (nvml_energy_mj(n) - e0) * 1e-3;
     unsigned mhz = 0;
     n.clock_mhz(n.device, NVML_CLOCK_SM, &mhz);
-    printf("%-18s %6.1f W  SM %4u MHz  %8.3f ms a call  %7.1f %s/s  %7.3f J a call  %7.3f J per %s\n", name,
+    printf("%-20s %6.1f W  SM %4u MHz  %8.3f ms a call  %7.1f %s/s  %7.3f J a call  %7.3f J per %s\n", name,
            joules / seconds, mhz, seconds / calls * 1e3, units * calls / seconds, unit, joules / calls,
            joules / (units * calls), unit);
 }
