@@ -1,0 +1,336 @@
+/*
+ * bench_gemm_sm90.cu (experiment, dev only): the fc forward of a GPT block, pre = x W^T + b and out = gelu(pre), as one
+ * Hopper GEMM of our own whose epilogue writes both, against cuBLASLt's GELU_AUX_BIAS epilogue (dev/bench_gemm
+ * --energy prices that at 1.22-1.49 J/TFLOP, against 1.06-1.16 for the same GEMM with a bias epilogue only).
+ *
+ * x: M x K bf16 (rows K-contiguous), W: N x K bf16 (PyTorch's Linear layout), b: N bf16; pre, out: M x N bf16.
+ * A block computes a GM_BM x GM_BN tile of the output: two consumer warpgroups of 64 rows each, and one producer warp
+ * whose first lane loads GM_BK-deep slices of x and W with the TMA into GM_STAGES shared-memory stages (128-byte
+ * swizzle, what wgmma reads through its descriptors). mbarriers hand the stages over: `full` completes when a slice's
+ * bytes have landed, `empty` when the 8 consumer warps are done reading it. Two blocks an SM, so one block's
+ * epilogue (bias, GELU, two stores) runs beside the other's products. Assumes M % GM_BM == 0, N % GM_BN == 0,
+ * K % GM_BK == 0 (checked on the host).
+ *
+ *   make dev/bin/bench_gemm_sm90 && dev/bin/bench_gemm_sm90 [C N ...]   (default 768 32768 1600 8192: the fc GEMMs of the
+ *                                                              124M and 1558M benches, M = N tokens, K = C, N = 4C)
+ * Prints, per shape and epilogue: the worst error against an fp64 reference over sampled rows, TFLOP/s (median of
+ * CUDA-event timings), and the energy at the power cap (dev/cuda_energy.cuh).
+ */
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <vector>
+
+#include "dev/cuda_energy.cuh"
+#include "llmc/cuda_common.cuh"
+#include "test/cuda_timing.cuh"
+
+#define GM_BM 128
+#define GM_BN 128
+#define GM_BK 64 // one 128-byte swizzle row of bf16
+#define GM_STAGES 3
+#define GM_CONSUMER_WARPS 8 // two warpgroups
+#define GM_THREADS (GM_CONSUMER_WARPS * WARP_SIZE + WARP_SIZE)
+#define GM_A_BYTES (GM_BM * GM_BK * 2)
+#define GM_B_BYTES (GM_BN * GM_BK * 2)
+#define GM_STAGE_BYTES (GM_A_BYTES + GM_B_BYTES)
+#define GM_ALIGN 1024 // a 128-byte-swizzle atom: 8 rows of 128 bytes
+#define GM_SMEM (GM_STAGES * GM_STAGE_BYTES + 2 * GM_STAGES * 8 + GM_ALIGN)
+#define GM_SAMPLE_ROWS 256 // rows checked against the fp64 reference
+
+// GM_NONE: the products only (a diagnostic: what the main loop alone costs)
+enum GmEpilogue { GM_NONE = -1, GM_BIAS = 0, GM_GELU = 1, GM_GELU_APPROX = 2 };
+
+// ---------------------------------------------------------------------------------------------------------------
+// mbarriers and the TMA
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Returns once the phase of parity `parity` has completed (a fresh barrier counts its phase "1" as completed).
+__device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
+    asm volatile("{\n.reg .pred p;\nWAIT_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra WAIT_%=;\n}\n" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
+// Box (GM_BK, rows) of a 2-D tensor map at element (k, row) into shared memory; completes bytes on bar.
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap *map, int k, int row, uint32_t bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+                 "[%4];\n" ::"r"(dst),
+                 "l"((uint64_t)map), "r"(k), "r"(row), "r"(bar)
+                 : "memory");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// wgmma: d (64 x 128, fp32) += A (64 x 16) B (16 x 128), both read K-major from 128-byte-swizzled shared memory
+
+__device__ __forceinline__ uint64_t gm_desc(uint32_t addr) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(GM_ALIGN >> 4) << 32) |
+           ((uint64_t)1 << 62);
+}
+#define GM_TILE(n) "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3])
+__device__ __forceinline__ void wgmma_64x128(float (&d)[16][4], uint64_t a, uint64_t b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
+    "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, "
+    "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, "
+    "%59, %60, %61, %62, %63"
+                 "}, %64, %65, 1, 1, 1, 0, 0;\n"
+                 : GM_TILE(0), GM_TILE(1), GM_TILE(2), GM_TILE(3), GM_TILE(4), GM_TILE(5), GM_TILE(6), GM_TILE(7),
+                   GM_TILE(8), GM_TILE(9), GM_TILE(10), GM_TILE(11), GM_TILE(12), GM_TILE(13), GM_TILE(14),
+                   GM_TILE(15)
+                 : "l"(a), "l"(b));
+}
+__device__ __forceinline__ void gm_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void gm_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void gm_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ float tanh_approx(float x) {
+    float y;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+template <int EPI> __device__ __forceinline__ float gm_gelu(float a) {
+    if constexpr (EPI == GM_GELU_APPROX) {
+        return 0.5f * a * (1.0f + tanh_approx(GELU_SCALE * (a + GELU_CUBIC * a * a * a)));
+    } else {
+        return gelu_of(a);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// the kernel
+
+template <int EPI>
+__global__ void __launch_bounds__(GM_THREADS, 2)
+    gemm_fc_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w, bf16 *pre,
+                   bf16 *out, const bf16 *bias, int N, int K) {
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    const uint32_t raw = smem_u32(smem_raw), base = raw + (GM_ALIGN - raw % GM_ALIGN) % GM_ALIGN;
+    const uint32_t bars = base + GM_STAGES * GM_STAGE_BYTES;
+    auto sA = [&](int s) { return base + s * GM_STAGE_BYTES; };
+    auto sB = [&](int s) { return base + s * GM_STAGE_BYTES + GM_A_BYTES; };
+    auto full = [&](int s) { return bars + 8 * s; };
+    auto empty = [&](int s) { return bars + 8 * (GM_STAGES + s); };
+    // N fastest: the blocks of one row of tiles run together and read their x rows from L2
+    const int tiles_n = N / GM_BN, m0 = (blockIdx.x / tiles_n) * GM_BM, n0 = (blockIdx.x % tiles_n) * GM_BN;
+    const int nk = K / GM_BK, warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < GM_STAGES; s++) {
+            mbar_init(full(s), 1);
+            mbar_init(empty(s), GM_CONSUMER_WARPS);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (warp == GM_CONSUMER_WARPS) { // the producer
+        if (lane == 0) {
+            for (int kb = 0; kb < nk; kb++) {
+                const int s = kb % GM_STAGES, phase = (kb / GM_STAGES) & 1;
+                mbar_wait(empty(s), phase ^ 1);
+                mbar_expect_tx(full(s), GM_STAGE_BYTES);
+                tma_load(sA(s), &map_x, kb * GM_BK, m0, full(s));
+                tma_load(sB(s), &map_w, kb * GM_BK, n0, full(s));
+            }
+        }
+        return;
+    }
+
+    const int wg = warp / 4;
+    float d[16][4];
+#pragma unroll
+    for (int n = 0; n < 16; n++) { d[n][0] = d[n][1] = d[n][2] = d[n][3] = 0.0f; }
+    for (int kb = 0; kb < nk; kb++) {
+        const int s = kb % GM_STAGES;
+        mbar_wait(full(s), (kb / GM_STAGES) & 1);
+        const uint64_t a = gm_desc(sA(s) + wg * 64 * GM_BK * 2), b = gm_desc(sB(s));
+        gm_fence();
+#pragma unroll
+        for (int kc = 0; kc < GM_BK / 16; kc++) { wgmma_64x128(d, a + 2 * kc, b + 2 * kc); } // + 32 bytes a slice
+        gm_commit();
+        gm_wait<1>(); // the previous slice's products are done: its stage may be refilled
+        if (kb > 0 && lane == 0) { mbar_arrive(empty((kb - 1) % GM_STAGES)); }
+    }
+    gm_wait<0>();
+
+    // Epilogue through shared memory, so that the stores to global memory are whole 16-byte pieces of rows. The
+    // stages are free once both warpgroups' products are done (the named barrier); each warpgroup then stages its
+    // 64 x 128 tile of each output, rows of 256 bytes with 16-byte chunk k of row r at chunk k ^ (r % 8) (the 8 rows
+    // a warp's store covers fall in different banks).
+    if constexpr (EPI == GM_NONE) {
+        if (d[0][0] == 12345.0f) { out[threadIdx.x] = __float2bfloat16(d[1][1]); } // keeps the products alive
+        return;
+    }
+    asm volatile("bar.sync 1, %0;\n" ::"n"(GM_CONSUMER_WARPS * WARP_SIZE) : "memory");
+    constexpr int ROW_BYTES = GM_BN * 2, OUT_BYTES = 64 * ROW_BYTES;
+    const uint32_t stage = base + wg * 2 * OUT_BYTES;
+    const int g = lane / 4, c = lane % 4, r0 = (warp % 4) * 16 + g;
+#pragma unroll
+    for (int n = 0; n < 16; n++) {
+        const __nv_bfloat162 b2 = *reinterpret_cast<const __nv_bfloat162 *>(bias + n0 + 8 * n + 2 * c);
+        const float b0 = __bfloat162float(b2.x), b1 = __bfloat162float(b2.y);
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int r = r0 + 8 * hf;
+            const uint32_t at = r * ROW_BYTES + ((n ^ (r % 8)) << 4) + 4 * c;
+            const float v0 = d[n][2 * hf] + b0, v1 = d[n][2 * hf + 1] + b1;
+            __nv_bfloat162 p2 = __floats2bfloat162_rn(v0, v1);
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(stage + at), "r"(*reinterpret_cast<uint32_t *>(&p2)));
+            if constexpr (EPI != GM_BIAS) {
+                __nv_bfloat162 g2 = __floats2bfloat162_rn(gm_gelu<EPI>(v0), gm_gelu<EPI>(v1));
+                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(stage + OUT_BYTES + at),
+                             "r"(*reinterpret_cast<uint32_t *>(&g2)));
+            }
+        }
+    }
+    if (wg == 0) { // a constant barrier id each: a computed one makes ptxas reserve all 16
+        asm volatile("bar.sync 2, 128;\n" ::: "memory");
+    } else {
+        asm volatile("bar.sync 3, 128;\n" ::: "memory");
+    }
+    const int tid = threadIdx.x % 128;
+    constexpr int CHUNKS = ROW_BYTES / 16; // of a staged row
+#pragma unroll
+    for (int it = 0; it < 64 * CHUNKS / 128; it++) {
+        const int i = it * 128 + tid, r = i / CHUNKS, k = i % CHUNKS;
+        const uint32_t at = r * ROW_BYTES + ((k ^ (r % 8)) << 4);
+        const size_t dst = (size_t)(m0 + wg * 64 + r) * N + n0 + 8 * k;
+        int4 v;
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "r"(stage + at));
+        if constexpr (EPI == GM_BIAS) {
+            *reinterpret_cast<int4 *>(out + dst) = v;
+        } else {
+            *reinterpret_cast<int4 *>(pre + dst) = v;
+            asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                         : "r"(stage + OUT_BYTES + at));
+            *reinterpret_cast<int4 *>(out + dst) = v;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// host
+
+// A rows x K bf16 matrix (K contiguous) as a TMA tensor map with boxes of GM_BK x box_rows, 128-byte swizzled.
+static CUtensorMap tensor_map(const bf16 *p, int rows, int K, int box_rows) {
+    static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+    if (!encode) {
+        cudaDriverEntryPointQueryResult q;
+        cudaCheck(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void **)&encode, 12000,
+                                                   cudaEnableDefault, &q));
+        if (q != cudaDriverEntryPointSuccess || !encode) { fail("the driver has no cuTensorMapEncodeTiled"); }
+    }
+    CUtensorMap map;
+    const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)K * sizeof(bf16)};
+    const cuuint32_t box[2] = {GM_BK, (cuuint32_t)box_rows}, elem[2] = {1, 1};
+    CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)p, dims, strides, box, elem,
+                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) { fail("cuTensorMapEncodeTiled failed (%d) for a %d x %d matrix", (int)r, rows, K); }
+    return map;
+}
+
+template <int EPI>
+static void gemm_fc(bf16 *pre, bf16 *out, const bf16 *x, const bf16 *w, const bf16 *bias, int M, int N, int K) {
+    if (M % GM_BM || N % GM_BN || K % GM_BK) { fail("gemm_fc needs M %% %d, N %% %d, K %% %d == 0", GM_BM, GM_BN, GM_BK); }
+    const CUtensorMap mx = tensor_map(x, M, K, GM_BM), mw = tensor_map(w, N, K, GM_BN);
+    cudaCheck(cudaFuncSetAttribute(gemm_fc_kernel<EPI>, cudaFuncAttributeMaxDynamicSharedMemorySize, GM_SMEM));
+    gemm_fc_kernel<EPI><<<(M / GM_BM) * (N / GM_BN), GM_THREADS, GM_SMEM>>>(mx, mw, pre, out, bias, N, K);
+    cudaCheckLaunch();
+}
+
+__global__ void fill_random(bf16 *x, size_t n, uint32_t seed) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) { return; }
+    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+    h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+    x[i] = __float2bfloat16((h & 0xffff) / 65536.0f - 0.5f);
+}
+
+static std::vector<bf16> to_host_bf16(const bf16 *d, size_t n) {
+    std::vector<bf16> h(n);
+    cudaCheck(cudaMemcpy(h.data(), d, n * sizeof(bf16), cudaMemcpyDeviceToHost));
+    return h;
+}
+
+static double gelu_ref(double a) { return 0.5 * a * (1.0 + tanh(0.7978845608028654 * (a + 0.044715 * a * a * a))); }
+
+// Worst |got - ref| / (1 + |ref|) over GM_SAMPLE_ROWS rows spread over M, for pre and for out.
+template <int EPI>
+static void check(const bf16 *pre, const bf16 *out, const bf16 *x, const bf16 *w, const bf16 *bias, int M, int N,
+                  int K, double &err_pre, double &err_out) {
+    std::vector<bf16> hx = to_host_bf16(x, (size_t)M * K), hw = to_host_bf16(w, (size_t)N * K),
+                      hb = to_host_bf16(bias, N), hp = to_host_bf16(EPI == GM_BIAS ? out : pre, (size_t)M * N),
+                      ho = to_host_bf16(out, (size_t)M * N);
+    err_pre = err_out = 0;
+    for (int i = 0; i < GM_SAMPLE_ROWS; i++) {
+        const int r = (int)((size_t)i * (M - 1) / (GM_SAMPLE_ROWS - 1));
+        for (int col = 0; col < N; col++) {
+            double acc = __bfloat162float(hb[col]);
+            for (int k = 0; k < K; k++) {
+                acc += (double)__bfloat162float(hx[(size_t)r * K + k]) * __bfloat162float(hw[(size_t)col * K + k]);
+            }
+            const size_t at = (size_t)r * N + col;
+            err_pre = std::max(err_pre, fabs(__bfloat162float(hp[at]) - acc) / (1.0 + fabs(acc)));
+            if (EPI != GM_BIAS) {
+                const double g = gelu_ref(acc);
+                err_out = std::max(err_out, fabs(__bfloat162float(ho[at]) - g) / (1.0 + fabs(g)));
+            }
+        }
+    }
+}
+
+template <int EPI>
+static void run(const char *name, const Nvml &nv, bf16 *pre, bf16 *out, const bf16 *x, const bf16 *w,
+                const bf16 *bias, int M, int N, int K) {
+    cudaCheck(cudaMemset(pre, 0, (size_t)M * N * sizeof(bf16)));
+    cudaCheck(cudaMemset(out, 0, (size_t)M * N * sizeof(bf16)));
+    gemm_fc<EPI>(pre, out, x, w, bias, M, N, K);
+    cudaCheck(cudaDeviceSynchronize());
+    double ep = 0, eo = 0;
+    if (EPI != GM_NONE) { check<EPI>(pre, out, x, w, bias, M, N, K, ep, eo); }
+    const double tflop = 2.0 * M * N * K * 1e-12;
+    const float ms = median_ms([&] { gemm_fc<EPI>(pre, out, x, w, bias, M, N, K); });
+    printf("%-18s worst error pre %.2e out %.2e   %7.3f ms  %6.1f TFLOP/s\n", name, ep, eo, ms, tflop / ms * 1e3);
+    energy(nv, name, [&] { gemm_fc<EPI>(pre, out, x, w, bias, M, N, K); }, (cudaStream_t)0, tflop, "TFLOP");
+}
+
+int main(int argc, char **argv) {
+    std::vector<int> shapes = {768, 32768, 1600, 8192};
+    if (argc > 2) { shapes.assign(argc - 1, 0); for (int i = 1; i < argc; i++) { shapes[i - 1] = atoi(argv[i]); } }
+    Nvml nv = nvml_open();
+    for (size_t a = 0; a + 1 < shapes.size(); a += 2) {
+        const int C = shapes[a], M = shapes[a + 1], K = C, N = 4 * C;
+        bf16 *x, *w, *bias, *pre, *out;
+        cudaCheck(cudaMalloc(&x, (size_t)M * K * sizeof(bf16)));
+        cudaCheck(cudaMalloc(&w, (size_t)N * K * sizeof(bf16)));
+        cudaCheck(cudaMalloc(&bias, (size_t)N * sizeof(bf16)));
+        cudaCheck(cudaMalloc(&pre, (size_t)M * N * sizeof(bf16)));
+        cudaCheck(cudaMalloc(&out, (size_t)M * N * sizeof(bf16)));
+        fill_random<<<ceil_div_int(M * K, 256), 256>>>(x, (size_t)M * K, 1);
+        fill_random<<<ceil_div_int(N * K, 256), 256>>>(w, (size_t)N * K, 2);
+        fill_random<<<ceil_div_int(N, 256), 256>>>(bias, N, 3);
+        printf("== C %d, N %d: out (%d x %d) = gelu(x (%d x %d) W^T + b)\n", C, M, M, N, M, K);
+        run<GM_NONE>("ours products only", nv, pre, out, x, w, bias, M, N, K);
+        run<GM_BIAS>("ours bias", nv, pre, out, x, w, bias, M, N, K);
+        run<GM_GELU>("ours gelu", nv, pre, out, x, w, bias, M, N, K);
+        run<GM_GELU_APPROX>("ours gelu approx", nv, pre, out, x, w, bias, M, N, K);
+        for (bf16 *p : {x, w, bias, pre, out}) { cudaCheck(cudaFree(p)); }
+    }
+    return 0;
+}
