@@ -4,12 +4,15 @@
  * --energy prices that at 1.22-1.49 J/TFLOP, against 1.06-1.16 for the same GEMM with a bias epilogue only).
  *
  * x: M x K bf16 (rows K-contiguous), W: N x K bf16 (PyTorch's Linear layout), b: N bf16; pre, out: M x N bf16.
- * A block computes a GM_BM x GM_BN tile of the output: two consumer warpgroups of 64 rows each, and one producer warp
- * whose first lane loads GM_BK-deep slices of x and W with the TMA into GM_STAGES shared-memory stages (128-byte
- * swizzle, what wgmma reads through its descriptors). mbarriers hand the stages over: `full` completes when a slice's
- * bytes have landed, `empty` when the 8 consumer warps are done reading it. Two blocks an SM, so one block's
- * epilogue (bias, GELU, two stores) runs beside the other's products. Assumes M % GM_BM == 0, N % GM_BN == 0,
- * K % GM_BK == 0 (checked on the host).
+ * Persistent, one block an SM, ping-pong: the block walks tiles of GM_BM x GM_BN (N fastest, blocks strided by the
+ * grid), its two consumer warpgroups taking turns, so that one's epilogue (bias, GELU, two stores) runs while the
+ * other's products keep the tensor cores busy. One producer warp's first lane loads GM_BK-deep slices of x and W with
+ * the TMA into GM_STAGES shared-memory stages (128-byte swizzle, what wgmma reads through its descriptors), in the
+ * order the warpgroups use them; mbarriers hand stages over (`full`: a slice's bytes landed; `empty`: the 4 warps
+ * of the warpgroup that used it are done), and `turn` lets a warpgroup wait for its tile's stages only after the
+ * other one has waited for all of its own (a waiter must never be more than one phase ahead of a barrier). Each
+ * warpgroup stages its epilogue through its own shared memory, 64 rows at a time, so that the global stores are
+ * whole 16-byte pieces of rows. Assumes M % GM_BM == 0, N % GM_BN == 0, K % GM_BK == 0 (checked on the host).
  *
  *   make dev/bin/bench_gemm_sm90 && dev/bin/bench_gemm_sm90 [C N ...]   (default 768 32768 1600 8192: the fc GEMMs of the
  *                                                              124M and 1558M benches, M = N tokens, K = C, N = 4C)
@@ -28,14 +31,17 @@
 #define GM_BM 128
 #define GM_BN 128
 #define GM_BK 64 // one 128-byte swizzle row of bf16
-#define GM_STAGES 3
-#define GM_CONSUMER_WARPS 8 // two warpgroups
+#define GM_STAGES 4
+#define GM_CONSUMER_WARPS 8 // two warpgroups, each owning whole tiles
 #define GM_THREADS (GM_CONSUMER_WARPS * WARP_SIZE + WARP_SIZE)
 #define GM_A_BYTES (GM_BM * GM_BK * 2)
 #define GM_B_BYTES (GM_BN * GM_BK * 2)
 #define GM_STAGE_BYTES (GM_A_BYTES + GM_B_BYTES)
 #define GM_ALIGN 1024 // a 128-byte-swizzle atom: 8 rows of 128 bytes
-#define GM_SMEM (GM_STAGES * GM_STAGE_BYTES + 2 * GM_STAGES * 8 + GM_ALIGN)
+#define GM_EPI_ROWS 64                            // rows a warpgroup stages at a time
+#define GM_EPI_BYTES (2 * GM_EPI_ROWS * GM_BN * 2) // both outputs
+#define GM_BARS (2 * GM_STAGES + 2)                // full, empty, turn
+#define GM_SMEM (GM_STAGES * GM_STAGE_BYTES + 2 * GM_EPI_BYTES + GM_BARS * 8 + GM_ALIGN)
 #define GM_SAMPLE_ROWS 256 // rows checked against the fp64 reference
 
 // GM_NONE: the products only (a diagnostic: what the main loop alone costs)
@@ -111,72 +117,19 @@ template <int EPI> __device__ __forceinline__ float gm_gelu(float a) {
 // ---------------------------------------------------------------------------------------------------------------
 // the kernel
 
+// Bias (and GELU) of 64 rows x GM_BN columns of a warpgroup's accumulator into rows row0 + ... of the outputs,
+// through `stage` (GM_EPI_BYTES of shared memory: rows of 256 bytes, 16-byte chunk k of row r at chunk k ^ (r % 8), so
+// that the 8 rows a warp's shared store covers fall in different banks).
 template <int EPI>
-__global__ void __launch_bounds__(GM_THREADS, 2)
-    gemm_fc_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w, bf16 *pre,
-                   bf16 *out, const bf16 *bias, int N, int K) {
-    extern __shared__ __align__(128) unsigned char smem_raw[];
-    const uint32_t raw = smem_u32(smem_raw), base = raw + (GM_ALIGN - raw % GM_ALIGN) % GM_ALIGN;
-    const uint32_t bars = base + GM_STAGES * GM_STAGE_BYTES;
-    auto sA = [&](int s) { return base + s * GM_STAGE_BYTES; };
-    auto sB = [&](int s) { return base + s * GM_STAGE_BYTES + GM_A_BYTES; };
-    auto full = [&](int s) { return bars + 8 * s; };
-    auto empty = [&](int s) { return bars + 8 * (GM_STAGES + s); };
-    // N fastest: the blocks of one row of tiles run together and read their x rows from L2
-    const int tiles_n = N / GM_BN, m0 = (blockIdx.x / tiles_n) * GM_BM, n0 = (blockIdx.x % tiles_n) * GM_BN;
-    const int nk = K / GM_BK, warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < GM_STAGES; s++) {
-            mbar_init(full(s), 1);
-            mbar_init(empty(s), GM_CONSUMER_WARPS);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
-
-    if (warp == GM_CONSUMER_WARPS) { // the producer
-        if (lane == 0) {
-            for (int kb = 0; kb < nk; kb++) {
-                const int s = kb % GM_STAGES, phase = (kb / GM_STAGES) & 1;
-                mbar_wait(empty(s), phase ^ 1);
-                mbar_expect_tx(full(s), GM_STAGE_BYTES);
-                tma_load(sA(s), &map_x, kb * GM_BK, m0, full(s));
-                tma_load(sB(s), &map_w, kb * GM_BK, n0, full(s));
-            }
-        }
-        return;
-    }
-
-    const int wg = warp / 4;
-    float d[16][4];
-#pragma unroll
-    for (int n = 0; n < 16; n++) { d[n][0] = d[n][1] = d[n][2] = d[n][3] = 0.0f; }
-    for (int kb = 0; kb < nk; kb++) {
-        const int s = kb % GM_STAGES;
-        mbar_wait(full(s), (kb / GM_STAGES) & 1);
-        const uint64_t a = gm_desc(sA(s) + wg * 64 * GM_BK * 2), b = gm_desc(sB(s));
-        gm_fence();
-#pragma unroll
-        for (int kc = 0; kc < GM_BK / 16; kc++) { wgmma_64x128(d, a + 2 * kc, b + 2 * kc); } // + 32 bytes a slice
-        gm_commit();
-        gm_wait<1>(); // the previous slice's products are done: its stage may be refilled
-        if (kb > 0 && lane == 0) { mbar_arrive(empty((kb - 1) % GM_STAGES)); }
-    }
-    gm_wait<0>();
-
-    // Epilogue through shared memory, so that the stores to global memory are whole 16-byte pieces of rows. The
-    // stages are free once both warpgroups' products are done (the named barrier); each warpgroup then stages its
-    // 64 x 128 tile of each output, rows of 256 bytes with 16-byte chunk k of row r at chunk k ^ (r % 8) (the 8 rows
-    // a warp's store covers fall in different banks).
-    if constexpr (EPI == GM_NONE) {
-        if (d[0][0] == 12345.0f) { out[threadIdx.x] = __float2bfloat16(d[1][1]); } // keeps the products alive
-        return;
-    }
-    asm volatile("bar.sync 1, %0;\n" ::"n"(GM_CONSUMER_WARPS * WARP_SIZE) : "memory");
-    constexpr int ROW_BYTES = GM_BN * 2, OUT_BYTES = 64 * ROW_BYTES;
-    const uint32_t stage = base + wg * 2 * OUT_BYTES;
-    const int g = lane / 4, c = lane % 4, r0 = (warp % 4) * 16 + g;
+__device__ __forceinline__ void gm_epilogue(const float (&d)[16][4], uint32_t stage, bf16 *pre, bf16 *out,
+                                            const bf16 *bias, int row0, int n0, int N, int wg) {
+    constexpr int ROW_BYTES = GM_BN * 2, OUT_BYTES = GM_EPI_ROWS * ROW_BYTES, CHUNKS = ROW_BYTES / 16;
+    const int lane = threadIdx.x % WARP_SIZE, g = lane / 4, c = lane % 4, r0 = (threadIdx.x / WARP_SIZE % 4) * 16 + g;
+    auto wg_sync = [&] { // a constant barrier id each: a computed one makes ptxas reserve all 16
+        if (wg == 0) { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
+        else { asm volatile("bar.sync 2, 128;\n" ::: "memory"); }
+    };
+    wg_sync(); // the previous rows' stores have read the stage
 #pragma unroll
     for (int n = 0; n < 16; n++) {
         const __nv_bfloat162 b2 = *reinterpret_cast<const __nv_bfloat162 *>(bias + n0 + 8 * n + 2 * c);
@@ -195,18 +148,13 @@ __global__ void __launch_bounds__(GM_THREADS, 2)
             }
         }
     }
-    if (wg == 0) { // a constant barrier id each: a computed one makes ptxas reserve all 16
-        asm volatile("bar.sync 2, 128;\n" ::: "memory");
-    } else {
-        asm volatile("bar.sync 3, 128;\n" ::: "memory");
-    }
+    wg_sync();
     const int tid = threadIdx.x % 128;
-    constexpr int CHUNKS = ROW_BYTES / 16; // of a staged row
 #pragma unroll
-    for (int it = 0; it < 64 * CHUNKS / 128; it++) {
+    for (int it = 0; it < GM_EPI_ROWS * CHUNKS / 128; it++) {
         const int i = it * 128 + tid, r = i / CHUNKS, k = i % CHUNKS;
         const uint32_t at = r * ROW_BYTES + ((k ^ (r % 8)) << 4);
-        const size_t dst = (size_t)(m0 + wg * 64 + r) * N + n0 + 8 * k;
+        const size_t dst = (size_t)(row0 + r) * N + n0 + 8 * k;
         int4 v;
         asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
                      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
@@ -219,6 +167,87 @@ __global__ void __launch_bounds__(GM_THREADS, 2)
                          : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                          : "r"(stage + OUT_BYTES + at));
             *reinterpret_cast<int4 *>(out + dst) = v;
+        }
+    }
+}
+
+template <int EPI>
+__global__ void __launch_bounds__(GM_THREADS, 1)
+    gemm_fc_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w, bf16 *pre,
+                   bf16 *out, const bf16 *bias, int M, int N, int K) {
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    const uint32_t raw = smem_u32(smem_raw), base = raw + (GM_ALIGN - raw % GM_ALIGN) % GM_ALIGN;
+    const uint32_t epi = base + GM_STAGES * GM_STAGE_BYTES, bars = epi + 2 * GM_EPI_BYTES;
+    auto sA = [&](int s) { return base + s * GM_STAGE_BYTES; };
+    auto sB = [&](int s) { return base + s * GM_STAGE_BYTES + GM_A_BYTES; };
+    auto full = [&](int s) { return bars + 8 * s; };
+    auto empty = [&](int s) { return bars + 8 * (GM_STAGES + s); };
+    auto turn = [&](int w) { return bars + 8 * (2 * GM_STAGES + w); };
+    const int tiles_n = N / GM_BN, tiles = (M / GM_BM) * tiles_n, nk = K / GM_BK;
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < GM_STAGES; s++) {
+            mbar_init(full(s), 1);
+            mbar_init(empty(s), 4);
+        }
+        mbar_init(turn(0), 4);
+        mbar_init(turn(1), 4);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (warp == GM_CONSUMER_WARPS) { // the producer: every slice of every tile of this block, in order
+        if (lane == 0) {
+            int c = 0;
+            for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+                const int m0 = (t / tiles_n) * GM_BM, n0 = (t % tiles_n) * GM_BN;
+                for (int kb = 0; kb < nk; kb++, c++) {
+                    const int s = c % GM_STAGES;
+                    mbar_wait(empty(s), ((c / GM_STAGES) & 1) ^ 1);
+                    mbar_expect_tx(full(s), GM_STAGE_BYTES);
+                    tma_load(sA(s), &map_x, kb * GM_BK, m0, full(s));
+                    tma_load(sB(s), &map_w, kb * GM_BK, n0, full(s));
+                }
+            }
+        }
+        return;
+    }
+
+    const int wg = warp / 4;
+    // the block's tiles j = wg, wg + 2, ...; tile j's slices are the producer's c = j nk + kb
+    for (int j = wg, t = blockIdx.x + wg * gridDim.x; t < tiles; j += 2, t += 2 * gridDim.x) {
+        const int m0 = (t / tiles_n) * GM_BM, n0 = (t % tiles_n) * GM_BN;
+        float d0[16][4], d1[16][4]; // rows 0-63 and 64-127 of the tile
+#pragma unroll
+        for (int n = 0; n < 16; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) { d0[n][e] = d1[n][e] = 0.0f; }
+        }
+        mbar_wait(turn(wg), ((j / 2) & 1) ^ (wg == 0)); // the other warpgroup has waited for its last slice
+        for (int kb = 0; kb < nk; kb++) {
+            const int c = j * nk + kb, s = c % GM_STAGES;
+            mbar_wait(full(s), (c / GM_STAGES) & 1);
+            if (kb == nk - 1 && lane == 0) { mbar_arrive(turn(wg ^ 1)); }
+            const uint64_t a = gm_desc(sA(s)), b = gm_desc(sB(s));
+            gm_fence();
+#pragma unroll
+            for (int kc = 0; kc < GM_BK / 16; kc++) { // + 32 bytes a slice; the second 64 rows 8 KB further
+                wgmma_64x128(d0, a + 2 * kc, b + 2 * kc);
+                wgmma_64x128(d1, a + (64 * GM_BK * 2 >> 4) + 2 * kc, b + 2 * kc);
+            }
+            gm_commit();
+            gm_wait<1>(); // the previous slice's products are done: its stage may be refilled
+            if (kb > 0 && lane == 0) { mbar_arrive(empty((c - 1) % GM_STAGES)); }
+        }
+        gm_wait<0>();
+        if (lane == 0) { mbar_arrive(empty((j * nk + nk - 1) % GM_STAGES)); }
+        if constexpr (EPI == GM_NONE) {
+            if (d0[0][0] == 12345.0f) { out[threadIdx.x] = __float2bfloat16(d1[1][1]); } // keeps the products alive
+        } else {
+            const uint32_t stage = epi + wg * GM_EPI_BYTES;
+            gm_epilogue<EPI>(d0, stage, pre, out, bias, m0, n0, N, wg);
+            gm_epilogue<EPI>(d1, stage, pre, out, bias, m0 + 64, n0, N, wg);
         }
     }
 }
@@ -249,8 +278,13 @@ template <int EPI>
 static void gemm_fc(bf16 *pre, bf16 *out, const bf16 *x, const bf16 *w, const bf16 *bias, int M, int N, int K) {
     if (M % GM_BM || N % GM_BN || K % GM_BK) { fail("gemm_fc needs M %% %d, N %% %d, K %% %d == 0", GM_BM, GM_BN, GM_BK); }
     const CUtensorMap mx = tensor_map(x, M, K, GM_BM), mw = tensor_map(w, N, K, GM_BN);
-    cudaCheck(cudaFuncSetAttribute(gemm_fc_kernel<EPI>, cudaFuncAttributeMaxDynamicSharedMemorySize, GM_SMEM));
-    gemm_fc_kernel<EPI><<<(M / GM_BM) * (N / GM_BN), GM_THREADS, GM_SMEM>>>(mx, mw, pre, out, bias, N, K);
+    static int sms = 0;
+    if (!sms) {
+        cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+        cudaCheck(cudaFuncSetAttribute(gemm_fc_kernel<EPI>, cudaFuncAttributeMaxDynamicSharedMemorySize, GM_SMEM));
+    }
+    const int tiles = (M / GM_BM) * (N / GM_BN);
+    gemm_fc_kernel<EPI><<<std::min(sms, tiles), GM_THREADS, GM_SMEM>>>(mx, mw, pre, out, bias, M, N, K);
     cudaCheckLaunch();
 }
 
