@@ -12,7 +12,13 @@
  * of the warpgroup that used it are done), and `turn` lets a warpgroup wait for its tile's stages only after the
  * other one has waited for all of its own (a waiter must never be more than one phase ahead of a barrier). Each
  * warpgroup stages its epilogue through its own shared memory, 64 rows at a time, so that the global stores are
- * whole 16-byte pieces of rows. Assumes M % GM_BM == 0, N % GM_BN == 0, K % GM_BK == 0 (checked on the host).
+ * whole 16-byte pieces of rows (stored straight from the accumulators, 16 bytes of 8 rows a warp's store, the GELU
+ * GEMM took 1.52x as long). Assumes M % GM_BM == 0, N % GM_BN == 0, K % GM_BK == 0 (checked on the host).
+ *
+ * Where it stands (H200 at the power cap, dev/NOTES.md "Sixteenth round"): the products alone 1.01-1.05 J/TFLOP, with
+ * the bias epilogue 1.15-1.21 (cuBLASLt's 1.10-1.20), with bias and GELU 1.33-1.51 (cuBLASLt's GELU_AUX_BIAS
+ * 1.27-1.55). The main loop is bound by shared-memory bandwidth (wgmma reading A and B, the TMA writing them: ~160
+ * bytes a clock at peak against 128), which the staged epilogue shares.
  *
  *   make dev/bin/bench_gemm_sm90 && dev/bin/bench_gemm_sm90 [C N ...]   (default 768 32768 1600 8192: the fc GEMMs of the
  *                                                              124M and 1558M benches, M = N tokens, K = C, N = 4C)
