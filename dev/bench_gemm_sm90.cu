@@ -11,17 +11,20 @@
  * order the warpgroups use them; mbarriers hand stages over (`full`: a slice's bytes landed; `empty`: the 4 warps
  * of the warpgroup that used it are done), and `turn` lets a warpgroup wait for its tile's stages only after the
  * other one has waited for all of its own (a waiter must never be more than one phase ahead of a barrier). Each
- * warpgroup stages its epilogue through its own shared memory, 64 rows at a time, so that the global stores are
- * whole 16-byte pieces of rows (stored straight from the accumulators, 16 bytes of 8 rows a warp's store, the GELU
- * GEMM took 1.52x as long). Assumes M % GM_BM == 0, N % GM_BN == 0, K % GM_BK == 0 (checked on the host).
+ * warpgroup stages its epilogue through its own shared memory, 64 rows at a time, and the TMA stores it (stored
+ * straight from the accumulators, 16 bytes of 8 rows a warp's store, the GELU GEMM took 1.52x as long; staged and
+ * stored by the threads in 16-byte pieces of rows, 1.1x). Assumes M % GM_BM == 0, N % GM_BN == 0, K % GM_BK == 0
+ * (checked on the host).
  *
- * Where it stands (H200 at the power cap, dev/NOTES.md "Sixteenth round"): the products alone 1.01-1.05 J/TFLOP, with
- * the bias epilogue 1.15-1.21 (cuBLASLt's 1.10-1.20), with bias and GELU 1.33-1.51 (cuBLASLt's GELU_AUX_BIAS
- * 1.27-1.55). The main loop is bound by shared-memory bandwidth (wgmma reading A and B, the TMA writing them: ~160
- * bytes a clock at peak against 128), which the staged epilogue shares.
+ * Where it stands (H200 at the power cap, dev/NOTES.md "Sixteenth round"; cuBLASLt's from dev/bench_gemm --energy):
+ *   124M shape (C 768, N 32768): products alone 1.02 J/TFLOP; with the bias epilogue 1.16 (cuBLASLt 1.20); with bias
+ *   and GELU (tanh.approx) 1.47 (cuBLASLt's GELU_AUX_BIAS 1.55). 1558M shape (C 1600, N 8192): 1.03, 1.14 (1.10),
+ *   1.34 (1.27). The main loop is bound by shared-memory bandwidth (wgmma reading A and B, the TMA writing them: ~160
+ *   bytes a clock at peak against 128), which the staged epilogue shares; the two outputs' bytes cost ~0.3 J/TFLOP
+ *   at the 124M shape (0.124 J/GB), so ~1.33 is the floor of this main loop with a two-output epilogue.
  *
- *   make dev/bin/bench_gemm_sm90 && dev/bin/bench_gemm_sm90 [C N ...]   (default 768 32768 1600 8192: the fc GEMMs of the
- *                                                              124M and 1558M benches, M = N tokens, K = C, N = 4C)
+ *   make dev/bin/bench_gemm_sm90 && dev/bin/bench_gemm_sm90 [C N ...]
+ * (default 768 32768 1600 8192: the fc GEMMs of the 124M and 1558M benches, M = N tokens, K = C, N = 4C).
  * Prints, per shape and epilogue: the worst error against an fp64 reference over sampled rows, TFLOP/s (median of
  * CUDA-event timings), and the energy at the power cap (dev/cuda_energy.cuh).
  */
@@ -124,17 +127,26 @@ template <int EPI> __device__ __forceinline__ float gm_gelu(float a) {
 // the kernel
 
 // Bias (and GELU) of 64 rows x GM_BN columns of a warpgroup's accumulator into rows row0 + ... of the outputs,
-// through `stage` (GM_EPI_BYTES of shared memory: rows of 256 bytes, 16-byte chunk k of row r at chunk k ^ (r % 8), so
-// that the 8 rows a warp's shared store covers fall in different banks).
+// through `stage` (GM_EPI_BYTES of shared memory) and the TMA. The stage holds each output as GM_BN / 64 panels of 64
+// rows x 128 bytes in the TMA's 128-byte swizzle (16-byte chunk k of row r at chunk k ^ (r % 8)), so that the 8 rows a
+// warp's shared store covers fall in different banks. The warpgroup's first thread issues the stores and, before the
+// stage is written again, waits until the TMA has read it.
+__device__ __forceinline__ void tma_store(const CUtensorMap *map, uint32_t src, int col, int row) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"((uint64_t)map),
+                 "r"(col), "r"(row), "r"(src)
+                 : "memory");
+}
 template <int EPI>
-__device__ __forceinline__ void gm_epilogue(const float (&d)[16][4], uint32_t stage, bf16 *pre, bf16 *out,
-                                            const bf16 *bias, int row0, int n0, int N, int wg) {
-    constexpr int ROW_BYTES = GM_BN * 2, OUT_BYTES = GM_EPI_ROWS * ROW_BYTES, CHUNKS = ROW_BYTES / 16;
+__device__ __forceinline__ void gm_epilogue(const float (&d)[16][4], uint32_t stage, const CUtensorMap *map_pre,
+                                            const CUtensorMap *map_out, const bf16 *bias, int row0, int n0, int wg) {
+    constexpr int PANEL_BYTES = GM_EPI_ROWS * 128, OUT_BYTES = GM_EPI_ROWS * GM_BN * 2;
     const int lane = threadIdx.x % WARP_SIZE, g = lane / 4, c = lane % 4, r0 = (threadIdx.x / WARP_SIZE % 4) * 16 + g;
+    const bool leader = threadIdx.x % 128 == 0;
     auto wg_sync = [&] { // a constant barrier id each: a computed one makes ptxas reserve all 16
         if (wg == 0) { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
         else { asm volatile("bar.sync 2, 128;\n" ::: "memory"); }
     };
+    if (leader) { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
     wg_sync(); // the previous rows' stores have read the stage
 #pragma unroll
     for (int n = 0; n < 16; n++) {
@@ -143,7 +155,7 @@ __device__ __forceinline__ void gm_epilogue(const float (&d)[16][4], uint32_t st
 #pragma unroll
         for (int hf = 0; hf < 2; hf++) {
             const int r = r0 + 8 * hf;
-            const uint32_t at = r * ROW_BYTES + ((n ^ (r % 8)) << 4) + 4 * c;
+            const uint32_t at = (n / 8) * PANEL_BYTES + r * 128 + (((n % 8) ^ (r % 8)) << 4) + 4 * c;
             const float v0 = d[n][2 * hf] + b0, v1 = d[n][2 * hf + 1] + b1;
             __nv_bfloat162 p2 = __floats2bfloat162_rn(v0, v1);
             asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(stage + at), "r"(*reinterpret_cast<uint32_t *>(&p2)));
@@ -154,33 +166,27 @@ __device__ __forceinline__ void gm_epilogue(const float (&d)[16][4], uint32_t st
             }
         }
     }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); // the TMA reads what the threads wrote
     wg_sync();
-    const int tid = threadIdx.x % 128;
+    if (leader) {
 #pragma unroll
-    for (int it = 0; it < GM_EPI_ROWS * CHUNKS / 128; it++) {
-        const int i = it * 128 + tid, r = i / CHUNKS, k = i % CHUNKS;
-        const uint32_t at = r * ROW_BYTES + ((k ^ (r % 8)) << 4);
-        const size_t dst = (size_t)(row0 + r) * N + n0 + 8 * k;
-        int4 v;
-        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                     : "r"(stage + at));
-        if constexpr (EPI == GM_BIAS) {
-            *reinterpret_cast<int4 *>(out + dst) = v;
-        } else {
-            *reinterpret_cast<int4 *>(pre + dst) = v;
-            asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                         : "r"(stage + OUT_BYTES + at));
-            *reinterpret_cast<int4 *>(out + dst) = v;
+        for (int p = 0; p < GM_BN / 64; p++) {
+            if constexpr (EPI == GM_BIAS) {
+                tma_store(map_out, stage + p * PANEL_BYTES, n0 + 64 * p, row0);
+            } else {
+                tma_store(map_pre, stage + p * PANEL_BYTES, n0 + 64 * p, row0);
+                tma_store(map_out, stage + OUT_BYTES + p * PANEL_BYTES, n0 + 64 * p, row0);
+            }
         }
+        asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
     }
 }
 
 template <int EPI>
 __global__ void __launch_bounds__(GM_THREADS, 1)
-    gemm_fc_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w, bf16 *pre,
-                   bf16 *out, const bf16 *bias, int M, int N, int K) {
+    gemm_fc_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
+                   const __grid_constant__ CUtensorMap map_pre, const __grid_constant__ CUtensorMap map_out, bf16 *out,
+                   const bf16 *bias, int M, int N, int K) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     const uint32_t raw = smem_u32(smem_raw), base = raw + (GM_ALIGN - raw % GM_ALIGN) % GM_ALIGN;
     const uint32_t epi = base + GM_STAGES * GM_STAGE_BYTES, bars = epi + 2 * GM_EPI_BYTES;
@@ -252,16 +258,18 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
             if (d0[0][0] == 12345.0f) { out[threadIdx.x] = __float2bfloat16(d1[1][1]); } // keeps the products alive
         } else {
             const uint32_t stage = epi + wg * GM_EPI_BYTES;
-            gm_epilogue<EPI>(d0, stage, pre, out, bias, m0, n0, N, wg);
-            gm_epilogue<EPI>(d1, stage, pre, out, bias, m0 + 64, n0, N, wg);
+            gm_epilogue<EPI>(d0, stage, &map_pre, &map_out, bias, m0, n0, wg);
+            gm_epilogue<EPI>(d1, stage, &map_pre, &map_out, bias, m0 + 64, n0, wg);
         }
     }
+    if (threadIdx.x % 128 == 0) { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); } // before the stage goes
 }
 
 // ---------------------------------------------------------------------------------------------------------------
 // host
 
-// A rows x K bf16 matrix (K contiguous) as a TMA tensor map with boxes of GM_BK x box_rows, 128-byte swizzled.
+// A rows x K bf16 matrix (K contiguous) as a TMA tensor map with boxes of GM_BK x box_rows, 128-byte swizzled (the
+// inputs, K their reduction; the outputs, K their columns).
 static CUtensorMap tensor_map(const bf16 *p, int rows, int K, int box_rows) {
     static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
     if (!encode) {
@@ -282,15 +290,19 @@ static CUtensorMap tensor_map(const bf16 *p, int rows, int K, int box_rows) {
 
 template <int EPI>
 static void gemm_fc(bf16 *pre, bf16 *out, const bf16 *x, const bf16 *w, const bf16 *bias, int M, int N, int K) {
-    if (M % GM_BM || N % GM_BN || K % GM_BK) { fail("gemm_fc needs M %% %d, N %% %d, K %% %d == 0", GM_BM, GM_BN, GM_BK); }
+    if (M % GM_BM || N % GM_BN || K % GM_BK) {
+        fail("gemm_fc takes whole tiles only: tokens %d, 4C %d, C %d must be multiples of %d, %d, %d",
+             M, N, K, GM_BM, GM_BN, GM_BK);
+    }
     const CUtensorMap mx = tensor_map(x, M, K, GM_BM), mw = tensor_map(w, N, K, GM_BN);
+    const CUtensorMap mpre = tensor_map(pre, M, N, GM_EPI_ROWS), mout = tensor_map(out, M, N, GM_EPI_ROWS);
     static int sms = 0;
     if (!sms) {
         cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
         cudaCheck(cudaFuncSetAttribute(gemm_fc_kernel<EPI>, cudaFuncAttributeMaxDynamicSharedMemorySize, GM_SMEM));
     }
     const int tiles = (M / GM_BM) * (N / GM_BN);
-    gemm_fc_kernel<EPI><<<std::min(sms, tiles), GM_THREADS, GM_SMEM>>>(mx, mw, pre, out, bias, M, N, K);
+    gemm_fc_kernel<EPI><<<std::min(sms, tiles), GM_THREADS, GM_SMEM>>>(mx, mw, mpre, mout, out, bias, M, N, K);
     cudaCheckLaunch();
 }
 
