@@ -19,9 +19,9 @@
  * Where it stands (H200 at the power cap, dev/NOTES.md "Sixteenth round"; cuBLASLt's from dev/bench_gemm --energy):
  *   124M shape (C 768, N 32768): products alone 1.02 J/TFLOP; with the bias epilogue 1.16 (cuBLASLt 1.20); with bias
  *   and GELU (tanh.approx) 1.47 (cuBLASLt's GELU_AUX_BIAS 1.55). 1558M shape (C 1600, N 8192): 1.03, 1.14 (1.10),
- *   1.34 (1.27). The main loop is bound by shared-memory bandwidth (wgmma reading A and B, the TMA writing them: ~160
- *   bytes a clock at peak against 128), which the staged epilogue shares; the two outputs' bytes cost ~0.3 J/TFLOP
- *   at the 124M shape (0.124 J/GB), so ~1.33 is the floor of this main loop with a two-output epilogue.
+ *   1.34 (1.27). The main loop's ~1.0 J/TFLOP is what a cooperative 128 x 256 form (branch gemm-coop-exp, inside
+ *   shared memory's bandwidth where this one is not) measured too; the two outputs' bytes cost ~0.3 J/TFLOP at the
+ *   124M shape (0.124 J/GB), so ~1.33 is the floor of a GEMM with this two-output epilogue.
  *
  *   make dev/bin/bench_gemm_sm90 && dev/bin/bench_gemm_sm90 [C N ...]
  * (default 768 32768 1600 8192: the fc GEMMs of the 124M and 1558M benches, M = N tokens, K = C, N = 4C).
