@@ -87,6 +87,14 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap *map, i
                  : "memory");
 }
 
+// Box (64 columns, rows) of shared memory at src into a 2-D tensor map at element (col, row), in this thread's bulk
+// group.
+__device__ __forceinline__ void tma_store(const CUtensorMap *map, uint32_t src, int col, int row) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"((uint64_t)map),
+                 "r"(col), "r"(row), "r"(src)
+                 : "memory");
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // wgmma: d (64 x 128, fp32) += A (64 x 16) B (16 x 128), both read K-major from 128-byte-swizzled shared memory
 
@@ -97,10 +105,10 @@ __device__ __forceinline__ uint64_t gm_desc(uint32_t addr) {
 #define GM_TILE(n) "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3])
 __device__ __forceinline__ void wgmma_64x128(float (&d)[16][4], uint64_t a, uint64_t b) {
     asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
-    "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, "
-    "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, "
-    "%59, %60, %61, %62, %63"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
+                 "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, "
+                 "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, "
+                 "%59, %60, %61, %62, %63"
                  "}, %64, %65, 1, 1, 1, 0, 0;\n"
                  : GM_TILE(0), GM_TILE(1), GM_TILE(2), GM_TILE(3), GM_TILE(4), GM_TILE(5), GM_TILE(6), GM_TILE(7),
                    GM_TILE(8), GM_TILE(9), GM_TILE(10), GM_TILE(11), GM_TILE(12), GM_TILE(13), GM_TILE(14),
@@ -134,11 +142,6 @@ template <int EPI> __device__ __forceinline__ float gm_gelu(float a) {
 // rows x 128 bytes in the TMA's 128-byte swizzle (16-byte chunk k of row r at chunk k ^ (r % 8)), so that the 8 rows a
 // warp's shared store covers fall in different banks. The warpgroup's first thread issues the stores and, before the
 // stage is written again, waits until the TMA has read it.
-__device__ __forceinline__ void tma_store(const CUtensorMap *map, uint32_t src, int col, int row) {
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"((uint64_t)map),
-                 "r"(col), "r"(row), "r"(src)
-                 : "memory");
-}
 template <int EPI>
 __device__ __forceinline__ void gm_epilogue(const float (&d)[16][4], uint32_t stage, const CUtensorMap *map_pre,
                                             const CUtensorMap *map_out, const bf16 *bias, int row0, int n0, int wg) {
