@@ -35,6 +35,8 @@
 
 #include "dev/cuda_energy.cuh"
 #include "llmc/cuda_common.cuh"
+#include "llmc/fp8.cuh"
+#include "llmc/wgmma.cuh"
 #include "test/cuda_timing.cuh"
 
 #define GM_BM 128
@@ -46,11 +48,10 @@
 #define GM_A_BYTES (GM_BM * GM_BK * 2)
 #define GM_B_BYTES (GM_BN * GM_BK * 2)
 #define GM_STAGE_BYTES (GM_A_BYTES + GM_B_BYTES)
-#define GM_ALIGN 1024 // a 128-byte-swizzle atom: 8 rows of 128 bytes
 #define GM_EPI_ROWS 64                            // rows a warpgroup stages at a time
 #define GM_EPI_BYTES (2 * GM_EPI_ROWS * GM_BN * 2) // both outputs
 #define GM_BARS (2 * GM_STAGES + 2)                // full, empty, turn
-#define GM_SMEM (GM_STAGES * GM_STAGE_BYTES + 2 * GM_EPI_BYTES + GM_BARS * 8 + GM_ALIGN)
+#define GM_SMEM (GM_STAGES * GM_STAGE_BYTES + 2 * GM_EPI_BYTES + GM_BARS * 8 + WGMMA_ATOM_BYTES)
 #define GM_SAMPLE_ROWS 256 // rows checked against the fp64 reference
 // Worst |error| / (1 + |reference|) accepted: bf16 rounds to 2^-8 relative, the fp32 sums over K and tanh.approx
 // (2^-10.7) add less than another 2^-8.
@@ -98,10 +99,6 @@ __device__ __forceinline__ void tma_store(const CUtensorMap *map, uint32_t src, 
 // ---------------------------------------------------------------------------------------------------------------
 // wgmma: d (64 x 128, fp32) += A (64 x 16) B (16 x 128), both read K-major from 128-byte-swizzled shared memory
 
-__device__ __forceinline__ uint64_t gm_desc(uint32_t addr) {
-    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(GM_ALIGN >> 4) << 32) |
-           ((uint64_t)1 << 62);
-}
 #define GM_TILE(n) "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3])
 __device__ __forceinline__ void wgmma_64x128(float (&d)[16][4], uint64_t a, uint64_t b) {
     asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
@@ -115,20 +112,9 @@ __device__ __forceinline__ void wgmma_64x128(float (&d)[16][4], uint64_t a, uint
                    GM_TILE(15)
                  : "l"(a), "l"(b));
 }
-__device__ __forceinline__ void gm_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void gm_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void gm_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-
-__device__ __forceinline__ float tanh_approx(float x) {
-    float y;
-    asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
 template <int EPI> __device__ __forceinline__ float gm_gelu(float a) {
     if constexpr (EPI == GM_GELU_APPROX) {
-        return 0.5f * a * (1.0f + tanh_approx(GELU_SCALE * (a + GELU_CUBIC * a * a * a)));
+        return gelu_fast(a);
     } else {
         return gelu_of(a);
     }
@@ -172,7 +158,7 @@ __device__ __forceinline__ void gm_epilogue(const float (&d)[16][4], uint32_t st
             }
         }
     }
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); // the TMA reads what the threads wrote
+    fence_proxy_async(); // the TMA reads what the threads wrote
     wg_sync();
     if (leader) {
 #pragma unroll
@@ -194,7 +180,7 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
                    const __grid_constant__ CUtensorMap map_pre, const __grid_constant__ CUtensorMap map_out, bf16 *out,
                    const bf16 *bias, int M, int N, int K) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
-    const uint32_t raw = smem_u32(smem_raw), base = raw + (GM_ALIGN - raw % GM_ALIGN) % GM_ALIGN;
+    const uint32_t base = smem_u32(wgmma_smem_aligned(smem_raw));
     const uint32_t epi = base + GM_STAGES * GM_STAGE_BYTES, bars = epi + 2 * GM_EPI_BYTES;
     auto sA = [&](int s) { return base + s * GM_STAGE_BYTES; };
     auto sB = [&](int s) { return base + s * GM_STAGE_BYTES + GM_A_BYTES; };
@@ -247,18 +233,18 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
             const int c = j * nk + kb, s = c % GM_STAGES;
             mbar_wait(full(s), (c / GM_STAGES) & 1);
             if (kb == nk - 1 && lane == 0) { mbar_arrive(turn(wg ^ 1)); }
-            const uint64_t a = gm_desc(sA(s)), b = gm_desc(sB(s));
-            gm_fence();
+            const uint64_t a = wgmma_desc(sA(s)), b = wgmma_desc(sB(s));
+            wgmma_fence();
 #pragma unroll
             for (int kc = 0; kc < GM_BK / 16; kc++) { // + 32 bytes a slice; the second 64 rows 8 KB further
                 wgmma_64x128(d0, a + 2 * kc, b + 2 * kc);
                 wgmma_64x128(d1, a + (64 * GM_BK * 2 >> 4) + 2 * kc, b + 2 * kc);
             }
-            gm_commit();
-            gm_wait<1>(); // the previous slice's products are done: its stage may be refilled
+            wgmma_commit();
+            wgmma_wait<1>(); // the previous slice's products are done: its stage may be refilled
             if (kb > 0 && lane == 0) { mbar_arrive(empty((c - 1) % GM_STAGES)); }
         }
-        gm_wait<0>();
+        wgmma_wait<0>();
         if (lane == 0) { mbar_arrive(empty((j * nk + nk - 1) % GM_STAGES)); }
         if constexpr (EPI == GM_NONE) {
             if (d0[0][0] == 12345.0f) { out[threadIdx.x] = __float2bfloat16(d1[1][1]); } // keeps the products alive

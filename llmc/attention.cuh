@@ -33,6 +33,7 @@
 #include <type_traits>
 
 #include "cuda_common.cuh"
+#include "wgmma.cuh"
 
 #define ATTN_LN2 0.6931471805599453f
 
@@ -309,16 +310,11 @@ __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
 #define ATTN_PANEL_COLS 64              // columns of a tile panel: one 128-byte swizzle row of bf16
 #define ATTN_PANEL_ROW_BYTES 128        // ATTN_PANEL_COLS bf16
 #define ATTN_PANEL_BYTES (ATTN_WG_ROWS * ATTN_PANEL_ROW_BYTES)
-#define WGMMA_ATOM_BYTES 1024           // 8 rows of 128 bytes: a 128-byte-swizzle atom, and the alignment panels need
-#define WGMMA_K 16                      // the reduction depth of one wgmma
 
 template <int HS> __host__ __device__ constexpr int attn_tile_bytes() { return ATTN_WG_ROWS * HS * (int)sizeof(bf16); }
 // Dynamic shared memory of a kernel with `tiles` tiles and `extra` bytes after them, plus the slack that aligns them.
 template <int HS> constexpr int attn_smem_bytes(int tiles, int extra) {
     return tiles * attn_tile_bytes<HS>() + extra + WGMMA_ATOM_BYTES;
-}
-__device__ __forceinline__ unsigned char *attn_smem_aligned(unsigned char *smem) {
-    return smem + (WGMMA_ATOM_BYTES - smem_u32(smem) % WGMMA_ATOM_BYTES) % WGMMA_ATOM_BYTES;
 }
 
 // Byte offset of the 16-byte chunk c (columns 8 c .. 8 c + 7) of row r in a tile.
@@ -416,32 +412,7 @@ __device__ __forceinline__ void colsum_acc_rows(float *dst, float *red, const fl
 }
 
 // ----------------------------------------------------------------------------------------------------------------
-// wgmma: descriptors, the two product shapes, and their ordering.
-
-// Descriptor of a 128-byte-swizzled panel at shared address addr: start (16-byte units), leading byte offset (unused
-// by swizzled layouts: 1), stride byte offset (between 8-row atoms), swizzle mode 1 (128 bytes) in bits 62-63.
-__device__ __forceinline__ uint64_t wgmma_desc(uint32_t addr) {
-    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(WGMMA_ATOM_BYTES >> 4) << 32) |
-           ((uint64_t)1 << 62);
-}
-// The descriptor advanced by `bytes` (a multiple of 16) within the tile.
-__device__ __forceinline__ uint64_t wgmma_desc_at(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void wgmma_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// Makes this thread's generic-proxy writes to shared memory (cp.async included) visible to wgmma's reads.
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-// Keeps the compiler from moving accesses of an accumulator across the asynchronous MMAs that write it.
-template <int NT> __device__ __forceinline__ void wgmma_hold(float (&d)[NT][4]) {
-#pragma unroll
-    for (int n = 0; n < NT; n++) {
-#pragma unroll
-        for (int e = 0; e < 4; e++) { asm volatile("" : "+f"(d[n][e])::"memory"); }
-    }
-}
+// wgmma: the two product shapes (the descriptors and their ordering: llmc/wgmma.cuh).
 
 // The accumulator operands of an m64n64 wgmma: column tiles n0 .. n0 + 7 of d, in order, as %0 .. %31.
 #define WGMMA_ACC64_REGS                                                                                               \
@@ -702,7 +673,7 @@ __global__ void __launch_bounds__(ATTN_WG_THREADS)
     attention_forward_bf16_kernel(bf16 *out, float *lse, const bf16 *qkv, int Tlen, int NH, float scale_log2) {
     constexpr int ROWS = ATTN_WG_ROWS, DT = HS / 8, ST = ROWS / 8, TILE = attn_tile_bytes<HS>();
     extern __shared__ __align__(128) unsigned char smem[];
-    const uint32_t sQ = smem_u32(attn_smem_aligned(smem)), sKV = sQ + TILE;
+    const uint32_t sQ = smem_u32(wgmma_smem_aligned(smem)), sKV = sQ + TILE;
     auto sK = [&](int st) { return sKV + (2 * st) * TILE; };
     auto sV = [&](int st) { return sKV + (2 * st + 1) * TILE; };
     const int warp = threadIdx.x / WARP_SIZE;
@@ -768,7 +739,7 @@ __global__ void __launch_bounds__(ATTN_WG_THREADS)
                                       float scale) {
     constexpr int ROWS = ATTN_WG_ROWS, DT = HS / 8, ST = ROWS / 8, TILE = attn_tile_bytes<HS>();
     extern __shared__ __align__(128) unsigned char smem[];
-    unsigned char *aligned = attn_smem_aligned(smem);
+    unsigned char *aligned = wgmma_smem_aligned(smem);
     const uint32_t sQ = smem_u32(aligned), sdO = sQ + TILE, sKV = sdO + TILE;
     auto sK = [&](int st) { return sKV + (2 * st) * TILE; };
     auto sV = [&](int st) { return sKV + (2 * st + 1) * TILE; };
@@ -851,7 +822,7 @@ __global__ void __launch_bounds__(ATTN_WG_THREADS, ATTN_DKDV_MIN_BLOCKS(HS))
                                         float scale) {
     constexpr int ROWS = ATTN_WG_ROWS, DT = HS / 8, ST = ROWS / 8, TILE = attn_tile_bytes<HS>();
     extern __shared__ __align__(128) unsigned char smem[];
-    unsigned char *aligned = attn_smem_aligned(smem);
+    unsigned char *aligned = wgmma_smem_aligned(smem);
     const uint32_t sK = smem_u32(aligned), sV = sK + TILE, sQdO = sV + TILE;
     auto sQ = [&](int st) { return sQdO + (2 * st) * TILE; };
     auto sdO = [&](int st) { return sQdO + (2 * st + 1) * TILE; };
