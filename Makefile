@@ -105,7 +105,8 @@ test/gpubin/%: test/%.cu $(HEADERS) $(CUDA_HEADERS) test/test_util.h test/cuda_t
 # kernel's interface that breaks one fails CI rather than the next device call.
 DEV_BENCH_SRCS = $(wildcard dev/bench_*.cu)
 DEV_BENCH_BINS = $(patsubst dev/%.cu,dev/bin/%,$(DEV_BENCH_SRCS))
-dev/bin/%: dev/%.cu $(HEADERS) $(CUDA_HEADERS) test/test_util.h test/cuda_timing.cuh dev/cuda_energy.cuh
+dev/bin/%: dev/%.cu $(HEADERS) $(CUDA_HEADERS) test/test_util.h test/cuda_timing.cuh test/gpu_test_util.cuh \
+           dev/cuda_energy.cuh
 	@mkdir -p dev/bin
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVLDLIBS)
 

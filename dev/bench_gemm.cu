@@ -17,19 +17,12 @@
 
 #include "dev/cuda_energy.cuh"
 #include "llmc/cuda_common.cuh"
+#include "test/gpu_test_util.cuh"
 
 #define GEMM_CANDIDATES 16
 #define WARMUP 3
 #define REPS 15
 #define VOCAB_PADDED 50304
-
-__global__ void fill_random(bf16 *x, size_t n, uint32_t seed) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) { return; }
-    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-    h ^= h >> 15; h *= 2246822519u; h ^= h >> 13;
-    x[i] = __float2bfloat16((h & 0xffff) / 65536.0f - 0.5f);
-}
 
 // An algorithm's configuration attribute (V: its type in cublasLt.h), or -1 if it has none.
 template <typename V> static int algo_attr(const cublasLtMatmulAlgo_t *a, cublasLtMatmulAlgoConfigAttributes_t attr) {

@@ -38,6 +38,7 @@
 #include "llmc/fp8.cuh"
 #include "llmc/wgmma.cuh"
 #include "test/cuda_timing.cuh"
+#include "test/gpu_test_util.cuh"
 
 #define GM_BM 128
 #define GM_BN 128
@@ -294,22 +295,9 @@ static void gemm_fc(bf16 *pre, bf16 *out, const bf16 *x, const bf16 *w, const bf
         cudaCheck(cudaFuncSetAttribute(gemm_fc_kernel<EPI>, cudaFuncAttributeMaxDynamicSharedMemorySize, GM_SMEM));
     }
     const int tiles = (M / GM_BM) * (N / GM_BN);
-    gemm_fc_kernel<EPI><<<std::min(sms, tiles), GM_THREADS, GM_SMEM>>>(mx, mw, mpre, mout, out, bias, M, N, K);
+    gemm_fc_kernel<EPI>
+        <<<std::min(sms, tiles), GM_THREADS, GM_SMEM, g_cuda.stream>>>(mx, mw, mpre, mout, out, bias, M, N, K);
     cudaCheckLaunch();
-}
-
-__global__ void fill_random(bf16 *x, size_t n, uint32_t seed) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) { return; }
-    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-    h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
-    x[i] = __float2bfloat16((h & 0xffff) / 65536.0f - 0.5f);
-}
-
-static std::vector<bf16> to_host_bf16(const bf16 *d, size_t n) {
-    std::vector<bf16> h(n);
-    cudaCheck(cudaMemcpy(h.data(), d, n * sizeof(bf16), cudaMemcpyDeviceToHost));
-    return h;
 }
 
 static double gelu_ref(double a) { return 0.5 * a * (1.0 + tanh(0.7978845608028654 * (a + 0.044715 * a * a * a))); }
@@ -318,9 +306,9 @@ static double gelu_ref(double a) { return 0.5 * a * (1.0 + tanh(0.79788456080286
 template <int EPI>
 static void check(const bf16 *pre, const bf16 *out, const bf16 *x, const bf16 *w, const bf16 *bias, int M, int N,
                   int K, double &err_pre, double &err_out) {
-    std::vector<bf16> hx = to_host_bf16(x, (size_t)M * K), hw = to_host_bf16(w, (size_t)N * K),
-                      hb = to_host_bf16(bias, N), hp = to_host_bf16(EPI == GM_BIAS ? out : pre, (size_t)M * N),
-                      ho = to_host_bf16(out, (size_t)M * N);
+    std::vector<bf16> hx = to_host(x, (size_t)M * K), hw = to_host(w, (size_t)N * K),
+                      hb = to_host(bias, N), hp = to_host(EPI == GM_BIAS ? out : pre, (size_t)M * N),
+                      ho = to_host(out, (size_t)M * N);
     err_pre = err_out = 0;
     for (int i = 0; i < GM_SAMPLE_ROWS; i++) {
         const int r = (int)((size_t)i * (M - 1) / (GM_SAMPLE_ROWS - 1));
@@ -342,24 +330,24 @@ static void check(const bf16 *pre, const bf16 *out, const bf16 *x, const bf16 *w
 template <int EPI>
 static void run(const char *name, const Nvml &nv, bf16 *pre, bf16 *out, const bf16 *x, const bf16 *w,
                 const bf16 *bias, int M, int N, int K) {
-    cudaCheck(cudaMemset(pre, 0, (size_t)M * N * sizeof(bf16)));
-    cudaCheck(cudaMemset(out, 0, (size_t)M * N * sizeof(bf16)));
+    cudaCheck(cudaMemsetAsync(pre, 0, (size_t)M * N * sizeof(bf16), g_cuda.stream));
+    cudaCheck(cudaMemsetAsync(out, 0, (size_t)M * N * sizeof(bf16), g_cuda.stream));
     gemm_fc<EPI>(pre, out, x, w, bias, M, N, K);
-    cudaCheck(cudaDeviceSynchronize());
     double ep = 0, eo = 0;
     if (EPI != GM_NONE) { check<EPI>(pre, out, x, w, bias, M, N, K, ep, eo); }
     const double tflop = 2.0 * M * N * K * 1e-12;
-    const float ms = median_ms([&] { gemm_fc<EPI>(pre, out, x, w, bias, M, N, K); });
+    const float ms = median_ms([&] { gemm_fc<EPI>(pre, out, x, w, bias, M, N, K); }, g_cuda.stream);
     printf("%-18s worst error pre %.2e out %.2e   %7.3f ms  %6.1f TFLOP/s\n", name, ep, eo, ms, tflop / ms * 1e3);
     if (ep > GM_TOLERANCE || eo > GM_TOLERANCE) {
         fail("%s: the outputs are off the fp64 reference by more than %.2e: the kernel is wrong", name, GM_TOLERANCE);
     }
-    energy(nv, name, [&] { gemm_fc<EPI>(pre, out, x, w, bias, M, N, K); }, (cudaStream_t)0, tflop, "TFLOP");
+    energy(nv, name, [&] { gemm_fc<EPI>(pre, out, x, w, bias, M, N, K); }, g_cuda.stream, tflop, "TFLOP");
 }
 
 int main(int argc, char **argv) {
     std::vector<int> shapes = {768, 32768, 1600, 8192};
     if (argc > 2) { shapes.assign(argc - 1, 0); for (int i = 1; i < argc; i++) { shapes[i - 1] = atoi(argv[i]); } }
+    cuda_context_init();
     Nvml nv = nvml_open();
     for (size_t a = 0; a + 1 < shapes.size(); a += 2) {
         const int C = shapes[a], M = shapes[a + 1], K = C, N = 4 * C;
@@ -369,9 +357,9 @@ int main(int argc, char **argv) {
         cudaCheck(cudaMalloc(&bias, (size_t)N * sizeof(bf16)));
         cudaCheck(cudaMalloc(&pre, (size_t)M * N * sizeof(bf16)));
         cudaCheck(cudaMalloc(&out, (size_t)M * N * sizeof(bf16)));
-        fill_random<<<ceil_div_int(M * K, 256), 256>>>(x, (size_t)M * K, 1);
-        fill_random<<<ceil_div_int(N * K, 256), 256>>>(w, (size_t)N * K, 2);
-        fill_random<<<ceil_div_int(N, 256), 256>>>(bias, N, 3);
+        fill_random<<<ceil_div_int(M * K, 256), 256, 0, g_cuda.stream>>>(x, (size_t)M * K, 1);
+        fill_random<<<ceil_div_int(N * K, 256), 256, 0, g_cuda.stream>>>(w, (size_t)N * K, 2);
+        fill_random<<<ceil_div_int(N, 256), 256, 0, g_cuda.stream>>>(bias, N, 3);
         printf("== C %d, N %d: out (%d x %d) = gelu(x (%d x %d) W^T + b)\n", C, M, M, N, M, K);
         run<GM_NONE>("ours products only", nv, pre, out, x, w, bias, M, N, K);
         run<GM_BIAS>("ours bias", nv, pre, out, x, w, bias, M, N, K);

@@ -1,6 +1,6 @@
 /*
- * gpu_test_util.cuh: what the GPU tests share: values of an activation type to and from fp32 on the host, and copies
- * ordered with the trainer's compute stream.
+ * gpu_test_util.cuh: what the GPU tests (and the dev benchmarks) share: values of an activation type to and from fp32
+ * on the host, copies ordered with the trainer's compute stream, and random inputs made on the device.
  */
 #ifndef TEST_GPU_TEST_UTIL_CUH
 #define TEST_GPU_TEST_UTIL_CUH
@@ -35,6 +35,16 @@ template <typename T> static std::vector<T> to_host(const T *d, size_t n) {
     std::vector<T> h(n);
     copy_now(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost);
     return h;
+}
+
+// x[i] = a hash of (i, seed) as a value in [-0.5, 0.5): inputs too large to make on the host (the dev benchmarks'
+// activations and weights; never zeros, see METHOD.md). Launch with n threads or more.
+__global__ void fill_random(bf16 *x, size_t n, uint32_t seed) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) { return; }
+    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+    h ^= h >> 15; h *= 2246822519u; h ^= h >> 13;
+    x[i] = __float2bfloat16((h & 0xffff) / 65536.0f - 0.5f);
 }
 
 #endif // TEST_GPU_TEST_UTIL_CUH
