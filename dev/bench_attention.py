@@ -35,6 +35,19 @@ def median_ms(fn):
     return sorted(times)[REPS // 2]
 
 
+def inputs(B, T, NH, HS):
+    """q, k, v as (B, NH, T, HS) views of one (B, T, 3, NH, HS) tensor that wants gradients, and a dout."""
+    qkv = (torch.rand(B, T, 3, NH, HS, device="cuda", dtype=torch.bfloat16) * 4 - 2).requires_grad_()
+    q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
+    dout = torch.rand(B, NH, T, HS, device="cuda", dtype=torch.bfloat16) * 2 - 1
+    return q, k, v, dout
+
+
+def causal_flops(B, T, NH, HS):
+    """The causal forward's products: 4 B NH T^2 HS / 2."""
+    return 4.0 * B * NH * T * T * HS / 2
+
+
 class Nvml:
     """NVML's energy counter and SM clock of the current GPU, through the driver's libnvidia-ml."""
 
@@ -79,10 +92,8 @@ def main_energy():
     nvml = Nvml()
     torch.manual_seed(0)
     for B, T, NH, HS in SHAPES:
-        qkv = (torch.rand(B, T, 3, NH, HS, device="cuda", dtype=torch.bfloat16) * 4 - 2).requires_grad_()
-        q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
-        dout = torch.rand(B, NH, T, HS, device="cuda", dtype=torch.bfloat16) * 2 - 1
-        tflop = 3.5 * 4.0 * B * NH * T * T * HS / 2 * 1e-12
+        q, k, v, dout = inputs(B, T, NH, HS)
+        tflop = 3.5 * causal_flops(B, T, NH, HS) * 1e-12
         print(f"B={B} T={T} NH={NH} HS={HS}")
         for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION):
             def layer():
@@ -97,14 +108,12 @@ def main():
         return main_energy()
     torch.manual_seed(0)
     for B, T, NH, HS in SHAPES:
-        qkv = (torch.rand(B, T, 3, NH, HS, device="cuda", dtype=torch.bfloat16) * 4 - 2).requires_grad_()
-        q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))  # (B, NH, T, HS) views
-        dout = torch.rand(B, NH, T, HS, device="cuda", dtype=torch.bfloat16) * 2 - 1
+        q, k, v, dout = inputs(B, T, NH, HS)
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
             fwd = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             bwd = median_ms(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))
-        flops = 4.0 * B * NH * T * T * HS / 2
+        flops = causal_flops(B, T, NH, HS)
         print(f"torch bf16  B={B:<3d} T={T:<5d} NH={NH:<3d} HS={HS:<4d} fwd {fwd:8.3f} ms {flops / fwd * 1e-9:7.1f} "
               f"TFLOP/s   bwd {bwd:8.3f} ms {2.5 * flops / bwd * 1e-9:7.1f} TFLOP/s")
 
