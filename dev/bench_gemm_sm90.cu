@@ -300,7 +300,10 @@ static void gemm_fc(bf16 *pre, bf16 *out, const bf16 *x, const bf16 *w, const bf
     cudaCheckLaunch();
 }
 
-static double gelu_ref(double a) { return 0.5 * a * (1.0 + tanh(0.7978845608028654 * (a + 0.044715 * a * a * a))); }
+// GELU in fp64 with the kernels' own constants (llmc/cuda_common.cuh).
+static double gelu_ref(double a) {
+    return 0.5 * a * (1.0 + tanh((double)GELU_SCALE * (a + (double)GELU_CUBIC * a * a * a)));
+}
 
 static int sample_row(int i, int M) { return (int)((size_t)i * (M - 1) / (GM_SAMPLE_ROWS - 1)); }
 
