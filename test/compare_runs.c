@@ -207,7 +207,7 @@ int main(int argc, char **argv) {
             resume_keys_get(&run_keys, SAME_RUN_KEYS[i], b, sizeof(b));
             if (strcmp(a, b) != 0) {
                 size_t used = strlen(diff);
-                snprintf(diff + used, sizeof(diff) - used, " %s %s vs %s;", SAME_RUN_KEYS[i], b, a);
+                format_into(diff + used, sizeof(diff) - used, " %s %s vs %s;", SAME_RUN_KEYS[i], b, a);
             }
         }
         check(diff[0] == '\0', "same training settings",

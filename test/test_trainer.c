@@ -229,7 +229,13 @@ static Child run_train(Run *r) {
 // ----------------------------------------------------------------------------------------------------------
 // files
 
-static void scratch_path(char *out, const char *name) { snprintf(out, CKPT_PATH_LEN, "%s/%s", g_dir, name); }
+static void scratch_path(char *out, const char *name) {
+    if (!format_into(out, CKPT_PATH_LEN, "%s/%s", g_dir, name)) {
+        fprintf(stderr, "test_trainer: the scratch path %s/%s is longer than %d bytes; give the file a shorter name\n",
+                g_dir, name, CKPT_PATH_LEN - 1);
+        exit(1);
+    }
+}
 
 // The whole file, or NULL (and *n = 0) where it does not exist.
 static char *read_file(const char *path, size_t *n) {
@@ -294,7 +300,7 @@ static int metrics_match_log(const char *metrics_path, const char *log_path, int
         step += r.is_train;
     }
     free(text);
-    snprintf(why, cap, "%d training records; log.txt:\n%smetrics as log lines:\n%s", step, log, want);
+    format_into(why, cap, "%d training records; log.txt:\n%smetrics as log lines:\n%s", step, log, want);
     return step == steps && strcmp(log, want) == 0;
 }
 
@@ -688,7 +694,7 @@ static int run_until_done(const char *name, double signal_after_s, int *stops, c
         if (c.status == 0) { return attempt; }
         if (c.status == 128 + SIGTERM && attempt == 1 && signal_after_s >= 0) { continue; } // before the handler
         if (c.status != EXIT_PREEMPTED) {
-            snprintf(why, cap, "run %d of '%s' exited %d: %s", attempt, name, c.status, c.err);
+            format_into(why, cap, "run %d of '%s' exited %d: %s", attempt, name, c.status, c.err);
             return -1;
         }
         size_t n;

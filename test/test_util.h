@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -33,6 +34,19 @@ static void check(int ok, const char *name, const char *fmt, ...) {
 }
 
 static int test_exit(void) { return g_test_failures ? 1 : 0; }
+
+// snprintf into out[cap] that says when out was too small: the text is cut to end in "..." and 0 is returned. A
+// message keeps what fits; a caller building a path must stop on 0, since a cut path names another file.
+__attribute__((format(printf, 3, 4))) static int format_into(char *out, size_t cap, const char *fmt, ...) {
+    static const char CUT_MARK[] = "...";
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(out, cap, fmt, ap);
+    va_end(ap);
+    if (n >= 0 && (size_t)n < cap) { return 1; }
+    if (cap >= sizeof(CUT_MARK)) { memcpy(out + cap - sizeof(CUT_MARK), CUT_MARK, sizeof(CUT_MARK)); }
+    return 0;
+}
 
 // max |a - b| / max |b|: the per-tensor relative error used by every parity check (elementwise relative
 // error is meaningless where the reference crosses zero). One definition for float and double arrays (the GPU
