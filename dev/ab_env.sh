@@ -7,6 +7,8 @@
 #   the first "--" are environment variables, the rest train_gpt options. NP 1: one process; NP > 1: mpirun -np NP
 #   as data parallelism (every rank batch BATCH), with each setting's variables passed to the ranks.
 #   ROUNDS (2) rounds, STEPS (20) steps a run, EXTRA (more train_gpt options). Needs data/brown (or SHARD).
+#   AB_ALGOS: a gemm_algos.txt that every rank of every run loads instead of timing its own GEMM candidates, so that
+#   settings differ only in what they set (the choices of near-ties differ from run to run otherwise).
 # Examples: dev/ab_env.sh 2 d12:32:12 '' NCCL_MAX_CTAS=8 NCCL_MAX_CTAS=4
 #           dev/ab_env.sh 1 d24:16:24 '--grad-clip 1' '--grad-clip 0'
 set -euo pipefail
@@ -34,6 +36,7 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
             for kv in ${vars[@]+"${vars[@]}"}; do launch+=(-x "${kv%%=*}"); done
         fi
         rm -rf "$dir"
+        if [ -n "${AB_ALGOS:-}" ]; then mkdir -p "$dir" && cp "$AB_ALGOS" "$dir/gemm_algos.txt"; fi
         ab_options "$model" "$batch" "$keep" "$NP" "$dir"
         # shellcheck disable=SC2086 # EXTRA is a list of options
         env ${vars[@]+"${vars[@]}"} ${launch[@]+"${launch[@]}"} ./train_gpt "${AB_OPTS[@]}" ${EXTRA:-} \

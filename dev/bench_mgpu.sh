@@ -2,7 +2,8 @@
 # Multi-GPU throughput benchmark, on a machine with 2 GPUs, in one call: ours beside the PyTorch baseline
 # (shared/bench/torch_gpt.py, carried as .carry/torch_gpt.py: compiled, bf16, flash attention). T=1024, bf16 unless
 # a row says fp8.
-#   GPT-2 124M:  ours on 1 GPU (batch 32) | ours DP=2 (batch 32 per GPU) | torch DDP on 2 GPUs (batch 32 per GPU)
+#   GPT-2 124M:  ours on 1 GPU (batch 32) | ours DP=2 (batch 32 per GPU) | ours on 1 GPU x2 (two independent one-GPU
+#                runs at once, one a GPU: DP=2 without communication) | torch DDP on 2 GPUs (batch 32 per GPU)
 #   GPT-2 1558M: ours TP=2 (batch 8) | ours TP=2 + sequence parallel (batch 8) | torch FSDP on 2 GPUs (batch 8 per GPU)
 #                | ours DP=2 and ours GTP=2 (batch 8 per GPU each), in bf16 and in fp8
 #   4.7B (48 layers, 2816 channels): ours DP=2 and GTP=2 (batch 4 per GPU)
@@ -12,9 +13,10 @@
 # counts all GPUs; MFU is per GPU against the dense peak of the row's precision; peak memory is rank 0's; exposed
 # communication is the median of our step line's "| comm X ms" field (world > 1), "-" where the trainer does not
 # print it. Then the issues' ratios: ours DP=2 / torch DDP tokens/s (bar 1.10x), ours DP=2 / ours 1 GPU (bar 1.95x,
-# issue 14), TP=2's exposed communication as a share of its step (bar < 10%); in bf16 and in fp8, GTP=2 / DP=2
-# tokens/s (bar 0.95x) and peak memory (bar <= 0.75x), GTP=2 / torch FSDP tokens/s (bar 1.8x), GTP=2's exposed
-# communication (bar < 5%); last the largest-model line (a model DP=2 cannot hold, trained with GTP=2); then the
+# issue 14; then, for information, that ratio split in two: the pair over one GPU, the host's share, and DP=2 over
+# the pair, the communication's), TP=2's exposed communication as a share of its step (bar < 10%); in bf16 and in
+# fp8, GTP=2 / DP=2 tokens/s (bar 0.95x) and peak memory (bar <= 0.75x), GTP=2 / torch FSDP tokens/s (bar 1.8x),
+# GTP=2's exposed communication (bar < 5%); last the largest-model line (a model DP=2 cannot hold, trained with GTP=2); then the
 # 4-GPU lines, for information (the issues set no bars there): DP=4 / one GPU, GTP=4 and DP=2 x GTP=2 / DP=4 tokens/s
 # and peak memory, GTP=4 / torch FSDP on 4 GPUs, their exposed communication.
 # Note: FSDP at batch 8 per GPU runs 16 sequences a step where TP=2 runs 8; compare them by tokens/s. Ours trains as
@@ -96,25 +98,50 @@ run_one() {
     results+=("$name|$who|$kind|$prec|$L|$C|$seqs|$gpus|$steps|$status|$log")
 }
 
+# trainer_args MODEL B STEPS DATA_RANKS [options]: sets L, C and PREC from the preset and the options (--depth, --width
+# and --precision override the preset's shape and bf16) and ARGS to the trainer's options but --out-dir.
+trainer_args() {
+    local model=$1 B=$2 steps=$3 dp=$4 prev=""
+    shift 4
+    PREC=bf16
+    case $model in d12) L=12 C=768 ;; d48) L=48 C=1600 ;; esac
+    for a in "$@"; do
+        case $prev in --depth) L=$a ;; --width) C=$a ;; --precision) PREC=$a ;; esac
+        prev=$a
+    done
+    ARGS=(--model "$model" --batch-size "$B" --seq-len "$SEQ" --total-batch-tokens $((B * SEQ * dp)) --steps "$steps"
+          --val-every 0 --sample-every 0 --precision bf16 --train-data "$SHARD" --save 0 --warmup-steps 5
+          --grad-clip 0 "$@")
+}
+
 # ours NAME WHO RANKS MODEL B STEPS [options]: our trainer, one process or RANKS under mpirun, bf16 unless the options
 # say --precision; --depth and --width in the options override the preset's shape.
 ours() {
-    local name=$1 who=$2 ranks=$3 model=$4 B=$5 steps=$6 L C dp=$3 prec=bf16 prev=""
+    local name=$1 who=$2 ranks=$3 model=$4 B=$5 steps=$6 dp=$3
     shift 6
-    case $model in d12) L=12 C=768 ;; d48) L=48 C=1600 ;; esac
-    for a in "$@"; do
-        case $prev in --depth) L=$a ;; --width) C=$a ;; --precision) prec=$a ;; esac
-        prev=$a
-    done
     case " $* " in *" --tp "*) dp=1 ;; esac # the TP runs here use both GPUs for one model
+    trainer_args "$model" "$B" "$steps" "$dp" "$@"
     local launch=()
     [ "$ranks" -gt 1 ] && launch=(mpirun --allow-run-as-root -np "$ranks" --bind-to none -x NCCL_NVLS_ENABLE)
     rm -rf "$LOGS/run_$name"
-    run_one "$name" "$who" ours "$prec" "$L" "$C" $((B * dp)) "$ranks" "$steps" "$OURS_LIMIT_S" "${launch[@]}" \
-        ./train_gpt \
-        --model "$model" --batch-size "$B" --seq-len "$SEQ" --total-batch-tokens $((B * SEQ * dp)) --steps "$steps" \
-        --val-every 0 --sample-every 0 --precision bf16 --train-data "$SHARD" --out-dir "$LOGS/run_$name" --save 0 \
-        --warmup-steps 5 --grad-clip 0 "$@"
+    run_one "$name" "$who" ours "$PREC" "$L" "$C" $((B * dp)) "$ranks" "$steps" "$OURS_LIMIT_S" "${launch[@]}" \
+        ./train_gpt "${ARGS[@]}" --out-dir "$LOGS/run_$name"
+}
+
+# ours_pair NAME WHO MODEL B STEPS [options]: two independent one-GPU runs at once, on GPU 0 (its log NAME.log) and
+# GPU 1 (NAME.gpu1.log): no MPI, no NCCL, so what DP=2 costs over this pair is its communication, and what the pair
+# costs over one GPU alone is the host's (two cards busy at once, one card slower than the other). The row's step is
+# the slower run's median, as DP's step is its slower rank's.
+ours_pair() {
+    local name=$1 who=$2 model=$3 B=$4 steps=$5
+    shift 5
+    trainer_args "$model" "$B" "$steps" 1 "$@"
+    rm -rf "$LOGS/run_$name" "$LOGS/run_${name}_gpu1"
+    # shellcheck disable=SC2016 # the inner bash expands them: $0 the out dir, $1 GPU 1's log, the rest the command
+    run_one "$name" "$who" pair "$PREC" "$L" "$C" $((B * 2)) 2 "$steps" "$OURS_LIMIT_S" bash -c \
+        'CUDA_VISIBLE_DEVICES=1 "${@:2}" --out-dir "${0}_gpu1" > "$1" 2>&1 &
+         CUDA_VISIBLE_DEVICES=0 "${@:2}" --out-dir "$0"; here=$?; wait $!; there=$?; exit $((here | there))' \
+        "$LOGS/run_$name" "$LOGS/$name.gpu1.log" ./train_gpt "${ARGS[@]}"
 }
 
 # torch NAME WHO MODE L C B STEPS [GPUS]: the baseline on GPUS GPUs (default NP; B sequences per GPU).
@@ -135,6 +162,8 @@ row() {
 # Ours first: on a fresh machine each torch run spends minutes compiling, and what the deadline cuts should be those.
 row ours 124M_1gpu "ours 1 GPU" 1 d12 32 "$STEPS_SMALL" --keep-gelu-layers 12
 row ours 124M_dp2 "ours DP=2" "$NP" d12 32 "$STEPS_SMALL" --keep-gelu-layers 12
+# Three times the steps: the pair's two runs start up in their own time, and most timed steps must overlap.
+row ours_pair 124M_pair "ours 1 GPU x2" d12 32 $((STEPS_SMALL * 3)) --keep-gelu-layers 12
 row ours 1558M_dp2 "ours DP=2" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12
 row ours 1558M_gtp2 "ours GTP=2" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --gtp "$NP"
 row ours 1558M_tp2 "ours TP=2" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --tp "$NP"
@@ -166,6 +195,12 @@ def flops_per_token(L, C):  # as dev/bench.sh: 6 x parameters + attention
     params = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
     return 6 * params + 12 * L * C * T
 STEP = re.compile(r"^step\s+(\d+)/\d+ \| loss .*?\| ([\d.]+) ms \| [\d.]+ tok/s(.*)$", re.M)
+def timed_median(text):  # our log's median step time after the warm-up and median exposed communication, or None
+    timed = [(float(t), rest) for s, t, rest in STEP.findall(text) if int(s) > warm]
+    if not timed:
+        return None, None
+    c = [float(m.group(1)) for _, rest in timed for m in [re.search(r"\| comm ([\d.]+) ms", rest)] if m]
+    return statistics.median(t for t, _ in timed), statistics.median(c) if c else None
 rows, shapes = {}, {}
 print(f"{'layout':14} {'who':14} {'ms/step':>9} {'tok/s':>10} {'MFU%/GPU':>9} {'peak GB':>8} {'comm ms':>8}")
 for r in sys.argv[5:]:
@@ -173,14 +208,13 @@ for r in sys.argv[5:]:
     L, C, seqs, gpus = int(L), int(C), int(seqs), int(gpus)
     text = open(log, errors="replace").read() if status != "SKIPPED" else ""
     ms = tok = mem = comm = None
-    if status == "ok" and kind == "ours":
-        found = [(int(s), float(t), rest) for s, t, rest in STEP.findall(text)]
-        timed = [f for f in found if f[0] > warm]
-        if timed:
-            ms = statistics.median(t for _, t, _ in timed)
+    if status == "ok" and kind in ("ours", "pair"):
+        ms, comm = timed_median(text)
+        if kind == "pair":  # the slower of the two runs (GPU 1's log beside GPU 0's)
+            other = timed_median(open(log[:-len(".log")] + ".gpu1.log", errors="replace").read())[0]
+            ms = None if ms is None or other is None else max(ms, other)
+        if ms is not None:
             tok = seqs * T / ms * 1e3
-            c = [float(m.group(1)) for _, _, rest in timed for m in [re.search(r"\| comm ([\d.]+) ms", rest)] if m]
-            comm = statistics.median(c) if c else None
         m = re.search(r"peak GPU memory: ([\d.]+) GB", text)
         mem = float(m.group(1)) if m else None
     elif status == "ok":
@@ -215,6 +249,9 @@ print(f"(MFU against the dense peak of the row's precision: bf16 {peaks['bf16'] 
 print()
 ratio("ours DP=2 / torch DDP tokens/s", "124M_dp2", "124M_ddp", 1.10)
 ratio("ours DP=2 / ours 1 GPU tokens/s", "124M_dp2", "124M_1gpu", 1.95)
+# Where DP=2's shortfall comes from: the pair is two one-GPU runs at once with no communication at all.
+ratio("ours 1 GPU x2 / 1 GPU tokens/s", "124M_pair", "124M_1gpu", None)
+ratio("ours DP=2 / 1 GPU x2 tokens/s", "124M_dp2", "124M_pair", None)
 def exposed(name, bar):
     ms, _, comm, _ = rows.get(name, (None,) * 4)
     if ms is None or comm is None:
