@@ -9,16 +9,16 @@
 #   4.7B (48 layers, 2816 channels): ours DP=2 and GTP=2 (batch 4 per GPU)
 #   On 4 GPUs (rows skipped where fewer are present): 124M ours DP=4; 1558M ours DP=4, GTP=4 and DP=2 x GTP=2 (batch
 #   8 per data rank each) and torch FSDP on 4 GPUs
-# ms/step is the median of the steps after WARMUP_STEPS (the baseline takes the same median itself); tokens/s
-# counts all GPUs; MFU is per GPU against the dense peak of the row's precision; peak memory is rank 0's; exposed
-# communication is the median of our step line's "| comm X ms" field (world > 1), "-" where the trainer does not
-# print it. Then the issues' ratios: ours DP=2 / torch DDP tokens/s (bar 1.10x), ours DP=2 / ours 1 GPU (bar 1.95x,
-# issue 14; then, for information, that ratio split in two: the pair over one GPU, the host's share, and DP=2 over
-# the pair, the communication's), TP=2's exposed communication as a share of its step (bar < 10%); in bf16 and in
-# fp8, GTP=2 / DP=2 tokens/s (bar 0.95x) and peak memory (bar <= 0.75x), GTP=2 / torch FSDP tokens/s (bar 1.8x),
-# GTP=2's exposed communication (bar < 5%); last the largest-model line (a model DP=2 cannot hold, trained with GTP=2); then the
-# 4-GPU lines, for information (the issues set no bars there): DP=4 / one GPU, GTP=4 and DP=2 x GTP=2 / DP=4 tokens/s
-# and peak memory, GTP=4 / torch FSDP on 4 GPUs, their exposed communication.
+# ms/step is the median of the steps after WARMUP_STEPS (the baseline takes the same median itself); tokens/s counts
+# all GPUs; MFU is per GPU against the dense peak of the row's precision; peak memory is rank 0's; exposed
+# communication is the median of our step line's "| comm X ms" field (world > 1), "-" where the trainer does not print
+# it. Then the issues' ratios: ours DP=2 / torch DDP tokens/s (bar 1.10x), ours DP=2 / ours 1 GPU (bar 1.95x, issue
+# 14; then, for information, that ratio split in two: the pair over one GPU, the host's share, and DP=2 over the pair,
+# the communication's), TP=2's exposed communication as a share of its step (bar < 10%); in bf16 and in fp8, GTP=2 /
+# DP=2 tokens/s (bar 0.95x) and peak memory (bar <= 0.75x), GTP=2 / torch FSDP tokens/s (bar 1.8x), GTP=2's exposed
+# communication (bar < 5%); last the largest-model line (a model DP=2 cannot hold, trained with GTP=2); then the 4-GPU
+# lines, for information (the issues set no bars there): DP=4 / one GPU, GTP=4 and DP=2 x GTP=2 / DP=4 tokens/s and
+# peak memory, GTP=4 / torch FSDP on 4 GPUs, their exposed communication.
 # Note: FSDP at batch 8 per GPU runs 16 sequences a step where TP=2 runs 8; compare them by tokens/s. Ours trains as
 # the baseline does, without clipping the gradient norm (--grad-clip 0; torch_gpt.py clips nothing), so that its
 # update starts in the backward where the layout allows it (not fp8: --update-in-backward).
@@ -114,8 +114,7 @@ trainer_args() {
           --grad-clip 0 "$@")
 }
 
-# ours NAME WHO RANKS MODEL B STEPS [options]: our trainer, one process or RANKS under mpirun, bf16 unless the options
-# say --precision; --depth and --width in the options override the preset's shape.
+# ours NAME WHO RANKS MODEL B STEPS [options]: our trainer (trainer_args), one process or RANKS under mpirun.
 ours() {
     local name=$1 who=$2 ranks=$3 model=$4 B=$5 steps=$6 dp=$3
     shift 6
