@@ -16,7 +16,8 @@
  * Rank 0 sees a rank's connection close, tells the other ranks which one it was, and each fails with one line.
  * (Under mpirun, the launcher ends the job when a rank dies; the timeout covers the rest, e.g. a GPU that hangs.)
  * Every fatal error (fail() through g_fail_hook, or the watchdog) aborts all communicators (ncclCommAbort) first,
- * so no local collective keeps spinning; an alarm of ABORT_GRACE_S seconds ends the process if an abort hangs.
+ * so no local collective keeps spinning; an alarm of ABORT_GRACE_S seconds ends the process, with a line saying so,
+ * if an abort hangs.
  */
 #ifndef LLMC_COMM_CUH
 #define LLMC_COMM_CUH
@@ -154,6 +155,29 @@ static void comm_settle_split(ncclComm_t parent, ncclComm_t *child, const char *
 // ---------------------------------------------------------------------------------------------------------
 // aborting
 
+// The line SIGALRM prints when an abort outlives ABORT_GRACE_S, written before any abort (the handler may only
+// write(2) and _exit), so that the job ends with a reason and a failure status rather than "Alarm clock".
+static char g_abort_hung_note[320];
+
+static void comm_on_abort_hung(int sig) {
+    ssize_t w = write(STDERR_FILENO, g_abort_hung_note, strlen(g_abort_hung_note));
+    (void)w;
+    (void)sig;
+    _exit(EXIT_FAILURE);
+}
+
+static void comm_arm_abort_alarm(void) {
+    snprintf(g_abort_hung_note, sizeof(g_abort_hung_note), "[%s rank %d] error: NCCL's abort of the "
+             "communicators was still running after %d s (a collective kernel or NCCL's proxy thread is stuck); "
+             "exiting without it, the error above is the cause\n", g_program, g_rank, ABORT_GRACE_S);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = comm_on_abort_hung;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGALRM, &sa, NULL);
+    alarm(ABORT_GRACE_S);
+}
+
 // Aborts every communicator, once, whoever calls first (fail() on the main thread, or the watchdog).
 static void comm_abort_all(void) {
     pthread_mutex_lock(&g_comm.lock);
@@ -163,7 +187,7 @@ static void comm_abort_all(void) {
     g_comm.num_live = 0;
     pthread_mutex_unlock(&g_comm.lock);
     if (!first) { return; }
-    alarm(ABORT_GRACE_S);
+    comm_arm_abort_alarm();
     for (int i = 0; i < n; i++) { ncclCommAbort(g_comm.comms[i]); }
 }
 

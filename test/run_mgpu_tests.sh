@@ -46,7 +46,8 @@
 #    within the fp32 parity tolerances. The update in backward (bf16, --grad-clip 0): DP=2, DP=2+ZeRO-1, TP=2+SP,
 #    GTP=2 and (4 GPUs) DP=2 x GTP=2+ZeRO-1 end with the same step-20 model file as with --update-in-backward 0.
 # 3. faults (2 ranks): kill -9 of one rank mid-run (rank 1, then rank 0): the other exits non-zero within
-#    FAULT_LIMIT_S with an error line naming the failure; a rank missing at start-up, a port in use, a wrong world
+#    FAULT_LIMIT_S with an error line naming the failure; SIGSTOP of rank 1 mid-run (alive but silent): rank 0
+#    exits non-zero with a line naming the collective it waited for; a rank missing at start-up, a port in use, a wrong world
 #    size: one line, non-zero exit; SIGUSR1 to mpirun -np 2 stops both ranks at one step with a checkpoint, and the
 #    same command finishes the run bit-exactly (dev/preempt_check.sh).
 # Logs stay in $LOG_DIR (default: a fresh temporary folder).
@@ -62,6 +63,7 @@ LOSS_TOL_FP32=1e-5; NORM_TOL_FP32=1e-5; WEIGHT_TOL_FP32=1e-5; STRAY_FP32=5e-2
 LOSS_TOL_BF16=1e-3; NORM_TOL_BF16=1e-2; WEIGHT_TOL_BF16=1e-2; STRAY_BF16=5e-2
 LOSS_TOL_FP8=2e-3; NORM_TOL_FP8=2e-2; WEIGHT_TOL_FP8=5e-2; STRAY_FP8=1.5e-1
 FAULT_LIMIT_S=60
+STUCK_TIMEOUT_S=10   # TRAIN_GPT_NCCL_TIMEOUT of the fault runs: a peer waits this long for a stopped rank
 RUN_TIMEOUT_S=600
 PORT_BASE=${PORT_BASE:-29600}
 GEMM_ALGOS=gemm_algos.txt          # rank 0's GEMM choices (choose_gemm_algos in train_gpt.cu)
@@ -314,34 +316,39 @@ PORT_FAULT=$((PORT + 10))
 LONG=(--depth 2 --width 128 --heads 2 --seq-len 64 --batch-size 4 --total-batch-tokens 512 --steps 1000000
       --warmup-steps 0 --val-every 0 --sample-every 0 --save 0 --precision bf16)
 
-# kill_test VICTIM PORT: kills rank VICTIM after a few steps; the other must fail fast and say why.
-kill_test() {
-    local victim=$1 port=$2 name="kill_rank$1" survivor=$((1 - $1)) t0 waited
-    launch_env "$name" "$FAULT_NP" "$port" "${LONG[@]}" --out-dir "$LOG_DIR/$name"
+# fault_test NAME VICTIM SIGNAL PORT WANT: sends SIGNAL to rank VICTIM after a few steps; the other rank must exit
+# non-zero within FAULT_LIMIT_S with an error line matching WANT (a grep -E pattern). Ranks wait at most
+# STUCK_TIMEOUT_S for a collective, so that a stopped rank's peer fails well within the limit.
+fault_test() {
+    local name=$1 victim=$2 sig=$3 port=$4 want=$5 survivor=$((1 - $2)) t0 waited
+    TRAIN_GPT_NCCL_TIMEOUT=$STUCK_TIMEOUT_S launch_env "$name" "$FAULT_NP" "$port" "${LONG[@]}" \
+        --out-dir "$LOG_DIR/$name"
     for _ in $(seq 600); do # until rank 0 has logged step 5 (at most 60 s)
         grep -q '^step 5/' "$LOG_DIR/$name.rank0.out" 2>/dev/null && break
         sleep 0.1
     done
-    kill -9 "${PIDS[$victim]}"
+    kill -"$sig" "${PIDS[$victim]}"
     t0=$(date +%s.%N)
     for _ in $(seq $((FAULT_LIMIT_S * 10))); do
         kill -0 "${PIDS[$survivor]}" 2>/dev/null || break
         sleep 0.1
     done
     if kill -0 "${PIDS[$survivor]}" 2>/dev/null; then
-        kill -9 "${PIDS[$survivor]}"
-        wait "${PIDS[$survivor]}" 2>/dev/null
-        fail_check "$name" "rank $survivor still ran $FAULT_LIMIT_S s after rank $victim was killed (a hang)"
+        kill -9 "${PIDS[@]}"
+        wait "${PIDS[@]}" 2>/dev/null
+        fail_check "$name" "rank $survivor still ran $FAULT_LIMIT_S s after rank $victim got SIG$sig (a hang)"
         return
     fi
     wait "${PIDS[$survivor]}"; local rc=$?
+    kill -9 "${PIDS[$victim]}" 2>/dev/null # a stopped rank stays stopped until killed
     wait "${PIDS[$victim]}" 2>/dev/null
     waited=$(awk "BEGIN { printf \"%.1f\", $(date +%s.%N) - $t0 }")
     local err="$LOG_DIR/$name.rank$survivor.err"
-    if [ "$rc" -ne 0 ] && grep -q "^\[train_gpt rank $survivor\] error: .*rank $victim" "$err"; then
+    if [ "$rc" -ne 0 ] && grep -Eq "^\[train_gpt rank $survivor\] error: .*($want)" "$err"; then
         pass "$name: rank $survivor exited $rc after ${waited}s: $(grep -m1 'error:' "$err")"
     else
-        fail_check "$name" "rank $survivor exited $rc after ${waited}s without naming rank $victim: $(tail -2 "$err")"
+        fail_check "$name" "rank $survivor exited $rc after ${waited}s without an error matching '$want': \
+$(tail -2 "$err")"
     fi
 }
 
@@ -363,8 +370,11 @@ if part faults; then
     if [ "$NGPU" -lt "$FAULT_NP" ]; then
         skip "faults: need $FAULT_NP GPUs, this machine has $NGPU"
     else
-        kill_test 1 $((PORT_FAULT + 1))
-        kill_test 0 $((PORT_FAULT + 2))
+        fault_test kill_rank1 1 KILL $((PORT_FAULT + 1)) "rank 1"
+        fault_test kill_rank0 0 KILL $((PORT_FAULT + 2)) "rank 0"
+        # a rank that stops answering without exiting (a hung GPU or process): its peer's next wait for a
+        # collective times out, and it names what it waited for
+        fault_test stopped_rank1 1 STOP $((PORT_FAULT + 6)) "waited [0-9.]+ s for .*still incomplete"
 
         # a missing rank: only rank 0 of 2 is started
         port=$((PORT_FAULT + 3))
