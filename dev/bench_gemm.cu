@@ -8,6 +8,10 @@
  *   dev/bench_gemm --space C N ...    the GELU epilogues' GEMMs over every configuration cuBLASLt has (space())
  *   dev/bench_gemm --energy C N ...   the card's energy per unit of work (dev/cuda_energy.cuh): the fc GEMMs with
  *                                     and without their GELU epilogues, a memory-bound pass, and the card idle
+ *   dev/bench_gemm --space-energy C N ...  the largest GEMMs of a step (SPACE_ENERGY_GEMMS) over every
+ *                                     configuration, then the energy of the heuristic's first choice and of the
+ *                                     fastest configurations found: at the power cap a step's time is its energy, so
+ *                                     a configuration is worth adding to the trainer's tuning only if it costs less
  *
  * One line per GEMM: TFLOP/s of the heuristic's first algorithm, of the best one and which it is, and the
  * configuration (tile, stages, split-K, cluster) of both. Inputs are random bf16 (never zeros: see METHOD.md).
@@ -160,7 +164,22 @@ static std::vector<V> algo_cap_list(const cublasLtMatmulAlgo_t *a, cublasLtMatmu
     return v;
 }
 
-static void space(const char *name, const Gemm &g) {
+// The GEMMs --space-energy searches: the block's largest products in each pass (fc and fcproj), qkv's forward, and
+// the fc pair's weight gradients without BGRADB (as the trainer runs them).
+static const char *const SPACE_ENERGY_GEMMS[] = {"qkv fwd", "fc fwd", "fcproj dgrad", "fcproj dgelu", "fc dgrad",
+                                                 "fc wgrad-nb", "fcproj wgrad-nb"};
+
+// Joules per TFLOP of g with `algo`, at the cap (dev/cuda_energy.cuh).
+static void gemm_energy_with(const Nvml &n, const char *name, const Gemm &g, const cublasLtMatmulAlgo_t *algo) {
+    float alpha = 1.0f;
+    energy(n, name, [&] {
+        cublasCheck(cublasLtMatmul(g_cuda.lt, g.desc, &alpha, g.A, g.la, g.B, g.lb, &g.beta, g.D, g.ld, g.D, g.ld,
+                                   algo, g_cuda.lt_workspace, CUBLASLT_WORKSPACE_BYTES, g_cuda.stream));
+    }, g_cuda.stream, 2.0 * g.m * g.n * g.k * 1e-12, "TFLOP");
+}
+
+// nvml: also the energy of the heuristic's first algorithm and of the SPACE_TOP fastest configurations (NULL: none).
+static void space(const char *name, const Gemm &g, const Nvml *nvml) {
     const cudaDataType_t dt = g.dt;
     cublasLtMatmulHeuristicResult_t heur[GEMM_CANDIDATES];
     int found = heuristic_algos(g, heur);
@@ -204,7 +223,9 @@ static void space(const char *name, const Gemm &g) {
                         continue;
                     }
                     checked++;
-                    double tf = gemm_time(g, &algo, 0, 1);
+                    // one untimed run first: a kernel's first launch loads its module (lazy loading) and would
+                    // fail the SPACE_NEAR test whatever its speed
+                    double tf = gemm_time(g, &algo, 1, 1);
                     if (tf > SPACE_NEAR * heur_best) { timed.push_back({gemm_time(g, &algo, 0, SPACE_REPS), algo}); }
                 }
             }
@@ -218,6 +239,13 @@ static void space(const char *name, const Gemm &g) {
         describe(d, sizeof(d), &timed[i].second);
         printf("    %6.1f TFLOP/s  [%s]\n", gemm_time(g, &timed[i].second, WARMUP, REPS), d);
     }
+    if (!nvml || found == 0) { return; }
+    gemm_energy_with(*nvml, "  heuristic #0", g, &heur[0].algo);
+    for (int i = 0; i < (int)timed.size() && i < SPACE_TOP; i++) {
+        char label[32];
+        snprintf(label, sizeof(label), "  space #%d", i);
+        gemm_energy_with(*nvml, label, g, &timed[i].second);
+    }
 }
 
 // out = in, n16 pieces of 16 bytes (8 bf16), one a thread: a pass at the memory's bandwidth.
@@ -228,15 +256,11 @@ __global__ void copy_bf16(bf16 *out, const bf16 *in, size_t n16) {
 
 static void energy_all(int C, int N, bf16 *x, bf16 *w, bf16 *y, bf16 *aux, size_t big) {
     Nvml n = nvml_open();
-    float alpha = 1.0f;
     energy_idle(n);
     auto gemm_energy = [&](const char *name, Gemm g) {
         cublasLtMatmulHeuristicResult_t heur[GEMM_CANDIDATES];
-        if (heuristic_algos(g, heur) == 0) { printf("%-18s no algorithm\n", name); return; }
-        energy(n, name, [&] {
-            cublasCheck(cublasLtMatmul(g_cuda.lt, g.desc, &alpha, g.A, g.la, g.B, g.lb, &g.beta, g.D, g.ld, g.D, g.ld,
-                                       &heur[0].algo, g_cuda.lt_workspace, CUBLASLT_WORKSPACE_BYTES, g_cuda.stream));
-        }, g_cuda.stream, 2.0 * g.m * g.n * g.k * 1e-12, "TFLOP");
+        if (heuristic_algos(g, heur) == 0) { printf("%-18s no algorithm\n", name); }
+        else { gemm_energy_with(n, name, g, &heur[0].algo); }
         gemm_destroy(g);
     };
     gemm_energy("fc fwd bias", gemm_make(4 * C, N, C, 1, 0, C, C, CUDA_R_16BF, 0.0f, CUBLASLT_EPILOGUE_BIAS, w, NULL,
@@ -256,8 +280,11 @@ static void energy_all(int C, int N, bf16 *x, bf16 *w, bf16 *y, bf16 *aux, size_
 
 int main(int argc, char **argv) {
     cuda_context_init();
-    const bool search = argc > 1 && strcmp(argv[1], "--space") == 0;
+    const bool space_energy = argc > 1 && strcmp(argv[1], "--space-energy") == 0;
+    const bool search = space_energy || (argc > 1 && strcmp(argv[1], "--space") == 0);
     const bool energy_mode = argc > 1 && strcmp(argv[1], "--energy") == 0;
+    Nvml nvml = {};
+    if (space_energy) { nvml = nvml_open(); }
     for (int a = search || energy_mode ? 2 : 1; a + 1 < argc; a += 2) {
         int C = atoi(argv[a]), N = atoi(argv[a + 1]);
         size_t big = (size_t)N * std::max(4 * C, VOCAB_PADDED);
@@ -282,8 +309,15 @@ int main(int argc, char **argv) {
         }
         // searched: the GELU epilogues' GEMMs and, for comparison, the fcproj input gradient without its epilogue
         auto one = [&](const char *name, bool searched, Gemm g) {
-            if (!search) { bench(name, g); }
-            else if (searched) { space(name, g); }
+            if (space_energy) {
+                for (const char *e : SPACE_ENERGY_GEMMS) {
+                    if (strcmp(e, name) == 0) { space(name, g, &nvml); }
+                }
+            } else if (!search) {
+                bench(name, g);
+            } else if (searched) {
+                space(name, g, NULL);
+            }
             gemm_destroy(g);
         };
         struct { const char *name; int in, out, bias, gelu; } lins[] = {
