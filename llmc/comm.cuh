@@ -155,8 +155,9 @@ static void comm_settle_split(ncclComm_t parent, ncclComm_t *child, const char *
 // ---------------------------------------------------------------------------------------------------------
 // aborting
 
-// The line SIGALRM prints when an abort outlives ABORT_GRACE_S, written before any abort (the handler may only
-// write(2) and _exit), so that the job ends with a reason and a failure status rather than "Alarm clock".
+// The line SIGALRM prints when the abort, or the exit after it, outlives ABORT_GRACE_S; written before any abort
+// (the handler may only write(2) and _exit), so that the job ends with a reason and a failure status rather than
+// "Alarm clock".
 static char g_abort_hung_note[320];
 
 static void comm_on_abort_hung(int sig) {
@@ -168,8 +169,8 @@ static void comm_on_abort_hung(int sig) {
 
 static void comm_arm_abort_alarm(void) {
     snprintf(g_abort_hung_note, sizeof(g_abort_hung_note), "[%s rank %d] error: NCCL's abort of the "
-             "communicators was still running after %d s (a collective kernel or NCCL's proxy thread is stuck); "
-             "exiting without it, the error above is the cause\n", g_program, g_rank, ABORT_GRACE_S);
+             "communicators, or the exit after it, was still running after %d s (a collective kernel or NCCL's "
+             "proxy thread is stuck); exiting without it, the error above is the cause\n", g_program, g_rank, ABORT_GRACE_S);
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = comm_on_abort_hung;
