@@ -103,8 +103,17 @@ static inline void nccl_check_(ncclResult_t r, const char *what, const char *fil
 
 static inline double comm_clock_s(void) { return bootstrap_clock_s(); }
 
+// Where the watchdog has begun to end the process (it printed the cause and is aborting the communicators, then
+// exits), the main thread's waits stop here instead of timing out into a second error line, the consequence of
+// the first, and instead of polling communicators the abort is tearing down.
+static void comm_park_if_aborting(void) {
+    if (!__atomic_load_n(&g_comm.aborting, __ATOMIC_ACQUIRE)) { return; }
+    for (;;) { pause(); } // the watchdog's _exit, or the abort alarm's, ends the process
+}
+
 // One poll of a non-blocking call on comm: returns its state, or fails on an NCCL error or past the deadline.
 static ncclResult_t comm_poll(ncclComm_t comm, const char *what, double deadline, double timeout_s) {
+    comm_park_if_aborting();
     ncclResult_t st;
     ncclCheck(ncclCommGetAsyncError(comm, &st));
     if (st != ncclSuccess && st != ncclInProgress) {
@@ -183,7 +192,7 @@ static void comm_arm_abort_alarm(void) {
 static void comm_abort_all(void) {
     pthread_mutex_lock(&g_comm.lock);
     int first = !g_comm.aborting;
-    g_comm.aborting = 1;
+    __atomic_store_n(&g_comm.aborting, 1, __ATOMIC_RELEASE);
     int n = g_comm.num_live;
     g_comm.num_live = 0;
     pthread_mutex_unlock(&g_comm.lock);
@@ -325,6 +334,7 @@ static void comm_wait_event_for(cudaEvent_t ev, const char *what, double timeout
         cudaError_t e = cudaEventQuery(ev);
         if (e == cudaSuccess) { break; }
         if (e != cudaErrorNotReady) { cudaCheck(e); }
+        comm_park_if_aborting();
         if (comm_clock_s() > deadline) {
             fail("waited %g s for %s; still incomplete: %s. A peer rank died, hung or fell behind (see the other "
                  "ranks' lines); raise %s if a step legitimately takes longer", timeout_s, what,
