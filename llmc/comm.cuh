@@ -177,9 +177,10 @@ static void comm_on_abort_hung(int sig) {
 }
 
 static void comm_arm_abort_alarm(void) {
-    snprintf(g_abort_hung_note, sizeof(g_abort_hung_note), "[%s rank %d] error: NCCL's abort of the "
-             "communicators, or the exit after it, was still running after %d s (a collective kernel or NCCL's "
-             "proxy thread is stuck); exiting without it, the error above is the cause\n", g_program, g_rank, ABORT_GRACE_S);
+    snprintf(g_abort_hung_note, sizeof(g_abort_hung_note),
+             "[%s rank %d] error: NCCL's abort of the communicators, or the exit after it, was still running after "
+             "%d s (a collective kernel or NCCL's proxy thread is stuck); exiting without it, the error above is the "
+             "cause\n", g_program, g_rank, ABORT_GRACE_S);
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = comm_on_abort_hung;

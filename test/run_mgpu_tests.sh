@@ -47,9 +47,9 @@
 #    GTP=2 and (4 GPUs) DP=2 x GTP=2+ZeRO-1 end with the same step-20 model file as with --update-in-backward 0.
 # 3. faults (2 ranks): kill -9 of one rank mid-run (rank 1, then rank 0): the other exits with status 1 within
 #    FAULT_LIMIT_S with an error line naming the failure; SIGSTOP of rank 1 mid-run (alive but silent): rank 0
-#    exits with status 1 and a line naming the collective it waited for; a rank missing at start-up, a port in use,
-#    a wrong world size: one line, non-zero exit; SIGUSR1 to mpirun -np 2 stops both ranks at one step with a checkpoint, and the
-#    same command finishes the run bit-exactly (dev/preempt_check.sh).
+#    exits with status 1 and a line naming the collective it waited for; a rank missing at start-up, a port in
+#    use, a wrong world size: one line, non-zero exit; SIGUSR1 to mpirun -np 2 stops both ranks at one step with a
+#    checkpoint, and the same command finishes the run bit-exactly (dev/preempt_check.sh).
 # Logs stay in $LOG_DIR (default: a fresh temporary folder).
 set -u
 cd "$(dirname "$0")/.."
@@ -318,9 +318,9 @@ LONG=(--depth 2 --width 128 --heads 2 --seq-len 64 --batch-size 4 --total-batch-
 
 # fault_test NAME VICTIM SIGNAL PORT WANT: sends SIGNAL to rank VICTIM after a few steps; the other rank must exit
 # with status 1 within FAULT_LIMIT_S with one error line, matching WANT (a grep -E pattern): the cause, not also
-# its consequences (a wait that then times out). Status 1, not 128 + a
-# signal: an NCCL abort that hangs behind the dead peer must end in the alarm's line, not in SIGALRM itself. Ranks wait at most
-# STUCK_TIMEOUT_S for a collective, so that a stopped rank's peer fails well within the limit.
+# its consequences (a wait that then times out). Status 1, not 128 + a signal: an NCCL abort that hangs behind the
+# dead peer must end in the alarm's line, not in SIGALRM itself. Ranks wait at most STUCK_TIMEOUT_S for a
+# collective, so that a stopped rank's peer fails well within the limit.
 fault_test() {
     local name=$1 victim=$2 sig=$3 port=$4 want=$5 survivor=$((1 - $2)) t0 waited
     TRAIN_GPT_NCCL_TIMEOUT=$STUCK_TIMEOUT_S launch_env "$name" "$FAULT_NP" "$port" "${LONG[@]}" \
