@@ -130,8 +130,12 @@ $(BROWN_SHARDS) &: | tokenize
 $(TEST_ORACLE): test/package-lock.json
 	npm ci --prefix test --no-audit --no-fund --loglevel=error
 
+# The tests' time limits are there to catch hangs. Sanitized, the CPU model runs ~50x slower (-O1, every load and
+# store checked: 17 s a step of test_cli.sh's tiny model, whose LM head over GPT-2's vocabulary is most of the work),
+# and test_cli.sh took 27 minutes on a 2-core machine, past the 20 a test may take; so the limits stretch by this much.
+SANITIZE_TIME_SCALE = 4
 test: $(TARGETS) $(TEST_BINS) $(BROWN_SHARDS) $(TEST_ORACLE)
-	test/run_tests.sh
+	TEST_TIME_SCALE=$(if $(filter 1,$(SANITIZE)),$(SANITIZE_TIME_SCALE),1) test/run_tests.sh
 
 bench: train_gpt
 	dev/bench.sh

@@ -1,7 +1,7 @@
 # cli_lib.sh: what the end-to-end scripts (test_cli.sh, test_hf.sh) share, sourced by them from the repository root:
 # the default shards, PASS/FAIL lines, the checks that their programs and data exist, and the test that a command
 # fails with one error line.
-RUN_TIMEOUT=600
+RUN_TIMEOUT=$((600 * ${TEST_TIME_SCALE:-1})) # seconds one run may take (test/run_tests.sh stretches it when sanitized)
 TRAIN_GLOB='data/brown/brown_train_*.bin'
 VAL_GLOB='data/brown/brown_val_*.bin'
 
