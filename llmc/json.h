@@ -180,6 +180,7 @@ static inline int json_is_digit(JsonParser *p) { return p->pos < p->n && p->s[p-
 
 static inline int json_hex4(JsonParser *p, uint32_t *out) {
     uint32_t v = 0;
+    *out = 0; // defined on the error paths too: callers stop there, but the compiler cannot always tell
     for (int i = 0; i < 4; i++, p->pos++) {
         if (p->pos >= p->n) { return json_error(p, "truncated \\u escape"); }
         char c = p->s[p->pos];
@@ -200,6 +201,7 @@ static inline int json_hex4(JsonParser *p, uint32_t *out) {
 // The escape at the backslash under p->pos: its code point in *cp. A \uXXXX high surrogate must be followed by
 // its low half (a lone surrogate has no UTF-8 form).
 static inline int json_escape(JsonParser *p, uint32_t *cp) {
+    *cp = 0; // as json_hex4's out
     p->pos++;
     if (p->pos >= p->n) { return json_error(p, "truncated escape"); }
     char e = p->s[p->pos++];
