@@ -354,9 +354,12 @@ static void comm_wait_event_for(cudaEvent_t ev, const char *what, double timeout
         if (e != cudaErrorNotReady) { cudaCheck(e); }
         comm_park_if_aborting();
         if (comm_clock_s() > deadline) {
-            fail("waited %g s for %s; still incomplete: %s. A peer rank died, hung or fell behind (see the other "
-                 "ranks' lines); raise %s if a step legitimately takes longer", timeout_s, what,
-                 comm_first_pending(), NCCL_TIMEOUT_ENV);
+            // the first pending collective is often the one waited for; say it once then
+            const char *pending = comm_first_pending();
+            int same = strcmp(pending, what) == 0;
+            fail("waited %g s for %s; %s%s. A peer rank died, hung or fell behind (see the other ranks' lines); "
+                 "raise %s if a step legitimately takes longer", timeout_s, what,
+                 same ? "it is still incomplete" : "still incomplete: ", same ? "" : pending, NCCL_TIMEOUT_ENV);
         }
         usleep(EVENT_POLL_US);
     }
