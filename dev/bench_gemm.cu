@@ -307,7 +307,9 @@ int main(int argc, char **argv) {
             free_all();
             continue;
         }
-        // searched: the GELU epilogues' GEMMs and, for comparison, the fcproj input gradient without its epilogue
+        // Which GEMMs each mode takes: plain timing all of them; --space those marked searched (the GELU epilogues'
+        // GEMMs and, for comparison, the fcproj input gradient without its epilogue); --space-energy those that
+        // SPACE_ENERGY_GEMMS names, whatever the flag
         auto one = [&](const char *name, bool searched, Gemm g) {
             if (space_energy) {
                 for (const char *e : SPACE_ENERGY_GEMMS) {
