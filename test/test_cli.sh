@@ -120,10 +120,10 @@ if train cli_train_6_steps "$full" --steps 6 --checkpoint-every 3 --val-every 3;
     pre_args=(--steps 6 --checkpoint-every 3 --val-every 3 --resume auto)
     "$BIN" "${TINY[@]}" --out-dir "$pre" "${pre_args[@]}" >"$pre.stdout" 2>&1 &
     pid=$!
-    waited=0
+    tenths=0 # waits at most RUN_TIMEOUT tenths of a second (a tenth of a run's limit) for the first step
     until grep -q '^step 1/6 | loss' "$pre.stdout" 2>/dev/null || ! kill -0 "$pid" 2>/dev/null ||
-        [ "$waited" -ge "$RUN_TIMEOUT" ]; do
-        sleep 0.1; waited=$((waited + 1))
+        [ "$tenths" -ge "$RUN_TIMEOUT" ]; do
+        sleep 0.1; tenths=$((tenths + 1))
     done
     kill -TERM "$pid" 2>/dev/null
     wait "$pid"; rc=$?
