@@ -7,7 +7,8 @@
  *   dev/bench_gemm C N [C N ...]      e.g. dev/bench_gemm 768 32768 1600 8192
  *   dev/bench_gemm --space C N ...    the GELU epilogues' GEMMs over every configuration cuBLASLt has (space())
  *   dev/bench_gemm --energy C N ...   the card's energy per unit of work (dev/cuda_energy.cuh): the fc GEMMs with
- *                                     and without their GELU epilogues, a memory-bound pass, and the card idle
+ *                                     and without their GELU epilogues, the block's weight gradients written in
+ *                                     fp32 and in bf16, a memory-bound pass, and the card idle
  *   dev/bench_gemm --space-energy C N ...  the largest GEMMs of a step (SPACE_ENERGY_GEMMS) over every
  *                                     configuration, then the energy of the heuristic's first choice and of the
  *                                     fastest configurations found: at the power cap a step's time is its energy, so
@@ -254,7 +255,11 @@ __global__ void copy_bf16(bf16 *out, const bf16 *in, size_t n16) {
     if (i < n16) { reinterpret_cast<int4 *>(out)[i] = reinterpret_cast<const int4 *>(in)[i]; }
 }
 
-static void energy_all(int C, int N, bf16 *x, bf16 *w, bf16 *y, bf16 *aux, size_t big) {
+// The weight gradients of one micro-step (beta 0) written as the trainer writes them, in fp32, and in bf16 as
+// PyTorch's autocast does: prices the one lever left on the fp32-gradient decision (dev/NOTES.md, "Decisions").
+struct WgradShape { const char *name; int in, out; };
+
+static void energy_all(int C, int N, bf16 *x, bf16 *dy, bf16 *w, bf16 *y, bf16 *aux, float *dw, size_t big) {
     Nvml n = nvml_open();
     energy_idle(n);
     auto gemm_energy = [&](const char *name, Gemm g) {
@@ -271,6 +276,16 @@ static void energy_all(int C, int N, bf16 *x, bf16 *w, bf16 *y, bf16 *aux, size_
                                           NULL, NULL, w, x, y));
     gemm_energy("fcproj dgelu", gemm_make(4 * C, N, C, 0, 0, 4 * C, C, CUDA_R_16BF, 0.0f, CUBLASLT_EPILOGUE_DGELU,
                                           NULL, aux, w, x, y));
+    const WgradShape wgrads[] = {{"qkv", C, 3 * C}, {"attproj", C, C}, {"fc", C, 4 * C}, {"fcproj", 4 * C, C}};
+    for (const WgradShape &s : wgrads) {
+        char nm[64];
+        snprintf(nm, sizeof(nm), "%s wgrad fp32", s.name);
+        gemm_energy(nm, gemm_make(s.in, s.out, N, 0, 1, s.in, s.out, CUDA_R_32F, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL,
+                                  NULL, x, dy, dw));
+        snprintf(nm, sizeof(nm), "%s wgrad bf16", s.name);
+        gemm_energy(nm, gemm_make(s.in, s.out, N, 0, 1, s.in, s.out, CUDA_R_16BF, 0.0f, CUBLASLT_EPILOGUE_DEFAULT,
+                                  NULL, NULL, x, dy, y));
+    }
     size_t n16 = big * sizeof(bf16) / 16;
     energy(n, "copy (memory)", [&] {
         copy_bf16<<<grid_for(n16, 256), 256, 0, g_cuda.stream>>>(y, x, n16);
@@ -303,7 +318,7 @@ int main(int argc, char **argv) {
         };
         printf("== C %d, N %d\n", C, N);
         if (energy_mode) {
-            energy_all(C, N, x, w, y, aux, big);
+            energy_all(C, N, x, dy, w, y, aux, dw, big);
             free_all();
             continue;
         }
