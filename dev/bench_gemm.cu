@@ -256,7 +256,8 @@ __global__ void copy_bf16(bf16 *out, const bf16 *in, size_t n16) {
 }
 
 // The weight gradients of one micro-step (beta 0) written as the trainer writes them, in fp32, and in bf16 as
-// PyTorch's autocast does: prices the one lever left on the fp32-gradient decision (dev/NOTES.md, "Decisions").
+// PyTorch's autocast does: what the fp32-gradient decision costs in these GEMMs (dev/NOTES.md, "Decisions" and
+// "Twenty-first round").
 struct WgradShape { const char *name; int in, out; };
 
 static void energy_all(int C, int N, bf16 *x, bf16 *dy, bf16 *w, bf16 *y, bf16 *aux, float *dw, size_t big) {
