@@ -255,10 +255,14 @@ __global__ void copy_bf16(bf16 *out, const bf16 *in, size_t n16) {
     if (i < n16) { reinterpret_cast<int4 *>(out)[i] = reinterpret_cast<const int4 *>(in)[i]; }
 }
 
-// The weight gradients of one micro-step (beta 0) written as the trainer writes them, in fp32, and in bf16 as
-// PyTorch's autocast does: what the fp32-gradient decision costs in these GEMMs (dev/NOTES.md, "Decisions" and
-// "Twenty-first round").
-struct WgradShape { const char *name; int in, out; };
+// The linears of a GPT-2 block of width C (qkv, attention projection, fc, fc projection), then the LM head: their
+// input and output features, whether they add a bias and whether GELU follows.
+struct LinearShape { const char *name; int in, out, bias, gelu; };
+#define BLOCK_LINEARS 4 // linear_shapes()'s first, the block's; the LM head comes last
+static std::vector<LinearShape> linear_shapes(int C) {
+    return {{"qkv", C, 3 * C, 1, 0}, {"attproj", C, C, 1, 0}, {"fc", C, 4 * C, 1, 1}, {"fcproj", 4 * C, C, 1, 0},
+            {"lmhead", C, VOCAB_PADDED, 0, 0}};
+}
 
 static void energy_all(int C, int N, bf16 *x, bf16 *dy, bf16 *w, bf16 *y, bf16 *aux, float *dw, size_t big) {
     Nvml n = nvml_open();
@@ -277,8 +281,12 @@ static void energy_all(int C, int N, bf16 *x, bf16 *dy, bf16 *w, bf16 *y, bf16 *
                                           NULL, NULL, w, x, y));
     gemm_energy("fcproj dgelu", gemm_make(4 * C, N, C, 0, 0, 4 * C, C, CUDA_R_16BF, 0.0f, CUBLASLT_EPILOGUE_DGELU,
                                           NULL, aux, w, x, y));
-    const WgradShape wgrads[] = {{"qkv", C, 3 * C}, {"attproj", C, C}, {"fc", C, 4 * C}, {"fcproj", 4 * C, C}};
-    for (const WgradShape &s : wgrads) {
+    // The block's weight gradients of one micro-step (beta 0) written as the trainer writes them, in fp32, and in
+    // bf16 as PyTorch's autocast does: what the fp32-gradient decision costs in these GEMMs (dev/NOTES.md,
+    // "Decisions" and "Twenty-first round").
+    const std::vector<LinearShape> lins = linear_shapes(C);
+    for (int i = 0; i < BLOCK_LINEARS; i++) {
+        const LinearShape &s = lins[i];
         char nm[64];
         snprintf(nm, sizeof(nm), "%s wgrad fp32", s.name);
         gemm_energy(nm, gemm_make(s.in, s.out, N, 0, 1, s.in, s.out, CUDA_R_32F, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL,
@@ -338,10 +346,7 @@ int main(int argc, char **argv) {
             }
             gemm_destroy(g);
         };
-        struct { const char *name; int in, out, bias, gelu; } lins[] = {
-            {"qkv", C, 3 * C, 1, 0}, {"attproj", C, C, 1, 0}, {"fc", C, 4 * C, 1, 1}, {"fcproj", 4 * C, C, 1, 0},
-            {"lmhead", C, VOCAB_PADDED, 0, 0}};
-        for (auto &l : lins) {
+        for (const LinearShape &l : linear_shapes(C)) {
             const bool fcproj = l.name[2] == 'p'; // its dgrad carries gelu' of fc's pre-activation
             char nm[64];
             snprintf(nm, sizeof(nm), "%s fwd", l.name);
