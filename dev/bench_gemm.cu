@@ -282,8 +282,8 @@ static void energy_all(int C, int N, bf16 *x, bf16 *dy, bf16 *w, bf16 *y, bf16 *
     gemm_energy("fcproj dgelu", gemm_make(4 * C, N, C, 0, 0, 4 * C, C, CUDA_R_16BF, 0.0f, CUBLASLT_EPILOGUE_DGELU,
                                           NULL, aux, w, x, y));
     // The block's weight gradients of one micro-step (beta 0) written as the trainer writes them, in fp32, and in
-    // bf16 as PyTorch's autocast does: what the fp32-gradient decision costs in these GEMMs (dev/NOTES.md,
-    // "Decisions" and "Twenty-first round").
+    // bf16 as PyTorch's autocast does: what the fp32-gradient decision costs in these GEMMs (dev/DESIGN.md,
+    // "Decisions", and dev/log/2026-11-27.md).
     const std::vector<LinearShape> lins = linear_shapes(C);
     for (int i = 0; i < BLOCK_LINEARS; i++) {
         const LinearShape &s = lins[i];

@@ -16,7 +16,8 @@
  * stored by the threads in 16-byte pieces of rows, 1.1x). Assumes M % GM_BM == 0, N % GM_BN == 0, K % GM_BK == 0
  * (checked on the host).
  *
- * Where it stands (H200 at the power cap, dev/NOTES.md "Sixteenth round"; cuBLASLt's from dev/bench_gemm --energy):
+ * Where it stands (H200 at the power cap, dev/log/2026-11-26.md, "Attention in joules; a GEMM of our own"; cuBLASLt's
+ * from dev/bench_gemm --energy):
  *   124M shape (C 768, N 32768): products alone 1.02 J/TFLOP; with the bias epilogue 1.16 (cuBLASLt 1.20); with bias
  *   and GELU (tanh.approx) 1.47 (cuBLASLt's GELU_AUX_BIAS 1.55). 1558M shape (C 1600, N 8192): 1.03, 1.14 (1.10),
  *   1.34 (1.27). The main loop's ~1.0 J/TFLOP is what a cooperative 128 x 256 form (branch gemm-coop-exp, inside

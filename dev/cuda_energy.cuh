@@ -1,10 +1,10 @@
 /*
  * cuda_energy.cuh: what a kind of GPU work costs in energy, for the dev benchmarks. Training runs at the card's power
  * cap (700 W on H200), where a step's time is its energy over the cap, not the sum of its kernels' times at full
- * clocks (dev/NOTES.md, "Fifteenth round"). So each workload runs back to back for ENERGY_SECONDS after
- * ENERGY_WARMUP_SECONDS (the clocks settle at the cap), and NVML's energy counter (read through libnvidia-ml, loaded
- * at run time: the driver has it, the toolkit only a stub) gives joules per call and per unit of work (TFLOP, GB),
- * beside the mean power and the SM clock at the end.
+ * clocks (dev/log/2026-11-26.md, "The step is bound by energy"). So each workload runs back to back for
+ * ENERGY_SECONDS after ENERGY_WARMUP_SECONDS (the clocks settle at the cap), and NVML's energy counter (read through
+ * libnvidia-ml, loaded at run time: the driver has it, the toolkit only a stub) gives joules per call and per unit of
+ * work (TFLOP, GB), beside the mean power and the SM clock at the end.
  */
 #ifndef DEV_CUDA_ENERGY_CUH
 #define DEV_CUDA_ENERGY_CUH

@@ -1,5 +1,5 @@
 /*
- * adamw.cuh: the global gradient norm, clipping and AdamW, exactly as dev/NOTES.md defines them.
+ * adamw.cuh: the global gradient norm, clipping and AdamW, exactly as dev/DESIGN.md ("Semantics") defines them.
  *
  *   norm = sqrt(sum of g^2 over every gradient);  clip = grad_clip / norm if 0 < grad_clip < norm, else 1
  *   g' = clip g;  m = b1 m + (1 - b1) g';  v = b2 v + (1 - b2) g'^2

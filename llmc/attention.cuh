@@ -625,8 +625,9 @@ __device__ __forceinline__ void attn_row_stats(float (&lrow)[2], float (&drow)[2
 // The dK/dV kernel's query tile from row q0: Q and dO (into tiles sQ and sdO), lse and D (sL, sD), all copied
 // asynchronously, so that no thread stalls on a load of the next tile's statistics before it issues the current
 // tile's products (they were plain loads: 2-3% of the kernel's time at 32 x 1024 x 12 heads and at HS 128, within
-// noise at 1558M's 8 x 1024 x 25; dev/NOTES.md, "Ninth round"). Rows past Tlen get lse = +inf, so P = 0 there
-// whatever the causal mask says. Once the copies have landed, attn_query_tile_landed turns lse into lse * log2(e).
+// noise at 1558M's 8 x 1024 x 25; dev/log/2026-11-25.md, "The attention overlap and the LayerNorm packs"). Rows
+// past Tlen get lse = +inf, so P = 0 there whatever the causal mask says. Once the copies have landed,
+// attn_query_tile_landed turns lse into lse * log2(e).
 template <int HS>
 __device__ __forceinline__ void attn_load_query_tile(uint32_t sQ, uint32_t sdO, float *sL, float *sD, const bf16 *q,
                                                      size_t stride, const bf16 *dO, size_t ostride,

@@ -800,8 +800,8 @@ static double sum_squares(const cpu_real *x, size_t n) {
     return total;
 }
 
-// Global gradient norm, clipping and AdamW exactly as dev/NOTES.md defines them. Clipping scales the gradient
-// as AdamW reads it; the gradient buffers keep the unclipped values. Returns the norm before clipping.
+// Global gradient norm, clipping and AdamW exactly as dev/DESIGN.md ("Semantics") defines them. Clipping scales
+// the gradient as AdamW reads it; the gradient buffers keep the unclipped values. Returns the norm before clipping.
 static float cpu_model_update(CpuModel *m, const UpdateArgs *u) {
     if (m->fp8) { cpu_fp8_end_step(m->fp8, u->t); }
     double norm = sqrt(sum_squares(m->grads, m->layout.total));

@@ -4,7 +4,7 @@
  * Shard format: a header of 256 int32 (magic 20240520, version 1, token count n, the rest 0), then n uint16
  * token ids. A file is valid only if its size is exactly 1024 + 2n bytes.
  *
- * Data order (dev/NOTES.md, "Data order"): a sample is a window of T+1 tokens starting at a multiple of T inside
+ * Data order (dev/DESIGN.md, "Semantics"): a sample is a window of T+1 tokens starting at a multiple of T inside
  * one shard (windows never cross shards): inputs are its first T tokens, targets its last T. Windows are
  * numbered across the shards sorted by name. An epoch visits them in a permutation drawn by Fisher-Yates from
  * the identity: for i = N-1 down to 1, swap entries i and j = rng_below(seed, RNG_STREAM_SHUFFLE,

@@ -9,8 +9,8 @@
  * One chunk without TP (nothing to hide), and one under sequence parallelism (SP), where TP rank r owns the tokens
  * [r N/TP, (r+1) N/TP) between blocks and runs the LayerNorms on those only. SP's collectives (an all-gather before
  * a column-parallel GEMM, a reduce-scatter after a row-parallel one) move as many bytes as one all-reduce, but each
- * stands between a LayerNorm and a GEMM, and every way of cutting them we measured was slower (dev/NOTES.md, "SP
- * forward"; GPT-2 1558M, TP=2 on 2 x H200): 115 ms a step as one chunk; 119.6 ms in chunks of a piece of every
+ * stands between a LayerNorm and a GEMM, and every way of cutting them we measured was slower (dev/log/2026-11-23.md,
+ * "SP forward"; GPT-2 1558M, TP=2 on 2 x H200): 115 ms a step as one chunk; 119.6 ms in chunks of a piece of every
  * owner's tokens, though those waited 15 ms a step for communication instead of 30; 120.7 ms in chunks of one
  * owner's tokens; 118.6 ms with each GEMM cut by owner around its collective.
  */

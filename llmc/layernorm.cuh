@@ -300,7 +300,7 @@ template <typename T> static LnBackwardLaunch layernorm_backward_launch(int rows
         // groups of one warp only: those of several need a barrier of their own, and named barriers (one per group)
         // made compute-sanitizer racecheck report hazards between the groups' column sums and their sum across
         // groups (test_layernorm; whether racecheck's or real was not settled). A block's one barrier is clean and
-        // as fast (dev/NOTES.md, "Fourteenth round").
+        // as fast (dev/log/2026-11-26.md, "The LayerNorm racecheck row").
         for (int g = s.threads == WARP_SIZE ? LN_THREADS_MAX / WARP_SIZE : 1; g > 1; g--) {
             int per_sm = 0;
             if (g * group_smem > most) { continue; }

@@ -15,7 +15,7 @@
  * All GEMMs go through cuBLASLt with fp32 accumulation (CUBLAS_COMPUTE_32F; no TF32, so fp32 mode matches the CPU
  * build). Row-major (N, F) is column-major (F, N), so y^T = W x^T is the column-major product with A = W transposed.
  * Algorithms: cuBLASLt's heuristic ranks candidates by a model, and its first is up to 20% slower than the best of
- * its first eight on some GPT-2 shapes (dev/NOTES.md, Performance log). So GEMMs first run during a tuning pass
+ * its first eight on some GPT-2 shapes (dev/log/2026-11-22.md). So GEMMs first run during a tuning pass
  * time each candidate and keep the fastest; as algorithms sum in different orders, the choices are saved
  * (gemm_algos_save) and a resumed run loads them (gemm_algos_load), so it computes the same bits.
  * This is the seam for the parallel and low-precision variants: tensor-parallel splits do their collectives here

@@ -35,7 +35,7 @@ typedef struct {
     // tokens.
     float (*forward_backward)(void *ctx, const int *inputs, const int *targets, int B, int T, float loss_scale,
                               const UpdateArgs *last);
-    // Global gradient norm, clipping and AdamW as dev/NOTES.md defines them, on the gradients summed over the
+    // Global gradient norm, clipping and AdamW as dev/DESIGN.md defines them, on the gradients summed over the
     // data-parallel ranks. Returns the norm before clipping (the same on every rank). After a last micro-step it
     // takes the arguments that micro-step was given.
     float (*update)(void *ctx, const UpdateArgs *args);

@@ -31,7 +31,7 @@
  * them round to the other code, an error of a whole FP8 step (6-12% of the value in E4M3, 12-25% in E5M2), and the
  * next GEMM sums a few such among its K products, ~1e-2 of its output; layer after layer the two runs become two
  * realizations of FP8's rounding noise. So the elementwise checks (logits, gradients, weights) hold to what that
- * noise reaches: measured on an H100 (dev/NOTES.md, "FP8") logits 1.4e-2..3.4e-2, gradients 2.8e-2..8.6e-2 with fp32
+ * noise reaches: measured on an H100 (dev/log/2026-11-24.md) logits 1.4e-2..3.4e-2, gradients 2.8e-2..8.6e-2 with fp32
  * activations, 2.0e-2..5.2e-2 and 4.4e-2..9.5e-2 with bf16 (E5M2 gradients: two mantissa bits); while the loss, an
  * average over every token, stays within 2e-5..1.2e-4 (fp32 activations) and 1.4e-4..3.2e-4 (bf16) over 20 steps, and
  * the gradient norm within 1.7e-3 and 4.5e-3: those are the sharp checks here, as tight as bf16's or tighter. A

@@ -355,7 +355,7 @@ static void test_model_smaller_batch(const GPTConfig *c, const float *params, co
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// AdamW, clipping and weight decay on hand-computed cases (dev/NOTES.md's formulas).
+// AdamW, clipping and weight decay on hand-computed cases (the formulas of dev/DESIGN.md, "Semantics").
 
 #define ADAM_LR 0.01f
 #define ADAM_WD 0.1f

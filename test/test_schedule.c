@@ -1,5 +1,5 @@
 /*
- * test_schedule.c: the learning-rate schedule (llmc/schedule.h) against its definition in dev/NOTES.md:
+ * test_schedule.c: the learning-rate schedule (llmc/schedule.h) against its definition in dev/DESIGN.md:
  * warmup lr*(s+1)/warmup; cosine and linear from lr (first step after warmup) to lr*final_lr_frac (last step),
  * exact midpoints; constant; no warmup; a run with no step after warmup.
  */

@@ -2,9 +2,9 @@
 # test_stream_order.sh: the CUDA code that runs on the trainer's streams queues nothing on the legacy default stream.
 # The trainer's streams are non-blocking (llmc/cuda_common.cuh), so the legacy stream is not ordered with them: a
 # cudaMemset, a cudaMemcpy or a kernel launched without a stream can run before, during or after the work it was
-# meant to precede or follow, depending on how busy the GPU is. Seen on 4 x H200 (dev/NOTES.md, "The first 4-GPU
-# machine"): test_fp8_kernels read back a transpose before it finished, and the trainer's FP8 state was zeroed that
-# way. This scans the trainer (train_gpt.cu, llmc/) and the GPU tests that use its streams for cudaMemcpy( and
+# meant to precede or follow, depending on how busy the GPU is. Seen on 4 x H200 (dev/log/2026-11-26.md, "The first
+# 4-GPU machine"): test_fp8_kernels read back a transpose before it finished, and the trainer's FP8 state was zeroed
+# that way. This scans the trainer (train_gpt.cu, llmc/) and the GPU tests that use its streams for cudaMemcpy( and
 # cudaMemset( (the Async forms with a stream are the ones to use) and for launches <<<...>>> with fewer than four
 # arguments. test_attention.cu and the dev benchmarks may use stream 0 throughout, which is ordered with itself.
 # A planted violation of each kind must be found, so that a scanner that finds nothing fails here.

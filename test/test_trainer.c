@@ -1,6 +1,6 @@
 /*
  * test_trainer.c: the shared training loop (llmc/trainer.h) over a toy model, on tiny shards written here.
- * The toy is deterministic and cheap (one weight per token predicts the next token; AdamW as dev/NOTES.md
+ * The toy is deterministic and cheap (one weight per token predicts the next token; AdamW as dev/DESIGN.md
  * says), so these checks are about the loop, not a model:
  * - a run writes its checkpoints, log lines and samples; a run interrupted after checkpoint 3 and resumed
  *   logs the same losses and ends with byte-identical model and state files;
