@@ -102,7 +102,7 @@ test/gpubin/%: test/%.cu $(HEADERS) $(CUDA_HEADERS) test/test_util.h test/cuda_t
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVLDLIBS)
 
 # The kernel benchmarks of dev/ (run by hand or by dev/ scripts on the device): built here too, so that a change to a
-# kernel's interface that breaks one fails CI rather than the next device call.
+# kernel's interface that breaks one fails CI rather than the next run on a GPU.
 DEV_BENCH_SRCS = $(wildcard dev/bench_*.cu)
 DEV_BENCH_BINS = $(patsubst dev/%.cu,dev/bin/%,$(DEV_BENCH_SRCS))
 dev/bin/%: dev/%.cu $(HEADERS) $(CUDA_HEADERS) test/test_util.h test/cuda_timing.cuh test/gpu_test_util.cuh \

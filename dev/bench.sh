@@ -6,7 +6,7 @@
 #   BENCH_WHAT=sizes (default): GPT-2 124M B32, 350M B16, 774M B8, 1558M B8, one micro-batch a step.
 #   BENCH_WHAT=accum: 124M and 1558M accumulating to 0.5M tokens a step (AdamW amortised); the baseline is
 #   torch_gpt.py's own model and optimizer with an accumulation loop (dev/torch_accum.py).
-#   BENCH_SIZES="124M 1558M" picks sizes (all four accumulating take ~11 min: over one device call); BENCH_STEPS (30;
+#   BENCH_SIZES="124M 1558M" picks sizes (all four accumulating take ~11 min); BENCH_STEPS (30;
 #   accum 6) the steps of every run.
 # Ours trains as the baseline does, without clipping the gradient norm (torch_gpt.py clips nothing): row "ours", with
 # --grad-clip 0, whose update starts in the backward (--update-in-backward). Row "ours_clip" is our default, clipping

@@ -2,7 +2,7 @@
 # The FP8 benchmark: ours in fp8 (each scaling recipe) beside ours in bf16 and beside the PyTorch float8 baseline
 # (dev/torch_fp8.py: the shared torch_gpt.py with its four block linears in float8 through torch._scaled_mm), same GPU,
 # same call. GPT-2 124M at batch 32 and 1558M at batch 8, T=1024. Prints ms/step (median after warm-up), tokens/s, MFU
-# and peak memory (bench_table.py), then the ratios the FP8 issue sets bars on.
+# and peak memory (bench_table.py), then the ratios FP8 was measured against.
 #   dev/bench_fp8.sh [TORCH_SCRIPT] [SHARD]        BENCH_STEPS (30), BENCH_SIZES ("124M 1558M"), BENCH_TORCH (1)
 # Needs: a built ./train_gpt, python3 with torch, one training shard.
 set -euo pipefail

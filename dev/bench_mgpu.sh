@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Multi-GPU throughput benchmark, on a machine with 2 GPUs, in one call: ours beside the PyTorch baseline
-# (shared/bench/torch_gpt.py, carried as .carry/torch_gpt.py: compiled, bf16, flash attention). T=1024, bf16 unless
+# (shared/bench/torch_gpt.py, copied to .carry/torch_gpt.py: compiled, bf16, flash attention). T=1024, bf16 unless
 # a row says fp8.
 #   GPT-2 124M:  ours on 1 GPU (batch 32) | ours DP=2 (batch 32 per GPU) | ours on 1 GPU x2 (two independent one-GPU
 #                runs at once, one a GPU: DP=2 without communication) | torch DDP on 2 GPUs (batch 32 per GPU)
@@ -9,29 +9,29 @@
 #   4.7B (48 layers, 2816 channels): ours DP=2 and GTP=2 (batch 4 per GPU)
 #   On 4 GPUs (rows skipped where fewer are present): 124M ours DP=4; 1558M ours DP=4, GTP=4 and DP=2 x GTP=2 (batch
 #   8 per data rank each) and torch FSDP on 4 GPUs
-# ms/step is the median of the steps after WARMUP_STEPS (the baseline takes the same median itself); tokens/s counts
-# all GPUs; MFU is per GPU against the dense peak of the row's precision; peak memory is rank 0's; exposed
-# communication is the median of our step line's "| comm X ms" field (world > 1), "-" where the trainer does not print
-# it. Then the issues' ratios: ours DP=2 / torch DDP tokens/s (bar 1.10x), ours DP=2 / ours 1 GPU (bar 1.95x, issue
-# 14; then, for information, that ratio split in two: the pair over one GPU, the host's share, and DP=2 over the pair,
-# the communication's), TP=2's exposed communication as a share of its step (bar < 10%); in bf16 and in fp8, GTP=2 /
-# DP=2 tokens/s (bar 0.95x) and peak memory (bar <= 0.75x), GTP=2 / torch FSDP tokens/s (bar 1.8x), GTP=2's exposed
+# ms/step is the median of the steps after WARMUP_STEPS (the baseline takes the same median itself); tokens/s counts all
+# GPUs; MFU is per GPU against the dense peak of the row's precision; peak memory is rank 0's; exposed communication is
+# the median of our step line's "| comm X ms" field (world > 1), "-" where the trainer does not print it. Then the
+# ratios the targets (dev/log/README.md) set bars on: ours DP=2 / torch DDP tokens/s (bar 1.10x), ours DP=2 / ours 1 GPU
+# (bar 1.95x; then, for information, that ratio split in two: the pair over one GPU, the host's share, and DP=2 over the
+# pair, the communication's), TP=2's exposed communication as a share of its step (bar < 10%); in bf16 and in fp8, GTP=2
+# / DP=2 tokens/s (bar 0.95x) and peak memory (bar <= 0.75x), GTP=2 / torch FSDP tokens/s (bar 1.8x), GTP=2's exposed
 # communication (bar < 5%); last the largest-model line (a model DP=2 cannot hold, trained with GTP=2); then the 4-GPU
-# lines, for information (the issues set no bars there): DP=4 / one GPU, GTP=4 and DP=2 x GTP=2 / DP=4 tokens/s and
-# peak memory, GTP=4 / torch FSDP on 4 GPUs, their exposed communication.
+# lines, for information (no bars there): DP=4 / one GPU, GTP=4 and DP=2 x GTP=2 / DP=4 tokens/s and peak memory, GTP=4
+# / torch FSDP on 4 GPUs, their exposed communication.
 # Note: FSDP at batch 8 per GPU runs 16 sequences a step where TP=2 runs 8; compare them by tokens/s. Ours trains as
 # the baseline does, without clipping the gradient norm (--grad-clip 0; torch_gpt.py clips nothing), so that its
 # update starts in the backward where the layout allows it (not fp8: --update-in-backward).
 #   dev/bench_mgpu.sh [TORCH_SCRIPT] [SHARD]
 # BENCH_ROWS="124M_1gpu 124M_dp2 ..." runs only the rows named (the table shows the others as missing).
-# Step counts are small so that the whole call (build included) fits in about 8 minutes of device time (all rows
+# Step counts are small so that the whole call (build included) fits in about 8 minutes (all rows
 # took ~5 minutes on 2 x H100): 25 steps at 124M, 15 at 1558M, 10 at 4.7B (BENCH_STEPS sets all three). Every run
 # has a time limit, and all of them together end by BENCH_DEADLINE_S after the start: a run that fails, hangs or
 # gets no time shows FAILED or SKIPPED in the table, and the script goes on. Logs under $OUT/bench_mgpu (default
 # /tmp/bench_mgpu).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 # NVLink multicast stays off on the lent machines
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 # NVLink multicast stays off on the GPU machines
 TORCH=${1:-.carry/torch_gpt.py}
 SHARD=${2:-$(ls data/brown/brown_train_*.bin 2>/dev/null | head -1)}
 STEPS_SMALL=${BENCH_STEPS:-25}
@@ -234,7 +234,7 @@ for r in sys.argv[5:]:
     fmt = lambda v, f: format(v, f) if v is not None else "-"
     print(f"{name:14} {who:14} {ms:9.2f} {tok:10.0f} {mfu:9.1f} {fmt(mem, '8.1f'):>8} {fmt(comm, '8.2f'):>8}")
 
-def ratio(label, a, b, bar):  # bar None: for information, the issue sets none
+def ratio(label, a, b, bar):  # bar None: for information, no target set
     x, y = rows.get(a, (None,) * 4)[1], rows.get(b, (None,) * 4)[1]
     want = f"bar {bar}x" if bar else "no bar"
     if x is None or y is None:

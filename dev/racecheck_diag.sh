@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# racecheck_diag.sh: why `compute-sanitizer --tool racecheck ./train_gpt ...` (issue 13's command) exits non-zero
-# with no output, in one device call. Runs the command plain, under memcheck and under racecheck in several forms
+# racecheck_diag.sh: why `compute-sanitizer --tool racecheck ./train_gpt ...` (README's command) exited non-zero
+# with no output, in one call on a GPU machine. Runs the command plain, under memcheck and under racecheck in several forms
 # (with and without the GEMM algorithm search, only our attention kernels, only our LayerNorm kernels), each with the program's
 # output line-buffered and its own exit status recorded by a wrapper shell, and writes one report per case (the
 # program's last lines, the tool log's head and tail, hazards counted per kernel); prints a table last.

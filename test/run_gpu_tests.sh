@@ -129,7 +129,7 @@ for c in "${UPDATE_CHECKS[@]}"; do
         dev/update_check.sh "$prec"
 done
 
-# compute-sanitizer racecheck on the plain path (issue 13's command), our attention and LayerNorm kernels at head
+# compute-sanitizer racecheck on the plain path (README's command, "Tests"), our attention and LayerNorm kernels at head
 # sizes 64 and 128 among all the others (dev/sanitize.sh: no hazard in our kernels; with --gemm-search 0)
 RACECHECK_SHAPES=("--width 128 --heads 2" "--width 256 --heads 2")
 for shape in "${RACECHECK_SHAPES[@]}"; do

@@ -11,7 +11,7 @@
 #    with those variables over TCP with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 (the socket transport, as between
 #    nodes). Each layout starts from the one-GPU run's GEMM algorithm choices (see run_layout).
 #    Tolerances (relative; weights relative to the tensor's largest element):
-#    fp32: loss, norm and weights 1e-5 (the requirement). Only the summation order differs from one GPU.
+#    fp32: loss, norm and weights 1e-5 (the multi-GPU work's requirement). Only the summation order differs from one GPU.
 #      Stray fraction 5e-2: accumulating the same 1024 tokens in other micro-batch orders (the CPU build, B 4 vs
 #      2 vs 1, which reorders the gradient sums as DP does) left 1e-6..2e-5 of a weight matrix's elements and up
 #      to 2e-3 of a bias's beyond 1e-5 (all within the bound); half the batch instead (what a rank sees whose
@@ -93,8 +93,8 @@ LAYOUTS=(
 TCP_LAYOUTS=(dp2 tp2)
 
 passed=0; failed=0; skipped=0; table=()
-# MGPU_PARTS: which of the sections below run (parity, twins = resume and the update in backward, faults), so that a
-# device call of limited length can take them in turns
+# MGPU_PARTS: which of the sections below run (parity, twins = resume and the update in backward, faults), so that runs under a
+# time limit can take them in turns
 MGPU_PARTS=${MGPU_PARTS:-parity twins faults}
 part() { case " $MGPU_PARTS " in *" $1 "*) return 0 ;; esac; skip "$1: not in MGPU_PARTS ($MGPU_PARTS)"; return 1; }
 pass() { echo "PASS $1"; passed=$((passed + 1)); }
