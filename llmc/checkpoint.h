@@ -11,12 +11,14 @@
  *   64 x int64 header: magic, version, step, parameter count, train loader epoch and position, key bytes, for a
  *     run in fp8 the FP8 amax history's tensors, length and steps recorded (zero otherwise: no history section),
  *     the checksum (utils.h) of the checkpoint's model file, and the checksum of this file (its header with this
- *     slot zero, then everything after the header); version 1 files, from before the checksums, still resume
+ *     slot zero, then everything after the header); version 1 files, from before the checksums (both slots zero),
+ *     still resume, unverified
  *   STATE_KEYS_BYTES of text, "name=value" lines: the settings the run cannot change on resume
  *   fp32 master params, AdamW m, AdamW v (parameter count each, config.h's layout)
  *   fp8 only: the amax history, tensors x length floats (llmc/fp8.h's Fp8History ring)
  * Checkpoint k of a run is out_dir/model_%08d.bin and out_dir/state_%08d.bin, k = optimizer steps done. Each
- * file is written atomically, the model first and the state last, so a state file marks a complete checkpoint.
+ * file is written atomically, the model first and the state last, so a state file marks a complete checkpoint (the
+ * latest one without its model file is damaged, and refused), and no state file is ever written over.
  */
 #ifndef LLMC_CHECKPOINT_H
 #define LLMC_CHECKPOINT_H
@@ -194,17 +196,22 @@ static inline uint64_t model_file_write(const char *path, const GPTConfig *c, co
     return sum;
 }
 
-// The checksum of a file's bytes, read IO_CHUNK_ELEMS words at a time.
-static inline uint64_t file_checksum(const char *path) {
-    FILE *f = fopen_check(path, "rb");
+// Adds the rest of f (the file at path) to c, IO_CHUNK_ELEMS words at a time.
+static inline void checksum_stream(Checksum *c, FILE *f, const char *path) {
     size_t cap = IO_CHUNK_ELEMS * sizeof(float), got;
     unsigned char *buf = (unsigned char *)malloc_check(cap, "checksum buffer");
+    while ((got = fread(buf, 1, cap, f)) > 0) { checksum_update(c, buf, got); }
+    if (ferror(f)) { fail("reading '%s' failed: %s", path, strerror(errno)); }
+    free(buf);
+}
+
+// The checksum of a file's bytes.
+static inline uint64_t file_checksum(const char *path) {
+    FILE *f = fopen_check(path, "rb");
     Checksum c;
     checksum_init(&c);
-    while ((got = fread(buf, 1, cap, f)) > 0) { checksum_update(&c, buf, got); }
-    if (ferror(f)) { fail("reading '%s' failed: %s", path, strerror(errno)); }
+    checksum_stream(&c, f, path);
     fclose(f);
-    free(buf);
     return checksum_final(&c);
 }
 
@@ -291,9 +298,10 @@ static inline int resume_keys_get(const ResumeKeys *k, const char *name, char *o
     return 0;
 }
 
-// Fails, naming the file, the setting and both values, where the run's settings differ from the file's (but for the
-// precision, and the FP8 settings unless both are in fp8: PRECISION_KEY).
-static inline void resume_keys_check(const ResumeKeys *file, const ResumeKeys *run, const char *path) {
+// Whether the run's settings differ from the file's (but for the precision, and the FP8 settings unless both are in
+// fp8: PRECISION_KEY); if so, msg says how, naming the file, the setting and both values.
+static inline int resume_keys_mismatch(const ResumeKeys *file, const ResumeKeys *run, const char *path, char *msg,
+                                       size_t cap) {
     char file_precision[OPT_STR_LEN] = "", run_precision[OPT_STR_LEN] = "";
     resume_keys_get(file, PRECISION_KEY, file_precision, sizeof(file_precision));
     resume_keys_get(run, PRECISION_KEY, run_precision, sizeof(run_precision));
@@ -315,13 +323,15 @@ static inline void resume_keys_check(const ResumeKeys *file, const ResumeKeys *r
         }
         if (!recorded) { snprintf(have, sizeof(have), "(not recorded)"); }
         if (strcmp(have, want) != 0) {
-            fail("checkpoint '%s' was written with %s %s but this run has %s %s; resume with the same settings, or "
-                 "choose another --out-dir to start a new run%s",
-                 path, name, have, name, want,
-                 is_data ? " (--init-from its model file trains it on other data)" : "");
+            snprintf(msg, cap, "checkpoint '%s' was written with %s %s but this run has %s %s; resume with the same "
+                     "settings, or choose another --out-dir to start a new run%s",
+                     path, name, have, name, want,
+                     is_data ? " (--init-from its model file trains it on other data)" : "");
+            return 1;
         }
         line = end + 1;
     }
+    return 0;
 }
 
 // The checksum of a state file's bytes but its own slot (zero in hd): header, settings, arrays, FP8 history.
@@ -370,35 +380,92 @@ static inline void state_file_write(const char *path, const ResumeKeys *keys, co
     atomic_commit(&af);
 }
 
-// Opens a state file and checks it against this run (settings `expect`, n parameters): returns the file
-// positioned at the parameters, its progress in *pr, and its FP8 history's shape and steps in *fp8 (zero tensors
-// where it has none).
+#define STATE_MESSAGE_CHARS (2 * CKPT_PATH_LEN + 2 * OPT_STR_LEN + 512)
+
+LLMC_NORETURN static inline void state_file_corrupt(const char *path, uint64_t have, uint64_t want) {
+    fail("checkpoint '%s' is corrupt: its bytes give checksum %016llx, it recorded %016llx; resume from an earlier "
+         "checkpoint (move this one and its model file away)",
+         path, (unsigned long long)have, (unsigned long long)want);
+}
+
+/*
+ * Refuses the state file whose header is hd with the message, unless its bytes do not give the checksum the header
+ * records: then it is corrupt, and says that instead (a flipped byte in the header or the settings block would read
+ * as another format, another model or other settings). The whole file is read for it on this path only: a file that
+ * passes every check is verified as it is read (state_file_read).
+ */
+LLMC_NORETURN LLMC_PRINTF(3, 4) static void state_file_refuse(const char *path, const int64_t *hd, const char *fmt,
+                                                              ...) {
+    if (hd[SH_STATE_CHECKSUM] != 0) {
+        int64_t own_slot_zero[STATE_HEADER_INTS];
+        memcpy(own_slot_zero, hd, sizeof(own_slot_zero));
+        own_slot_zero[SH_STATE_CHECKSUM] = 0;
+        Checksum c;
+        checksum_init(&c);
+        checksum_update(&c, own_slot_zero, sizeof(own_slot_zero));
+        FILE *f = fopen_check(path, "rb");
+        if (fseek(f, (long)sizeof(own_slot_zero), SEEK_SET) != 0) {
+            fail("seeking in '%s' failed: %s", path, strerror(errno));
+        }
+        checksum_stream(&c, f, path);
+        fclose(f);
+        uint64_t have = checksum_final(&c), want = (uint64_t)hd[SH_STATE_CHECKSUM];
+        if (have != want) { state_file_corrupt(path, have, want); }
+    }
+    char msg[STATE_MESSAGE_CHARS];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    fail("%s", msg);
+}
+
+// Opens a state file and checks it against this run (settings `expect`, n parameters), every refusal telling a
+// corrupt file first (state_file_refuse): returns the file positioned at the parameters, its progress in *pr, and its
+// FP8 history's shape and steps in *fp8 (zero tensors where it has none).
 // hd and keys (the file's, as read) may be NULL.
 static inline FILE *state_file_open(const char *path, const ResumeKeys *expect, size_t n, TrainProgress *pr,
                                     Fp8History *fp8, int64_t *hd_out, ResumeKeys *keys_out) {
     FILE *f = fopen_check(path, "rb");
     int64_t hd[STATE_HEADER_INTS];
     fread_check(hd, sizeof(int64_t), STATE_HEADER_INTS, f, path);
-    int version_ok = hd[SH_VERSION] == STATE_FILE_VERSION || hd[SH_VERSION] == STATE_FILE_VERSION_UNCHECKED;
-    if (hd[SH_MAGIC] != STATE_FILE_MAGIC || !version_ok || hd[SH_KEYS_BYTES] != STATE_KEYS_BYTES) {
-        fail("'%s' is not a training-state file of this version (magic %lld, version %lld; expected %d, %d)", path,
-             (long long)hd[SH_MAGIC], (long long)hd[SH_VERSION], STATE_FILE_MAGIC, STATE_FILE_VERSION);
+    if (hd[SH_MAGIC] != STATE_FILE_MAGIC) {
+        state_file_refuse(path, hd, "'%s' is not a training-state file (magic %lld, expected %d); move it out of the "
+                          "run's folder", path, (long long)hd[SH_MAGIC], STATE_FILE_MAGIC);
+    }
+    if (hd[SH_VERSION] != STATE_FILE_VERSION && hd[SH_VERSION] != STATE_FILE_VERSION_UNCHECKED) {
+        state_file_refuse(path, hd, "checkpoint '%s' has version %lld; this build reads versions %d and %d: resume it "
+                          "with the train_gpt that wrote it", path, (long long)hd[SH_VERSION],
+                          STATE_FILE_VERSION_UNCHECKED, STATE_FILE_VERSION);
+    }
+    // Version 1 had no checksums: slots that hold one belong to a later file whose version was changed.
+    if (hd[SH_VERSION] == STATE_FILE_VERSION_UNCHECKED && (hd[SH_MODEL_CHECKSUM] != 0 || hd[SH_STATE_CHECKSUM] != 0)) {
+        state_file_refuse(path, hd, "checkpoint '%s' is corrupt: it says version %d, which has no checksums, but "
+                          "records checksums; resume from an earlier checkpoint (move this one and its model file "
+                          "away)", path, STATE_FILE_VERSION_UNCHECKED);
+    }
+    if (hd[SH_KEYS_BYTES] != STATE_KEYS_BYTES) {
+        state_file_refuse(path, hd, "checkpoint '%s' has a corrupt header (a settings block of %lld bytes, expected "
+                          "%d); resume from an earlier checkpoint (move this one and its model file away)", path,
+                          (long long)hd[SH_KEYS_BYTES], STATE_KEYS_BYTES);
     }
     ResumeKeys keys;
     fread_check(keys.text, 1, STATE_KEYS_BYTES, f, path);
     if (keys_out) { *keys_out = keys; }
     if (hd_out) { memcpy(hd_out, hd, sizeof(hd)); }
     keys.text[STATE_KEYS_BYTES - 1] = '\0';
-    resume_keys_check(&keys, expect, path);
+    char msg[STATE_MESSAGE_CHARS];
+    if (resume_keys_mismatch(&keys, expect, path, msg, sizeof(msg))) { state_file_refuse(path, hd, "%s", msg); }
     if (hd[SH_NUM_PARAMS] != (int64_t)n) {
-        fail("checkpoint '%s' holds %lld parameters but this run's model has %zu", path, (long long)hd[SH_NUM_PARAMS],
-             n);
+        state_file_refuse(path, hd, "checkpoint '%s' holds %lld parameters but this run's model has %zu", path,
+                          (long long)hd[SH_NUM_PARAMS], n);
     }
     memset(fp8, 0, sizeof(*fp8));
     if (hd[SH_FP8_TENSORS] < 0 || hd[SH_FP8_TENSORS] > INT32_MAX || hd[SH_FP8_LENGTH] < 0 ||
         hd[SH_FP8_LENGTH] > INT32_MAX || hd[SH_FP8_STEPS] < 0) {
-        fail("checkpoint '%s' has a corrupt FP8 history header (%lld tensors, length %lld, %lld steps)", path,
-             (long long)hd[SH_FP8_TENSORS], (long long)hd[SH_FP8_LENGTH], (long long)hd[SH_FP8_STEPS]);
+        state_file_refuse(path, hd, "checkpoint '%s' has a corrupt FP8 history header (%lld tensors, length %lld, "
+                          "%lld steps)", path, (long long)hd[SH_FP8_TENSORS], (long long)hd[SH_FP8_LENGTH],
+                          (long long)hd[SH_FP8_STEPS]);
     }
     fp8->tensors = (int)hd[SH_FP8_TENSORS];
     fp8->length = (int)hd[SH_FP8_LENGTH];
@@ -407,17 +474,19 @@ static inline FILE *state_file_open(const char *path, const ResumeKeys *expect, 
                      (long long)fp8->tensors * fp8->length * (long long)sizeof(float);
     long long have = file_size_or_neg(path);
     if (have != want) {
-        fail("checkpoint '%s' is %lld bytes, expected %lld; the file is truncated or corrupt", path, have, want);
+        state_file_refuse(path, hd, "checkpoint '%s' is %lld bytes, expected %lld; the file is truncated or corrupt",
+                          path, have, want);
     }
     pr->step = (int)hd[SH_STEP];
     pr->data_epoch = hd[SH_DATA_EPOCH];
     pr->data_next = hd[SH_DATA_NEXT];
-    pr->model_checksum = hd[SH_VERSION] == STATE_FILE_VERSION ? (uint64_t)hd[SH_MODEL_CHECKSUM] : 0;
+    pr->model_checksum = (uint64_t)hd[SH_MODEL_CHECKSUM]; // 0 in version 1
     if (!resume_keys_get(&keys, PRECISION_KEY, pr->precision, sizeof(pr->precision))) { pr->precision[0] = '\0'; }
     return f;
 }
 
-// Fails unless the state file can resume this run; reads only its header.
+// Fails unless the state file can resume this run; reads its header and settings (the whole file only to tell a
+// corrupt one from one of other settings: state_file_refuse).
 static inline void state_file_check(const char *path, const ResumeKeys *expect, size_t n) {
     TrainProgress pr;
     Fp8History shape;
@@ -448,11 +517,14 @@ static inline TrainProgress state_file_read(const char *path, const ResumeKeys *
         uint64_t want = (uint64_t)hd[SH_STATE_CHECKSUM];
         hd[SH_STATE_CHECKSUM] = 0;
         uint64_t have = state_checksum(hd, &keys, params, m, v, n, ring, ring_n);
-        if (have != want) {
-            fail("checkpoint '%s' is corrupt: its bytes give checksum %016llx, it recorded %016llx; resume from an "
-                 "earlier checkpoint (move this one and its model file away)",
-                 path, (unsigned long long)have, (unsigned long long)want);
-        }
+        if (have != want) { state_file_corrupt(path, have, want); }
+    }
+    long long bad = fp8_history_first_invalid(ring, ring_n); // what a checksum cannot vouch for (or a file has none)
+    if (bad >= 0) {
+        char name[96];
+        fp8_tensor_name((int)(bad / saved.length), name, sizeof(name));
+        fail("checkpoint '%s' is corrupt: its FP8 amax history holds %g for the %s, and an amax is finite and >= 0; "
+             "resume from an earlier checkpoint (move this one and its model file away)", path, ring[bad], name);
     }
     if (fp8) {
         fp8->steps = 0;
@@ -478,7 +550,7 @@ static inline void checkpoint_verify(const char *model_path, const char *state_p
         fail("checkpoint '%s' records step %d but its name says %d: the file was renamed or is corrupt; move it away",
              state_path, pr->step, step);
     }
-    if (pr->model_checksum == 0) { return; } // written before the checksums
+    if (pr->model_checksum == 0) { return; } // version 1: written before the checksums
     uint64_t have = file_checksum(model_path);
     if (have != pr->model_checksum) {
         fail("model file '%s' is corrupt: its bytes give checksum %016llx, its state file recorded %016llx; resume from "
@@ -514,23 +586,33 @@ static inline int checkpoint_step_of(const char *name, const char *prefix) {
     return (int)step;
 }
 
-// The highest step with both a model and a state file in out_dir, or -1 if none (or no such folder).
+/*
+ * The latest checkpoint in out_dir: the highest step with a state file, or -1 if none (or no such folder); a model
+ * file without its state file is a checkpoint whose writing was cut short. Fails where the latest state file has no
+ * model file beside it: that checkpoint was complete and is damaged, and resuming from an earlier one (or starting
+ * again) would write its state file, the one copy of its optimizer state, over. An earlier one without its model
+ * file is left alone: the run continues past it.
+ */
 static inline int checkpoint_find_latest(const char *out_dir) {
     DIR *d = opendir(out_dir);
     if (!d) { return -1; }
-    int best = -1;
+    int latest = -1;
     for (struct dirent *e = readdir(d); e; e = readdir(d)) {
         int step = checkpoint_step_of(e->d_name, "state_");
-        if (step <= best) { continue; }
-        char model_path[CKPT_PATH_LEN], state_path[CKPT_PATH_LEN];
-        checkpoint_paths(out_dir, step, model_path, state_path);
-        if (file_exists(model_path)) { best = step; }
+        latest = step > latest ? step : latest;
     }
     closedir(d);
-    return best;
+    char model_path[CKPT_PATH_LEN], state_path[CKPT_PATH_LEN];
+    checkpoint_paths(out_dir, latest, model_path, state_path);
+    if (latest >= 0 && !file_exists(model_path)) {
+        fail("the latest checkpoint in '%s' (step %d) is damaged: its model file '%s' is missing; put it back, or move "
+             "'%s' away to resume from the checkpoint before it", out_dir, latest, model_path, state_path);
+    }
+    return latest;
 }
 
-// Writes checkpoint pr->step: the model file, then the state file that marks it complete.
+// Writes checkpoint pr->step: the model file, then the state file that marks it complete. A complete checkpoint is
+// never written over (a model file alone, an interrupted write's, is).
 static inline void checkpoint_write(const char *out_dir, const GPTConfig *c, const ResumeKeys *keys,
                                     const TrainProgress *pr, const float *params, const float *m, const float *v,
                                     const Fp8History *fp8) {
@@ -538,6 +620,10 @@ static inline void checkpoint_write(const char *out_dir, const GPTConfig *c, con
     param_layout(c, &p);
     char model_path[CKPT_PATH_LEN], state_path[CKPT_PATH_LEN];
     checkpoint_paths(out_dir, pr->step, model_path, state_path);
+    if (file_exists(state_path)) {
+        fail("checkpoint '%s' exists already, and a checkpoint is never written over; move it and its model file "
+             "away to write step %d again", state_path, pr->step);
+    }
     uint64_t model_sum = model_file_write(model_path, c, params);
     state_file_write(state_path, keys, pr, params, m, v, p.total, fp8, model_sum);
 }

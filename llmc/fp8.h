@@ -194,6 +194,15 @@ static inline int fp8_first_nonfinite(const float *amax, int n) {
     return -1;
 }
 
+// The first of n amax history values that no step records (an amax is finite and >= 0), or -1: a checkpoint's history
+// is checked with it as it is read.
+static inline long long fp8_history_first_invalid(const float *ring, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (!(ring[i] >= 0.0f && ring[i] <= FLT_MAX)) { return (long long)i; }
+    }
+    return -1;
+}
+
 // Stops the run naming the tensor (fp8_tensor) whose amax was not finite at step `step` (1-based).
 LLMC_NORETURN static inline void fp8_fail_nonfinite(int t, float amax, int step) {
     char name[96];

@@ -2,11 +2,12 @@
  * trainer.h: the training loop both builds share, over a ModelOps table (model_ops.h).
  *
  * train_main() reads like the run it drives: parse and check every option, check the output folder, open the
- * data, build the model, start it (fresh, --init-from, or the latest checkpoint with --resume 1), then train:
- * each step zeroes the gradients, runs the gradient-accumulation micro-steps, updates with the scheduled
- * learning rate, logs, and now and then validates, samples text, and writes a checkpoint. Everything that can
- * be wrong with the command line or the output folder is reported before any work starts, and nothing a
- * previous run wrote is overwritten: a folder that holds a run is only ever continued (--resume 1).
+ * data, read what the run starts from (the latest checkpoint with --resume 1, or --init-from's model file), build
+ * the model, start it, then train: each step zeroes the gradients, runs the gradient-accumulation micro-steps,
+ * updates with the scheduled learning rate, logs, and now and then validates, samples text, and writes a
+ * checkpoint. Everything that can be wrong with the command line, the output folder, the data or the file the run
+ * starts from is reported before anything in the output folder is made or touched, and nothing a previous run
+ * wrote is overwritten: a folder that holds a run is only ever continued (--resume 1).
  *
  * Several processes (a Launcher from the build: world, rank, collectives): every rank runs the same loop on its
  * stride of each global batch (data rank and size from the mesh, llmc/mesh.h) and checks everything before any
@@ -35,6 +36,22 @@
 
 typedef ModelOps (*ModelFactory)(const GPTConfig *config, const Options *opts, const Mesh *mesh, int B, int T);
 
+// What a run starts from, read in full and checked before anything in --out-dir is touched, then given to the model
+// once it is built: a checkpoint (weights, AdamW moments, FP8 history, data position), or --init-from's weights.
+typedef struct {
+    float *params, *m, *v;  // NULL where the run starts fresh; m and v NULL for --init-from
+    Fp8History fp8;         // a checkpoint's, for a run in fp8 (ring NULL otherwise)
+    TrainProgress progress; // a checkpoint's
+} StartState;
+
+static inline void start_state_free(StartState *s) {
+    free(s->params);
+    free(s->m);
+    free(s->v);
+    fp8_history_free(&s->fp8);
+    memset(s, 0, sizeof(*s));
+}
+
 #define SAMPLE_COUNTER_STRIDE 65536 // sample token i of step s draws counter s * stride + i (i < seq_len <= stride)
 
 typedef struct {
@@ -55,6 +72,7 @@ typedef struct {
     int has_tok;
     Logger log;
     ResumeKeys keys;
+    StartState start;
     int *inputs, *targets; // one micro-batch, B x T
 } Trainer;
 
@@ -63,9 +81,10 @@ typedef struct {
 
 /*
  * SIGTERM, SIGINT and SIGUSR1 (Slurm's warning ahead of a time limit or a preemption: sbatch --signal) ask the run to
- * stop at the end of its current optimizer step: the ranks agree on that step (one rank's request stops them all),
- * write a checkpoint there and exit with EXIT_PREEMPTED, so that a requeued job whose command line has --resume auto
- * continues it exactly. A second signal ends the process at once, with the status a shell gives a death by it.
+ * stop at the end of its current optimizer step (its validation included, where it has one): the ranks agree on that
+ * step (one rank's request stops them all), write a checkpoint there and exit with EXIT_PREEMPTED, so that a requeued
+ * job whose command line has --resume auto continues it exactly, log and metrics included. A second signal ends the
+ * process at once, with the status a shell gives a death by it.
  */
 #define EXIT_PREEMPTED 75 // sysexits.h's EX_TEMPFAIL: a temporary failure, try again (--resume auto does)
 #define SIGNAL_NOTE_CHARS 256
@@ -147,25 +166,45 @@ static inline const char *out_dir_run_file(const char *out_dir, char *name, size
 #define OUT_DIR_LOCK_NAME ".train_gpt.lock"
 #define LOCK_PID_CHARS 32
 
+// Fails naming the process that holds out_dir's lock file `path` (open as fd): the PID the file holds.
+LLMC_NORETURN static inline void out_dir_in_use(int fd, const char *out_dir, const char *path) {
+    char holder[LOCK_PID_CHARS] = "";
+    ssize_t got = pread(fd, holder, sizeof(holder) - 1, 0);
+    holder[got > 0 ? got : 0] = '\0';
+    fail("--out-dir '%s' is in use by another run (process %s holds '%s'); wait for it to end or choose another "
+         "--out-dir", out_dir, holder[0] ? holder : "?", path);
+}
+
 static inline int out_dir_lock(const char *out_dir) {
     make_dirs(out_dir);
     char path[CKPT_PATH_LEN + 32];
     snprintf(path, sizeof(path), "%s/%s", out_dir, OUT_DIR_LOCK_NAME);
     int fd = open(path, O_RDWR | O_CREAT, 0644);
     if (fd < 0) { fail("cannot create the lock file '%s': %s; check that --out-dir is writable", path, strerror(errno)); }
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        char holder[LOCK_PID_CHARS] = "";
-        ssize_t got = pread(fd, holder, sizeof(holder) - 1, 0);
-        holder[got > 0 ? got : 0] = '\0';
-        fail("--out-dir '%s' is in use by another run (process %s holds '%s'); wait for it to end or choose another "
-             "--out-dir", out_dir, holder[0] ? holder : "?", path);
-    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) { out_dir_in_use(fd, out_dir, path); }
     char pid[LOCK_PID_CHARS];
     int n = snprintf(pid, sizeof(pid), "%d", (int)getpid());
     if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
         fail("cannot write the lock file '%s': %s", path, strerror(errno));
     }
     return fd;
+}
+
+/*
+ * Fails where a live run holds out_dir's lock, before the folder's contents are judged (a run in progress looks like
+ * one that stopped), making nothing: the lock file is only opened where one exists, and locked shared for an instant
+ * (a live run holds it exclusively; the lock of this run is out_dir_lock's, once every check has passed).
+ */
+static inline void out_dir_check_not_in_use(const char *out_dir) {
+    char path[CKPT_PATH_LEN + 32];
+    snprintf(path, sizeof(path), "%s/%s", out_dir, OUT_DIR_LOCK_NAME);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) { return; } // none, or none a run made (out_dir_lock says what is wrong with it)
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+        out_dir_in_use(fd, out_dir, path);
+    }
+    close(fd);
 }
 
 // Removes the temporary files that interrupted atomic writes left in out_dir (AtomicFile's "<name>.tmp.<pid>"):
@@ -250,45 +289,31 @@ static inline void trainer_open_data(Trainer *tr) {
     tr->targets = (int *)malloc_check(bt * sizeof(int), "target tokens");
 }
 
-// The model's FP8 amax history in *h (allocated here: fp8_history_free), or NULL where it runs no FP8.
+// The run's FP8 amax history in *h (allocated here: fp8_history_free), or NULL where it runs no FP8 (its model has
+// no history: ModelOps).
 static inline Fp8History *trainer_fp8_history(Trainer *tr, Fp8History *h) {
-    if (!tr->ops.get_fp8_history) { return NULL; }
+    if (!options_fp8(&tr->o)) { return NULL; }
     fp8_history_init(h, tr->config.num_layers, tr->o.fp8_amax_history);
     return h;
 }
 
-// Loads checkpoint `step` into the model and the training loader.
-static inline void trainer_resume(Trainer *tr, int step) {
+// Reads checkpoint `step` into tr->start and verifies it: both files' checksums, its step, its FP8 history.
+static inline void trainer_read_checkpoint(Trainer *tr, int step) {
+    StartState *st = &tr->start;
     size_t n = tr->layout.total;
-    float *params = (float *)malloc_check(n * sizeof(float), "checkpoint parameters");
-    float *m = (float *)malloc_check(n * sizeof(float), "checkpoint AdamW m");
-    float *v = (float *)malloc_check(n * sizeof(float), "checkpoint AdamW v");
+    st->params = (float *)malloc_check(n * sizeof(float), "checkpoint parameters");
+    st->m = (float *)malloc_check(n * sizeof(float), "checkpoint AdamW m");
+    st->v = (float *)malloc_check(n * sizeof(float), "checkpoint AdamW v");
     char model_path[CKPT_PATH_LEN], state_path[CKPT_PATH_LEN];
     checkpoint_paths(tr->o.out_dir, step, model_path, state_path);
-    Fp8History hist;
-    Fp8History *fp8 = trainer_fp8_history(tr, &hist);
-    TrainProgress pr = state_file_read(state_path, &tr->keys, params, m, v, n, fp8);
-    checkpoint_verify(model_path, state_path, step, &pr);
-    tr->ops.set_params(tr->ops.ctx, params);
-    tr->ops.set_opt_state(tr->ops.ctx, m, v);
-    if (fp8) {
-        tr->ops.set_fp8_history(tr->ops.ctx, fp8);
-        fp8_history_free(fp8);
-    }
-    DataLoaderState ds = {pr.data_epoch, pr.data_next};
-    dataloader_set_state(&tr->train, ds);
-    free(params);
-    free(m);
-    free(v);
-    logger_line(&tr->log, "resumed from '%s' at step %d\n", state_path, pr.step);
-    if (strcmp(pr.precision, tr->o.precision) != 0) {
-        logger_line(&tr->log, "the checkpoint was written in %s and continues in %s: weights and optimizer state carry "
-                    "over%s\n", pr.precision, tr->o.precision, fp8 ? ", the FP8 amax history starts empty" : "");
-    }
+    st->progress = state_file_read(state_path, &tr->keys, st->params, st->m, st->v, n,
+                                   trainer_fp8_history(tr, &st->fp8));
+    checkpoint_verify(model_path, state_path, step, &st->progress);
 }
 
-static inline void trainer_init_from(Trainer *tr) {
-    float *params = (float *)malloc_check(tr->layout.total * sizeof(float), "model file parameters");
+// Reads --init-from's weights into tr->start: a file of this run's shape, every weight finite.
+static inline void trainer_read_init_from(Trainer *tr) {
+    float *params = tr->start.params = (float *)malloc_check(tr->layout.total * sizeof(float), "model file parameters");
     model_file_read(tr->o.init_from, &tr->config, params);
     for (int t = 0; t < NUM_PARAM_TENSORS; t++) { // a NaN would train NaN to the end
         for (size_t i = 0; i < tr->layout.size[t]; i++) {
@@ -299,8 +324,36 @@ static inline void trainer_init_from(Trainer *tr) {
             }
         }
     }
-    tr->ops.set_params(tr->ops.ctx, params);
-    free(params);
+}
+
+// Loads checkpoint `step` (trainer_read_checkpoint's) into the model and the training loader.
+static inline void trainer_resume(Trainer *tr, int step) {
+    StartState *st = &tr->start;
+    const TrainProgress *pr = &st->progress;
+    tr->ops.set_params(tr->ops.ctx, st->params);
+    tr->ops.set_opt_state(tr->ops.ctx, st->m, st->v);
+    if (st->fp8.ring) { tr->ops.set_fp8_history(tr->ops.ctx, &st->fp8); }
+    DataLoaderState ds = {pr->data_epoch, pr->data_next};
+    dataloader_set_state(&tr->train, ds);
+    char model_path[CKPT_PATH_LEN], state_path[CKPT_PATH_LEN];
+    checkpoint_paths(tr->o.out_dir, step, model_path, state_path);
+    logger_line(&tr->log, "resumed from '%s' at step %d\n", state_path, step);
+    if (pr->model_checksum == 0) {
+        logger_line(&tr->log, "'%s' is a version %d state file, written before checksums: this resume is unverified\n",
+                    state_path, STATE_FILE_VERSION_UNCHECKED);
+    }
+    if (strcmp(pr->precision, tr->o.precision) != 0) {
+        logger_line(&tr->log, "the checkpoint was written in %s and continues in %s: weights and optimizer state carry "
+                    "over%s\n", pr->precision, tr->o.precision,
+                    st->fp8.ring ? ", the FP8 amax history starts empty" : "");
+    }
+    start_state_free(st);
+}
+
+// Loads --init-from's weights (trainer_read_init_from's) into the model.
+static inline void trainer_init_from(Trainer *tr) {
+    tr->ops.set_params(tr->ops.ctx, tr->start.params);
+    start_state_free(&tr->start);
     if (tr->is_root) { printf("initialized from model file '%s'\n", tr->o.init_from); }
 }
 
@@ -516,15 +569,16 @@ static inline int trainer_loop(Trainer *tr, int start_step) {
         int done = s.step, last = done == o->steps;
         logger_train(&tr->log, &s, every(o->log_every, done) || last);
         trainer_check_finite(tr, done, "training loss", s.loss, s.norm);
-        int sig = trainer_stop_signal(tr);
-        if (sig && !last) { // the validation and samples of a stopped step are skipped: they change no state
-            trainer_stop(tr, done, sig);
-            return EXIT_PREEMPTED;
-        }
+        // A step's validation is part of it, stopped or not: the run resumed after it does not validate it again.
         if (tr->has_val && (every(o->val_every, done) || last)) {
             float val = trainer_validate(tr);
             logger_val(&tr->log, done, o->steps, val);
             trainer_check_finite(tr, done, "validation loss", val, s.norm);
+        }
+        int sig = trainer_stop_signal(tr);
+        if (sig && !last) { // the sample of a stopped step is skipped: it changes no state and records nothing
+            trainer_stop(tr, done, sig);
+            return EXIT_PREEMPTED;
         }
         if (tr->has_tok && every(o->sample_every, done)) { trainer_sample(tr, done); }
         if (o->save && (every(o->checkpoint_every, done) || last)) { trainer_checkpoint(tr, done); }
@@ -593,6 +647,7 @@ static inline int train_main(int argc, char **argv, LaunchFn launch, ModelFactor
     char data_identity[DATA_IDENTITY_CHARS];
     dataloader_identity(o->train_data, data_identity, sizeof(data_identity));
     resume_keys_add(&tr.keys, RESUME_DATA_KEY, data_identity);
+    out_dir_check_not_in_use(o->out_dir);
     int restart;
     int resume_step = out_dir_check(o, &restart);
     tr.last_checkpoint = resume_step;
@@ -611,9 +666,16 @@ static inline int train_main(int argc, char **argv, LaunchFn launch, ModelFactor
     }
 
     trainer_open_data(&tr);
+    // What the run starts from, read in full and verified (the largest read, so the last check): then it can no
+    // longer fail for its sake after the folder was touched.
+    if (resume_step >= 0) {
+        trainer_read_checkpoint(&tr, resume_step);
+    } else if (o->init_from[0] != '\0') {
+        trainer_read_init_from(&tr);
+    }
     if (tr.launcher.connect) { tr.launcher.connect(&tr.mesh); } // every rank passed its checks
     if (tr.is_root) { // every check passed: now the folder may be made and written
-        tr.lock_fd = out_dir_lock(o->out_dir); // (a run that holds the folder may have looked like an attempt)
+        tr.lock_fd = out_dir_lock(o->out_dir); // (a run that started since out_dir_check_not_in_use is refused here)
         if (restart) {
             printf("'%s' holds an earlier attempt of this run that stopped before its first complete checkpoint; "
                    "starting again from step 0\n", o->out_dir);

@@ -4,11 +4,16 @@
  *   a file with more positions than --seq-len; wrong shape, truncation, bad magic and unknown versions fail
  *   with one line naming the file;
  * - state file: round trip of progress, params and AdamW moments; a setting or a shape that differs is
- *   refused naming the file, the setting and both values; a constant schedule may change --steps;
+ *   refused naming the file, the setting and both values; a constant schedule may change --steps; a checkpoint
+ *   is never written over;
+ * - integrity: a flipped byte anywhere (the header and the settings block included) is reported as corruption,
+ *   never as other settings; a version 1 file (no checksums) reads, unverified, but one with checksums is corrupt;
  * - fp8: the amax history round trip; an fp8 checkpoint continues in bf16 and a bf16 one in fp8 (with an empty
- *   history); the FP8 settings must match between fp8 runs; a truncated history is refused;
+ *   history); the FP8 settings must match between fp8 runs; a truncated history, or an amax no run records
+ *   (negative, NaN, infinite), is refused;
  * - atomic writes leave no temporary file; the latest complete checkpoint ignores a model file without its
- *   state file and temporary files.
+ *   state file and temporary files; a latest state file without its model file is refused, naming the missing
+ *   file (an earlier one is passed by).
  */
 #include "../llmc/checkpoint.h"
 #include "../llmc/rng.h"
@@ -248,6 +253,18 @@ static void test_keys_block_defined(void) {
     check(used > 0 && stray == 0, "resume_keys_block_defined", "%zu bytes past the text are not zero", stray);
 }
 
+typedef struct {
+    GPTConfig c;
+    ResumeKeys keys;
+    TrainProgress pr;
+    const float *params, *m, *v;
+} WriteArgs;
+
+static void write_checkpoint_child(void *arg) {
+    WriteArgs *a = (WriteArgs *)arg;
+    checkpoint_write(g_dir, &a->c, &a->keys, &a->pr, a->params, a->m, a->v, NULL);
+}
+
 static void test_state_round_trip(void) {
     GPTConfig c = tiny_config(2, 16);
     ParamLayout p;
@@ -272,6 +289,14 @@ static void test_state_round_trip(void) {
     model_file_read(model_path, &c, p2);
     check(memcmp(params, p2, bytes) == 0, "checkpoint_model_file_matches",
           "the checkpoint's model file differs from its parameters");
+
+    // a second checkpoint of step 42 (other weights) is refused, and both files stay as they were
+    uint64_t model_sum = file_checksum(model_path), state_sum = file_checksum(state_path);
+    WriteArgs w = {c, keys, pr, m, m, v};
+    expect_child_error("checkpoint_never_written_over", write_checkpoint_child, &w, "state_00000042.bin",
+                       "exists already");
+    check(file_checksum(model_path) == model_sum && file_checksum(state_path) == state_sum,
+          "checkpoint_written_over_unchanged", "a refused write changed '%s' or '%s'", model_path, state_path);
     free(p2);
     free(m2);
     free(v2);
@@ -355,7 +380,7 @@ static void test_state_mismatch(void) {
     child_wait(&ch, now_s() + CHILD_TIMEOUT_S);
     check(ch.status == 0, "state_constant_schedule_extends", "status %d: %s", ch.status, ch.err);
     if (truncate(a.path, file_size_or_neg(a.path) - 1) != 0) { perror("truncate"); }
-    expect_child_error("state_truncated", check_state_child, &a, "state_00000006.bin", "truncated or corrupt");
+    expect_child_error("state_truncated", check_state_child, &a, "state_00000006.bin", "is corrupt");
     free(zeros);
 }
 
@@ -455,6 +480,93 @@ static void test_corruption(void) {
     free(params);
 }
 
+// Writes `value` into int64 slot `slot` of a state file's header.
+static void set_header_slot(const char *path, int slot, int64_t value) {
+    FILE *f = fopen_check(path, "r+b");
+    fseek(f, slot * (long)sizeof(int64_t), SEEK_SET);
+    fwrite_check(&value, sizeof(value), 1, f, path);
+    fclose(f);
+}
+
+// A byte flipped in the header or the settings block is corruption, whatever field it lands in: the checksum is
+// heard before the field is (a flipped setting must not read as a checkpoint of other settings, a flipped count as
+// another model). Both the full read and the check of the header alone (which a finished run gets) say so.
+static void test_header_corruption(void) {
+    GPTConfig c = tiny_config(2, 16);
+    ParamLayout p;
+    param_layout(&c, &p);
+    float *params = random_floats(p.total, 22);
+    Options o = run_options(1337, "cosine", 100);
+    ReadArgs a;
+    a.keys = resume_keys_make(&o, &c, 4096);
+    a.n = p.total;
+    a.step = 14;
+    TrainProgress pr = {14, 0, 0, "", 0};
+    checkpoint_write(g_dir, &c, &a.keys, &pr, params, params, params, NULL);
+    checkpoint_paths(g_dir, 14, a.model, a.state);
+    StateCheckArgs h;
+    snprintf(h.path, sizeof(h.path), "%s", a.state);
+    h.keys = a.keys;
+    h.n = a.n;
+    long long header = STATE_HEADER_INTS * (long long)sizeof(int64_t), slot = (long long)sizeof(int64_t);
+    long long setting = header + (long long)(strstr(a.keys.text, "layers=") - a.keys.text) + 7; // its digit
+    const struct {
+        const char *name;
+        long long at;
+        int header_check; // the header alone shows it (the others read as a plausible header)
+    } flips[] = {{"magic", SH_MAGIC * slot, 1},
+                 {"version", SH_VERSION * slot, 1},
+                 {"parameter_count", SH_NUM_PARAMS * slot, 1},
+                 {"settings_bytes", SH_KEYS_BYTES * slot, 1},
+                 {"setting", setting, 1},
+                 {"step", SH_STEP * slot, 0},
+                 {"fp8_tensors", SH_FP8_TENSORS * slot, 0},
+                 {"own_checksum", SH_STATE_CHECKSUM * slot, 0}};
+    for (size_t i = 0; i < sizeof(flips) / sizeof(flips[0]); i++) {
+        char name[96];
+        flip_byte(a.state, flips[i].at);
+        snprintf(name, sizeof(name), "state_flipped_%s_is_corrupt", flips[i].name);
+        expect_child_error(name, read_checkpoint_child, &a, "state_00000014.bin", "is corrupt");
+        if (flips[i].header_check) {
+            snprintf(name, sizeof(name), "state_flipped_%s_header_check_is_corrupt", flips[i].name);
+            expect_child_error(name, check_state_child, &h, "state_00000014.bin", "is corrupt");
+        }
+        flip_byte(a.state, flips[i].at);
+    }
+    free(params);
+}
+
+// A version 1 state file (from before the checksums) reads, unverified (no model checksum to check). A file that says
+// version 1 but has a checksum slot set is a later one whose version changed: corrupt, not unverifiable.
+static void test_version1(void) {
+    GPTConfig c = tiny_config(2, 16);
+    ParamLayout p;
+    param_layout(&c, &p);
+    float *params = random_floats(p.total, 23);
+    Options o = run_options(1337, "cosine", 100);
+    ReadArgs a;
+    a.keys = resume_keys_make(&o, &c, 4096);
+    a.n = p.total;
+    a.step = 15;
+    TrainProgress pr = {15, 0, 0, "", 0};
+    checkpoint_write(g_dir, &c, &a.keys, &pr, params, params, params, NULL);
+    checkpoint_paths(g_dir, 15, a.model, a.state);
+    set_header_slot(a.state, SH_VERSION, STATE_FILE_VERSION_UNCHECKED);
+    expect_child_error("state_version1_with_checksums_is_corrupt", read_checkpoint_child, &a, "state_00000015.bin",
+                       "is corrupt");
+    set_header_slot(a.state, SH_STATE_CHECKSUM, 0);
+    expect_child_error("state_version1_with_model_checksum_is_corrupt", read_checkpoint_child, &a,
+                       "state_00000015.bin", "is corrupt");
+    set_header_slot(a.state, SH_MODEL_CHECKSUM, 0);
+    float *buf = (float *)malloc_check(3 * p.total * sizeof(float), "state");
+    TrainProgress r = state_file_read(a.state, &a.keys, buf, buf + p.total, buf + 2 * p.total, p.total, NULL);
+    check(r.step == 15 && r.model_checksum == 0 && memcmp(buf, params, p.total * sizeof(float)) == 0,
+          "state_version1_reads_unverified", "step %d, model checksum %016llx (want 0: none recorded)", r.step,
+          (unsigned long long)r.model_checksum);
+    free(buf);
+    free(params);
+}
+
 static Options fp8_options(int history) {
     Options o = run_options(1337, "cosine", 100);
     snprintf(o.precision, sizeof(o.precision), "fp8");
@@ -525,10 +637,47 @@ static void test_state_fp8(void) {
     a.history = 4;
     a.keys = k8;
     if (truncate(a.path, file_size_or_neg(a.path) - 4) != 0) { perror("truncate"); }
-    expect_child_error("state_fp8_truncated", read_fp8_child, &a, "state_00000008.bin", "truncated or corrupt");
+    expect_child_error("state_fp8_truncated", read_fp8_child, &a, "state_00000008.bin", "is corrupt");
     fp8_history_free(&h);
     fp8_history_free(&back);
     free(buf);
+    free(params);
+}
+
+// An amax history value no run records (negative, NaN, infinite) is refused when read: in a file whose checksum holds
+// (what a run wrote, right or wrong), and in a version 1 file, which has no checksum to catch it.
+static void test_fp8_amax_refused(void) {
+    GPTConfig c = tiny_config(2, 16);
+    ParamLayout p;
+    param_layout(&c, &p);
+    float *params = random_floats(p.total, 24);
+    Options o8 = fp8_options(4);
+    Fp8ReadArgs a;
+    a.keys = resume_keys_make(&o8, &c, 4096);
+    a.n = p.total;
+    a.layers = c.num_layers;
+    a.history = 4;
+    Fp8History h;
+    fp8_history_init(&h, c.num_layers, 4);
+    h.steps = 4;
+    const float bad[] = {-1.0f, NAN, INFINITY};
+    const char *names[] = {"state_fp8_negative_amax_refused", "state_fp8_nan_amax_refused",
+                           "state_fp8_infinite_amax_refused"};
+    char model_path[CKPT_PATH_LEN];
+    for (int i = 0; i < 3; i++) {
+        for (int k = 0; k < h.tensors * h.length; k++) { h.ring[k] = 1.0f; }
+        h.ring[5] = bad[i];
+        TrainProgress pr = {30 + i, 0, 0, "", 0};
+        checkpoint_write(g_dir, &c, &a.keys, &pr, params, params, params, &h);
+        checkpoint_paths(g_dir, 30 + i, model_path, a.path);
+        expect_child_error(names[i], read_fp8_child, &a, strrchr(a.path, '/') + 1, "amax history holds");
+    }
+    set_header_slot(a.path, SH_VERSION, STATE_FILE_VERSION_UNCHECKED);
+    set_header_slot(a.path, SH_STATE_CHECKSUM, 0);
+    set_header_slot(a.path, SH_MODEL_CHECKSUM, 0);
+    expect_child_error("state_version1_bad_amax_refused", read_fp8_child, &a, strrchr(a.path, '/') + 1,
+                       "amax history holds");
+    fp8_history_free(&h);
     free(params);
 }
 
@@ -536,6 +685,11 @@ static void touch(const char *name) {
     char p[CKPT_PATH_LEN];
     path_in_dir(p, name);
     fclose(fopen_check(p, "wb"));
+}
+
+static void find_latest_child(void *arg) {
+    (void)arg;
+    checkpoint_find_latest(g_dir);
 }
 
 static void test_find_latest(void) {
@@ -548,12 +702,19 @@ static void test_find_latest(void) {
     touch("state_00000009.bin.tmp.1234");
     touch("model_00000009.bin");
     touch("state_0000012.bin"); // not 8 digits
-    touch("state_00000010.bin"); // state without model (removed by hand): not complete either
     int latest = checkpoint_find_latest(g_dir);
     check(latest == 3, "latest_ignores_incomplete", "latest %d, expected 3", latest);
     touch("state_00000006.bin");
     latest = checkpoint_find_latest(g_dir);
     check(latest == 6, "latest_highest_complete", "latest %d, expected 6", latest);
+    // the latest state file without its model file (removed by hand): a damaged checkpoint, which resuming before it
+    // would write over; an earlier one is passed by
+    touch("state_00000004.bin");
+    latest = checkpoint_find_latest(g_dir);
+    check(latest == 6, "latest_passes_earlier_state_without_model", "latest %d, expected 6", latest);
+    touch("state_00000010.bin");
+    expect_child_error("latest_state_without_model_refused", find_latest_child, NULL, "model_00000010.bin",
+                       "is missing");
 }
 
 // Steps past 99,999,999 get nine digits (%08d) and are found like the others.
@@ -589,6 +750,9 @@ int main(void) {
     test_state_fp8();
     test_checksum();
     test_corruption();
+    test_header_corruption();
+    test_version1();
+    test_fp8_amax_refused();
     test_find_latest();
     test_nine_digit_steps();
     clear_dir();

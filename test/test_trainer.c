@@ -10,7 +10,13 @@
  *   attempt that never checkpointed starts its metrics anew; a diverged step's record holds null, not inf;
  * - a folder that holds a run is refused without --resume 1, and nothing in it changes; --resume 1 without
  *   a checkpoint, a checkpoint of other settings, and --init-from a model of another shape are refused with
- *   one line; resuming a finished run does nothing; --init-from loads the file's weights.
+ *   one line; resuming a finished run does nothing; --init-from loads the file's weights, and one with
+ *   non-finite weights is refused before the out-dir is made.
+ * - a damaged or corrupt checkpoint (a state file without its model file, a flipped byte in either file) is refused
+ *   by --resume 1 and auto before anything in the folder is touched: log, metrics and state files stay as they
+ *   were, and no lock file or picture appears; a version 1 state file resumes, saying it is unverified.
+ * - a folder whose lock a live process holds is refused as in use, naming the process, in every --resume mode,
+ *   even where its files look like a run that stopped.
  * - a folder with an attempt that stopped before its first checkpoint (its log only): refused without --resume,
  *   started again with --resume 1 (saying so) to the uninterrupted run's files; --resume auto starts a new run
  *   in an empty folder and continues one that has checkpoints.
@@ -19,7 +25,8 @@
  *   first losses is the one-process loss of the same global batch; --zero 1 is accepted.
  * - preemption: a signal at points inside a step (raised by the toy) and at random times (sent by this process)
  *   stops the run with a checkpoint and EXIT_PREEMPTED; runs continued with --resume auto until done end with the
- *   uninterrupted run's files, byte for byte; a second signal exits at once; a peer's signal stops this rank too.
+ *   uninterrupted run's files, byte for byte, and its log, metrics and picture (a stopped step that validates
+ *   records its validation); a second signal exits at once; a peer's signal stops this rank too.
  * Each run is a child process (train_main exits on errors), stdout kept in the scratch folder.
  */
 #include "../llmc/init.h"
@@ -261,6 +268,30 @@ static void copy_file(const char *from, const char *to) {
     free(buf);
 }
 
+// Flips one bit of the byte at offset `at`.
+static void flip_byte(const char *path, long long at) {
+    FILE *f = fopen_check(path, "r+b");
+    fseek(f, at, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, at, SEEK_SET);
+    fputc(c ^ 0x10, f);
+    fclose(f);
+}
+
+// Copies files `names` (NULL-terminated) of scratch folder `from` into scratch folder `to` (made here).
+static void copy_files(const char *from, const char *to, const char *const *names) {
+    char dir[CKPT_PATH_LEN], a[CKPT_PATH_LEN], b[CKPT_PATH_LEN], rel[CKPT_PATH_LEN];
+    scratch_path(dir, to);
+    mkdir(dir, 0755);
+    for (; *names; names++) {
+        snprintf(rel, sizeof(rel), "%s/%s", from, *names);
+        scratch_path(a, rel);
+        snprintf(rel, sizeof(rel), "%s/%s", to, *names);
+        scratch_path(b, rel);
+        copy_file(a, b);
+    }
+}
+
 // The lines of a file that start with a step, read by step_format (LOG_STEP: llm.c's lines of a log; METRICS_STEP:
 // a metrics file's records), up to and including step max_step; each cut short at `cut` where it holds it (a
 // metrics record's timings, METRICS_TIMINGS to its end: the fields that differ between two runs of the same steps).
@@ -455,6 +486,101 @@ static void test_restart_and_auto(void) {
     free(out);
 }
 
+// Whether scratch file `rel` is full's file `full_rel`, byte for byte.
+static int same_as_full(const char *rel, const char *full_rel) {
+    char a[CKPT_PATH_LEN], b[CKPT_PATH_LEN];
+    scratch_path(a, rel);
+    scratch_path(b, full_rel);
+    return same_file(a, b);
+}
+
+// A checkpoint whose model file was removed is damaged, not an attempt to start again: --resume 1 and auto refuse it
+// naming the missing file, and its state file (the only copy of the weights and the optimizer state) stays as it was.
+static void test_state_without_model(void) {
+    const char *only_state[] = {"state_00000003.bin", "log.txt", NULL};
+    copy_files("full", "lost_model", only_state);
+    const char *modes[] = {"1", "auto"};
+    for (int i = 0; i < 2; i++) {
+        const char *resume[] = {"--resume", modes[i], NULL};
+        Run r = make_run("lost_model", resume);
+        char name[64];
+        snprintf(name, sizeof(name), "state_without_model_refused_resume_%s", modes[i]);
+        expect_refused(name, &r, "model_00000003.bin' is missing");
+    }
+    check(same_as_full("lost_model/state_00000003.bin", "full/state_00000003.bin"),
+          "state_without_model_kept", "the state file changed");
+    // an earlier complete checkpoint does not make the later one's state file fair game
+    const char *later[] = {"model_00000003.bin", "state_00000003.bin", "state_00000006.bin", NULL};
+    copy_files("full", "lost_later_model", later);
+    const char *resume[] = {"--resume", "1", NULL};
+    Run r = make_run("lost_later_model", resume);
+    expect_refused("later_state_without_model_refused", &r, "model_00000006.bin' is missing");
+    check(same_as_full("lost_later_model/state_00000006.bin", "full/state_00000006.bin"),
+          "later_state_without_model_kept", "the state file changed");
+}
+
+// A corrupt checkpoint is refused before anything in the folder is touched: the log and the metrics (which a resume
+// cuts after its checkpoint) stay as they were, and no lock file or picture appears.
+static void test_corrupt_checkpoint_touches_nothing(void) {
+    const char *files[] = {"model_00000003.bin", "state_00000003.bin", "log.txt", "metrics.jsonl", NULL};
+    const char *kinds[] = {"state", "model"};
+    for (int k = 0; k < 2; k++) {
+        char dir[64], rel[CKPT_PATH_LEN], path[CKPT_PATH_LEN], name[96];
+        snprintf(dir, sizeof(dir), "corrupt_%s", kinds[k]);
+        copy_files("full", dir, files);
+        snprintf(rel, sizeof(rel), "%s/%s_00000003.bin", dir, kinds[k]);
+        scratch_path(path, rel);
+        flip_byte(path, file_size_or_neg(path) / 2);
+        const char *resume[] = {"--resume", "1", NULL};
+        Run r = make_run(dir, resume);
+        snprintf(name, sizeof(name), "corrupt_%s_refused", kinds[k]);
+        expect_refused(name, &r, "is corrupt");
+        char log_rel[CKPT_PATH_LEN], metrics_rel[CKPT_PATH_LEN], lock[CKPT_PATH_LEN], svg[CKPT_PATH_LEN];
+        snprintf(log_rel, sizeof(log_rel), "%s/log.txt", dir);
+        snprintf(metrics_rel, sizeof(metrics_rel), "%s/metrics.jsonl", dir);
+        snprintf(rel, sizeof(rel), "%s/%s", dir, OUT_DIR_LOCK_NAME);
+        scratch_path(lock, rel);
+        snprintf(rel, sizeof(rel), "%s/loss.svg", dir);
+        scratch_path(svg, rel);
+        snprintf(name, sizeof(name), "corrupt_%s_touches_nothing", kinds[k]);
+        check(same_as_full(log_rel, "full/log.txt") && same_as_full(metrics_rel, "full/metrics.jsonl") &&
+                  !file_exists(lock) && !file_exists(svg),
+              name, "the log or the metrics changed, or a lock file or loss.svg appeared in '%s'", dir);
+    }
+}
+
+// Writes `value` into int64 slot `slot` of a state file's header.
+static void set_state_slot(const char *path, int slot, int64_t value) {
+    FILE *f = fopen_check(path, "r+b");
+    fseek(f, slot * (long)sizeof(int64_t), SEEK_SET);
+    fwrite_check(&value, sizeof(value), 1, f, path);
+    fclose(f);
+}
+
+// A version 1 state file (from before the checksums) resumes to the uninterrupted run's files, and says it could not
+// be verified; one that says version 1 but records checksums is a later file with a changed version: corrupt.
+static void test_version1_resume(void) {
+    const char *files[] = {"model_00000003.bin", "state_00000003.bin", NULL};
+    copy_files("full", "version1", files);
+    char state[CKPT_PATH_LEN];
+    scratch_path(state, "version1/state_00000003.bin");
+    set_state_slot(state, SH_VERSION, STATE_FILE_VERSION_UNCHECKED);
+    const char *resume[] = {"--resume", "1", NULL};
+    Run r = make_run("version1", resume);
+    expect_refused("version1_with_checksums_refused", &r, "is corrupt");
+    set_state_slot(state, SH_STATE_CHECKSUM, 0);
+    set_state_slot(state, SH_MODEL_CHECKSUM, 0);
+    r = make_run("version1", resume);
+    Child c = run_train(&r);
+    size_t n;
+    char *out = read_file(r.stdout_path, &n);
+    check(c.status == 0 && out && strstr(out, "unverified") &&
+              same_as_full("version1/state_00000006.bin", "full/state_00000006.bin"),
+          "version1_resumes_unverified_and_says_so", "status %d, stdout '%s', stderr '%s'", c.status, out ? out : "",
+          c.err);
+    free(out);
+}
+
 // A copy of full's step-6 model whose first `count` weights (wte's first rows) are `value`.
 static void model_with(const char *name, float value, int count, char *path) {
     char from[CKPT_PATH_LEN];
@@ -475,6 +601,9 @@ static void test_non_finite(void) {
     const char *nan_init[] = {arg, NULL};
     Run nan_run = make_run("nan_init", nan_init);
     expect_refused("init_from_nan_refused", &nan_run, "wte[0] is nan; the model file holds non-finite weights");
+    scratch_path(ckpt, "nan_init");
+    check(!file_exists(ckpt), "init_from_nan_makes_no_out_dir", "'%s' was made: the corrected command would find an "
+          "earlier run there", ckpt);
     model_with("huge.bin", 1e30f, 256, path); // every token's weight: the toy's squared error overflows
     snprintf(arg, sizeof(arg), "--init-from=%s", path);
     const char *huge_init[] = {arg, NULL};
@@ -512,6 +641,24 @@ static void test_lock_and_stale_files(void) {
     Run now_free = make_run("locked", NULL);
     Child c = run_train(&now_free);
     check(c.status == 0, "released_lock_lets_run", "status %d: %s", c.status, c.err);
+
+    // a live run before its first checkpoint: its folder holds a log, which must not read as a stopped attempt
+    const char *log_only[] = {"log.txt", NULL};
+    copy_files("full", "live", log_only);
+    scratch_path(dir, "live");
+    snprintf(lock, sizeof(lock), "%s/%s", dir, OUT_DIR_LOCK_NAME);
+    fd = open(lock, O_RDWR | O_CREAT, 0644);
+    held = fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0 && write(fd, "4242", 4) == 4;
+    check(held, "live_out_dir_test_holds_lock", "the test could not take the lock");
+    const char *modes[] = {NULL, "1", "auto"};
+    for (int i = 0; held && i < 3; i++) {
+        const char *resume[] = {"--resume", modes[i], NULL};
+        Run live = make_run("live", modes[i] ? resume : NULL);
+        char name[64];
+        snprintf(name, sizeof(name), "live_out_dir_in_use_resume_%s", modes[i] ? modes[i] : "0");
+        expect_refused(name, &live, want);
+    }
+    if (fd >= 0) { close(fd); }
 
     scratch_path(dir, "stale");
     mkdir(dir, 0755);
@@ -676,6 +823,44 @@ static int same_as_uninterrupted(const char *name) {
     return 1;
 }
 
+// loss.svg of out-dir `name`, its title (the out-dir) cut to the folder's parent, or NULL.
+static char *picture_untitled(const char *name) {
+    char path[CKPT_PATH_LEN], rel[CKPT_PATH_LEN], title[CKPT_PATH_LEN];
+    snprintf(rel, sizeof(rel), "%s/%s", name, PLOT_FILE_NAME);
+    scratch_path(path, rel);
+    size_t n;
+    char *svg = read_file(path, &n);
+    snprintf(title, sizeof(title), "/%s</text>", name);
+    char *at = svg ? strstr(svg, title) : NULL;
+    if (at) { memmove(at + 1, at + 1 + strlen(name), strlen(at + 1 + strlen(name)) + 1); }
+    return svg;
+}
+
+// Whether out-dir `name` recorded what the uninterrupted run did: log.txt's step lines, metrics.jsonl (but for the
+// timings) and loss.svg; *what names the first that differs.
+static int same_records_as_uninterrupted(const char *name, const char **what) {
+    static char a[8192], b[8192];
+    const char *files[] = {LOG_FILE_NAME, METRICS_FILE_NAME}, *formats[] = {LOG_STEP, METRICS_STEP};
+    const char *cuts[] = {NULL, METRICS_TIMINGS};
+    for (int k = 0; k < 2; k++) {
+        char pa[CKPT_PATH_LEN], pb[CKPT_PATH_LEN], rel[CKPT_PATH_LEN];
+        snprintf(rel, sizeof(rel), "preempt_full/%s", files[k]);
+        scratch_path(pa, rel);
+        snprintf(rel, sizeof(rel), "%s/%s", name, files[k]);
+        scratch_path(pb, rel);
+        step_lines(pa, formats[k], cuts[k], PREEMPT_LAST_STEP, a, sizeof(a));
+        step_lines(pb, formats[k], cuts[k], PREEMPT_LAST_STEP, b, sizeof(b));
+        *what = files[k];
+        if (strcmp(a, b) != 0) { return 0; }
+    }
+    char *full = picture_untitled("preempt_full"), *run = picture_untitled(name);
+    int same = full && run && strcmp(full, run) == 0;
+    free(full);
+    free(run);
+    *what = PLOT_FILE_NAME;
+    return same;
+}
+
 // Runs `name` with --resume auto until it completes: the first run meets the toy's raised signal (g_raise_at_*) or
 // the signal this process sends after signal_after_s (>= 0), the later ones run undisturbed. Returns the number of runs, or -1 when one failed or the attempts ran out. *stops:
 // runs that ended with EXIT_PREEMPTED, each with its stop line and a checkpoint of the step it names.
@@ -733,7 +918,8 @@ static void test_preemption(void) {
     const int fb_points[] = {1, 2, 9, 10, 16, 45}, update_points[] = {1, 4, 5, 12, 23};
     int n_fb = (int)(sizeof(fb_points) / sizeof(fb_points[0]));
     int n_up = (int)(sizeof(update_points) / sizeof(update_points[0]));
-    int all_same = 1, all_stopped = 1;
+    int all_same = 1, all_stopped = 1, all_recorded = 1;
+    char differs[256] = "";
     for (int i = 0; i < n_fb + n_up; i++) {
         char name[64];
         snprintf(name, sizeof(name), "preempt_at_%d", i);
@@ -743,29 +929,38 @@ static void test_preemption(void) {
         int stops, runs = run_until_done(name, -1.0, &stops, why, sizeof(why));
         all_stopped &= runs == 2 && stops == 1;
         all_same &= runs > 0 && same_as_uninterrupted(name);
+        const char *what;
+        if (runs > 0 && !same_records_as_uninterrupted(name, &what) && all_recorded) {
+            all_recorded = 0;
+            snprintf(differs, sizeof(differs), "'%s' (signal at call %d of %s)", what,
+                     i < n_fb ? fb_points[i] : update_points[i - n_fb], i < n_fb ? "forward_backward" : "update");
+        }
         if (runs < 0 || !(runs == 2 && stops == 1)) { break; }
     }
     check(all_stopped, "preempt_signal_in_step_stops_with_checkpoint",
           "a run signalled once did not stop once with EXIT_PREEMPTED and finish on its next run: %s", why);
     check(all_same, "preempt_resumed_runs_identical", "a stopped and resumed run's final files differ from the "
           "uninterrupted run's: %s", why);
+    check(all_recorded, "preempt_resumed_runs_record_the_same", "a stopped and resumed run's %s differs from the "
+          "uninterrupted run's", differs);
 
     // Signals at random times (seeded: a failure names its trial): anywhere in the run, start-up and checkpoint
     // writes included; a signal before the handler is installed kills the run, which then starts afresh.
     uint64_t rng = PREEMPT_RNG_SEED;
     int async_same = 1, async_stops = 0;
     char where[256] = "";
+    const char *what = "";
     for (int i = 0; i < PREEMPT_ASYNC_TRIALS && async_same; i++) {
         char name[64];
         snprintf(name, sizeof(name), "preempt_async_%d", i);
         double after = run_s * rng_uniform(rng, 0, (uint64_t)i);
         int stops, runs = run_until_done(name, after, &stops, why, sizeof(why));
         async_stops += stops;
-        async_same &= runs > 0 && same_as_uninterrupted(name);
+        async_same &= runs > 0 && same_as_uninterrupted(name) && same_records_as_uninterrupted(name, &what);
         snprintf(where, sizeof(where), "trial %d (seed %d, signal after %.4f s of a %.4f s run)", i, PREEMPT_RNG_SEED,
                  after, run_s);
     }
-    check(async_same, "preempt_random_signals_identical", "%s: %s", where, why);
+    check(async_same, "preempt_random_signals_identical", "%s: the final files or '%s' differ: %s", where, what, why);
     printf("note: %d of %d runs signalled at random times stopped with a checkpoint (the rest ended first)\n",
            async_stops, PREEMPT_ASYNC_TRIALS);
 
@@ -820,6 +1015,9 @@ int main(void) {
     test_restart_and_auto();
     test_non_finite();
     test_lock_and_stale_files();
+    test_state_without_model();
+    test_corrupt_checkpoint_touches_nothing();
+    test_version1_resume();
     test_refusals();
     test_init_from();
     test_data_parallel_ranks();
