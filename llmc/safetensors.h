@@ -266,8 +266,7 @@ static inline void st_open(StFile *f, const char *path) {
     memset(f, 0, sizeof(*f));
     if (strlen(path) >= sizeof(f->path)) { fail("path too long: '%s'", path); }
     strcpy(f->path, path);
-    FILE *fp = fopen(path, "rb");
-    if (!fp) { fail("cannot open '%s': %s", path, strerror(errno)); }
+    FILE *fp = fopen_check(path, "rb");
     long long size = file_size_or_neg(path);
     if (size < ST_HEADER_LEN_BYTES) {
         st_bad(path, "it is %lld bytes, shorter than the %d-byte header length", size, ST_HEADER_LEN_BYTES);

@@ -104,11 +104,80 @@ static inline void *realloc_check(void *p, size_t size, const char *what) {
     return q;
 }
 
-static inline FILE *fopen_check(const char *path, const char *mode) {
-    FILE *f = fopen(path, mode);
-    if (!f) { fail("cannot open '%s' (mode %s): %s", path, mode, strerror(errno)); }
+// What a file of type `mode` (st_mode) that is not a regular file is, for messages.
+static inline const char *file_kind(mode_t mode) {
+    if (S_ISDIR(mode)) { return "a folder"; }
+    if (S_ISFIFO(mode)) { return "a FIFO (named pipe)"; }
+    return "a device"; // what else open() can give (a socket cannot be opened, a link is followed or refused)
+}
+
+/*
+ * open(2) (flags, and mode where O_CREAT makes the file) that never blocks on, and never returns, anything but a
+ * regular file: opening a FIFO waits for a writer, forever where none comes, and a device or a folder is no file
+ * to read or write. The open itself does not block (O_NONBLOCK), the type is checked on the descriptor it gave
+ * (fstat: no window for a rename between check and use), and O_NONBLOCK is cleared again for the reads and writes.
+ * Returns the descriptor with *st filled in; -1 where open() failed (errno says why); OPEN_NOT_REGULAR where the
+ * path is something else (closed; st->st_mode says what, for file_kind).
+ */
+#define OPEN_NOT_REGULAR (-2)
+static inline int open_regular(const char *path, int flags, mode_t mode, struct stat *st) {
+    int fd = open(path, flags | O_NONBLOCK, mode);
+    if (fd < 0) { return -1; }
+    if (fstat(fd, st) != 0) {
+        int err = errno;
+        close(fd);
+        errno = err;
+        return -1;
+    }
+    if (!S_ISREG(st->st_mode)) {
+        close(fd);
+        return OPEN_NOT_REGULAR;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        int err = errno;
+        close(fd);
+        errno = err;
+        return -1;
+    }
+    return fd;
+}
+
+// fopen's mode ("r", "wb", "a", "r+b", "wx", ...) as open(2)'s flags; -1 for a mode fopen does not take.
+static inline int fopen_mode_flags(const char *mode) {
+    int plus = strchr(mode, '+') != NULL, flags;
+    switch (mode[0]) {
+    case 'r': flags = plus ? O_RDWR : O_RDONLY; break;
+    case 'w': flags = (plus ? O_RDWR : O_WRONLY) | O_CREAT | O_TRUNC; break;
+    case 'a': flags = (plus ? O_RDWR : O_WRONLY) | O_CREAT | O_APPEND; break;
+    default: return -1;
+    }
+    return strchr(mode, 'x') ? flags | O_EXCL : flags;
+}
+
+#define FOPEN_CREATE_MODE 0666 // what fopen gives a file it creates, before the umask
+
+// fopen(path, mode) of a regular file only (open_regular); fails naming the path, and with `hint` (NULL: none) on
+// what to do.
+static inline FILE *fopen_hint(const char *path, const char *mode, const char *hint) {
+    int flags = fopen_mode_flags(mode);
+    if (flags < 0) { fail("fopen mode '%s' (for '%s') is not one of r, w, a with + b x", mode, path); }
+    struct stat st;
+    int fd = open_regular(path, flags, FOPEN_CREATE_MODE, &st);
+    if (fd == OPEN_NOT_REGULAR) {
+        fail("'%s' is %s, not a regular file; %s", path, file_kind(st.st_mode),
+             hint ? hint : "give the path of a file, or move this one away");
+    }
+    FILE *f = fd >= 0 ? fdopen(fd, mode) : NULL;
+    if (!f) {
+        int err = errno;
+        if (fd >= 0) { close(fd); }
+        fail("cannot open '%s' (mode %s): %s%s%s", path, mode, strerror(err), hint ? "; " : "", hint ? hint : "");
+    }
     return f;
 }
+
+static inline FILE *fopen_check(const char *path, const char *mode) { return fopen_hint(path, mode, NULL); }
 
 static inline void fread_check(void *dst, size_t size, size_t n, FILE *f, const char *path) {
     size_t got = fread(dst, size, n, f);
@@ -124,8 +193,7 @@ static inline void fwrite_check(const void *src, size_t size, size_t n, FILE *f,
 
 // The whole file, NUL-terminated (*n bytes before the NUL); fails naming the file, with `hint` on what to do.
 static inline char *read_whole_file(const char *path, size_t *n, const char *hint) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { fail("cannot open '%s': %s; %s", path, strerror(errno), hint); }
+    FILE *f = fopen_hint(path, "rb", hint);
     if (fseek(f, 0, SEEK_END) != 0) { fail("cannot read '%s': %s", path, strerror(errno)); }
     long size = ftell(f);
     if (size < 0) { fail("cannot read '%s': %s", path, strerror(errno)); }

@@ -556,6 +556,35 @@ static void test_find_latest(void) {
     check(latest == 6, "latest_highest_complete", "latest %d, expected 6", latest);
 }
 
+typedef struct {
+    ResumeKeys keys;
+    size_t n;
+} LatestArgs;
+
+// What the trainer does with --resume 1: find the latest checkpoint, then check its state file.
+static void check_latest_child(void *arg) {
+    LatestArgs *a = (LatestArgs *)arg;
+    char model[CKPT_PATH_LEN], state[CKPT_PATH_LEN];
+    checkpoint_paths(g_dir, checkpoint_find_latest(g_dir), model, state);
+    state_file_check(state, &a->keys, a->n);
+}
+
+// A FIFO as the latest state file is refused, not opened: the open would wait for a writer, forever.
+static void test_latest_state_fifo(void) {
+    clear_dir();
+    GPTConfig c = tiny_config(2, 16);
+    ParamLayout p;
+    param_layout(&c, &p);
+    Options o = run_options(1337, "cosine", 100);
+    LatestArgs a = {resume_keys_make(&o, &c, 4096), p.total};
+    char state[CKPT_PATH_LEN];
+    touch("model_00000009.bin");
+    path_in_dir(state, "state_00000009.bin");
+    if (mkfifo(state, 0644) != 0) { perror("mkfifo"); }
+    expect_child_error("latest_state_fifo_refused", check_latest_child, &a, "state_00000009.bin",
+                       "is a FIFO (named pipe), not a regular file");
+}
+
 // Steps past 99,999,999 get nine digits (%08d) and are found like the others.
 static void test_nine_digit_steps(void) {
     clear_dir();
@@ -591,6 +620,7 @@ int main(void) {
     test_corruption();
     test_find_latest();
     test_nine_digit_steps();
+    test_latest_state_fifo();
     clear_dir();
     rmdir(g_dir);
     return test_exit();
