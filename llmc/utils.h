@@ -4,7 +4,9 @@
  * Every fatal error goes through fail(): one line "[train_gpt rank R] error: ..." on stderr and exit(1).
  * The rank is set once by the launcher (0 on a single process), so a message from a multi-rank job always
  * names the process that saw the problem. A tool that is no rank of a training job names itself instead
- * (set_error_program: "[tokenize] error: ..."). Plain C11; also compiled by nvcc as C++.
+ * (set_error_program: "[tokenize] error: ..."). Files are opened as regular files only (open_regular, fopen_check):
+ * a FIFO, a device or a folder where a file should be is refused before an open could block on it. Sizes computed
+ * from what a file says are overflow-checked (mul_size_checked). Plain C11; also compiled by nvcc as C++.
  */
 #ifndef LLMC_UTILS_H
 #define LLMC_UTILS_H
@@ -355,6 +357,20 @@ static inline void atomic_commit(AtomicFile *af) {
     fclose(af->f);
     af->f = NULL;
     if (rename(af->tmp, af->path) != 0) { atomic_fail(af, "renaming the temporary file of"); }
+}
+
+/*
+ * Sizes computed from what a file says (a header's counts) are computed with these: a * b and a + b, or 0 with *ok set
+ * to 0 where the result does not fit size_t. *ok is only ever cleared, so a chain of them needs one test at its end.
+ */
+static inline size_t mul_size_checked(size_t a, size_t b, int *ok) {
+    if (b != 0 && a > SIZE_MAX / b) { *ok = 0; }
+    return *ok ? a * b : 0;
+}
+
+static inline size_t add_size_checked(size_t a, size_t b, int *ok) {
+    if (a > SIZE_MAX - b) { *ok = 0; }
+    return *ok ? a + b : 0;
 }
 
 static inline int ceil_div_int(int a, int b) { return (a + b - 1) / b; }

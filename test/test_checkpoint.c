@@ -8,7 +8,9 @@
  * - fp8: the amax history round trip; an fp8 checkpoint continues in bf16 and a bf16 one in fp8 (with an empty
  *   history); the FP8 settings must match between fp8 runs; a truncated history is refused;
  * - atomic writes leave no temporary file; the latest complete checkpoint ignores a model file without its
- *   state file and temporary files.
+ *   state file and temporary files; a FIFO as its state file is refused, not opened (which would block);
+ * - a model header past the format's limits (one whose size arithmetic would wrap, too many layers, heads not
+ *   dividing the channels) is refused as corrupt.
  */
 #include "../llmc/checkpoint.h"
 #include "../llmc/rng.h"
@@ -173,6 +175,8 @@ static void read_model_child(void *arg) {
     model_file_read(a->path, &a->config, buf);
 }
 
+static void read_header_child(void *arg) { model_file_header(((ModelReadArgs *)arg)->path); }
+
 static void expect_child_error(const char *name, void (*fn)(void *), void *arg, const char *expect1,
                                const char *expect2) {
     Child ch;
@@ -215,6 +219,24 @@ static void test_model_errors(void) {
 
     path_in_dir(a.path, "model_missing.bin");
     expect_child_error("model_missing", read_model_child, &a, "model_missing.bin", "cannot open");
+
+    // headers past the format's limits are refused before any size is computed from them: one whose size arithmetic
+    // wraps to a header-only file (C = 2^30 and Vp + maxT + 13 L + 2 = 2^32), too many layers, heads not dividing C
+    static const struct {
+        const char *name;
+        GPTConfig c;
+    } bad[] = {{"model_header_size_wraps", {INT_MAX - 13, GPT2_VOCAB_SIZE, INT_MAX, 1, 1, 1 << 30}},
+               {"model_header_too_many_layers", {16, 300, 384, MAX_LAYERS + 1, 2, 8}},
+               {"model_header_heads_not_dividing", {16, 300, 384, 2, 3, 8}}};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ParamLayout q; // each file holds the values its header implies (none where that wraps), so only the limits
+        size_t n = param_layout(&bad[i].c, &q) ? q.total : 0; // can refuse it
+        float *zeros = (float *)calloc_check(n, sizeof(float), "crafted model");
+        path_in_dir(a.path, bad[i].name);
+        write_raw_model(a.path, MODEL_VERSION_FP32, &bad[i].c, zeros, n, MODEL_FILE_MAGIC);
+        expect_child_error(bad[i].name, read_header_child, &a, bad[i].name, "has a corrupt header");
+        free(zeros);
+    }
     free(vals);
 }
 
