@@ -18,11 +18,12 @@ SANITIZE_FLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fn
 ALL_CFLAGS = $(CFLAGS) $(PROJECT_CFLAGS) $(if $(filter 1,$(SANITIZE)),$(SANITIZE_FLAGS))
 LDLIBS_CPU = -lm
 
-# The CPU programs are rebuilt whenever the compiler or its flags change (SANITIZE=1 and back, another CFLAGS):
-# the stamp holds the last command line, rewritten only when it differs.
-CPU_BUILD_STAMP = .cpu-build-flags
-CPU_BUILD_LINE = $(CC) $(ALL_CFLAGS)
-$(shell [ "$$(cat $(CPU_BUILD_STAMP) 2>/dev/null)" = '$(CPU_BUILD_LINE)' ] || echo '$(CPU_BUILD_LINE)' > $(CPU_BUILD_STAMP))
+# Programs are rebuilt whenever their compiler, its flags or what was detected around it change (SANITIZE=1 and back,
+# another CFLAGS, nvcc or MPI installed since the last build), which make's file dates alone cannot see: each build
+# stamp holds the command line it stands for, rewritten only when that differs, and the programs depend on it.
+# $(call build_stamp,FILE,LINE) writes the stamp and expands to its name.
+build_stamp = $(shell [ "$$(cat $(1) 2>/dev/null)" = '$(2)' ] || echo '$(2)' > $(1))$(1)
+CPU_BUILD_STAMP := $(call build_stamp,.cpu-build-flags,$(CC) $(ALL_CFLAGS))
 
 # CUDA: autodetect nvcc (PATH, then /usr/local/cuda); the trainer is built only where it is found.
 NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
@@ -45,6 +46,10 @@ ifneq ($(MPI_LIBS),)
 NVCCFLAGS += -DUSE_MPI $(MPI_CFLAGS)
 NVLDLIBS += $(MPI_LIBS) $(patsubst -L%,-Xlinker -rpath=%,$(filter -L%,$(MPI_LIBS)))
 endif
+# The CUDA programs' stamp: nvcc, its flags, and MPI's (so a trainer built before MPI was installed gets it).
+CUDA_BUILD_STAMP := $(call build_stamp,.cuda-build-flags,$(NVCC) $(NVCCFLAGS) $(NVLDLIBS))
+# The MPI bootstrap test's: the mpicc wrapper, which brings its MPI's flags.
+MPI_BUILD_STAMP := $(call build_stamp,.mpi-build-flags,$(MPICC) $(MPI_CFLAGS) $(MPI_LIBS))
 
 # PCRE2 (tokenizer pretokenization)
 PCRE2_LIBS = -lpcre2-8
@@ -63,7 +68,7 @@ all: $(TARGETS)
 train_gpt_cpu: train_gpt_cpu.c $(HEADERS) $(CPU_BUILD_STAMP)
 	$(CC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS_CPU)
 
-train_gpt: train_gpt.cu $(HEADERS) $(CUDA_HEADERS)
+train_gpt: train_gpt.cu $(HEADERS) $(CUDA_HEADERS) $(CUDA_BUILD_STAMP)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVLDLIBS)
 
 tokenize: data/tokenize.c data/bpe.h llmc/tokenizer.h $(HEADERS) $(CPU_BUILD_STAMP)
@@ -83,7 +88,7 @@ test/bin/%: test/%.c $(HEADERS) test/test_util.h $(CPU_BUILD_STAMP)
 ifneq ($(MPI_LIBS),)
 TEST_BINS += test/bin/mpi_bootstrap
 endif
-test/bin/mpi_bootstrap: test/test_bootstrap.c $(HEADERS) test/test_util.h $(CPU_BUILD_STAMP)
+test/bin/mpi_bootstrap: test/test_bootstrap.c $(HEADERS) test/test_util.h $(CPU_BUILD_STAMP) $(MPI_BUILD_STAMP)
 	@mkdir -p test/bin
 	$(MPICC) $(ALL_CFLAGS) -DUSE_MPI $< -o $@ $(LDLIBS_CPU)
 
@@ -97,7 +102,8 @@ test/bin/compare_runs: test/compare_runs.c $(HEADERS) test/test_util.h $(CPU_BUI
 # test/run_gpu_tests.sh runs them on a machine with a GPU.
 GPU_TEST_SRCS = $(wildcard test/test_*.cu)
 GPU_TEST_BINS = $(patsubst test/%.cu,test/gpubin/%,$(GPU_TEST_SRCS))
-test/gpubin/%: test/%.cu $(HEADERS) $(CUDA_HEADERS) test/test_util.h test/cuda_timing.cuh test/gpu_test_util.cuh train_gpt.cu
+test/gpubin/%: test/%.cu $(HEADERS) $(CUDA_HEADERS) test/test_util.h test/cuda_timing.cuh test/gpu_test_util.cuh \
+               train_gpt.cu $(CUDA_BUILD_STAMP)
 	@mkdir -p test/gpubin
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVLDLIBS)
 
@@ -106,7 +112,7 @@ test/gpubin/%: test/%.cu $(HEADERS) $(CUDA_HEADERS) test/test_util.h test/cuda_t
 DEV_BENCH_SRCS = $(wildcard dev/bench_*.cu)
 DEV_BENCH_BINS = $(patsubst dev/%.cu,dev/bin/%,$(DEV_BENCH_SRCS))
 dev/bin/%: dev/%.cu $(HEADERS) $(CUDA_HEADERS) test/test_util.h test/cuda_timing.cuh test/gpu_test_util.cuh \
-           dev/cuda_energy.cuh
+           dev/cuda_energy.cuh $(CUDA_BUILD_STAMP)
 	@mkdir -p dev/bin
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVLDLIBS)
 

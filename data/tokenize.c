@@ -182,11 +182,17 @@ static void pathlist_add(PathList *l, const char *path) {
     if (l->n == l->cap) {
         l->cap = l->cap ? 2 * l->cap : 256;
         l->paths = (char **)realloc(l->paths, l->cap * sizeof(char *));
-        if (!l->paths) { fail("out of host memory listing %zu input files", l->cap); }
+        if (!l->paths) { fail("out of host memory listing %zu files", l->cap); }
     }
     size_t len = strlen(path) + 1;
-    l->paths[l->n] = (char *)malloc_check(len, "input path");
+    l->paths[l->n] = (char *)malloc_check(len, "file path");
     memcpy(l->paths[l->n++], path, len);
+}
+
+static void pathlist_free(PathList *l) {
+    for (size_t i = 0; i < l->n; i++) { free(l->paths[i]); }
+    free(l->paths);
+    memset(l, 0, sizeof(*l));
 }
 
 static int path_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -229,10 +235,61 @@ typedef struct {
     long long tokens, documents;
 } ShardStream;
 
+#define SHARD_NAME_FORMAT "%s_%s_%06d.bin" // prefix, split, index
+
 static void shard_path(char *out, size_t cap, const char *prefix, const char *split, int index) {
-    if (snprintf(out, cap, "%s_%s_%06d.bin", prefix, split, index) >= (int)cap) {
+    if (snprintf(out, cap, SHARD_NAME_FORMAT, prefix, split, index) >= (int)cap) {
         fail("output prefix '%s' is too long", prefix);
     }
+}
+
+// Splits --out PREFIX into the folder its shards go to (into dir) and the start of their names (returned).
+static const char *prefix_parts(const char *prefix, char *dir, size_t cap) {
+    const char *slash = strrchr(prefix, '/');
+    if (snprintf(dir, cap, "%.*s", slash ? (int)(slash - prefix) : 1, slash ? prefix : ".") >= (int)cap) {
+        fail("--out '%s' is too long", prefix);
+    }
+    if (dir[0] == '\0') { snprintf(dir, cap, "/"); } // --out /name
+    return slash ? slash + 1 : prefix;
+}
+
+// The index of the file `name` where it is a shard of split that shard_path names from a prefix whose names start
+// with base (base_split_000042.bin: SHARD_NAME_FORMAT exactly), else -1.
+static int shard_index_of(const char *name, const char *base, const char *split) {
+    size_t nb = strlen(base), ns = strlen(split);
+    if (strncmp(name, base, nb) != 0 || name[nb] != '_' || strncmp(name + nb + 1, split, ns) != 0 ||
+        name[nb + 1 + ns] != '_') {
+        return -1;
+    }
+    const char *digits = name + nb + ns + 2;
+    if (*digits < '0' || *digits > '9') { return -1; }
+    errno = 0;
+    long index = strtol(digits, NULL, 10);
+    if (errno != 0 || index > INT_MAX) { return -1; }
+    char again[MAX_PATH_LEN];
+    snprintf(again, sizeof(again), SHARD_NAME_FORMAT, base, split, (int)index);
+    return strcmp(again, name) == 0 ? (int)index : -1;
+}
+
+// The shards of split that prefix's folder holds, numbered from `from` on, as paths sorted by name. Every one, not
+// only an unbroken run from `from`: the loader's glob reads them all, whatever their numbers.
+static PathList existing_shards(const char *prefix, const char *split, int from) {
+    char dir[MAX_PATH_LEN];
+    const char *base = prefix_parts(prefix, dir, sizeof(dir));
+    PathList l = {0};
+    DIR *d = opendir(dir);
+    if (!d) { fail("cannot read the folder '%s' of --out '%s': %s", dir, prefix, strerror(errno)); }
+    for (struct dirent *e = readdir(d); e; e = readdir(d)) {
+        if (shard_index_of(e->d_name, base, split) < from) { continue; }
+        char path[MAX_PATH_LEN];
+        if (snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= (int)sizeof(path)) {
+            fail("path too long under '%s'", dir);
+        }
+        pathlist_add(&l, path);
+    }
+    closedir(d);
+    if (l.n > 1) { qsort(l.paths, l.n, sizeof(char *), path_cmp); }
+    return l;
 }
 
 static void stream_flush(ShardStream *s) {
@@ -253,25 +310,21 @@ static void stream_push(ShardStream *s, int id) {
 
 // Removes shards numbered from `from` on, left by an earlier, longer run (the loader's glob would read them).
 static void remove_stale_shards(const char *prefix, const char *split, int from) {
-    char path[MAX_PATH_LEN];
-    for (int i = from;; i++) {
-        shard_path(path, sizeof(path), prefix, split, i);
-        if (!file_exists(path)) { return; }
-        if (remove(path) != 0) { fail("cannot remove stale shard '%s': %s", path, strerror(errno)); }
-        printf("removed stale %s\n", path);
+    PathList stale = existing_shards(prefix, split, from);
+    for (size_t i = 0; i < stale.n; i++) {
+        if (remove(stale.paths[i]) != 0) {
+            fail("cannot remove stale shard '%s': %s", stale.paths[i], strerror(errno));
+        }
+        printf("removed stale %s\n", stale.paths[i]);
     }
+    pathlist_free(&stale);
 }
 
 // The folder the shards of `prefix` go to must exist and take new files, checked before any tokenizing: a typo in
 // --out would otherwise be found only at the first shard, after the work.
 static void check_output_folder(const char *prefix) {
     char dir[MAX_PATH_LEN];
-    const char *slash = strrchr(prefix, '/');
-    if (snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - prefix) : 1, slash ? prefix : ".") >=
-        (int)sizeof(dir)) {
-        fail("--out '%s' is too long", prefix);
-    }
-    if (dir[0] == '\0') { snprintf(dir, sizeof(dir), "/"); } // --out /name
+    prefix_parts(prefix, dir, sizeof(dir));
     struct stat st;
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
         fail("--out '%s': the folder '%s' does not exist; create it (mkdir -p '%s') or fix --out", prefix, dir, dir);
@@ -287,12 +340,13 @@ static void cmd_shards(const char *prefix, char **inputs, int n_inputs, long lon
     if (n_inputs == 0) { fail("shards: no INPUT files or directories given; see --help"); }
     check_output_folder(prefix);
     static const char *splits[2] = {"val", "train"};
-    for (int k = 0; k < 2; k++) {
-        char path[MAX_PATH_LEN];
-        shard_path(path, sizeof(path), prefix, splits[k], 0);
-        if (!force && file_exists(path)) {
-            fail("'%s' exists; pass --force to replace the shards of '%s', or choose another --out", path, prefix);
+    for (int k = 0; k < 2 && !force; k++) {
+        PathList earlier = existing_shards(prefix, splits[k], 0);
+        if (earlier.n > 0) {
+            fail("'%s' exists; pass --force to replace the shards of '%s', or choose another --out", earlier.paths[0],
+                 prefix);
         }
+        pathlist_free(&earlier);
     }
     PathList files = {0};
     for (int i = 0; i < n_inputs; i++) { collect_input(&files, inputs[i]); }
@@ -337,8 +391,7 @@ static void cmd_shards(const char *prefix, char **inputs, int n_inputs, long lon
         if (streams[k].shards == 0) { printf("note: no %s documents, so no %s shard\n", splits[k], splits[k]); }
         free(streams[k].buf);
     }
-    for (size_t i = 0; i < files.n; i++) { free(files.paths[i]); }
-    free(files.paths);
+    pathlist_free(&files);
     tokenvec_free(&ids);
     bpe_free(&e);
 }

@@ -58,10 +58,13 @@ typedef struct {
 
 static inline size_t model_file_elem_bytes(int version) { return version == MODEL_VERSION_BF16 ? 2 : 4; }
 
+// The bytes a file of header h holds, or -1 where that overflows (no file is that large).
 static inline long long model_file_expected_bytes(const ModelFileHeader *h) {
     ParamLayout p;
-    param_layout(&h->config, &p);
-    return (long long)(MODEL_HEADER_INTS * sizeof(int)) + (long long)(p.total * model_file_elem_bytes(h->version));
+    int ok = param_layout(&h->config, &p);
+    size_t bytes = add_size_checked(MODEL_HEADER_INTS * sizeof(int),
+                                    mul_size_checked(p.total, model_file_elem_bytes(h->version), &ok), &ok);
+    return ok && bytes <= (size_t)LLONG_MAX ? (long long)bytes : -1;
 }
 
 // Reads and checks the header; leaves f positioned at the first parameter.
@@ -86,13 +89,15 @@ static inline ModelFileHeader model_file_read_header(FILE *f, const char *path) 
     h.config.channels = hd[6];
     h.config.padded_vocab_size = h.version == MODEL_VERSION_FP32_UNPADDED ? hd[3] : hd[7];
     const GPTConfig *c = &h.config;
-    if (c->max_seq_len < 1 || c->vocab_size < 1 || c->num_layers < 1 || c->num_heads < 1 || c->channels < 1 ||
-        c->padded_vocab_size < c->vocab_size) {
-        fail("model file '%s' has a corrupt header (maxT %d, V %d, L %d, NH %d, C %d, Vp %d)", path, c->max_seq_len,
-             c->vocab_size, c->num_layers, c->num_heads, c->channels, c->padded_vocab_size);
+    if (!config_within_limits(c)) {
+        fail("model file '%s' has a corrupt header (maxT %d, V %d, L %d, NH %d, C %d, Vp %d; a model file holds at "
+             "most %d layers, %d channels, %d positions and %d vocabulary rows, with heads that divide the channels): "
+             "it is not an llm.c model file, replace it",
+             path, c->max_seq_len, c->vocab_size, c->num_layers, c->num_heads, c->channels, c->padded_vocab_size,
+             MAX_LAYERS, MAX_CHANNELS, MAX_POSITIONS, MAX_VOCAB_SIZE);
     }
     long long want = model_file_expected_bytes(&h), have = file_size_or_neg(path);
-    if (have != want) {
+    if (want < 0 || have != want) {
         fail("model file '%s' is %lld bytes but its header (L %d, C %d, V %d, Vp %d, maxT %d, version %d) implies "
              "%lld; the file is truncated or corrupt",
              path, have, c->num_layers, c->channels, c->vocab_size, c->padded_vocab_size, c->max_seq_len, h.version,

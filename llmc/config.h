@@ -55,18 +55,24 @@ typedef struct {
 
 static inline int padded_vocab(int v) { return ceil_div_int(v, VOCAB_PAD_MULTIPLE) * VOCAB_PAD_MULTIPLE; }
 
-static inline void param_layout(const GPTConfig *c, ParamLayout *p) {
+// Fills *p; returns 0 where a size overflows size_t (only a config past config_within_limits can), 1 otherwise.
+static inline int param_layout(const GPTConfig *c, ParamLayout *p) {
     size_t Vp = (size_t)c->padded_vocab_size, C = (size_t)c->channels, L = (size_t)c->num_layers;
     size_t maxT = (size_t)c->max_seq_len;
-    size_t s[NUM_PARAM_TENSORS] = {Vp * C, maxT * C, L * C, L * C, L * 3 * C * C, L * 3 * C, L * C * C, L * C,
-                                   L * C, L * C, L * 4 * C * C, L * 4 * C, L * C * 4 * C, L * C, C, C};
+    int ok = 1;
+    size_t LC = mul_size_checked(L, C, &ok), LCC = mul_size_checked(LC, C, &ok);
+    size_t s[NUM_PARAM_TENSORS] = {mul_size_checked(Vp, C, &ok), mul_size_checked(maxT, C, &ok), LC, LC,
+                                   mul_size_checked(3, LCC, &ok), mul_size_checked(3, LC, &ok), LCC, LC, LC, LC,
+                                   mul_size_checked(4, LCC, &ok), mul_size_checked(4, LC, &ok),
+                                   mul_size_checked(4, LCC, &ok), LC, C, C};
     size_t off = 0;
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
         p->size[i] = s[i];
         p->offset[i] = off;
-        off += s[i];
+        off = add_size_checked(off, s[i], &ok);
     }
     p->total = off;
+    return ok;
 }
 
 // The linear layers of a block, in the order they run, and their weight tensors.
@@ -125,9 +131,23 @@ static inline int config_from_preset(const char *name, int max_seq_len, GPTConfi
     return 0;
 }
 
-// The shape limits every build supports; fail() with the offending value and what to do.
+// The shape limits every build supports (and model files may hold: far past any GPT trained, so that a larger count
+// is a corrupt file, and small enough that no size computed from a shape comes near 2^63 bytes).
 #define MAX_LAYERS 1024
 #define MAX_CHANNELS 65536
+#define MAX_POSITIONS (1 << 20)   // rows of wpe
+#define MAX_VOCAB_SIZE (1 << 24)  // padded rows of wte (GPT-2 has 50257 tokens, the largest vocabularies ~256k)
+
+// 1 where every count of c is within the limits (heads dividing the channels, V <= Vp), 0 otherwise: what a
+// shape read from a file must pass before any size is computed from it.
+static inline int config_within_limits(const GPTConfig *c) {
+    return c->num_layers >= 1 && c->num_layers <= MAX_LAYERS && c->channels >= 1 && c->channels <= MAX_CHANNELS &&
+           c->num_heads >= 1 && c->channels % c->num_heads == 0 && c->max_seq_len >= 1 &&
+           c->max_seq_len <= MAX_POSITIONS && c->vocab_size >= 1 && c->vocab_size <= c->padded_vocab_size &&
+           c->padded_vocab_size <= MAX_VOCAB_SIZE;
+}
+
+// fail() with the offending value and the option to change.
 static inline void config_validate(const GPTConfig *c) {
     if (c->num_layers < 1 || c->num_layers > MAX_LAYERS) {
         fail("--depth %d is out of range [1, %d]", c->num_layers, MAX_LAYERS);

@@ -213,12 +213,13 @@ static inline void dataloader_check_tokens(const DataLoader *dl, int k, long lon
 // Opens shard k and checks it whole: header, size, every token.
 static inline void dataloader_open_shard(DataLoader *dl, int k) {
     const char *path = dl->paths[k];
-    int fd = open(path, O_RDONLY);
+    struct stat st;
+    int fd = open_regular(path, O_RDONLY, 0, &st); // the type checked before a FIFO's open could block
+    if (fd == OPEN_NOT_REGULAR) {
+        fail("'%s' matches the shard glob but is %s, not a regular file; fix the glob", path, file_kind(st.st_mode));
+    }
     if (fd < 0) { fail("cannot open shard '%s': %s", path, strerror(errno)); }
     dl->fds[k] = fd;
-    struct stat st;
-    if (fstat(fd, &st) != 0) { fail("cannot stat shard '%s': %s", path, strerror(errno)); }
-    if (!S_ISREG(st.st_mode)) { fail("'%s' matches the shard glob but is not a regular file; fix the glob", path); }
     long long size = (long long)st.st_size;
     int32_t header[SHARD_HEADER_INTS];
     if (size < SHARD_HEADER_BYTES) { shard_check_header(path, NULL, size); } // fails: too short for a header

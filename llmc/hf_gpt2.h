@@ -50,7 +50,6 @@
 #define HF_EOT_TEXT "<|endoftext|>"
 #define HF_LAYER_NORM_EPS 1e-5      // what both builds compute with (LAYERNORM_EPS of cpu_model.h and layernorm.cuh)
 #define HF_LAYER_NORM_EPS_RTOL 1e-6 // a config's epsilon this close to it (relative) is the same
-#define HF_MAX_POSITIONS (1 << 20)  // a larger n_positions is taken for a corrupt config
 #define HF_BYTES_PER_MB 1000000LL   // HF counts shard sizes in powers of ten ("5GB" is 5 x 10^9 bytes)
 #define HF_PATH_LEN 4096
 #define HF_NAME_LEN 96
@@ -203,59 +202,78 @@ static inline int hf_is_weights_file(const char *name) {
  * config.json
  */
 
-// Parses a JSON file that must be an object; fails naming it.
-static inline void hf_read_json(const char *path, JsonValue *doc, const char *hint) {
+// A JSON file as read: its tree, and its text, which the tree's spans index (messages quote values as written).
+typedef struct {
+    const char *path;
+    char *text;
+    JsonValue root;
+} HfJsonFile;
+
+// Reads and parses path, which must hold an object; fails naming it.
+static inline void hf_read_json(HfJsonFile *f, const char *path, const char *hint) {
     size_t n;
-    char *text = read_whole_file(path, &n, hint);
+    f->path = path;
+    f->text = read_whole_file(path, &n, hint);
     JsonError err;
-    if (!json_parse(text, n, doc, &err)) {
+    if (!json_parse(f->text, n, &f->root, &err)) {
         fail("'%s' is not valid JSON (%s at byte %zu); %s", path, err.what, err.pos, hint);
     }
-    free(text);
-    if (doc->type != JSON_OBJECT) { fail("'%s' holds %s, not an object; %s", path, json_type_name(doc->type), hint); }
+    if (f->root.type != JSON_OBJECT) {
+        fail("'%s' holds %s, not an object; %s", path, json_type_name(f->root.type), hint);
+    }
 }
 
-static inline int hf_config_int(const char *path, const JsonValue *cfg, const char *key, long long lo, long long hi) {
-    const JsonValue *v = json_get(cfg, key);
-    if (!v) { fail("'%s' has no %s: it is not a GPT-2 config.json; " HF_HINT, path, key); }
+static inline void hf_json_free(HfJsonFile *f) {
+    json_free(&f->root);
+    free(f->text);
+}
+
+#define HF_VALUE_SHOWN 64 // bytes of a value that a message quotes
+
+// Member `key` of f's object as written in the file ("(none)" where absent), into out[HF_VALUE_SHOWN].
+static inline const char *hf_json_shown(const HfJsonFile *f, const char *key, char *out) {
+    const JsonValue *v = json_get(&f->root, key);
+    if (!v) { return strcpy(out, "(none)"); }
+    return json_source(v, f->text, out, HF_VALUE_SHOWN);
+}
+
+static inline int hf_config_int(const HfJsonFile *cfg, const char *key, long long lo, long long hi) {
+    const JsonValue *v = json_get(&cfg->root, key);
+    if (!v) { fail("'%s' has no %s: it is not a GPT-2 config.json; " HF_HINT, cfg->path, key); }
     if (v->type != JSON_NUMBER || !v->is_int || v->integer < lo || v->integer > hi) {
-        char have[64];
-        if (v->type == JSON_NUMBER) { snprintf(have, sizeof(have), "%.17g", v->number); }
-        else { snprintf(have, sizeof(have), "%s", json_type_name(v->type)); }
-        fail("'%s': %s is %s, not an integer in [%lld, %lld]", path, key, have, lo, hi);
+        char have[HF_VALUE_SHOWN];
+        fail("'%s': %s is %s, not an integer in [%lld, %lld]", cfg->path, key, hf_json_shown(cfg, key, have), lo, hi);
     }
     return (int)v->integer;
 }
 
 // An optional boolean that changes the model's arithmetic: refused unless absent or `want`.
-static inline void hf_config_bool(const char *path, const JsonValue *cfg, const char *key, int want) {
-    const JsonValue *v = json_get(cfg, key);
+static inline void hf_config_bool(const HfJsonFile *cfg, const char *key, int want) {
+    const JsonValue *v = json_get(&cfg->root, key);
     if (!v || (v->type == JSON_BOOL && v->boolean == want)) { return; }
-    fail("'%s' has %s = %s, but GPT-2 as train_gpt computes it has %s; this model cannot be converted", path, key,
-         v->type == JSON_BOOL ? (v->boolean ? "true" : "false") : json_type_name(v->type), want ? "true" : "false");
+    char have[HF_VALUE_SHOWN];
+    fail("'%s' has %s = %s, but GPT-2 as train_gpt computes it has %s; this model cannot be converted", cfg->path, key,
+         hf_json_shown(cfg, key, have), want ? "true" : "false");
 }
 
-// The model's shape from <dir>/config.json, with every setting that would make it another model refused.
+// The model's shape from <dir>/config.json, with every setting that would make it another model refused. Values are
+// quoted as the file writes them: a message shows what is in the file.
 static inline GPTConfig hf_config_read(const char *dir) {
-    char path[HF_PATH_LEN];
+    char path[HF_PATH_LEN], have[HF_VALUE_SHOWN];
     hf_path(path, dir, HF_CONFIG_FILE);
-    JsonValue cfg;
-    hf_read_json(path, &cfg, "HF_DIR must be a Hugging Face model folder; " HF_HINT);
-    const JsonValue *type = json_get(&cfg, "model_type");
-    if (!json_is_string(type, HF_MODEL_TYPE)) {
-        fail("'%s' has model_type %s%s%s, not \"" HF_MODEL_TYPE "\": only GPT-2 models can be imported", path,
-             type && type->type == JSON_STRING ? "'" : "", type ? (type->type == JSON_STRING ? type->str
-                                                                    : json_type_name(type->type)) : "(none)",
-             type && type->type == JSON_STRING ? "'" : "");
+    HfJsonFile cfg;
+    hf_read_json(&cfg, path, "HF_DIR must be a Hugging Face model folder; " HF_HINT);
+    if (!json_is_string(json_get(&cfg.root, "model_type"), HF_MODEL_TYPE)) {
+        fail("'%s' has model_type %s, not \"" HF_MODEL_TYPE "\": only GPT-2 models can be imported", path,
+             hf_json_shown(&cfg, "model_type", have));
     }
     GPTConfig c;
-    c.num_layers = hf_config_int(path, &cfg, "n_layer", 1, MAX_LAYERS);
-    c.channels = hf_config_int(path, &cfg, "n_embd", 1, MAX_CHANNELS);
-    c.num_heads = hf_config_int(path, &cfg, "n_head", 1, MAX_CHANNELS);
-    c.vocab_size = hf_config_int(path, &cfg, "vocab_size", 1, INT_MAX);
+    c.num_layers = hf_config_int(&cfg, "n_layer", 1, MAX_LAYERS);
+    c.channels = hf_config_int(&cfg, "n_embd", 1, MAX_CHANNELS);
+    c.num_heads = hf_config_int(&cfg, "n_head", 1, MAX_CHANNELS);
+    c.vocab_size = hf_config_int(&cfg, "vocab_size", 1, MAX_VOCAB_SIZE);
     // n_ctx is what configs from before transformers 4 called it
-    c.max_seq_len = hf_config_int(path, &cfg, json_get(&cfg, "n_positions") ? "n_positions" : "n_ctx", 1,
-                                  HF_MAX_POSITIONS);
+    c.max_seq_len = hf_config_int(&cfg, json_get(&cfg.root, "n_positions") ? "n_positions" : "n_ctx", 1, MAX_POSITIONS);
     c.padded_vocab_size = padded_vocab(c.vocab_size);
     if (c.channels % c.num_heads != 0) {
         fail("'%s': n_embd %d is not divisible by n_head %d; the config is corrupt", path, c.channels, c.num_heads);
@@ -264,30 +282,30 @@ static inline GPTConfig hf_config_read(const char *dir) {
         fail("'%s' has vocab_size %d, but train_gpt's models use GPT-2's vocabulary of %d tokens; a model with another "
              "vocabulary cannot be imported", path, c.vocab_size, GPT2_VOCAB_SIZE);
     }
-    const JsonValue *act = json_get(&cfg, "activation_function");
+    const JsonValue *act = json_get(&cfg.root, "activation_function");
     if (act && !json_is_string(act, "gelu_new") && !json_is_string(act, "gelu_pytorch_tanh")) {
         fail("'%s' has activation_function %s, but train_gpt computes GELU's tanh approximation (\"gelu_new\"); "
-             "this model cannot be converted", path, act->type == JSON_STRING ? act->str : json_type_name(act->type));
+             "this model cannot be converted", path, hf_json_shown(&cfg, "activation_function", have));
     }
-    const JsonValue *eps = json_get(&cfg, "layer_norm_epsilon");
+    const JsonValue *eps = json_get(&cfg.root, "layer_norm_epsilon");
     if (eps && (eps->type != JSON_NUMBER ||
                 fabs(eps->number - HF_LAYER_NORM_EPS) > HF_LAYER_NORM_EPS_RTOL * HF_LAYER_NORM_EPS)) {
-        fail("'%s' has layer_norm_epsilon %g, but train_gpt's LayerNorm uses %g; this model cannot be converted", path,
-             eps->type == JSON_NUMBER ? eps->number : NAN, HF_LAYER_NORM_EPS);
+        fail("'%s' has layer_norm_epsilon %s, but train_gpt's LayerNorm uses %g; this model cannot be converted", path,
+             hf_json_shown(&cfg, "layer_norm_epsilon", have), HF_LAYER_NORM_EPS);
     }
     ParamLayout p;
     param_layout(&c, &p);
     long long mlp_width = (long long)(p.size[P_FCB] / (size_t)c.num_layers); // GPT-2's 4 x n_embd
-    const JsonValue *inner = json_get(&cfg, "n_inner");
+    const JsonValue *inner = json_get(&cfg.root, "n_inner");
     if (inner && inner->type != JSON_NULL &&
         !(inner->type == JSON_NUMBER && inner->is_int && inner->integer == mlp_width)) {
-        fail("'%s' has n_inner other than %lld (4 x n_embd), GPT-2's MLP width; this model cannot be converted", path,
-             mlp_width);
+        fail("'%s' has n_inner %s, not null or %lld (4 x n_embd), GPT-2's MLP width; this model cannot be converted",
+             path, hf_json_shown(&cfg, "n_inner", have), mlp_width);
     }
-    hf_config_bool(path, &cfg, "scale_attn_weights", 1);
-    hf_config_bool(path, &cfg, "scale_attn_by_inverse_layer_idx", 0);
-    hf_config_bool(path, &cfg, "add_cross_attention", 0);
-    json_free(&cfg);
+    hf_config_bool(&cfg, "scale_attn_weights", 1);
+    hf_config_bool(&cfg, "scale_attn_by_inverse_layer_idx", 0);
+    hf_config_bool(&cfg, "add_cross_attention", 0);
+    hf_json_free(&cfg);
     return c;
 }
 
@@ -377,9 +395,9 @@ static inline int hf_is_plain_file_name(const char *name, size_t len) {
 // The shards that <dir>/model.safetensors.index.json lists, each checked; every tensor of its weight_map must be in
 // the shard it names.
 static inline void hf_source_open_index(HfSource *s, const char *dir) {
-    JsonValue doc;
-    hf_read_json(s->where, &doc, HF_HINT);
-    const JsonValue *map = json_get(&doc, "weight_map");
+    HfJsonFile index;
+    hf_read_json(&index, s->where, HF_HINT);
+    const JsonValue *map = json_get(&index.root, "weight_map");
     if (!map || map->type != JSON_OBJECT || map->count == 0) {
         fail("'%s' has no \"weight_map\" object naming each tensor's shard; " HF_HINT, s->where);
     }
@@ -388,8 +406,9 @@ static inline void hf_source_open_index(HfSource *s, const char *dir) {
     for (size_t i = 0; i < map->count; i++) {
         const JsonValue *m = &map->items[i];
         if (m->type != JSON_STRING || !hf_is_plain_file_name(m->str, m->len)) {
+            char shown[HF_VALUE_SHOWN];
             fail("'%s' places tensor '%s' in %s, which is not the name of a file beside it; " HF_HINT, s->where,
-                 m->key, m->type == JSON_STRING ? m->str : json_type_name(m->type));
+                 m->key, json_source(m, index.text, shown, sizeof(shown)));
         }
         size_t f = 0;
         while (f < s->nfiles && strcmp(names[f], m->str) != 0) { f++; }
@@ -405,7 +424,7 @@ static inline void hf_source_open_index(HfSource *s, const char *dir) {
         }
     }
     free(names);
-    json_free(&doc);
+    hf_json_free(&index);
 }
 
 // Opens <dir>/model.safetensors, or the shards its index lists where there is no single file.
@@ -493,8 +512,8 @@ static inline void hf_check_other_tensors(const HfSource *s, const HfTensor *hts
             const float *ours = params + hf_llmc_offset(&hts[0], c, p);
             for (size_t e = 0; e < wte; e++) {
                 if (buf[e] != ours[e]) {
-                    fail("'%s': " HF_LM_HEAD " differs from the token embedding (transformer.wte.weight) at "
-                         "element %zu (%g vs %g): this model's output head is not tied to its embedding, as GPT-2's "
+                    fail("'%s': " HF_LM_HEAD " differs from the token embedding (transformer.wte.weight) at element "
+                         "%zu (%.9g vs %.9g): this model's output head is not tied to its embedding, as GPT-2's "
                          "is, and cannot be converted", s->where, e, (double)buf[e], (double)ours[e]);
                 }
             }
@@ -557,8 +576,8 @@ typedef struct {
     int force;                 // write into a non-empty out_dir
 } HfExportOptions;
 
-// The export's folder: made if absent; one that holds anything is used only with force.
-static inline void hf_prepare_out_dir(const char *dir, int force) {
+// The export's folder may be absent (hf_export makes it) or a folder; one that holds anything is used only with force.
+static inline void hf_check_out_dir(const char *dir, int force) {
     struct stat st;
     if (stat(dir, &st) == 0) {
         if (!S_ISDIR(st.st_mode)) { fail("'%s' exists and is not a folder; choose another OUT_DIR", dir); }
@@ -567,7 +586,6 @@ static inline void hf_prepare_out_dir(const char *dir, int force) {
                  "replaced), or choose another OUT_DIR", dir);
         }
     }
-    make_dirs_named(dir, "OUT_DIR");
 }
 
 static const HfTensor *g_hf_tensor_base; // qsort has no context argument
@@ -713,18 +731,19 @@ static inline void hf_remove_stale_weights(const char *dir, char (*written)[HF_N
     closedir(d);
 }
 
+// GPT-2's tokenizer files as read from --vocab-dir (encoder.json, vocab.bpe), written as HF names them.
+typedef struct {
+    char *encoder, *merges;
+    size_t encoder_len, merges_len;
+} HfVocabFiles;
+
 // The tokenizer's files: GPT-2's own, copied byte for byte, and tokenizer_config.json.
-static inline void hf_export_tokenizer(const HfExportOptions *o, const GPTConfig *c, const char *encoder,
-                                       size_t encoder_len) {
-    char src[HF_PATH_LEN], dst[HF_PATH_LEN];
-    hf_path(src, o->vocab_dir, GPT2_MERGES_FILE);
-    size_t n;
-    char *merges = read_whole_file(src, &n, "pass --vocab-dir with a folder holding GPT-2's vocab.bpe");
+static inline void hf_export_tokenizer(const HfExportOptions *o, const GPTConfig *c, const HfVocabFiles *v) {
+    char dst[HF_PATH_LEN];
     hf_path(dst, o->out_dir, HF_MERGES_FILE);
-    hf_write_file(dst, merges, n);
-    free(merges);
+    hf_write_file(dst, v->merges, v->merges_len);
     hf_path(dst, o->out_dir, HF_VOCAB_FILE);
-    hf_write_file(dst, encoder, encoder_len);
+    hf_write_file(dst, v->encoder, v->encoder_len);
     JsonText t = {NULL, 0, 0};
     json_text_printf(&t,
                      "{\n"
@@ -741,8 +760,13 @@ static inline void hf_export_tokenizer(const HfExportOptions *o, const GPTConfig
     json_text_free(&t);
 }
 
-// Writes the llm.c model file o->model_path (version 1, 3 or 5) as a Hugging Face GPT-2 folder o->out_dir.
+/*
+ * Writes the llm.c model file o->model_path (version 1, 3 or 5) as a Hugging Face GPT-2 folder o->out_dir. Everything
+ * is checked and read (the folder, the model file's header and weights, GPT-2's vocabulary files) before the folder
+ * is made, so a refused export creates nothing.
+ */
 static inline void hf_export(const HfExportOptions *o) {
+    hf_check_out_dir(o->out_dir, o->force);
     ModelFileHeader h = model_file_header(o->model_path);
     GPTConfig c = h.config;
     c.padded_vocab_size = padded_vocab(c.vocab_size);
@@ -750,11 +774,7 @@ static inline void hf_export(const HfExportOptions *o) {
         fail("model file '%s' has a vocabulary of %d tokens, but GPT-2's tokenizer files (vocab.json, merges.txt) "
              "have %d; only GPT-2-vocabulary models can be exported", o->model_path, c.vocab_size, GPT2_VOCAB_SIZE);
     }
-    if (c.channels % c.num_heads != 0) {
-        fail("model file '%s' has %d channels, not divisible by its %d heads: the header is corrupt", o->model_path,
-             c.channels, c.num_heads);
-    }
-    Tokenizer tok; // GPT-2's vocabulary, checked before anything is written
+    Tokenizer tok; // GPT-2's vocabulary
     tokenizer_init(&tok, o->vocab_dir);
     if (tok.vocab_size != c.vocab_size) {
         fail("'%s/" GPT2_ENCODER_FILE "' holds %d tokens but the model's vocabulary has %d; pass --vocab-dir with "
@@ -762,20 +782,22 @@ static inline void hf_export(const HfExportOptions *o) {
     }
     tokenizer_free(&tok);
     char path[HF_PATH_LEN];
+    HfVocabFiles vocab;
     hf_path(path, o->vocab_dir, GPT2_ENCODER_FILE);
-    size_t encoder_len;
-    char *encoder = read_whole_file(path, &encoder_len, "pass --vocab-dir with GPT-2's encoder.json");
-    hf_prepare_out_dir(o->out_dir, o->force);
-
+    vocab.encoder = read_whole_file(path, &vocab.encoder_len, "pass --vocab-dir with GPT-2's encoder.json");
+    hf_path(path, o->vocab_dir, GPT2_MERGES_FILE);
+    vocab.merges = read_whole_file(path, &vocab.merges_len, "pass --vocab-dir with a folder holding GPT-2's vocab.bpe");
     ParamLayout p;
     param_layout(&c, &p);
     float *params = (float *)malloc_check(p.total * sizeof(float), "model parameters");
     model_file_read(o->model_path, &c, params);
+
+    make_dirs_named(o->out_dir, "OUT_DIR");
     int max_files = hf_num_tensors(&c) + 1; // a shard per tensor at most, and the index
     char(*written)[HF_NAME_LEN] = (char(*)[HF_NAME_LEN])calloc_check((size_t)max_files, HF_NAME_LEN, "file names");
     int n_written = hf_export_weights(o, &c, params, written);
     if (o->force) { hf_remove_stale_weights(o->out_dir, written, n_written); }
-    hf_export_tokenizer(o, &c, encoder, encoder_len);
+    hf_export_tokenizer(o, &c, &vocab);
 
     JsonText t = {NULL, 0, 0};
     json_text_printf(&t, "{\n  \"_from_model_config\": true,\n  \"bos_token_id\": %d,\n  \"eos_token_id\": %d\n}\n",
@@ -791,7 +813,8 @@ static inline void hf_export(const HfExportOptions *o) {
            "GPT2LMHeadModel.from_pretrained(\"%s\")\n", o->model_path, c.num_layers, c.channels, c.num_heads,
            c.max_seq_len, o->out_dir, o->bf16 ? "bf16" : "fp32", o->out_dir);
     free(written);
-    free(encoder);
+    free(vocab.encoder);
+    free(vocab.merges);
     free(params);
 }
 

@@ -8,7 +8,10 @@
  * that fits, also as an exact int64 (safetensors offsets pass 2^53). It never exits: malformed input returns 0 with
  * what is wrong and at which byte, so each caller names its own file and what to do. Nesting is limited to
  * JSON_MAX_DEPTH, so a hostile file cannot exhaust the stack; callers bound the input's size. Objects keep their
- * members in file order, duplicate keys included (json_get finds the first).
+ * members in file order. A key given twice in one object is refused (at the second one): RFC 8259 leaves its meaning
+ * open, and readers differ (Python's json and transformers keep the last value, a first-match lookup the first), so
+ * such a file would be one model to us and another to them. Every value keeps where its text is in the document
+ * (start, end), so that a message can quote a value as it was written (json_source), not as it was read.
  */
 #ifndef LLMC_JSON_H
 #define LLMC_JSON_H
@@ -141,6 +144,8 @@ typedef struct JsonValue {
     size_t count;
     char *key;               // a member of an object: its key (UTF-8, NUL-terminated); NULL otherwise
     size_t key_len;
+    size_t key_pos;          // a member of an object: the byte offset of its key's opening quote
+    size_t start, end;       // the value's text in the document: bytes [start, end)
 } JsonValue;
 
 typedef struct {
@@ -356,6 +361,42 @@ static inline int json_parse_array(JsonParser *p, JsonValue *v) {
     }
 }
 
+// Orders an object's members by key, then by position (pointers into one array), so that a repeated key's first
+// repeat follows its first occurrence.
+static inline int json_cmp_members(const void *a, const void *b) {
+    const JsonValue *x = *(const JsonValue *const *)a, *y = *(const JsonValue *const *)b;
+    int c = memcmp(x->key, y->key, x->key_len < y->key_len ? x->key_len : y->key_len);
+    if (c != 0) { return c; }
+    if (x->key_len != y->key_len) { return x->key_len < y->key_len ? -1 : 1; }
+    return x < y ? -1 : x > y;
+}
+
+#define JSON_KEY_SHOWN 48 // a repeated key's first bytes that its error shows
+
+// Refuses the object v (just parsed) where a key repeats, at the first repeat in the document; sorting makes this
+// n log n, as encoder.json's 50257 keys need.
+static inline int json_check_unique_keys(JsonParser *p, const JsonValue *v) {
+    if (v->count < 2) { return 1; }
+    const JsonValue **m = (const JsonValue **)malloc_check(v->count * sizeof(*m), "JSON keys");
+    for (size_t i = 0; i < v->count; i++) { m[i] = &v->items[i]; }
+    qsort(m, v->count, sizeof(*m), json_cmp_members);
+    const JsonValue *repeat = NULL;
+    for (size_t i = 1; i < v->count; i++) {
+        int same = m[i]->key_len == m[i - 1]->key_len && memcmp(m[i]->key, m[i - 1]->key, m[i]->key_len) == 0;
+        if (same && (!repeat || m[i] < repeat)) { repeat = m[i]; }
+    }
+    free(m);
+    if (!repeat) { return 1; }
+    JsonText key = {NULL, 0, 0};
+    json_text_string(&key, repeat->key); // quoted and escaped: a key holding a newline stays on the error's line
+    char what[JSON_ERROR_LEN];
+    snprintf(what, sizeof(what), "duplicate key %.*s%s", JSON_KEY_SHOWN, key.s,
+             key.len > JSON_KEY_SHOWN ? "..." : "");
+    json_text_free(&key);
+    p->pos = repeat->key_pos;
+    return json_error(p, what);
+}
+
 static inline int json_parse_object(JsonParser *p, JsonValue *v) {
     v->type = JSON_OBJECT;
     size_t cap = 0;
@@ -367,6 +408,7 @@ static inline int json_parse_object(JsonParser *p, JsonValue *v) {
         if (p->pos >= p->n || p->s[p->pos] != '"') { return json_error(p, "expected a string key"); }
         JsonValue m;
         memset(&m, 0, sizeof(m));
+        m.key_pos = p->pos;
         if (!json_parse_string(p, &m.key, &m.key_len)) { return 0; }
         json_skip_space(p);
         if (p->pos >= p->n || p->s[p->pos] != ':') { json_free(&m); return json_error(p, "expected ':' after a key"); }
@@ -374,13 +416,13 @@ static inline int json_parse_object(JsonParser *p, JsonValue *v) {
         if (!json_parse_value(p, &m)) { json_free(&m); return 0; }
         json_push(v, &cap, &m);
         int next = json_next_or_close(p, '}', "expected ',' or '}' in an object");
+        if (next == 2) { return json_check_unique_keys(p, v); }
         if (next != 1) { return next; }
     }
 }
 
-// Parses the value at p->pos into v, whose value fields are zero (an object member's key is already set).
-static inline int json_parse_value(JsonParser *p, JsonValue *v) {
-    json_skip_space(p);
+// The value whose first character is under p->pos (see json_parse_value).
+static inline int json_parse_token(JsonParser *p, JsonValue *v) {
     if (p->pos >= p->n) { return json_error(p, "unexpected end of the document"); }
     char c = p->s[p->pos];
     if (c == '{' || c == '[') {
@@ -401,6 +443,16 @@ static inline int json_parse_value(JsonParser *p, JsonValue *v) {
     }
     if (c == 'n') { v->type = JSON_NULL; return json_parse_literal(p, "null"); }
     return json_error(p, "unexpected character");
+}
+
+// Parses the value at p->pos (after any white space) into v, whose value fields are zero (an object member's key is
+// already set), and records where its text is.
+static inline int json_parse_value(JsonParser *p, JsonValue *v) {
+    json_skip_space(p);
+    v->start = p->pos;
+    int ok = json_parse_token(p, v);
+    v->end = p->pos;
+    return ok;
 }
 
 // Parses the document s[0..n) into *out (free it with json_free). Returns 1, or 0 with *err saying what and where
@@ -437,6 +489,23 @@ static inline const JsonValue *json_get(const JsonValue *obj, const char *key) {
 
 static inline int json_is_string(const JsonValue *v, const char *s) {
     return v && v->type == JSON_STRING && v->len == strlen(s) && memcmp(v->str, s, v->len) == 0;
+}
+
+/*
+ * Value v as written in doc (the text json_parse read), for messages that must show what a file says: 2.0 where the
+ * tree holds 2, "1e-5" (a string) where a number was wanted. Into out (cap bytes), cut to end in "..." where longer;
+ * white space between tokens (newlines of a pretty-printed object) becomes spaces, so a message stays one line.
+ */
+static inline const char *json_source(const JsonValue *v, const char *doc, char *out, size_t cap) {
+    static const char CUT_MARK[] = "...";
+    size_t n = v->end - v->start, keep = n < cap ? n : cap - 1;
+    memcpy(out, doc + v->start, keep);
+    out[keep] = '\0';
+    if (keep < n && cap >= sizeof(CUT_MARK)) { memcpy(out + cap - sizeof(CUT_MARK), CUT_MARK, sizeof(CUT_MARK)); }
+    for (size_t i = 0; i < keep; i++) {
+        if (out[i] == '\n' || out[i] == '\r' || out[i] == '\t') { out[i] = ' '; }
+    }
+    return out;
 }
 
 #endif // LLMC_JSON_H

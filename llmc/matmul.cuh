@@ -284,8 +284,8 @@ static void gemm_tuning(int on) { g_gemm_tuning = on; }
 
 // Reads the choices a previous run saved; a missing file is no error (nothing was saved yet).
 static void gemm_algos_load(const char *path) {
-    FILE *f = fopen(path, "r");
-    if (!f) { return; }
+    if (!file_exists(path)) { return; }
+    FILE *f = fopen_check(path, "r"); // a FIFO or folder of that name is refused, not opened (which could block)
     char line[GEMM_KEY_CHARS + 2 * sizeof(cublasLtMatmulAlgo_t) + 8];
     while (fgets(line, sizeof(line), f)) {
         char *sep = strstr(line, " : ");

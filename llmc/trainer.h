@@ -162,6 +162,8 @@ static inline const char *out_dir_run_file(const char *out_dir, char *name, size
 /*
  * Rank 0's exclusive lock on out_dir (made if needed), held until the process ends, so that a second run into the
  * same folder is refused instead of interleaving its checkpoints with the first's. Returns the lock's descriptor.
+ * The lock file is emptied and given this process's id, so it must be the run's own: a symbolic link is not followed
+ * (O_NOFOLLOW), and anything but a regular file of one name (a FIFO, a hard link to another file) is refused.
  */
 #define OUT_DIR_LOCK_NAME ".train_gpt.lock"
 #define LOCK_PID_CHARS 32
@@ -179,7 +181,19 @@ static inline int out_dir_lock(const char *out_dir) {
     make_dirs(out_dir);
     char path[CKPT_PATH_LEN + 32];
     snprintf(path, sizeof(path), "%s/%s", out_dir, OUT_DIR_LOCK_NAME);
-    int fd = open(path, O_RDWR | O_CREAT, 0644);
+    struct stat st;
+    int fd = open_regular(path, O_RDWR | O_CREAT | O_NOFOLLOW, 0644, &st);
+    if (fd == -1 && errno == ELOOP) {
+        fail("the lock file '%s' is a symbolic link, which a run never makes; remove the link (the file it points to "
+             "is left as it is)", path);
+    }
+    if (fd == OPEN_NOT_REGULAR) {
+        fail("the lock file '%s' is %s, not a regular file; remove it", path, file_kind(st.st_mode));
+    }
+    if (fd >= 0 && st.st_nlink != 1) {
+        fail("the lock file '%s' has %lu names (hard links), so it is another file too; remove this name (the file "
+             "keeps its others)", path, (unsigned long)st.st_nlink);
+    }
     if (fd < 0) { fail("cannot create the lock file '%s': %s; check that --out-dir is writable", path, strerror(errno)); }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) { out_dir_in_use(fd, out_dir, path); }
     char pid[LOCK_PID_CHARS];
@@ -198,12 +212,10 @@ static inline int out_dir_lock(const char *out_dir) {
 static inline void out_dir_check_not_in_use(const char *out_dir) {
     char path[CKPT_PATH_LEN + 32];
     snprintf(path, sizeof(path), "%s/%s", out_dir, OUT_DIR_LOCK_NAME);
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
-    if (fd < 0) { return; } // none, or none a run made (out_dir_lock says what is wrong with it)
     struct stat st;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
-        out_dir_in_use(fd, out_dir, path);
-    }
+    int fd = open_regular(path, O_RDONLY | O_NOFOLLOW, 0, &st);
+    if (fd < 0) { return; } // none, or none a run made (out_dir_lock says what is wrong with it)
+    if (flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK) { out_dir_in_use(fd, out_dir, path); }
     close(fd);
 }
 

@@ -4,7 +4,9 @@
  * Every fatal error goes through fail(): one line "[train_gpt rank R] error: ..." on stderr and exit(1).
  * The rank is set once by the launcher (0 on a single process), so a message from a multi-rank job always
  * names the process that saw the problem. A tool that is no rank of a training job names itself instead
- * (set_error_program: "[tokenize] error: ..."). Plain C11; also compiled by nvcc as C++.
+ * (set_error_program: "[tokenize] error: ..."). Files are opened as regular files only (open_regular, fopen_check):
+ * a FIFO, a device or a folder where a file should be is refused before an open could block on it. Sizes computed
+ * from what a file says are overflow-checked (mul_size_checked). Plain C11; also compiled by nvcc as C++.
  */
 #ifndef LLMC_UTILS_H
 #define LLMC_UTILS_H
@@ -104,11 +106,80 @@ static inline void *realloc_check(void *p, size_t size, const char *what) {
     return q;
 }
 
-static inline FILE *fopen_check(const char *path, const char *mode) {
-    FILE *f = fopen(path, mode);
-    if (!f) { fail("cannot open '%s' (mode %s): %s", path, mode, strerror(errno)); }
+// What a file of type `mode` (st_mode) that is not a regular file is, for messages.
+static inline const char *file_kind(mode_t mode) {
+    if (S_ISDIR(mode)) { return "a folder"; }
+    if (S_ISFIFO(mode)) { return "a FIFO (named pipe)"; }
+    return "a device"; // what else open() can give (a socket cannot be opened, a link is followed or refused)
+}
+
+/*
+ * open(2) (flags, and mode where O_CREAT makes the file) that never blocks on, and never returns, anything but a
+ * regular file: opening a FIFO waits for a writer, forever where none comes, and a device or a folder is no file
+ * to read or write. The open itself does not block (O_NONBLOCK), the type is checked on the descriptor it gave
+ * (fstat: no window for a rename between check and use), and O_NONBLOCK is cleared again for the reads and writes.
+ * Returns the descriptor with *st filled in; -1 where open() failed (errno says why); OPEN_NOT_REGULAR where the
+ * path is something else (closed; st->st_mode says what, for file_kind).
+ */
+#define OPEN_NOT_REGULAR (-2)
+static inline int open_regular(const char *path, int flags, mode_t mode, struct stat *st) {
+    int fd = open(path, flags | O_NONBLOCK, mode);
+    if (fd < 0) { return -1; }
+    if (fstat(fd, st) != 0) {
+        int err = errno;
+        close(fd);
+        errno = err;
+        return -1;
+    }
+    if (!S_ISREG(st->st_mode)) {
+        close(fd);
+        return OPEN_NOT_REGULAR;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        int err = errno;
+        close(fd);
+        errno = err;
+        return -1;
+    }
+    return fd;
+}
+
+// fopen's mode ("r", "wb", "a", "r+b", "wx", ...) as open(2)'s flags; -1 for a mode fopen does not take.
+static inline int fopen_mode_flags(const char *mode) {
+    int plus = strchr(mode, '+') != NULL, flags;
+    switch (mode[0]) {
+    case 'r': flags = plus ? O_RDWR : O_RDONLY; break;
+    case 'w': flags = (plus ? O_RDWR : O_WRONLY) | O_CREAT | O_TRUNC; break;
+    case 'a': flags = (plus ? O_RDWR : O_WRONLY) | O_CREAT | O_APPEND; break;
+    default: return -1;
+    }
+    return strchr(mode, 'x') ? flags | O_EXCL : flags;
+}
+
+#define FOPEN_CREATE_MODE 0666 // what fopen gives a file it creates, before the umask
+
+// fopen(path, mode) of a regular file only (open_regular); fails naming the path, and with `hint` (NULL: none) on
+// what to do.
+static inline FILE *fopen_hint(const char *path, const char *mode, const char *hint) {
+    int flags = fopen_mode_flags(mode);
+    if (flags < 0) { fail("fopen mode '%s' (for '%s') is not one of r, w, a with + b x", mode, path); }
+    struct stat st;
+    int fd = open_regular(path, flags, FOPEN_CREATE_MODE, &st);
+    if (fd == OPEN_NOT_REGULAR) {
+        fail("'%s' is %s, not a regular file; %s", path, file_kind(st.st_mode),
+             hint ? hint : "give the path of a file, or move this one away");
+    }
+    FILE *f = fd >= 0 ? fdopen(fd, mode) : NULL;
+    if (!f) {
+        int err = errno;
+        if (fd >= 0) { close(fd); }
+        fail("cannot open '%s' (mode %s): %s%s%s", path, mode, strerror(err), hint ? "; " : "", hint ? hint : "");
+    }
     return f;
 }
+
+static inline FILE *fopen_check(const char *path, const char *mode) { return fopen_hint(path, mode, NULL); }
 
 static inline void fread_check(void *dst, size_t size, size_t n, FILE *f, const char *path) {
     size_t got = fread(dst, size, n, f);
@@ -124,8 +195,7 @@ static inline void fwrite_check(const void *src, size_t size, size_t n, FILE *f,
 
 // The whole file, NUL-terminated (*n bytes before the NUL); fails naming the file, with `hint` on what to do.
 static inline char *read_whole_file(const char *path, size_t *n, const char *hint) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { fail("cannot open '%s': %s; %s", path, strerror(errno), hint); }
+    FILE *f = fopen_hint(path, "rb", hint);
     if (fseek(f, 0, SEEK_END) != 0) { fail("cannot read '%s': %s", path, strerror(errno)); }
     long size = ftell(f);
     if (size < 0) { fail("cannot read '%s': %s", path, strerror(errno)); }
@@ -287,6 +357,20 @@ static inline void atomic_commit(AtomicFile *af) {
     fclose(af->f);
     af->f = NULL;
     if (rename(af->tmp, af->path) != 0) { atomic_fail(af, "renaming the temporary file of"); }
+}
+
+/*
+ * Sizes computed from what a file says (a header's counts) are computed with these: a * b and a + b, or 0 with *ok set
+ * to 0 where the result does not fit size_t. *ok is only ever cleared, so a chain of them needs one test at its end.
+ */
+static inline size_t mul_size_checked(size_t a, size_t b, int *ok) {
+    if (b != 0 && a > SIZE_MAX / b) { *ok = 0; }
+    return *ok ? a * b : 0;
+}
+
+static inline size_t add_size_checked(size_t a, size_t b, int *ok) {
+    if (a > SIZE_MAX - b) { *ok = 0; }
+    return *ok ? a + b : 0;
 }
 
 static inline int ceil_div_int(int a, int b) { return (a + b - 1) / b; }

@@ -13,7 +13,9 @@
  *   (negative, NaN, infinite), is refused;
  * - atomic writes leave no temporary file; the latest complete checkpoint ignores a model file without its
  *   state file and temporary files; a latest state file without its model file is refused, naming the missing
- *   file (an earlier one is passed by).
+ *   file (an earlier one is passed by); a FIFO as its state file is refused, not opened (which would block);
+ * - a model header past the format's limits (one whose size arithmetic would wrap, too many layers, heads not
+ *   dividing the channels) is refused as corrupt.
  */
 #include "../llmc/checkpoint.h"
 #include "../llmc/rng.h"
@@ -178,6 +180,8 @@ static void read_model_child(void *arg) {
     model_file_read(a->path, &a->config, buf);
 }
 
+static void read_header_child(void *arg) { model_file_header(((ModelReadArgs *)arg)->path); }
+
 static void expect_child_error(const char *name, void (*fn)(void *), void *arg, const char *expect1,
                                const char *expect2) {
     Child ch;
@@ -220,6 +224,24 @@ static void test_model_errors(void) {
 
     path_in_dir(a.path, "model_missing.bin");
     expect_child_error("model_missing", read_model_child, &a, "model_missing.bin", "cannot open");
+
+    // headers past the format's limits are refused before any size is computed from them: one whose size arithmetic
+    // wraps to a header-only file (C = 2^30 and Vp + maxT + 13 L + 2 = 2^32), too many layers, heads not dividing C
+    static const struct {
+        const char *name;
+        GPTConfig c;
+    } bad[] = {{"model_header_size_wraps", {INT_MAX - 13, GPT2_VOCAB_SIZE, INT_MAX, 1, 1, 1 << 30}},
+               {"model_header_too_many_layers", {16, 300, 384, MAX_LAYERS + 1, 2, 8}},
+               {"model_header_heads_not_dividing", {16, 300, 384, 2, 3, 8}}};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ParamLayout q; // each file holds the values its header implies (none where that wraps), so only the limits
+        size_t n = param_layout(&bad[i].c, &q) ? q.total : 0; // can refuse it
+        float *zeros = (float *)calloc_check(n, sizeof(float), "crafted model");
+        path_in_dir(a.path, bad[i].name);
+        write_raw_model(a.path, MODEL_VERSION_FP32, &bad[i].c, zeros, n, MODEL_FILE_MAGIC);
+        expect_child_error(bad[i].name, read_header_child, &a, bad[i].name, "has a corrupt header");
+        free(zeros);
+    }
     free(vals);
 }
 
@@ -717,6 +739,35 @@ static void test_find_latest(void) {
                        "is missing");
 }
 
+typedef struct {
+    ResumeKeys keys;
+    size_t n;
+} LatestArgs;
+
+// What the trainer does with --resume 1: find the latest checkpoint, then check its state file.
+static void check_latest_child(void *arg) {
+    LatestArgs *a = (LatestArgs *)arg;
+    char model[CKPT_PATH_LEN], state[CKPT_PATH_LEN];
+    checkpoint_paths(g_dir, checkpoint_find_latest(g_dir), model, state);
+    state_file_check(state, &a->keys, a->n);
+}
+
+// A FIFO as the latest state file is refused, not opened: the open would wait for a writer, forever.
+static void test_latest_state_fifo(void) {
+    clear_dir();
+    GPTConfig c = tiny_config(2, 16);
+    ParamLayout p;
+    param_layout(&c, &p);
+    Options o = run_options(1337, "cosine", 100);
+    LatestArgs a = {resume_keys_make(&o, &c, 4096), p.total};
+    char state[CKPT_PATH_LEN];
+    touch("model_00000009.bin");
+    path_in_dir(state, "state_00000009.bin");
+    if (mkfifo(state, 0644) != 0) { perror("mkfifo"); }
+    expect_child_error("latest_state_fifo_refused", check_latest_child, &a, "state_00000009.bin",
+                       "is a FIFO (named pipe), not a regular file");
+}
+
 // Steps past 99,999,999 get nine digits (%08d) and are found like the others.
 static void test_nine_digit_steps(void) {
     clear_dir();
@@ -755,6 +806,7 @@ int main(void) {
     test_fp8_amax_refused();
     test_find_latest();
     test_nine_digit_steps();
+    test_latest_state_fifo();
     clear_dir();
     rmdir(g_dir);
     return test_exit();

@@ -4,7 +4,8 @@
  * Shards are written to a temporary folder with tokens that name their own position (the token at global
  * position p is p), so every window the loader returns can be traced back to the window it should be.
  * Corrupt shards are fed to dataloader_init in a child process whose stderr is captured: the child must exit
- * non-zero with one line naming the file, and the file must be left as it was.
+ * non-zero with one line naming the file, and the file must be left as it was. A FIFO or a folder the glob matches
+ * is refused the same way, without being opened.
  */
 #define _POSIX_C_SOURCE 200809L // mkdtemp under -std=c11
 
@@ -193,6 +194,16 @@ static void test_rejects_corrupt_shards(void) {
     snprintf(glob, sizeof(glob), "%s/*.bin", dir);
     expect_rejected("reject_names_the_bad_shard_of_many", glob, path, "token 37 is 50257", 1, 1, 1);
     remove(path);
+
+    // a FIFO the glob matches is refused, not opened (the open would wait for a writer, forever); so is a folder
+    snprintf(path, sizeof(path), "%s/fifo.bin", dir);
+    if (mkfifo(path, 0644) != 0) { perror("mkfifo"); }
+    expect_rejected("reject_fifo_shard", path, NULL, "is a FIFO (named pipe), not a regular file", 1, 1, 1);
+    remove(path);
+    snprintf(path, sizeof(path), "%s/folder.bin", dir);
+    mkdir(path, 0755);
+    expect_rejected("reject_folder_shard", path, NULL, "is a folder, not a regular file", 1, 1, 1);
+    rmdir(path);
 
     // 40 tokens hold (40-1)/16 = 2 windows
     expect_rejected("reject_fewer_windows_than_a_global_batch", good, good, "fewer than one global batch", 1, 1, 3);

@@ -29,6 +29,7 @@
 #define SHARD_TEST_BYTES 1000000LL
 #define VOCAB_DIR "data/gpt2"
 #define REF_PI 3.14159265358979323846
+#define UNTIED_ELEMENT 777 // the element of wte an untied head differs in by one ulp
 
 static char g_dir[] = "/tmp/test_hf_XXXXXX";
 
@@ -65,6 +66,14 @@ static int jbool(const JsonValue *o, const char *key) {
 }
 
 static char *slurp(const char *path, size_t *n) { return read_whole_file(path, n, "the test wrote it"); }
+
+// The tree of a JSON file the export wrote.
+static JsonValue read_json(const char *path) {
+    HfJsonFile f;
+    hf_read_json(&f, path, "the test wrote it");
+    free(f.text);
+    return f.root;
+}
 
 static int files_equal(const char *a, const char *b) {
     size_t na, nb;
@@ -258,7 +267,8 @@ static void test_safetensors_malformed(void) {
          "shape [4294967296, 4294967296, 4294967296] overflows"},
         {"st_duplicate_tensor", -1,
          "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-         "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "tensor 'a' appears twice"},
+         "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8,
+         "its header is not valid JSON (duplicate key \"a\" at byte 54 of the header)"},
         {"st_metadata_not_strings", -1, "{\"__metadata__\":{\"format\":1}}", 0,
          "__metadata__ is not an object of strings"},
         {"st_entry_not_object", -1, "{\"a\":5}", 0, "tensor 'a' is described by a number, not an object"},
@@ -494,7 +504,7 @@ static void test_round_trips(void) {
     // the exported folder's files
     JsonValue cfg;
     hf_path(path, hf, HF_CONFIG_FILE);
-    hf_read_json(path, &cfg, "");
+    cfg = read_json(path);
     const JsonValue *arch = json_get(&cfg, "architectures");
     const JsonValue *inner = json_get(&cfg, "n_inner");
     int ok = jint(&cfg, "n_embd") == c.channels && jint(&cfg, "n_layer") == c.num_layers &&
@@ -513,12 +523,12 @@ static void test_round_trips(void) {
     check(config_equal(&read_back, &c), "hf_config_json_reads_back", "L %d C %d NH %d T %d", read_back.num_layers,
           read_back.channels, read_back.num_heads, read_back.max_seq_len);
     hf_path(path, hf, HF_GENERATION_FILE);
-    hf_read_json(path, &cfg, "");
+    cfg = read_json(path);
     check(jint(&cfg, "eos_token_id") == 50256 && jint(&cfg, "bos_token_id") == 50256,
           "hf_generation_config", "see %s", path);
     json_free(&cfg);
     hf_path(path, hf, HF_TOKENIZER_CONFIG_FILE);
-    hf_read_json(path, &cfg, "");
+    cfg = read_json(path);
     check(jint(&cfg, "model_max_length") == c.max_seq_len &&
               json_is_string(json_get(&cfg, "eos_token"), "<|endoftext|>"),
           "hf_tokenizer_config", "see %s", path);
@@ -549,7 +559,7 @@ static void test_round_trips(void) {
     check(wrong == 0, "hf_bf16_round_trip_rounds_to_nearest_even", "%zu weights differ, first %zu: %.9g, want %.9g",
           wrong, first, (double)got[first], (double)ref_bf16(params[first]));
     hf_path(path, hf, HF_CONFIG_FILE);
-    hf_read_json(path, &cfg, "");
+    cfg = read_json(path);
     hf_path(path, hf, HF_WEIGHTS_FILE);
     st_open(&st, path);
     check(json_is_string(json_get(&cfg, "torch_dtype"), "bfloat16") && st.tensors[0].dtype == ST_BF16,
@@ -566,7 +576,7 @@ static void test_round_trips(void) {
     hf_path(shard2, hf, "model-00002-of-00002.safetensors");
     hf_path(index, hf, HF_INDEX_FILE);
     hf_path(single, hf, HF_WEIGHTS_FILE);
-    hf_read_json(index, &cfg, "");
+    cfg = read_json(index);
     const JsonValue *map = json_get(&cfg, "weight_map");
     check(file_exists(shard1) && file_exists(shard2) && !file_exists(single) && map &&
               map->count == (size_t)hf_num_tensors(&c) &&
@@ -600,7 +610,7 @@ typedef struct {
     int no_prefix;          // names without "transformer." (the original gpt2 repository's)
     int f16;                // every tensor F16 (the values must be exact in f16)
     int mask_buffers;       // add each block's attn.bias [1, 1, T, T] and attn.masked_bias [] buffers
-    int lm_head;            // 1: add lm_head.weight equal to wte; 2: one that differs in one element
+    int lm_head;            // 1: add lm_head.weight equal to wte; 2: one that differs in one element; 3: by one ulp
 } Variant;
 
 typedef struct {
@@ -691,6 +701,7 @@ static void write_variant_weights(const char *dir, const char *file, const GPTCo
     if (v->lm_head) {
         hf_gather(&hts[0], c, &p, params, buf);
         if (v->lm_head == 2) { buf[12345] += 1.0f; }
+        if (v->lm_head == 3) { buf[UNTIED_ELEMENT] = nextafterf(buf[UNTIED_ELEMENT], INFINITY); }
         entry_set(&es[ne++], HF_LM_HEAD, ST_F32, 2, hts[0].shape, buf, hf_numel(&hts[0]));
     }
     if (v->extra) {
@@ -798,13 +809,21 @@ static void test_import_variants(void) {
         make_variant(dir, &c, params, &bad[i].v);
         expect_import_error(bad[i].name, dir, bad[i].want1, bad[i].want2);
     }
+    // a head one ulp from wte: the message shows two different numbers (%.9g tells every two floats apart)
+    Variant ulp = {.lm_head = 3};
+    path_in_dir(dir, "hf_untied_by_one_ulp");
+    make_variant(dir, &c, params, &ulp);
+    char want[128];
+    float mine = params[UNTIED_ELEMENT]; // wte's element, at the start of the parameters
+    snprintf(want, sizeof(want), "(%.9g vs %.9g)", (double)nextafterf(mine, INFINITY), (double)mine);
+    expect_import_error("hf_untied_by_one_ulp_shows_both_values", dir, "differs from the token embedding", want);
 
     // configs that are not GPT-2's, or not this shape
     Variant plain = {.f16 = 0};
     static const struct {
         const char *name, *config, *want;
     } configs[] = {
-        {"hf_config_not_gpt2", "{\"model_type\": \"llama\", \"n_layer\": 2}", "has model_type 'llama', not \"gpt2\""},
+        {"hf_config_not_gpt2", "{\"model_type\": \"llama\", \"n_layer\": 2}", "has model_type \"llama\", not \"gpt2\""},
         {"hf_config_no_model_type", "{\"n_layer\": 2}", "has model_type (none), not \"gpt2\""},
         {"hf_config_missing_n_head",
          "{\"model_type\": \"gpt2\", \"n_layer\": 2, \"n_embd\": 32, \"vocab_size\": 50257, \"n_positions\": 16}",
@@ -816,9 +835,22 @@ static void test_import_variants(void) {
                                        "\"vocab_size\": 50304, \"n_positions\": 16}", "has vocab_size 50304"},
         {"hf_config_other_activation", "{\"model_type\": \"gpt2\", \"n_layer\": 2, \"n_embd\": 32, \"n_head\": 4, "
                                        "\"vocab_size\": 50257, \"n_positions\": 16, \"activation_function\": \"relu\"}",
-         "has activation_function relu"},
+         "has activation_function \"relu\""},
         {"hf_config_layer_count_not_integer", "{\"model_type\": \"gpt2\", \"n_layer\": 2.5, \"n_embd\": 32}",
          "n_layer is 2.5, not an integer in [1, 1024]"},
+        // values are shown as the file writes them: 2.0 is no integer to transformers either
+        {"hf_config_layer_count_written_as_float", "{\"model_type\": \"gpt2\", \"n_layer\": 2.0, \"n_embd\": 32}",
+         "n_layer is 2.0, not an integer in [1, 1024]"},
+        {"hf_config_epsilon_a_string", "{\"model_type\": \"gpt2\", \"n_layer\": 2, \"n_embd\": 32, \"n_head\": 4, "
+                                       "\"vocab_size\": 50257, \"n_positions\": 16, \"layer_norm_epsilon\": \"1e-5\"}",
+         "has layer_norm_epsilon \"1e-5\", but train_gpt's LayerNorm uses 1e-05"},
+        {"hf_config_epsilon_near", "{\"model_type\": \"gpt2\", \"n_layer\": 2, \"n_embd\": 32, \"n_head\": 4, "
+                                   "\"vocab_size\": 50257, \"n_positions\": 16, \"layer_norm_epsilon\": 1.00002e-5}",
+         "has layer_norm_epsilon 1.00002e-5, but"},
+        // Python's json and transformers take the last of a repeated key, a first-match lookup the first: refused
+        {"hf_config_duplicate_key", "{\"model_type\": \"gpt2\", \"n_layer\": 2, \"n_embd\": 32, \"n_head\": 4, "
+                                    "\"vocab_size\": 50257, \"n_positions\": 16, \"n_layer\": 3}",
+         "is not valid JSON (duplicate key \"n_layer\" at byte 104)"},
         {"hf_config_bad_json", "{\"model_type\": \"gpt2\",", "is not valid JSON (expected a string key at byte 22)"},
         {"hf_config_shape_mismatch", // n_ctx: the older name of n_positions
          "{\"model_type\": \"gpt2\", \"n_layer\": 3, \"n_embd\": 32, \"n_head\": 4, \"vocab_size\": 50257, "
@@ -885,7 +917,7 @@ static void test_bad_indexes(void) {
     write_variant_weights(dir, "a.safetensors", &c, params, &all);
     write_index(dir, &c, "a.safetensors", "transformer.wpe.weight", "../a.safetensors");
     expect_import_error("hf_index_refuses_path_outside", dir, "places tensor 'transformer.wpe.weight' in "
-                        "../a.safetensors", "not the name of a file beside it");
+                        "\"../a.safetensors\"", "not the name of a file beside it");
 
     path_in_dir(dir, "hf_index_mismatch");
     make_dirs_named(dir, "test folder");
@@ -956,11 +988,33 @@ static void test_export_refusals(void) {
     expect_child_error("hf_export_refuses_other_vocabulary", export_child, &a,
                        "holds 2 tokens but the model's vocabulary has 50257", "--vocab-dir");
 
+    // GPT-2's encoder.json without its vocab.bpe: found before the folder is made, so nothing is created
+    path_in_dir(a.out, "export_no_merges");
+    path_in_dir(a.vocab, "vocab_no_merges");
+    make_dirs_named(a.vocab, "test folder");
+    char *encoder = slurp(VOCAB_DIR "/" GPT2_ENCODER_FILE, &n);
+    hf_path(path, a.vocab, GPT2_ENCODER_FILE);
+    hf_write_file(path, encoder, n);
+    free(encoder);
+    expect_child_error("hf_export_refuses_missing_merges", export_child, &a, "vocab.bpe", "--vocab-dir");
+    check(!file_exists(a.out), "hf_export_refusal_creates_nothing", "the refused export made '%s'", a.out);
+
     snprintf(a.vocab, sizeof(a.vocab), VOCAB_DIR);
     path_in_dir(a.model, "export_garbage.bin");
     hf_write_file(a.model, "not a model", 11);
     expect_child_error("hf_export_refuses_non_model_file", export_child, &a, "export_garbage.bin",
                        "truncated or unreadable");
+
+    // a crafted header whose size arithmetic wraps to a header-only file (C = 2^30, Vp + maxT + 13 L + 2 = 2^32)
+    GPTConfig huge = {INT_MAX - 13, GPT2_VOCAB_SIZE, INT_MAX, 1, 1, 1 << 30};
+    int hd[MODEL_HEADER_INTS];
+    model_header_fill(hd, &huge, MODEL_VERSION_FP32);
+    path_in_dir(a.model, "export_crafted.bin");
+    hf_write_file(a.model, hd, sizeof(hd));
+    path_in_dir(a.out, "export_crafted");
+    expect_child_error("hf_export_refuses_crafted_header", export_child, &a, "export_crafted.bin",
+                       "has a corrupt header");
+    check(!file_exists(a.out), "hf_export_crafted_header_creates_nothing", "the refused export made '%s'", a.out);
     free(params);
 }
 

@@ -1,8 +1,10 @@
 /*
  * test_json.c: the JSON parser (llmc/json.h).
  * - valid documents: every kind of value, integers exact to int64's limits, every escape (\uXXXX with surrogate
- *   pairs, \u0000 inside a string), raw UTF-8, nesting up to the limit, member order and duplicate keys;
- * - malformed documents: each refused with what is wrong and the byte where it was found, never a crash;
+ *   pairs, \u0000 inside a string), raw UTF-8, nesting up to the limit, member order;
+ * - malformed documents: each refused with what is wrong and the byte where it was found, never a crash; a key
+ *   given twice in one object (as written or through escapes) is refused at its first repeat;
+ * - each value's text as written (json_source): 2.0 stays 2.0, a string keeps its quotes, one line, cut with "...";
  * - writing: json_text_string's escapes read back as the string written.
  */
 #include "../llmc/json.h"
@@ -82,14 +84,14 @@ static void test_strings(void) {
 
 static void test_containers(void) {
     JsonValue v;
-    const char *doc = "{\"a\": [1, 2.5, \"x\", null, true, {}], \"b\": {\"c\": {\"d\": []}}, \"a\": 7, \"\": 0}";
+    const char *doc = "{\"a\": [1, 2.5, \"x\", null, true, {}], \"b\": {\"c\": {\"d\": []}}, \"ab\": 7, \"\": 0}";
     int ok = parse(doc, &v) && v.type == JSON_OBJECT && v.count == 4;
     const JsonValue *a = json_get(&v, "a"), *b = json_get(&v, "b");
     ok = ok && a && a->type == JSON_ARRAY && a->count == 6 && a->items[0].integer == 1 && a->items[1].number == 2.5 &&
          json_is_string(&a->items[2], "x") && a->items[3].type == JSON_NULL && a->items[4].boolean == 1 &&
          a->items[5].type == JSON_OBJECT && a->items[5].count == 0;
     ok = ok && b && json_get(json_get(b, "c"), "d") && json_get(json_get(b, "c"), "d")->type == JSON_ARRAY;
-    ok = ok && strcmp(v.items[2].key, "a") == 0 && v.items[2].integer == 7; // duplicates kept, in order
+    ok = ok && strcmp(v.items[2].key, "ab") == 0 && v.items[2].integer == 7; // members in order
     ok = ok && json_get(&v, "") && !json_get(&v, "missing") && !json_get(a, "a");
     check(ok, "json_containers", "the document's tree is not what was written");
     json_free(&v);
@@ -155,6 +157,11 @@ static void test_malformed(void) {
         {"[1] x", "trailing characters", 4},
         {"{} {}", "trailing characters", 3},
         {"1234567890123456789012345678901234567890123456789012345678901234567890", "number longer than 64", 0},
+        {"{\"a\":1,\"b\":2,\"a\":3}", "duplicate key \"a\"", 13},
+        {"{\"x\":{\"k\":1,\"k\":2}}", "duplicate key \"k\"", 12},
+        {"{\"a\":1,\"b\":1,\"b\":2,\"a\":3}", "duplicate key \"b\"", 13}, // the first repeat in the document
+        {"{\"a\":1,\"\\u0061\":2}", "duplicate key \"a\"", 7},             // the same key through an escape
+        {"[{\"a\":1},{\"a\":1,\"a\":1}]", "duplicate key \"a\"", 16},
     };
     int ok = 1;
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -185,6 +192,21 @@ static void test_malformed(void) {
           "parsed %d, error '%s' at %zu", parsed, err.what, err.pos);
 }
 
+static void test_source_text(void) {
+    const char *doc = "{\"n\": 2.0, \"s\": \"1e-5\", \"o\": {\n  \"x\": [1, 2]\n}, "
+                      "\"long\": \"abcdefghijklmnopqrstuvwxyz\"}";
+    JsonValue v;
+    char n[16], str[16], obj[32], cut[8];
+    int ok = parse(doc, &v);
+    ok = ok && strcmp(json_source(json_get(&v, "n"), doc, n, sizeof(n)), "2.0") == 0 &&
+         strcmp(json_source(json_get(&v, "s"), doc, str, sizeof(str)), "\"1e-5\"") == 0 &&
+         strcmp(json_source(json_get(&v, "o"), doc, obj, sizeof(obj)), "{   \"x\": [1, 2] }") == 0 &&
+         strcmp(json_source(json_get(&v, "long"), doc, cut, sizeof(cut)), "\"abc...") == 0;
+    check(ok, "json_source_text_as_written", "'%s' '%s' '%s' '%s'", ok ? n : "", ok ? str : "", ok ? obj : "",
+          ok ? cut : "");
+    json_free(&v);
+}
+
 static void test_write_read_back(void) {
     const char *s = "quote \" backslash \\ newline \n tab \t bell \x07 caf\xc3\xa9 \xf0\x9f\x98\x80 /";
     JsonText t = {NULL, 0, 0};
@@ -207,6 +229,7 @@ int main(void) {
     test_strings();
     test_containers();
     test_malformed();
+    test_source_text();
     test_write_read_back();
     return test_exit();
 }

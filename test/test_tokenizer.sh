@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_tokenizer.sh: ./tokenize against tiktoken's gpt2 encoding (test/tokenizer_oracle.mjs), plus the command
-# line itself. Needs node and the pinned tiktoken: `npm ci --prefix test` (CI's .ci/run does it). A missing
-# oracle is a failure, not a skip: without it nothing here is checked.
+# line itself, and what `tokenize shards` refuses to overwrite. Needs node and the pinned tiktoken: `npm ci --prefix
+# test` (CI's .ci/run does it). A missing oracle is a failure, not a skip: without it nothing here is checked.
 set -u
 cd "$(dirname "$0")/.."
 if ! command -v node >/dev/null; then
@@ -53,5 +53,28 @@ printf 'caf\xe9' >"$tmp_dir/latin1.txt"
 err=$(./tokenize shards --out "$tmp_dir/nonexistent/x" "$tmp_dir/latin1.txt" 2>&1 >/dev/null)
 case "$err" in *"the folder '$tmp_dir/nonexistent' does not exist"*) echo "PASS tokenize_shards_checks_out_first" ;;
     *) echo "FAIL tokenize_shards_checks_out_first: stderr '$err'" ;; esac
+
+# shards: any shard of the prefix stops a run without --force (not only the _000000 ones) and is left as it was;
+# with --force, every shard of the earlier run past the new ones is removed, gaps or not, and other files are kept
+printf 'Hello world' >"$tmp_dir/doc0.txt"
+printf 'Goodbye world' >"$tmp_dir/doc1.txt"
+out=$tmp_dir/out
+mkdir -p "$out"
+printf 'an earlier shard' >"$out/x_train_000001.bin"
+err=$(./tokenize shards --out "$out/x" --val-every 2 "$tmp_dir/doc0.txt" "$tmp_dir/doc1.txt" 2>&1 >/dev/null); rc=$?
+if [ "$rc" -ne 0 ] && [[ "$err" == *"'$out/x_train_000001.bin' exists; pass --force"* ]] &&
+    [ "$(cat "$out/x_train_000001.bin")" = "an earlier shard" ] && [ "$(ls "$out")" = x_train_000001.bin ]; then
+    echo "PASS tokenize_shards_refuses_any_existing_shard"
+else
+    echo "FAIL tokenize_shards_refuses_any_existing_shard: status $rc, stderr '$err', folder:" $(ls "$out")
+fi
+printf 'another' >"$out/x_train_000005.bin"
+printf 'mine' >"$out/x_train_notes.bin"
+if ./tokenize shards --out "$out/x" --val-every 2 --force "$tmp_dir/doc0.txt" "$tmp_dir/doc1.txt" >/dev/null 2>&1 &&
+    [ "$(ls "$out" | tr '\n' ' ')" = "x_train_000000.bin x_train_notes.bin x_val_000000.bin " ]; then
+    echo "PASS tokenize_shards_force_removes_every_stale_shard"
+else
+    echo "FAIL tokenize_shards_force_removes_every_stale_shard: folder:" $(ls "$out")
+fi
 
 node test/tokenizer_oracle.mjs

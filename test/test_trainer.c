@@ -8,6 +8,7 @@
  *   5 (its records up to there, the last one cut short) and resumed from checkpoint 3 holds each step once, with
  *   the uninterrupted run's values (all but the timings), and draws the same loss.svg; a run started again over an
  *   attempt that never checkpointed starts its metrics anew; a diverged step's record holds null, not inf;
+ * - a lock file that is a symbolic or hard link to a user's file is refused, and the file left as it was;
  * - a folder that holds a run is refused without --resume 1, and nothing in it changes; --resume 1 without
  *   a checkpoint, a checkpoint of other settings, and --init-from a model of another shape are refused with
  *   one line; resuming a finished run does nothing; --init-from loads the file's weights, and one with
@@ -659,6 +660,32 @@ static void test_lock_and_stale_files(void) {
         expect_refused(name, &live, want);
     }
     if (fd >= 0) { close(fd); }
+
+    // a lock file that is a symbolic link or a hard link to a user's file: refused, and the file left as it was (a
+    // followed link would have been emptied and given the run's process id)
+    static const char *const MINE = "a user's notes";
+    char mine[CKPT_PATH_LEN];
+    scratch_path(mine, "mine.txt");
+    for (int hard = 0; hard <= 1; hard++) {
+        const char *name = hard ? "hard_linked_lock" : "linked_lock";
+        FILE *f = fopen_check(mine, "wb");
+        fwrite_check(MINE, 1, strlen(MINE), f, mine);
+        fclose(f);
+        scratch_path(dir, name);
+        mkdir(dir, 0755);
+        snprintf(lock, sizeof(lock), "%s/%s", dir, OUT_DIR_LOCK_NAME);
+        if ((hard ? link(mine, lock) : symlink(mine, lock)) != 0) { perror("link"); }
+        Run linked = make_run(name, NULL);
+        expect_refused(hard ? "lock_hard_link_refused" : "lock_symlink_refused", &linked,
+                       hard ? "has 2 names (hard links)" : "is a symbolic link, which a run never makes");
+        size_t n;
+        char *kept = read_file(mine, &n);
+        check(kept && n == strlen(MINE) && memcmp(kept, MINE, n) == 0,
+              hard ? "lock_hard_link_target_untouched" : "lock_symlink_target_untouched", "'%s' now holds '%.*s'",
+              mine, (int)n, kept ? kept : "");
+        free(kept);
+        unlink(mine);
+    }
 
     scratch_path(dir, "stale");
     mkdir(dir, 0755);
