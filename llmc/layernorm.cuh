@@ -185,7 +185,9 @@ __global__ void __launch_bounds__(LN_THREADS_MAX, LN_BWD_MIN_BLOCKS / PACKS)
     // The first S - 1 rows in flight: one group of copies per row (empty past the last row), so row i is group i.
     for (int i = 0; i < S - 1; i++) {
         int row = first + i * groups;
-        if (row < rows) { layernorm_backward_fetch<T, PACKS, RMS>(slots, stats, i, dout, inp, dinp, mean, rstd, row, C); }
+        if (row < rows) {
+            layernorm_backward_fetch<T, PACKS, RMS>(slots, stats, i, dout, inp, dinp, mean, rstd, row, C);
+        }
         cp_async_commit();
     }
     for (int i = 0, row = first; row < rows; i++, row += groups) {
@@ -210,7 +212,8 @@ __global__ void __launch_bounds__(LN_THREADS_MAX, LN_BWD_MIN_BLOCKS / PACKS)
         // Refill the slot the previous row used (this thread's reads of it are done: their values were stored).
         int ahead = row + (S - 1) * groups;
         if (ahead < rows) {
-            layernorm_backward_fetch<T, PACKS, RMS>(slots, stats, (i + S - 1) % S, dout, inp, dinp, mean, rstd, ahead, C);
+            layernorm_backward_fetch<T, PACKS, RMS>(slots, stats, (i + S - 1) % S, dout, inp, dinp, mean, rstd, ahead,
+                                                    C);
         }
         cp_async_commit();
         size_t base = (size_t)row * C;
