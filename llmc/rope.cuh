@@ -8,8 +8,8 @@
  *   forward:  y1 = x1 cos - x2 sin,  y2 = x2 cos + x1 sin;
  *   backward: the transposed rotation (by -angle), dx1 = dy1 cos + dy2 sin,  dx2 = dy2 cos - dy1 sin,
  * one kernel for both, with sin negated for the backward. The value heads are not touched. cos and sin come from fp32
- * tables (T rows of HS/2) made once on the host by the code the CPU build uses, so both builds rotate by the same
- * fp32 numbers; the rotation is computed in fp32 and rounded once to the activation type.
+ * tables (T rows of HS/2) made once on the host by llmc/rope.h, which the CPU build uses too, so both builds rotate by
+ * the same fp32 numbers; the rotation is computed in fp32 and rounded once to the activation type.
  *
  * Geometry: a block takes rows (grid-stride), its threads the (head, pack) items of a row: a thread reads a pack
  * (16 bytes: 8 bf16 or 4 fp32 columns) of x1 and the matching pack of x2, and its pairs' cos and sin (the row's table
