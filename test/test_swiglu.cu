@@ -5,10 +5,11 @@
  * - forward: out against silu(gate) * up; every element written (outputs poisoned with NaN first);
  * - backward: dgate and dup against dout * up * s (1 + g (1 - s)) and dout * silu(g), s = sigmoid(g); written;
  * - the backward in place (dinp = inp) gives the same bits as into another buffer.
- * Tolerances (max |gpu - ref| / max |ref| per tensor): fp32 1e-6 (expf's 2 ulp and a few fp32 roundings; near g = 10,
- * 1 - s carries s's rounding, 2^-24 absolute, times |g| into silu': 6e-7 of the largest dgate at worst); bf16 4e-3
- * (the result rounded once to bf16: 2^-9 = 2e-3 relative). A wrong half or pack shows as O(1). Then the time of the
- * forward and the backward at Llama 3.2 1B's MLP (8192 tokens, F 8192, bf16).
+ * Tolerances (max |gpu - ref| / max |ref| per tensor): fp32 1e-5, the fp32 parity target (most elements are within a
+ * few 2^-24, but near g = 10 s rounds to within 1.2e-7 of 1, and 1 - s carries that absolute error, times |g|, into
+ * silu': up to ~1e-6 of the largest dgate); bf16 4e-3 (the result rounded once to bf16: 2^-9 = 2e-3 relative). A
+ * wrong half, pack or formula shows as O(1). Then the time of the forward and the backward at Llama 3.2 1B's MLP
+ * (8192 tokens, F 8192, bf16).
  */
 #include <string.h>
 
@@ -19,7 +20,7 @@
 #include "test/gpu_test_util.cuh"
 #include "test/test_util.h"
 
-#define TOL_F32 1e-6
+#define TOL_F32 1e-5
 #define TOL_BF16 4e-3
 #define GATE_RANGE 10.0f
 
