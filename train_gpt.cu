@@ -402,7 +402,7 @@ template <typename floatX> static void activations_alloc(GPT<floatX> *g) {
             a.h4_alt = (floatX *)second;
         }
     }
-    a.attn_workspace = cuda_alloc(attention_backward_workspace_bytes<floatX>(g->maxB, g->maxT, (int)NHl,
+    a.attn_workspace = cuda_alloc(attention_backward_workspace_bytes<floatX>(g->maxB, g->maxT, (int)NHl, (int)NHl,
                                                                              c->channels / c->num_heads),
                                   "attention backward workspace");
     size_t reduce = column_sum_scratch_floats(4 * c->channels);
@@ -793,7 +793,8 @@ template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T)
                             l > 0 ? below.res2 : x.res_in, l > 0 ? a.proj : (const floatX *)NULL,
                             w[P_LN1W], w[P_LN1B]);
             block_linear_forward(g, l, LIN_QKV, x.qkv, x.ln1, (floatX *)NULL, f, K);
-            attention_forward(x.atty + r * A, x.lse + r * NHl, x.qkv + r * 3 * A, f.rows / T, T, NHl, HS, s);
+            // GPT-2 is multi-head attention: as many KV heads as query heads
+            attention_forward(x.atty + r * A, x.lse + r * NHl, x.qkv + r * 3 * A, f.rows / T, T, NHl, NHl, HS, s);
             block_linear_forward(g, l, LIN_ATTPROJ, a.proj, x.atty, (floatX *)NULL, f, K);
         }
         for (int k = 0; k < K; k++) {
@@ -1076,8 +1077,8 @@ template <typename floatX> static void block_backward(GPT<floatX> *g, int l, int
     linear_backward_gather(attproj, a.dres, N, s);
     wgrad_overlap(g, q, WGRAD_ALL); // before the next layer writes d fch
     block_input_grad(g, q, l, LIN_ATTPROJ, a.proj, a.dres, x.atty, (const floatX *)NULL);
-    attention_backward(a.dqkv, dw[P_QKVB], a.proj, x.atty, x.qkv, x.lse, a.attn_workspace, B, T, g->heads, HS, acc,
-                       s);
+    attention_backward(a.dqkv, dw[P_QKVB], a.proj, x.atty, x.qkv, x.lse, a.attn_workspace, B, T, g->heads, g->heads,
+                       HS, acc, s);
     block_input_grad(g, q, l, LIN_QKV, a.proj, a.dqkv, x.ln1, (const floatX *)NULL);
     wgrad_overlap(g, q, beside_sum);
     linear_backward_join(qkv, s);

@@ -1,5 +1,6 @@
 /*
- * attention.cuh: causal multi-head self-attention, forward and backward, with no T x T matrix in memory.
+ * attention.cuh: causal multi-head and grouped-query self-attention, forward and backward, with no T x T matrix in
+ * memory.
  *
  * Per head, with scale = 1/sqrt(HS): S = scale Q K^T, causal mask (key j > query i gets -inf), P = softmax(S) by
  * rows, O = P V. The forward streams over key blocks with an online softmax: a running row max m and sum l, and O
@@ -14,6 +15,11 @@
  * rows are in registers: each block writes the sums of its rows (as stored) to one row of partials, and
  * add_partial_sums adds the rows in order. This saves a separate column_sum pass over dqkv (3C columns x N rows,
  * ~30 us a layer at 1558M).
+ * Grouped-query attention (GQA): NH query heads share KV key/value heads, query head h reading KV head h / (NH / KV);
+ * KV = NH is multi-head attention (GPT-2). The forward and the dQ kernel only read their query head's K and V from
+ * another column of qkv. dK and dV of a KV head sum over the NH / KV query heads of its group: the dK/dV kernel owns a
+ * KV head's key block and walks the query blocks of each query head of the group in turn, in head order, summing in
+ * registers (no atomics; with one head a group, the walk is the multi-head kernel's exactly).
  *
  * fp32: CUDA cores, one warp per row, lanes over the keys (or queries) of a shared-memory tile, accurate expf.
  * bf16: Hopper's warpgroup MMA (wgmma: operands read from shared memory by the tensor cores, products in flight
@@ -21,12 +27,16 @@
  * cp.async while the current one is used, exp2 with log2(e) folded into the scale. Each warp owns a 16-row slab of
  * the block's 64 rows, so softmax statistics never leave a warp's quad. Both head sizes run the same kernels.
  *
- * Layouts: qkv and dqkv (B, T, 3, NH, HS); out and dout (B, T, NH, HS); lse (B, NH, T) fp32, natural log.
- * Grids are 1-D over (head, block along T), scheduled by attn_block(): heaviest causal blocks first.
+ * Layouts: qkv and dqkv (B, T, NH + 2 KV, HS): a token's NH query heads, then its KV key heads, then its KV value
+ * heads (GPT-2's (B, T, 3, NH, HS) when KV = NH); out and dout (B, T, NH, HS); lse (B, NH, T) fp32, natural log.
+ * Grids are 1-D over (head, block along T), query heads for the forward and dQ, KV heads for dK/dV, scheduled by
+ * attn_block(): heaviest causal blocks first. Offsets into the buffers are size_t; any T whose grid fits (checked)
+ * runs, the statistics (lse, D) of every row kept in fp32 whatever T is.
  */
 #ifndef LLMC_ATTENTION_CUH
 #define LLMC_ATTENTION_CUH
 
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -37,16 +47,6 @@
 
 #define ATTN_LN2 0.6931471805599453f
 
-// `addresses`: the activation pointers or'ed together; rows are copied in 16-byte pieces.
-static inline void attention_check_args(int HS, uintptr_t addresses) {
-    if (HS != 64 && HS != 128) {
-        fail("attention supports head sizes 64 and 128, got %d; choose n_embd / n_head = 64 or 128", HS);
-    }
-    if (addresses % 16 != 0) {
-        fail("attention buffers must be 16-byte aligned; allocate activations at 16-byte offsets");
-    }
-}
-
 // Block schedule. Blocks start roughly in index order. Heads go in groups of ATTN_HEAD_GROUP; inside a group the
 // heaviest block (rank 0: most causal work) of every head starts first, then the next heaviest, ... so light blocks
 // fill the tail, while the rows the blocks of a group share (K/V or Q/dO: 2 MB for 8 heads at T = 1024, HS = 64)
@@ -56,7 +56,7 @@ static inline void attention_check_args(int HS, uintptr_t addresses) {
 #define ATTN_HEAD_GROUP 8
 
 struct AttnBlock {
-    int bh, rank; // head b * NH + h; rank 0 = heaviest of the head's nblocks blocks along T
+    int bh, rank; // head b * heads + h; rank 0 = heaviest of the head's nblocks blocks along T
 };
 __device__ __forceinline__ AttnBlock attn_block(int nblocks) {
     const int per_group = ATTN_HEAD_GROUP * nblocks, group = blockIdx.x / per_group, r = blockIdx.x % per_group;
@@ -64,21 +64,31 @@ __device__ __forceinline__ AttnBlock attn_block(int nblocks) {
     return {group * ATTN_HEAD_GROUP + r % heads, r / heads};
 }
 
-// Where a block of `rows` rows works, with the heaviest causal blocks first (attn_block): query blocks from the end
-// of T (late rows see the most keys), key blocks from the start (early keys see the most queries). Offsets in
-// elements of the head's first row in qkv (its Q columns; K and V follow NH HS and 2 NH HS later) and in out / dout.
+// Where a block of `rows` rows works, with the heaviest causal blocks first (attn_block): query blocks (forward and
+// dQ: a block per query head) from the end of T (late rows see the most keys), key blocks (dK/dV: a block per KV
+// head) from the start (early keys see the most queries). A key block's query heads are its group's: the first one's
+// Q columns, out / dout columns and lse / D rows are given, and head i of the group is i HS columns and i T rows on.
 struct AttnHead {
-    int bh, h, row0;    // head b NH + h; the block's first row
-    int partial_row;    // the block's row of bias partials, b nblocks + (block along T)
-    size_t qkv, out;    // the head's first element in qkv and in out / dout
+    int row0;               // the block's first row
+    int partial_row;        // the block's row of bias partials, b nblocks + (block along T)
+    int qcol, kcol, vcol;   // the columns of the head's Q, K and V in a row of qkv ((NH + 2 KV) HS elements)
+    size_t seq;             // the sequence's first element in qkv
+    size_t out, stat;       // the query head's first element in out / dout and in lse / D
 };
 template <int HS>
-__device__ __forceinline__ AttnHead attn_head(int Tlen, int NH, int rows, bool query_blocks) {
-    const int nblocks = (Tlen + rows - 1) / rows;
+__device__ __forceinline__ AttnHead attn_head(int Tlen, int NH, int KV, int rows, bool query_blocks) {
+    const int nblocks = (Tlen + rows - 1) / rows, heads = query_blocks ? NH : KV, group = NH / KV;
     const AttnBlock blk = attn_block(nblocks);
-    const int block = query_blocks ? nblocks - 1 - blk.rank : blk.rank, b = blk.bh / NH, h = blk.bh % NH;
-    return {blk.bh, h, block * rows, b * nblocks + block, (size_t)b * Tlen * 3 * NH * HS + (size_t)h * HS,
-            (size_t)b * Tlen * NH * HS + (size_t)h * HS};
+    const int block = query_blocks ? nblocks - 1 - blk.rank : blk.rank, b = blk.bh / heads, h = blk.bh % heads;
+    const int hq = query_blocks ? h : h * group, hkv = query_blocks ? h / group : h;
+    return {block * rows,
+            b * nblocks + block,
+            hq * HS,
+            (NH + hkv) * HS,
+            (NH + KV + hkv) * HS,
+            (size_t)b * Tlen * (NH + 2 * KV) * HS,
+            ((size_t)b * Tlen * NH + hq) * HS,
+            ((size_t)b * NH + hq) * Tlen};
 }
 
 // ----------------------------------------------------------------------------------------------------------------
@@ -127,15 +137,15 @@ __device__ __forceinline__ void attn_colsum_f32(float *dst, float (*red)[HS], co
 
 template <int HS>
 __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
-    attention_forward_f32_kernel(float *out, float *lse, const float *qkv, int Tlen, int NH, float scale) {
+    attention_forward_f32_kernel(float *out, float *lse, const float *qkv, int Tlen, int NH, int KV, float scale) {
     constexpr int DPL = HS / WARP_SIZE; // output columns per lane
     __shared__ float sQ[ATTN_ROWS_PER_BLOCK][HS];
     __shared__ float sK[ATTN_F32_TILE][HS + 1], sV[ATTN_F32_TILE][HS + 1];
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-    const AttnHead hd = attn_head<HS>(Tlen, NH, ATTN_ROWS_PER_BLOCK, true);
+    const AttnHead hd = attn_head<HS>(Tlen, NH, KV, ATTN_ROWS_PER_BLOCK, true);
     const int r0 = hd.row0, row = r0 + warp;
-    const size_t stride = (size_t)3 * NH * HS;
-    const float *q = qkv + hd.qkv, *k = q + NH * HS, *v = q + 2 * NH * HS;
+    const size_t stride = (size_t)(NH + 2 * KV) * HS;
+    const float *seq = qkv + hd.seq, *q = seq + hd.qcol, *k = seq + hd.kcol, *v = seq + hd.vcol;
     attn_load_rows_f32(&sQ[0][0], HS, q, stride, r0, ATTN_ROWS_PER_BLOCK, Tlen, HS);
 
     float o[DPL] = {}, m = -INFINITY, l = 0.0f; // l: this lane's share of the row sum
@@ -165,28 +175,28 @@ __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
         float *orow = out + hd.out + (size_t)row * NH * HS;
 #pragma unroll
         for (int i = 0; i < DPL; i++) { orow[lane + i * WARP_SIZE] = o[i] / l; }
-        if (lane == 0) { lse[(size_t)hd.bh * Tlen + row] = m + logf(l); }
+        if (lane == 0) { lse[hd.stat + row] = m + logf(l); }
     }
 }
 
 // D_i = sum_d dO_id O_id (also into dsum, for the dK/dV kernel), then dQ_i = scale sum_j dS_ij K_j over the keys
 // j <= i; one warp per query row. partial (unless NULL): row b * nblocks + r0 / ATTN_ROWS_PER_BLOCK of the bias
-// partials (3 NH HS floats each), its Q columns of head h.
+// partials ((NH + 2 KV) HS floats each), the head's Q columns.
 template <int HS>
 __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
     attention_backward_dq_f32_kernel(float *dqkv, float *partial, float *dsum, const float *dout, const float *out,
-                                     const float *qkv, const float *lse, int Tlen, int NH, float scale) {
+                                     const float *qkv, const float *lse, int Tlen, int NH, int KV, float scale) {
     constexpr int DPL = HS / WARP_SIZE;
     __shared__ float sQ[ATTN_ROWS_PER_BLOCK][HS], sdO[ATTN_ROWS_PER_BLOCK][HS];
     __shared__ float sK[ATTN_F32_TILE][HS + 1], sV[ATTN_F32_TILE][HS + 1];
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-    const AttnHead hd = attn_head<HS>(Tlen, NH, ATTN_ROWS_PER_BLOCK, true);
+    const AttnHead hd = attn_head<HS>(Tlen, NH, KV, ATTN_ROWS_PER_BLOCK, true);
     const int r0 = hd.row0, row = r0 + warp;
-    const size_t stride = (size_t)3 * NH * HS;
-    const float *q = qkv + hd.qkv, *k = q + NH * HS, *v = q + 2 * NH * HS;
+    const size_t stride = (size_t)(NH + 2 * KV) * HS;
+    const float *seq = qkv + hd.seq, *q = seq + hd.qcol, *k = seq + hd.kcol, *v = seq + hd.vcol;
     attn_load_rows_f32(&sQ[0][0], HS, q, stride, r0, ATTN_ROWS_PER_BLOCK, Tlen, HS);
     attn_load_rows_f32(&sdO[0][0], HS, dout + hd.out, (size_t)NH * HS, r0, ATTN_ROWS_PER_BLOCK, Tlen, HS);
-    const float lse_i = row < Tlen ? lse[(size_t)hd.bh * Tlen + row] : 0.0f;
+    const float lse_i = row < Tlen ? lse[hd.stat + row] : 0.0f;
     float d_i = 0.0f;
     if (row < Tlen) { // from global memory: sdO is not complete before the loop's first barrier
         const size_t off = hd.out + (size_t)row * NH * HS;
@@ -197,7 +207,7 @@ __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
         }
     }
     d_i = warp_sum(d_i);
-    if (row < Tlen && lane == 0) { dsum[(size_t)hd.bh * Tlen + row] = d_i; }
+    if (row < Tlen && lane == 0) { dsum[hd.stat + row] = d_i; }
 
     float dq[DPL] = {};
     const int ntiles = (min(r0 + ATTN_ROWS_PER_BLOCK, Tlen) - 1) / ATTN_F32_TILE + 1;
@@ -221,59 +231,67 @@ __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
 #pragma unroll
     for (int i = 0; i < DPL; i++) { dq[i] *= scale; }
     if (row < Tlen) {
-        float *dqrow = dqkv + hd.qkv + (size_t)row * stride;
+        float *dqrow = dqkv + hd.seq + hd.qcol + (size_t)row * stride;
 #pragma unroll
         for (int i = 0; i < DPL; i++) { dqrow[lane + i * WARP_SIZE] = dq[i]; }
     }
     if (partial) {
-        attn_colsum_f32<HS>(partial + (size_t)hd.partial_row * stride + (size_t)hd.h * HS, sQ, dq, row < Tlen);
+        attn_colsum_f32<HS>(partial + (size_t)hd.partial_row * stride + hd.qcol, sQ, dq, row < Tlen);
     }
 }
 
-// dV_j = sum_i P_ij dO_i and dK_j = scale sum_i dS_ij Q_i over the queries i >= j; one warp per key row.
-// partial: as in the dQ kernel, its K and V columns.
+// dV_j = sum_i P_ij dO_i and dK_j = scale sum_i dS_ij Q_i over the queries i >= j of every query head of the KV
+// head's group (in head order); one warp per key row. partial: as in the dQ kernel, the KV head's K and V columns.
+// Blocks an SM must hold (0: no bound): at HS = 128 ptxas would otherwise take 64 registers (4 blocks an SM) where 48
+// suffice without spilling (5, as many as the shared memory holds); at HS = 64 it takes 40 unbounded (6 blocks), and
+// spills when held to 6 (1 would let it take 78).
+#define ATTN_F32_DKDV_MIN_BLOCKS(HS) ((HS) == 128 ? 5 : 0)
 template <int HS>
-__global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
+__global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE, ATTN_F32_DKDV_MIN_BLOCKS(HS))
     attention_backward_dkdv_f32_kernel(float *dqkv, float *partial, const float *dout, const float *qkv,
-                                       const float *lse, const float *dsum, int Tlen, int NH, float scale) {
+                                       const float *lse, const float *dsum, int Tlen, int NH, int KV,
+                                       float scale) {
     constexpr int DPL = HS / WARP_SIZE;
     __shared__ float sK[ATTN_ROWS_PER_BLOCK][HS], sV[ATTN_ROWS_PER_BLOCK][HS];
     __shared__ float sQ[ATTN_F32_TILE][HS + 1], sdO[ATTN_F32_TILE][HS + 1];
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-    const AttnHead hd = attn_head<HS>(Tlen, NH, ATTN_ROWS_PER_BLOCK, false);
-    const int k0 = hd.row0, key = k0 + warp;
-    const size_t stride = (size_t)3 * NH * HS;
-    const float *q = qkv + hd.qkv, *k = q + NH * HS, *v = q + 2 * NH * HS, *dO = dout + hd.out;
-    const float *lse_bh = lse + (size_t)hd.bh * Tlen, *dsum_bh = dsum + (size_t)hd.bh * Tlen;
+    const AttnHead hd = attn_head<HS>(Tlen, NH, KV, ATTN_ROWS_PER_BLOCK, false);
+    const int k0 = hd.row0, key = k0 + warp, group = NH / KV;
+    const size_t stride = (size_t)(NH + 2 * KV) * HS;
+    const float *seq = qkv + hd.seq, *k = seq + hd.kcol, *v = seq + hd.vcol;
     attn_load_rows_f32(&sK[0][0], HS, k, stride, k0, ATTN_ROWS_PER_BLOCK, Tlen, HS);
     attn_load_rows_f32(&sV[0][0], HS, v, stride, k0, ATTN_ROWS_PER_BLOCK, Tlen, HS);
 
     float dk[DPL] = {}, dv[DPL] = {};
-    for (int qt = k0 / ATTN_F32_TILE; qt * ATTN_F32_TILE < Tlen; qt++) {
-        const int qi = qt * ATTN_F32_TILE + lane;
-        __syncthreads();
-        attn_load_rows_f32(&sQ[0][0], HS + 1, q, stride, qt * ATTN_F32_TILE, ATTN_F32_TILE, Tlen, HS);
-        attn_load_rows_f32(&sdO[0][0], HS + 1, dO, (size_t)NH * HS, qt * ATTN_F32_TILE, ATTN_F32_TILE, Tlen, HS);
-        __syncthreads();
-        float p = 0.0f, ds = 0.0f;
-        if (qi >= key && qi < Tlen) {
-            p = expf(scale * attn_dot_f32<HS>(sQ[lane], sK[warp]) - lse_bh[qi]);
-            ds = p * (attn_dot_f32<HS>(sdO[lane], sV[warp]) - dsum_bh[qi]);
-        }
-        for (int j = 0; j < ATTN_F32_TILE; j++) {
-            float pj = __shfl_sync(0xffffffffu, p, j), dsj = __shfl_sync(0xffffffffu, ds, j);
+    for (int i = 0; i < group; i++) {
+        const float *q = seq + hd.qcol + i * HS, *dO = dout + hd.out + i * HS;
+        const float *lse_bh = lse + hd.stat + (size_t)i * Tlen, *dsum_bh = dsum + hd.stat + (size_t)i * Tlen;
+        for (int qt = k0 / ATTN_F32_TILE; qt * ATTN_F32_TILE < Tlen; qt++) {
+            const int qi = qt * ATTN_F32_TILE + lane;
+            __syncthreads();
+            attn_load_rows_f32(&sQ[0][0], HS + 1, q, stride, qt * ATTN_F32_TILE, ATTN_F32_TILE, Tlen, HS);
+            attn_load_rows_f32(&sdO[0][0], HS + 1, dO, (size_t)NH * HS, qt * ATTN_F32_TILE, ATTN_F32_TILE, Tlen, HS);
+            __syncthreads();
+            float p = 0.0f, ds = 0.0f;
+            if (qi >= key && qi < Tlen) {
+                p = expf(scale * attn_dot_f32<HS>(sQ[lane], sK[warp]) - lse_bh[qi]);
+                ds = p * (attn_dot_f32<HS>(sdO[lane], sV[warp]) - dsum_bh[qi]);
+            }
+            for (int j = 0; j < ATTN_F32_TILE; j++) {
+                float pj = __shfl_sync(0xffffffffu, p, j), dsj = __shfl_sync(0xffffffffu, ds, j);
 #pragma unroll
-            for (int i = 0; i < DPL; i++) {
-                dv[i] = fmaf(pj, sdO[j][lane + i * WARP_SIZE], dv[i]);
-                dk[i] = fmaf(dsj, sQ[j][lane + i * WARP_SIZE], dk[i]);
+                for (int c = 0; c < DPL; c++) {
+                    dv[c] = fmaf(pj, sdO[j][lane + c * WARP_SIZE], dv[c]);
+                    dk[c] = fmaf(dsj, sQ[j][lane + c * WARP_SIZE], dk[c]);
+                }
             }
         }
     }
 #pragma unroll
     for (int i = 0; i < DPL; i++) { dk[i] *= scale; }
     if (key < Tlen) {
-        float *dkrow = dqkv + hd.qkv + (size_t)key * stride + (size_t)NH * HS;
-        float *dvrow = dkrow + (size_t)NH * HS;
+        float *dkrow = dqkv + hd.seq + hd.kcol + (size_t)key * stride;
+        float *dvrow = dqkv + hd.seq + hd.vcol + (size_t)key * stride;
 #pragma unroll
         for (int i = 0; i < DPL; i++) {
             dkrow[lane + i * WARP_SIZE] = dk[i];
@@ -281,9 +299,9 @@ __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
         }
     }
     if (partial) {
-        float *prow = partial + (size_t)hd.partial_row * stride + (size_t)hd.h * HS;
-        attn_colsum_f32<HS>(prow + (size_t)NH * HS, sK, dk, key < Tlen);
-        attn_colsum_f32<HS>(prow + (size_t)2 * NH * HS, sV, dv, key < Tlen);
+        float *prow = partial + (size_t)hd.partial_row * stride;
+        attn_colsum_f32<HS>(prow + hd.kcol, sK, dk, key < Tlen);
+        attn_colsum_f32<HS>(prow + hd.vcol, sV, dv, key < Tlen);
     }
 }
 
@@ -671,17 +689,18 @@ __device__ __forceinline__ void attn_grad_store(bf16 *dst, size_t stride, float 
 
 template <int HS>
 __global__ void __launch_bounds__(ATTN_WG_THREADS)
-    attention_forward_bf16_kernel(bf16 *out, float *lse, const bf16 *qkv, int Tlen, int NH, float scale_log2) {
+    attention_forward_bf16_kernel(bf16 *out, float *lse, const bf16 *qkv, int Tlen, int NH, int KV,
+                                  float scale_log2) {
     constexpr int ROWS = ATTN_WG_ROWS, DT = HS / 8, ST = ROWS / 8, TILE = attn_tile_bytes<HS>();
     extern __shared__ __align__(128) unsigned char smem[];
     const uint32_t sQ = smem_u32(wgmma_smem_aligned(smem)), sKV = sQ + TILE;
     auto sK = [&](int st) { return sKV + (2 * st) * TILE; };
     auto sV = [&](int st) { return sKV + (2 * st + 1) * TILE; };
     const int warp = threadIdx.x / WARP_SIZE;
-    const AttnHead hd = attn_head<HS>(Tlen, NH, ROWS, true);
+    const AttnHead hd = attn_head<HS>(Tlen, NH, KV, ROWS, true);
     const int q0 = hd.row0;
-    const size_t stride = (size_t)3 * NH * HS;
-    const bf16 *q = qkv + hd.qkv, *k = q + NH * HS, *v = q + 2 * NH * HS;
+    const size_t stride = (size_t)(NH + 2 * KV) * HS;
+    const bf16 *seq = qkv + hd.seq, *q = seq + hd.qcol, *k = seq + hd.kcol, *v = seq + hd.vcol;
     const int nkv = (min(q0 + ROWS, Tlen) + ROWS - 1) / ROWS, row_base = q0 + warp * 16;
 
     load_tile_async<HS>(sQ, q, stride, q0, Tlen);
@@ -722,7 +741,7 @@ __global__ void __launch_bounds__(ATTN_WG_THREADS)
         fence_proxy_async();
         __syncthreads(); // tile j+1 has landed and nobody reads stage st any more
     }
-    attn_forward_store(out + hd.out, (size_t)NH * HS, lse + (size_t)hd.bh * Tlen, o, m, l, row_base, Tlen);
+    attn_forward_store(out + hd.out, (size_t)NH * HS, lse + hd.stat, o, m, l, row_base, Tlen);
 }
 
 // ----------------------------------------------------------------------------------------------------------------
@@ -736,7 +755,7 @@ __global__ void __launch_bounds__(ATTN_WG_THREADS)
 template <int HS>
 __global__ void __launch_bounds__(ATTN_WG_THREADS)
     attention_backward_dq_bf16_kernel(bf16 *dqkv, float *partial, float *dsum, const bf16 *dout, const bf16 *out,
-                                      const bf16 *qkv, const float *lse, int Tlen, int NH, float scale_log2,
+                                      const bf16 *qkv, const float *lse, int Tlen, int NH, int KV, float scale_log2,
                                       float scale) {
     constexpr int ROWS = ATTN_WG_ROWS, DT = HS / 8, ST = ROWS / 8, TILE = attn_tile_bytes<HS>();
     extern __shared__ __align__(128) unsigned char smem[];
@@ -745,10 +764,10 @@ __global__ void __launch_bounds__(ATTN_WG_THREADS)
     auto sK = [&](int st) { return sKV + (2 * st) * TILE; };
     auto sV = [&](int st) { return sKV + (2 * st + 1) * TILE; };
     const int warp = threadIdx.x / WARP_SIZE;
-    const AttnHead hd = attn_head<HS>(Tlen, NH, ROWS, true);
+    const AttnHead hd = attn_head<HS>(Tlen, NH, KV, ROWS, true);
     const int q0 = hd.row0;
-    const size_t stride = (size_t)3 * NH * HS, ostride = (size_t)NH * HS;
-    const bf16 *q = qkv + hd.qkv, *k = q + NH * HS, *v = q + 2 * NH * HS, *dO = dout + hd.out;
+    const size_t stride = (size_t)(NH + 2 * KV) * HS, ostride = (size_t)NH * HS;
+    const bf16 *seq = qkv + hd.seq, *q = seq + hd.qcol, *k = seq + hd.kcol, *v = seq + hd.vcol, *dO = dout + hd.out;
     const int nkv = (min(q0 + ROWS, Tlen) + ROWS - 1) / ROWS, row_base = q0 + warp * 16;
 
     load_tile_async<HS>(sQ, q, stride, q0, Tlen);
@@ -757,8 +776,7 @@ __global__ void __launch_bounds__(ATTN_WG_THREADS)
     load_tile_async<HS>(sV(0), v, stride, 0, Tlen);
     cp_async_commit();
     float lrow[2], drow[2];
-    attn_row_stats<HS>(lrow, drow, dO, out + hd.out, ostride, lse + (size_t)hd.bh * Tlen, dsum + (size_t)hd.bh * Tlen,
-                       row_base, Tlen);
+    attn_row_stats<HS>(lrow, drow, dO, out + hd.out, ostride, lse + hd.stat, dsum + hd.stat, row_base, Tlen);
     cp_async_wait<0>();
     fence_proxy_async();
     __syncthreads();
@@ -799,17 +817,19 @@ __global__ void __launch_bounds__(ATTN_WG_THREADS)
         __syncthreads();
     }
     // the shared tiles are free for the bias sums: the loop ended with a barrier and no copy or MMA in flight
-    float *head_partial = partial ? partial + (size_t)hd.partial_row * stride + (size_t)hd.h * HS : NULL;
-    attn_grad_store(dqkv + hd.qkv, stride, head_partial, reinterpret_cast<float *>(aligned), dq, row_base, Tlen, scale);
+    float *head_partial = partial ? partial + (size_t)hd.partial_row * stride + hd.qcol : NULL;
+    attn_grad_store(dqkv + hd.seq + hd.qcol, stride, head_partial, reinterpret_cast<float *>(aligned), dq, row_base,
+                    Tlen, scale);
 }
 
 // ----------------------------------------------------------------------------------------------------------------
 // bf16 backward, dK and dV. A block owns 64 keys, K and V staying in shared memory as the A operands of the
 // transposed products S^T = K Q^T and dP^T = V dO^T, whose accumulators are already the A operands of dV += P^T dO
 // and dK += dS^T Q (from registers, against the Q and dO tiles read transposed): nothing crosses warps. It walks the
-// query tiles (64 rows, two stages) from its diagonal on; dP^T is in flight while P^T is computed from S^T.
-// partial (unless NULL): row b * nblocks + (block along T) of the bias partials (3 NH HS floats each), its K and V
-// columns of head h; the dQ kernel writes the Q columns of the same rows.
+// query tiles (64 rows, two stages) from its diagonal on, of each query head of its KV head's group in turn (one walk:
+// the first tile of the next head loads while the last of this one is used); dP^T is in flight while P^T is computed
+// from S^T. partial (unless NULL): row b * nblocks + (block along T) of the bias partials ((NH + 2 KV) HS floats
+// each), the KV head's K and V columns; the dQ kernel writes the Q columns of the same rows.
 
 #define ATTN_DKDV_TILES 6 // K, V, 2 x (Q, dO); then 2 x (lse, D) of the query tiles
 // Blocks an SM must hold: at HS = 64 ptxas would otherwise take up to 219 registers (2 blocks) where 168 suffice
@@ -819,8 +839,8 @@ __global__ void __launch_bounds__(ATTN_WG_THREADS)
 template <int HS>
 __global__ void __launch_bounds__(ATTN_WG_THREADS, ATTN_DKDV_MIN_BLOCKS(HS))
     attention_backward_dkdv_bf16_kernel(bf16 *dqkv, float *partial, const bf16 *dout, const bf16 *qkv,
-                                        const float *lse, const float *dsum, int Tlen, int NH, float scale_log2,
-                                        float scale) {
+                                        const float *lse, const float *dsum, int Tlen, int NH, int KV,
+                                        float scale_log2, float scale) {
     constexpr int ROWS = ATTN_WG_ROWS, DT = HS / 8, ST = ROWS / 8, TILE = attn_tile_bytes<HS>();
     extern __shared__ __align__(128) unsigned char smem[];
     unsigned char *aligned = wgmma_smem_aligned(smem);
@@ -830,22 +850,24 @@ __global__ void __launch_bounds__(ATTN_WG_THREADS, ATTN_DKDV_MIN_BLOCKS(HS))
     float *sL = reinterpret_cast<float *>(aligned + ATTN_DKDV_TILES * TILE); // [2][ROWS]: lse * log2(e)
     float *sD = sL + 2 * ROWS;                                               // [2][ROWS]: D
     const int warp = threadIdx.x / WARP_SIZE;
-    const AttnHead hd = attn_head<HS>(Tlen, NH, ROWS, false);
+    const AttnHead hd = attn_head<HS>(Tlen, NH, KV, ROWS, false);
     const int k0 = hd.row0;
-    const size_t stride = (size_t)3 * NH * HS, ostride = (size_t)NH * HS;
-    const bf16 *q = qkv + hd.qkv, *k = q + NH * HS, *v = q + 2 * NH * HS, *dO = dout + hd.out;
-    const float *lse_bh = lse + (size_t)hd.bh * Tlen, *dsum_bh = dsum + (size_t)hd.bh * Tlen;
-    bf16 *dk_dst = dqkv + hd.qkv + (size_t)NH * HS;
-    float *prow = partial ? partial + (size_t)hd.partial_row * stride + (size_t)(NH + hd.h) * HS : NULL;
-    const int qt0 = k0 / ROWS, nqt = (Tlen + ROWS - 1) / ROWS, key_base = k0 + warp * 16;
-    auto load_q_tile = [&](int st, int qt) {
-        attn_load_query_tile<HS>(sQ(st), sdO(st), sL + st * ROWS, sD + st * ROWS, q, stride, dO, ostride, lse_bh,
-                                 dsum_bh, qt * ROWS, Tlen);
+    const size_t stride = (size_t)(NH + 2 * KV) * HS, ostride = (size_t)NH * HS;
+    const bf16 *seq = qkv + hd.seq, *q = seq + hd.qcol, *k = seq + hd.kcol, *v = seq + hd.vcol, *dO = dout + hd.out;
+    const float *lse_bh = lse + hd.stat, *dsum_bh = dsum + hd.stat;
+    bf16 *dk_dst = dqkv + hd.seq + hd.kcol; // dV's columns are KV HS on
+    float *prow = partial ? partial + (size_t)hd.partial_row * stride + hd.kcol : NULL;
+    // The walk: the query tiles from row k0 (the diagonal) to the end, of each query head i of the group in turn.
+    // Tile n = i per_head + (qs - k0) / ROWS of it uses stage n % 2; n itself is not carried (HS = 128 would spill).
+    const int group = NH / KV, per_head = (Tlen - k0 + ROWS - 1) / ROWS, key_base = k0 + warp * 16;
+    auto load_q_tile = [&](int st, int i, int qs) {
+        attn_load_query_tile<HS>(sQ(st), sdO(st), sL + st * ROWS, sD + st * ROWS, q + i * HS, stride, dO + i * HS,
+                                 ostride, lse_bh + (size_t)i * Tlen, dsum_bh + (size_t)i * Tlen, qs, Tlen);
     };
 
     load_tile_async<HS>(sK, k, stride, k0, Tlen);
     load_tile_async<HS>(sV, v, stride, k0, Tlen);
-    load_q_tile(0, qt0);
+    load_q_tile(0, 0, k0);
     cp_async_commit();
     cp_async_wait<0>();
     attn_query_tile_landed(sL);
@@ -856,9 +878,11 @@ __global__ void __launch_bounds__(ATTN_WG_THREADS, ATTN_DKDV_MIN_BLOCKS(HS))
     float dk[DT][4], dv[DT][4];
     zero_acc(dk);
     zero_acc(dv);
-    for (int qt = qt0; qt < nqt; qt++) {
-        const int st = (qt - qt0) & 1;
-        if (qt + 1 < nqt) { load_q_tile(st ^ 1, qt + 1); }
+    for (int i = 0, qs = k0; i < group;) {
+        const int st = (i * per_head + (qs - k0) / ROWS) & 1;
+        const bool last_of_head = qs + ROWS >= Tlen; // then the next tile is the next head's first
+        const int next_i = last_of_head ? i + 1 : i, next_qs = last_of_head ? k0 : qs + ROWS;
+        if (next_i < group) { load_q_tile(st ^ 1, next_i, next_qs); }
         cp_async_commit();
         const uint64_t qdesc = wgmma_desc(sQ(st)), dodesc = wgmma_desc(sdO(st));
 
@@ -870,7 +894,7 @@ __global__ void __launch_bounds__(ATTN_WG_THREADS, ATTN_DKDV_MIN_BLOCKS(HS))
         wgmma_commit();
         wgmma_wait<1>(); // S^T is in; dP^T may still be running
         wgmma_hold(s);
-        attn_probs_t(s, sL + st * ROWS, key_base, qt * ROWS, scale_log2);
+        attn_probs_t(s, sL + st * ROWS, key_base, qs, scale_log2);
         wgmma_wait<0>();
         wgmma_hold(dp);
         attn_dscores_t(dp, s, sD + st * ROWS);
@@ -885,14 +909,15 @@ __global__ void __launch_bounds__(ATTN_WG_THREADS, ATTN_DKDV_MIN_BLOCKS(HS))
         wgmma_hold(dk);
         wgmma_hold(dv);
         cp_async_wait<0>();
-        if (qt + 1 < nqt) { attn_query_tile_landed(sL + (st ^ 1) * ROWS); }
+        if (next_i < group) { attn_query_tile_landed(sL + (st ^ 1) * ROWS); }
         fence_proxy_async();
         __syncthreads();
+        i = next_i, qs = next_qs;
     }
     // the shared tiles are free for the bias sums: the loop ended with a barrier and no copy or MMA in flight
     float *red = reinterpret_cast<float *>(aligned);
     attn_grad_store(dk_dst, stride, prow, red, dk, key_base, Tlen, scale);
-    attn_grad_store(dk_dst + (size_t)NH * HS, stride, prow ? prow + (size_t)NH * HS : NULL, red, dv, key_base, Tlen,
+    attn_grad_store(dk_dst + (size_t)KV * HS, stride, prow ? prow + (size_t)KV * HS : NULL, red, dv, key_base, Tlen,
                     1.0f);
 }
 
@@ -903,7 +928,8 @@ template <typename Kernel> static void attn_set_smem(Kernel kernel, int bytes) {
     cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
-static int attn_bf16_grid(int B, int Tlen, int NH) { return B * NH * ceil_div_int(Tlen, ATTN_WG_ROWS); }
+// Blocks of `rows` rows along T, for `heads` heads of B sequences (attention_check_args: it fits an int).
+static int attn_grid(int B, int Tlen, int heads, int rows) { return B * heads * ceil_div_int(Tlen, rows); }
 // Dynamic shared memory of the three bf16 kernels.
 template <int HS> constexpr int attn_forward_smem() { return attn_smem_bytes<HS>(ATTN_FWD_TILES, 0); }
 template <int HS> constexpr int attn_dq_smem() { return attn_smem_bytes<HS>(ATTN_DQ_TILES, 0); }
@@ -912,107 +938,136 @@ template <int HS> constexpr int attn_dkdv_smem() {
 }
 
 template <int HS>
-static void attention_forward_bf16(bf16 *out, float *lse, const bf16 *qkv, int B, int Tlen, int NH,
+static void attention_forward_bf16(bf16 *out, float *lse, const bf16 *qkv, int B, int Tlen, int NH, int KV,
                                    cudaStream_t stream) {
     constexpr int smem = attn_forward_smem<HS>();
     attn_set_smem(attention_forward_bf16_kernel<HS>, smem);
-    attention_forward_bf16_kernel<HS><<<attn_bf16_grid(B, Tlen, NH), ATTN_WG_THREADS, smem, stream>>>(
-        out, lse, qkv, Tlen, NH, LOG2E_F / sqrtf((float)HS));
+    attention_forward_bf16_kernel<HS><<<attn_grid(B, Tlen, NH, ATTN_WG_ROWS), ATTN_WG_THREADS, smem, stream>>>(
+        out, lse, qkv, Tlen, NH, KV, LOG2E_F / sqrtf((float)HS));
     cudaCheckLaunch();
 }
 
 // The dQ kernel first: it writes the D the dK/dV kernel reads.
 template <int HS>
 static void attention_backward_bf16(bf16 *dqkv, float *partial, float *dsum, const bf16 *dout, const bf16 *out,
-                                    const bf16 *qkv, const float *lse, int B, int Tlen, int NH, cudaStream_t stream) {
+                                    const bf16 *qkv, const float *lse, int B, int Tlen, int NH, int KV,
+                                    cudaStream_t stream) {
     const float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * LOG2E_F;
-    const int grid = attn_bf16_grid(B, Tlen, NH);
     constexpr int dq_smem = attn_dq_smem<HS>(), dkdv_smem = attn_dkdv_smem<HS>();
     attn_set_smem(attention_backward_dq_bf16_kernel<HS>, dq_smem);
-    attention_backward_dq_bf16_kernel<HS><<<grid, ATTN_WG_THREADS, dq_smem, stream>>>(
-        dqkv, partial, dsum, dout, out, qkv, lse, Tlen, NH, scale_log2, scale);
+    attention_backward_dq_bf16_kernel<HS><<<attn_grid(B, Tlen, NH, ATTN_WG_ROWS), ATTN_WG_THREADS, dq_smem, stream>>>(
+        dqkv, partial, dsum, dout, out, qkv, lse, Tlen, NH, KV, scale_log2, scale);
     cudaCheckLaunch();
     attn_set_smem(attention_backward_dkdv_bf16_kernel<HS>, dkdv_smem);
-    attention_backward_dkdv_bf16_kernel<HS><<<grid, ATTN_WG_THREADS, dkdv_smem, stream>>>(
-        dqkv, partial, dout, qkv, lse, dsum, Tlen, NH, scale_log2, scale);
+    attention_backward_dkdv_bf16_kernel<HS>
+        <<<attn_grid(B, Tlen, KV, ATTN_WG_ROWS), ATTN_WG_THREADS, dkdv_smem, stream>>>(
+            dqkv, partial, dout, qkv, lse, dsum, Tlen, NH, KV, scale_log2, scale);
     cudaCheckLaunch();
 }
 
 template <int HS>
-static void attention_forward_f32(float *out, float *lse, const float *qkv, int B, int Tlen, int NH,
+static void attention_forward_f32(float *out, float *lse, const float *qkv, int B, int Tlen, int NH, int KV,
                                   cudaStream_t stream) {
-    const int grid = B * NH * ((Tlen + ATTN_ROWS_PER_BLOCK - 1) / ATTN_ROWS_PER_BLOCK);
     attention_forward_f32_kernel<HS>
-        <<<grid, ATTN_ROWS_PER_BLOCK * WARP_SIZE, 0, stream>>>(out, lse, qkv, Tlen, NH, 1.0f / sqrtf((float)HS));
+        <<<attn_grid(B, Tlen, NH, ATTN_ROWS_PER_BLOCK), ATTN_ROWS_PER_BLOCK * WARP_SIZE, 0, stream>>>(
+            out, lse, qkv, Tlen, NH, KV, 1.0f / sqrtf((float)HS));
     cudaCheckLaunch();
 }
 
 template <int HS>
 static void attention_backward_f32(float *dqkv, float *partial, float *dsum, const float *dout, const float *out,
-                                   const float *qkv, const float *lse, int B, int Tlen, int NH, cudaStream_t stream) {
+                                   const float *qkv, const float *lse, int B, int Tlen, int NH, int KV,
+                                   cudaStream_t stream) {
     const float scale = 1.0f / sqrtf((float)HS);
-    const int grid = B * NH * ((Tlen + ATTN_ROWS_PER_BLOCK - 1) / ATTN_ROWS_PER_BLOCK);
-    attention_backward_dq_f32_kernel<HS><<<grid, ATTN_ROWS_PER_BLOCK * WARP_SIZE, 0, stream>>>(
-        dqkv, partial, dsum, dout, out, qkv, lse, Tlen, NH, scale);
+    attention_backward_dq_f32_kernel<HS>
+        <<<attn_grid(B, Tlen, NH, ATTN_ROWS_PER_BLOCK), ATTN_ROWS_PER_BLOCK * WARP_SIZE, 0, stream>>>(
+            dqkv, partial, dsum, dout, out, qkv, lse, Tlen, NH, KV, scale);
     cudaCheckLaunch();
-    attention_backward_dkdv_f32_kernel<HS><<<grid, ATTN_ROWS_PER_BLOCK * WARP_SIZE, 0, stream>>>(
-        dqkv, partial, dout, qkv, lse, dsum, Tlen, NH, scale);
+    attention_backward_dkdv_f32_kernel<HS>
+        <<<attn_grid(B, Tlen, KV, ATTN_ROWS_PER_BLOCK), ATTN_ROWS_PER_BLOCK * WARP_SIZE, 0, stream>>>(
+            dqkv, partial, dout, qkv, lse, dsum, Tlen, NH, KV, scale);
     cudaCheckLaunch();
 }
 
 // ----------------------------------------------------------------------------------------------------------------
 // the interface
 
+// Refuses what the kernels do not take, before any work. `addresses`: the activation pointers or'ed together; rows
+// are copied in 16-byte pieces. The largest grid is the fp32 kernels' over the query heads (8 rows a block).
+static inline void attention_check_args(int B, int Tlen, int NH, int KV, int HS, uintptr_t addresses) {
+    if (HS != 64 && HS != 128) {
+        fail("attention supports head sizes 64 and 128, got %d; choose n_embd / n_head = 64 or 128", HS);
+    }
+    if (KV < 1 || NH % KV != 0) {
+        fail("attention needs the %d query heads to be a multiple of the key/value heads (got %d); choose --kv-heads "
+             "dividing --heads",
+             NH, KV);
+    }
+    if (B < 1 || Tlen < 1 || (int64_t)B * NH * ceil_div_int(Tlen, ATTN_ROWS_PER_BLOCK) > INT_MAX) {
+        fail("attention over %d sequences of %d tokens and %d heads: need at least one of each, and at most %d blocks "
+             "of %d rows; lower --batch-size or --seq-len",
+             B, Tlen, NH, INT_MAX, ATTN_ROWS_PER_BLOCK);
+    }
+    if (addresses % 16 != 0) {
+        fail("attention buffers must be 16-byte aligned; allocate activations at 16-byte offsets");
+    }
+}
+
 // Rows of the sequence per row of bias partials: one backward block's rows (the same in both kernels).
 template <typename T> static int attention_bias_part_rows() {
     return std::is_same<T, float>::value ? ATTN_ROWS_PER_BLOCK : ATTN_WG_ROWS;
 }
 
-// The backward's workspace holds D, one float per (b, h, t), then the bias partials: B ceil(T / rows) rows of
-// 3 NH HS floats (2.4 MB at 1558M, B = 8, in bf16).
+// The backward's workspace holds D, one float per (b, query head, t), then the bias partials: B ceil(T / rows) rows
+// of (NH + 2 KV) HS floats (2.4 MB at 1558M, B = 8, in bf16).
 // Floats of the workspace's D rows, rounded up so that the bias partials after them are 16-byte aligned
 // (add_partial_sums reads them in 16-byte loads).
 static inline size_t attention_dsum_floats(int B, int Tlen, int NH) {
     return ((size_t)B * NH * Tlen + PARTIAL_VEC - 1) / PARTIAL_VEC * PARTIAL_VEC;
 }
 
-template <typename T> static size_t attention_backward_workspace_bytes(int B, int Tlen, int NH, int HS) {
+template <typename T> static size_t attention_backward_workspace_bytes(int B, int Tlen, int NH, int KV, int HS) {
     size_t parts = (size_t)B * ceil_div_int(Tlen, attention_bias_part_rows<T>());
-    return (attention_dsum_floats(B, Tlen, NH) + parts * 3 * NH * HS) * sizeof(float);
+    return (attention_dsum_floats(B, Tlen, NH) + parts * (NH + 2 * KV) * HS) * sizeof(float);
 }
 
-// qkv: (B, T, 3, NH, HS) as the QKV GEMM writes it. out: (B, T, NH, HS). lse: (B, NH, T).
+// qkv: (B, T, NH + 2 KV, HS) as the QKV GEMM writes it (KV = NH: GPT-2's (B, T, 3, NH, HS)). out: (B, T, NH, HS).
+// lse: (B, NH, T).
 template <typename T>
-static void attention_forward(T *out, float *lse, const T *qkv, int B, int Tlen, int NH, int HS,
+static void attention_forward(T *out, float *lse, const T *qkv, int B, int Tlen, int NH, int KV, int HS,
                               cudaStream_t stream) {
-    attention_check_args(HS, (uintptr_t)out | (uintptr_t)qkv);
+    attention_check_args(B, Tlen, NH, KV, HS, (uintptr_t)out | (uintptr_t)qkv);
     if constexpr (std::is_same<T, float>::value) {
-        if (HS == 64) { attention_forward_f32<64>(out, lse, qkv, B, Tlen, NH, stream); }
-        else { attention_forward_f32<128>(out, lse, qkv, B, Tlen, NH, stream); }
+        if (HS == 64) { attention_forward_f32<64>(out, lse, qkv, B, Tlen, NH, KV, stream); }
+        else { attention_forward_f32<128>(out, lse, qkv, B, Tlen, NH, KV, stream); }
     } else {
-        if (HS == 64) { attention_forward_bf16<64>(out, lse, qkv, B, Tlen, NH, stream); }
-        else { attention_forward_bf16<128>(out, lse, qkv, B, Tlen, NH, stream); }
+        if (HS == 64) { attention_forward_bf16<64>(out, lse, qkv, B, Tlen, NH, KV, stream); }
+        else { attention_forward_bf16<128>(out, lse, qkv, B, Tlen, NH, KV, stream); }
     }
 }
 
-// dqkv (B, T, 3, NH, HS) is written, not accumulated. dbias (3 NH HS; NULL: not wanted) += the column sums of
-// dqkv over the B T rows (= when not accumulate): the QKV bias gradient. workspace:
-// attention_backward_workspace_bytes<T>() bytes.
+// dqkv (B, T, NH + 2 KV, HS) is written, not accumulated: dK and dV of a KV head are summed over the query heads of
+// its group. dbias ((NH + 2 KV) HS; NULL: not wanted) += the column sums of dqkv over the B T rows (= when not
+// accumulate): the QKV bias gradient. workspace: attention_backward_workspace_bytes<T>() bytes.
 template <typename T>
 static void attention_backward(T *dqkv, float *dbias, const T *dout, const T *out, const T *qkv, const float *lse,
-                               void *workspace, int B, int Tlen, int NH, int HS, int accumulate, cudaStream_t stream) {
-    attention_check_args(HS, (uintptr_t)dqkv | (uintptr_t)dout | (uintptr_t)out | (uintptr_t)qkv);
+                               void *workspace, int B, int Tlen, int NH, int KV, int HS, int accumulate,
+                               cudaStream_t stream) {
+    attention_check_args(B, Tlen, NH, KV, HS, (uintptr_t)dqkv | (uintptr_t)dout | (uintptr_t)out | (uintptr_t)qkv);
     float *dsum = (float *)workspace;
     float *partial = dbias ? dsum + attention_dsum_floats(B, Tlen, NH) : NULL;
     if constexpr (std::is_same<T, float>::value) {
-        if (HS == 64) { attention_backward_f32<64>(dqkv, partial, dsum, dout, out, qkv, lse, B, Tlen, NH, stream); }
-        else { attention_backward_f32<128>(dqkv, partial, dsum, dout, out, qkv, lse, B, Tlen, NH, stream); }
+        if (HS == 64) { attention_backward_f32<64>(dqkv, partial, dsum, dout, out, qkv, lse, B, Tlen, NH, KV, stream); }
+        else { attention_backward_f32<128>(dqkv, partial, dsum, dout, out, qkv, lse, B, Tlen, NH, KV, stream); }
     } else {
-        if (HS == 64) { attention_backward_bf16<64>(dqkv, partial, dsum, dout, out, qkv, lse, B, Tlen, NH, stream); }
-        else { attention_backward_bf16<128>(dqkv, partial, dsum, dout, out, qkv, lse, B, Tlen, NH, stream); }
+        if (HS == 64) {
+            attention_backward_bf16<64>(dqkv, partial, dsum, dout, out, qkv, lse, B, Tlen, NH, KV, stream);
+        } else {
+            attention_backward_bf16<128>(dqkv, partial, dsum, dout, out, qkv, lse, B, Tlen, NH, KV, stream);
+        }
     }
     if (dbias) {
-        const int parts = B * ceil_div_int(Tlen, attention_bias_part_rows<T>()), cols = 3 * NH * HS;
+        const int parts = B * ceil_div_int(Tlen, attention_bias_part_rows<T>()), cols = (NH + 2 * KV) * HS;
         PartialSumDsts dsts = {{dbias}};
         add_partial_sums(dsts, 1, partial, parts, cols, cols, accumulate, stream);
     }

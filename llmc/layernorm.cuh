@@ -1,16 +1,21 @@
 /*
- * layernorm.cuh: LayerNorm over the channels of each row, fused with the residual add that precedes it, and its
- * deterministic backward.
+ * layernorm.cuh: LayerNorm and RMSNorm over the channels of each row, fused with the residual add that precedes
+ * them, and their deterministic backward. RMSNorm is LayerNorm without the mean and the bias: the same kernels with
+ * a template flag (RMS), so the two cannot drift apart.
  *
  * Forward:  r = x + dx (the residual stream after a sublayer; skipped when dx is NULL), written out;
- *           mu = mean(r), rstd = 1 / sqrt(var(r) + eps), y = (r - mu) * rstd * w + b. mu and rstd are kept for
- *           backward.
+ *           LayerNorm: mu = mean(r), rstd = 1 / sqrt(var(r) + eps), y = (r - mu) * rstd * w + b;
+ *           RMSNorm:   mu = 0,       rstd = 1 / sqrt(mean(r^2) + eps), y = r * rstd * w.
+ *           mu (LayerNorm) and rstd are kept for backward.
  * Backward: xhat = (r - mu) * rstd, g = dy * w,
- *           dr += rstd * (g - mean(g) - xhat * mean(g * xhat)),  dw += sum_rows dy * xhat,  db += sum_rows dy,
+ *           LayerNorm: dr += rstd * (g - mean(g) - xhat * mean(g * xhat)),  dw += sum_rows dy * xhat,
+ *                      db += sum_rows dy;
+ *           RMSNorm:   dr += rstd * (g - xhat * mean(g * xhat)),            dw += sum_rows dy * xhat
+ *           (mean(g) drops out with mu: r's mean is not subtracted, so no gradient flows through it),
  *           and optionally dsum += sum_rows dr: dr, the gradient of the residual stream, is the output gradient of
  *           the projection that wrote r, so this is that projection's bias gradient, taken while dr is in registers.
  * The parameter gradients are column sums: each row group sums its rows in registers, a block adds its groups in
- * order and writes one row of partials, and add_partial_sums adds the blocks in order, all three sums in one launch
+ * order and writes one row of partials, and add_partial_sums adds the blocks in order, all the sums in one launch
  * (no atomics, so the result does not depend on timing).
  *
  * Geometry: a row is taken by one thread block in forward, by one row group of a block in backward (grid-stride
@@ -27,12 +32,16 @@
 #define LN_THREADS_MAX 256
 #define LN_PACKS_MAX 4
 #define LN_MAX_PACKS (LN_THREADS_MAX * LN_PACKS_MAX)
-#define LN_PARTIALS 3 // rows of partial sums per backward block: dw, db, dsum
+#define LN_PARTIALS 3 // rows of partial sums per backward block: dw, db, dsum (RMSNorm: dw, dsum)
 
-template <typename T, int PACKS>
+// Rows of partial sums a backward block writes: RMSNorm has no bias, so no db.
+template <bool RMS> __host__ __device__ constexpr int norm_partials() { return RMS ? LN_PARTIALS - 1 : LN_PARTIALS; }
+
+// mean is not written for RMSNorm (its mu is 0), nor is b read.
+template <typename T, int PACKS, bool RMS>
 __global__ void __launch_bounds__(LN_THREADS_MAX)
     layernorm_forward_kernel(T *out, float *mean, float *rstd, T *resid, const T *x, const T *dx, const T *w,
-                               const T *b, int rows, int C) {
+                               const T *b, int rows, int C, float eps) {
     constexpr int PN = Packed<T>::N;
     __shared__ float red[WARP_SIZE];
     int packs = C / PN;
@@ -57,22 +66,28 @@ __global__ void __launch_bounds__(LN_THREADS_MAX)
                 s += v[k][j];
             }
         }
-        float mu = block_sum(s, red) / C;
+        float mu = 0.0f;
+        if constexpr (!RMS) { mu = block_sum(s, red) / C; }
         float s2 = 0.0f;
         for (int k = 0; k < PACKS; k++) {
             if (threadIdx.x + k * blockDim.x >= packs) { continue; }
             for (int j = 0; j < PN; j++) { s2 += (v[k][j] - mu) * (v[k][j] - mu); }
         }
-        float rs = 1.0f / sqrtf(block_sum(s2, red) / C + LAYERNORM_EPS);
+        float rs = 1.0f / sqrtf(block_sum(s2, red) / C + eps);
         for (int k = 0; k < PACKS; k++) {
             int p = threadIdx.x + k * blockDim.x;
             if (p >= packs) { continue; }
-            Packed<T> wa = load_packed(w + p * PN), ba = load_packed(b + p * PN), o;
-            for (int j = 0; j < PN; j++) { o.set(j, (v[k][j] - mu) * rs * wa[j] + ba[j]); }
+            Packed<T> wa = load_packed(w + p * PN), o;
+            if constexpr (RMS) {
+                for (int j = 0; j < PN; j++) { o.set(j, v[k][j] * rs * wa[j]); }
+            } else {
+                Packed<T> ba = load_packed(b + p * PN);
+                for (int j = 0; j < PN; j++) { o.set(j, (v[k][j] - mu) * rs * wa[j] + ba[j]); }
+            }
             store_packed(out + base + p * PN, o);
         }
         if (threadIdx.x == 0) {
-            mean[row] = mu;
+            if constexpr (!RMS) { mean[row] = mu; }
             rstd[row] = rs;
         }
     }
@@ -104,14 +119,14 @@ __global__ void __launch_bounds__(LN_THREADS_MAX)
 #define LN_BWD_PACKS 3
 
 // Shared memory of one row group of the backward kernel: LN_BWD_STAGES slots of LN_BWD_ARRAYS rows of C, then per
-// slot the mean and rstd each thread copied for itself. At the end the block's groups put their column sums
-// (LN_PARTIALS * C floats each, less than a group's slots) in the same memory.
+// slot the mean and rstd each thread copied for itself (RMSNorm leaves the mean's unused). At the end the block's
+// groups put their column sums (at most LN_PARTIALS * C floats each, less than a group's slots) in the same memory.
 template <typename T> __host__ __device__ static size_t layernorm_backward_smem(int C, int threads) {
     return (size_t)LN_BWD_STAGES * (LN_BWD_ARRAYS * C * sizeof(T) + 2 * threads * sizeof(float));
 }
 
-// Copies this thread's part of row `row` into slot k: dout, inp and dinp packs, its mean and rstd.
-template <typename T, int PACKS>
+// Copies this thread's part of row `row` into slot k: dout, inp and dinp packs, its mean (not RMSNorm's) and rstd.
+template <typename T, int PACKS, bool RMS>
 __device__ __forceinline__ void layernorm_backward_fetch(Packed<T> *slots, float *stats, int k, const T *dout,
                                                          const T *inp, const T *dinp, const float *mean,
                                                          const float *rstd, int row, int C) {
@@ -126,7 +141,7 @@ __device__ __forceinline__ void layernorm_backward_fetch(Packed<T> *slots, float
         cp_async_packed(slot + packs + p, inp + base + p * PN);
         cp_async_packed(slot + 2 * packs + p, dinp + base + p * PN);
     }
-    cp_async_float(stats + (2 * k) * blockDim.x + threadIdx.x, mean + row);
+    if constexpr (!RMS) { cp_async_float(stats + (2 * k) * blockDim.x + threadIdx.x, mean + row); }
     cp_async_float(stats + (2 * k + 1) * blockDim.x + threadIdx.x, rstd + row);
 }
 
@@ -145,11 +160,11 @@ __device__ __forceinline__ float2 group_sum2(float2 x, float2 *shared) {
     return x;
 }
 
-template <typename T, int PACKS>
+template <typename T, int PACKS, bool RMS>
 __global__ void __launch_bounds__(LN_THREADS_MAX, LN_BWD_MIN_BLOCKS / PACKS)
     layernorm_backward_kernel(T *dinp, float *partial, const T *dout, const T *inp, const T *w, const float *mean,
                               const float *rstd, int rows, int C) {
-    constexpr int PN = Packed<T>::N, S = LN_BWD_STAGES;
+    constexpr int PN = Packed<T>::N, S = LN_BWD_STAGES, PARTIALS = norm_partials<RMS>();
     extern __shared__ int4 ln_bwd_smem[]; // blockDim.y x layernorm_backward_smem
     __shared__ float2 red[WARP_SIZE];
     int packs = C / PN, group = threadIdx.y, groups = gridDim.x * blockDim.y;
@@ -170,14 +185,17 @@ __global__ void __launch_bounds__(LN_THREADS_MAX, LN_BWD_MIN_BLOCKS / PACKS)
     // The first S - 1 rows in flight: one group of copies per row (empty past the last row), so row i is group i.
     for (int i = 0; i < S - 1; i++) {
         int row = first + i * groups;
-        if (row < rows) { layernorm_backward_fetch<T, PACKS>(slots, stats, i, dout, inp, dinp, mean, rstd, row, C); }
+        if (row < rows) {
+            layernorm_backward_fetch<T, PACKS, RMS>(slots, stats, i, dout, inp, dinp, mean, rstd, row, C);
+        }
         cp_async_commit();
     }
     for (int i = 0, row = first; row < rows; i++, row += groups) {
         int slot = i % S;
         const Packed<T> *da = slots + slot * LN_BWD_ARRAYS * packs, *xa = da + packs, *acc = xa + packs;
         cp_async_wait<S - 2>(); // this row's group has landed; the S - 2 after it may still be in flight
-        float mu = stats[(2 * slot) * blockDim.x + threadIdx.x], rs = stats[(2 * slot + 1) * blockDim.x + threadIdx.x];
+        float mu = RMS ? 0.0f : stats[(2 * slot) * blockDim.x + threadIdx.x];
+        float rs = stats[(2 * slot + 1) * blockDim.x + threadIdx.x];
         float2 s = make_float2(0.0f, 0.0f);
         for (int k = 0; k < PACKS; k++) {
             int p = threadIdx.x + k * blockDim.x;
@@ -185,16 +203,17 @@ __global__ void __launch_bounds__(LN_THREADS_MAX, LN_BWD_MIN_BLOCKS / PACKS)
             Packed<T> dy = da[p], x = xa[p];
             for (int j = 0; j < PN; j++) {
                 float g = dy[j] * wv[k][j];
-                s.x += g;
+                if constexpr (!RMS) { s.x += g; }
                 s.y += g * ((x[j] - mu) * rs);
             }
         }
         s = group_sum2(s, red);
-        float mean_g = s.x / C, mean_gx = s.y / C;
+        float mean_g = RMS ? 0.0f : s.x / C, mean_gx = s.y / C;
         // Refill the slot the previous row used (this thread's reads of it are done: their values were stored).
         int ahead = row + (S - 1) * groups;
         if (ahead < rows) {
-            layernorm_backward_fetch<T, PACKS>(slots, stats, (i + S - 1) % S, dout, inp, dinp, mean, rstd, ahead, C);
+            layernorm_backward_fetch<T, PACKS, RMS>(slots, stats, (i + S - 1) % S, dout, inp, dinp, mean, rstd, ahead,
+                                                    C);
         }
         cp_async_commit();
         size_t base = (size_t)row * C;
@@ -206,7 +225,7 @@ __global__ void __launch_bounds__(LN_THREADS_MAX, LN_BWD_MIN_BLOCKS / PACKS)
                 float xhat = (x[j] - mu) * rs;
                 out.set(j, out[j] + rs * (dy[j] * wv[k][j] - mean_g - xhat * mean_gx));
                 dw[k][j] += dy[j] * xhat;
-                db[k][j] += dy[j];
+                if constexpr (!RMS) { db[k][j] += dy[j]; }
                 ds[k][j] += out[j]; // as stored (rounded to T), which is what the projection's GEMMs read
             }
             store_packed(dinp + base + p * PN, out);
@@ -216,22 +235,22 @@ __global__ void __launch_bounds__(LN_THREADS_MAX, LN_BWD_MIN_BLOCKS / PACKS)
     // are done and every group has left its rows), then one row of partials a block in 16-byte stores.
     cp_async_wait<0>();
     __syncthreads();
-    float *sums = reinterpret_cast<float *>(ln_bwd_smem), *mine = sums + (size_t)group * LN_PARTIALS * C;
+    float *sums = reinterpret_cast<float *>(ln_bwd_smem), *mine = sums + (size_t)group * PARTIALS * C;
     for (int k = 0; k < PACKS; k++) {
         int p = threadIdx.x + k * blockDim.x;
         if (p >= packs) { continue; }
         for (int j = 0; j < PN; j += 4) {
             store_float4(mine + p * PN + j, dw[k] + j);
-            store_float4(mine + C + p * PN + j, db[k] + j);
-            store_float4(mine + 2 * C + p * PN + j, ds[k] + j);
+            if constexpr (!RMS) { store_float4(mine + C + p * PN + j, db[k] + j); }
+            store_float4(mine + (PARTIALS - 1) * C + p * PN + j, ds[k] + j);
         }
     }
     __syncthreads();
-    float *prow = partial + (size_t)blockIdx.x * LN_PARTIALS * C;
-    for (int c = 4 * (threadIdx.y * blockDim.x + threadIdx.x); c < LN_PARTIALS * C; c += 4 * blockDim.x * blockDim.y) {
+    float *prow = partial + (size_t)blockIdx.x * PARTIALS * C;
+    for (int c = 4 * (threadIdx.y * blockDim.x + threadIdx.x); c < PARTIALS * C; c += 4 * blockDim.x * blockDim.y) {
         float4 t = *reinterpret_cast<const float4 *>(sums + c);
         for (int g = 1; g < blockDim.y; g++) {
-            add_float4(t, *reinterpret_cast<const float4 *>(sums + (size_t)g * LN_PARTIALS * C + c));
+            add_float4(t, *reinterpret_cast<const float4 *>(sums + (size_t)g * PARTIALS * C + c));
         }
         *reinterpret_cast<float4 *>(prow + c) = t;
     }
@@ -248,7 +267,7 @@ typedef struct {
 template <typename T> static LnShape layernorm_shape(int C, int packs_per_thread = 0) {
     int packs = C / Packed<T>::N;
     if (C % Packed<T>::N != 0 || packs > LN_MAX_PACKS) {
-        fail("LayerNorm on the GPU needs the width to be a multiple of %d and at most %d in %s (got %d); "
+        fail("LayerNorm and RMSNorm on the GPU need the width to be a multiple of %d and at most %d in %s (got %d); "
              "change --width",
              Packed<T>::N, LN_MAX_PACKS * Packed<T>::N, TypeInfo<T>::name, C);
     }
@@ -264,12 +283,12 @@ template <typename T> static LnShape layernorm_shape(int C, int packs_per_thread
 template <typename T>
 using LnBackwardKernel = void (*)(T *, float *, const T *, const T *, const T *, const float *, const float *, int,
                                   int);
-template <typename T> static LnBackwardKernel<T> layernorm_backward_kernel_for(int packs_per_thread) {
+template <typename T, bool RMS = false> static LnBackwardKernel<T> layernorm_backward_kernel_for(int packs_per_thread) {
     switch (packs_per_thread) {
-    case 1: return layernorm_backward_kernel<T, 1>;
-    case 2: return layernorm_backward_kernel<T, 2>;
-    case 3: return layernorm_backward_kernel<T, 3>;
-    default: return layernorm_backward_kernel<T, 4>;
+    case 1: return layernorm_backward_kernel<T, 1, RMS>;
+    case 2: return layernorm_backward_kernel<T, 2, RMS>;
+    case 3: return layernorm_backward_kernel<T, 3, RMS>;
+    default: return layernorm_backward_kernel<T, 4, RMS>;
     }
 }
 
@@ -279,16 +298,16 @@ typedef struct {
 } LnBackwardLaunch;
 
 // As many blocks as are resident at once (the rows are grid-strided, so one more would wait for a whole block to
-// finish), no more, since each block writes a row of partials (LN_PARTIALS * C floats); and as many row groups a
+// finish), no more, since each block writes a row of partials (norm_partials * C floats); and as many row groups a
 // block as keep the groups resident on an SM what they would be as blocks of their own (bf16, H200: C 768, 6
 // one-warp groups, two blocks an SM; C 1024, one two-warp group, eight). Also lets the kernel have its shared memory:
 // over the default 48 KB from 2520 bf16 / 1260 fp32 channels for one group. The attribute and the occupancy queries
 // are host calls of microseconds, and a model asks ~2 L times a step for one width: made once per width and shape
-// (and element type).
-template <typename T> static LnBackwardLaunch layernorm_backward_launch(int rows, int C, LnShape s) {
+// (and element type and norm: each instantiation keeps its own).
+template <typename T, bool RMS = false> static LnBackwardLaunch layernorm_backward_launch(int rows, int C, LnShape s) {
     static int known_C = 0, known_ppt = 0, known_threads = 0, known_groups = 0, known_per_sm = 0;
     if (C != known_C || s.packs_per_thread != known_ppt || s.threads != known_threads) {
-        LnBackwardKernel<T> kernel = layernorm_backward_kernel_for<T>(s.packs_per_thread);
+        LnBackwardKernel<T> kernel = layernorm_backward_kernel_for<T, RMS>(s.packs_per_thread);
         size_t group_smem = layernorm_backward_smem<T>(C, s.threads);
         cudaFuncAttributes attr;
         cudaCheck(cudaFuncGetAttributes(&attr, kernel));
@@ -320,21 +339,23 @@ template <typename T> static LnBackwardLaunch layernorm_backward_launch(int rows
     return l;
 }
 
-// Floats of scratch layernorm_backward needs for `rows` rows.
-template <typename T> static size_t layernorm_backward_scratch_floats(int rows, int C) {
-    return (size_t)layernorm_backward_launch<T>(rows, C, layernorm_shape<T>(C, LN_BWD_PACKS)).blocks * LN_PARTIALS * C;
+// Floats of scratch layernorm_backward (RMS: rmsnorm_backward) needs for `rows` rows.
+template <typename T, bool RMS = false> static size_t layernorm_backward_scratch_floats(int rows, int C) {
+    LnBackwardLaunch l = layernorm_backward_launch<T, RMS>(rows, C, layernorm_shape<T>(C, LN_BWD_PACKS));
+    return (size_t)l.blocks * norm_partials<RMS>() * C;
 }
 
-// out = LayerNorm(x + dx) (or of x when dx is NULL, then resid is unused); resid = x + dx.
-template <typename T>
-static void layernorm_forward(T *out, float *mean, float *rstd, T *resid, const T *x, const T *dx, const T *w,
-                              const T *b, int rows, int C, cudaStream_t stream) {
+// The forward of either norm (RMS: mean and b unused).
+template <typename T, bool RMS>
+static void norm_forward(T *out, float *mean, float *rstd, T *resid, const T *x, const T *dx, const T *w, const T *b,
+                         int rows, int C, float eps, cudaStream_t stream) {
     LnShape s = layernorm_shape<T>(C);
     int per_sm = 2048 / s.threads;
     int blocks = g_cuda.props.multiProcessorCount * per_sm;
     if (blocks > rows) { blocks = rows; }
 #define LN_FWD(P)                                                                                                      \
-    layernorm_forward_kernel<T, P><<<blocks, s.threads, 0, stream>>>(out, mean, rstd, resid, x, dx, w, b, rows, C)
+    layernorm_forward_kernel<T, P, RMS>                                                                                \
+        <<<blocks, s.threads, 0, stream>>>(out, mean, rstd, resid, x, dx, w, b, rows, C, eps)
     switch (s.packs_per_thread) {
     case 1: LN_FWD(1); break;
     case 2: LN_FWD(2); break;
@@ -344,6 +365,37 @@ static void layernorm_forward(T *out, float *mean, float *rstd, T *resid, const 
     cudaCheckLaunch();
 }
 
+// The backward of either norm (RMS: db and mean unused): the kernel, then the column sums of its partials, which
+// are dw, db (not RMSNorm's) and dsum (when wanted) in this order.
+template <typename T, bool RMS>
+static void norm_backward(T *dinp, float *dw, float *db, float *dsum, float *scratch, const T *dout, const T *inp,
+                          const T *w, const float *mean, const float *rstd, int rows, int C, int accumulate,
+                          cudaStream_t stream, int packs_per_thread) {
+    constexpr int PARTIALS = norm_partials<RMS>();
+    LnShape s = layernorm_shape<T>(C, packs_per_thread);
+    LnBackwardLaunch l = layernorm_backward_launch<T, RMS>(rows, C, s);
+    size_t smem = l.groups * layernorm_backward_smem<T>(C, s.threads);
+    layernorm_backward_kernel_for<T, RMS>(s.packs_per_thread)<<<l.blocks, dim3(s.threads, l.groups), smem, stream>>>(
+        dinp, scratch, dout, inp, w, mean, rstd, rows, C);
+    cudaCheckLaunch();
+    PartialSumDsts dsts = RMS ? PartialSumDsts{{dw, dsum}} : PartialSumDsts{{dw, db, dsum}};
+    add_partial_sums(dsts, dsum ? PARTIALS : PARTIALS - 1, scratch, l.blocks, C, PARTIALS * C, accumulate, stream);
+}
+
+// out = LayerNorm(x + dx) (or of x when dx is NULL, then resid is unused); resid = x + dx.
+template <typename T>
+static void layernorm_forward(T *out, float *mean, float *rstd, T *resid, const T *x, const T *dx, const T *w,
+                              const T *b, int rows, int C, cudaStream_t stream) {
+    norm_forward<T, false>(out, mean, rstd, resid, x, dx, w, b, rows, C, LAYERNORM_EPS, stream);
+}
+
+// out = RMSNorm(x + dx) with weight w and epsilon eps (or of x when dx is NULL, then resid is unused); resid = x + dx.
+template <typename T>
+static void rmsnorm_forward(T *out, float *rstd, T *resid, const T *x, const T *dx, const T *w, int rows, int C,
+                            float eps, cudaStream_t stream) {
+    norm_forward<T, true>(out, NULL, rstd, resid, x, dx, w, NULL, rows, C, eps, stream);
+}
+
 // dinp += dLayerNorm/dinp (dout); dw += ..., db += ... (written when not accumulate); dsum (unless NULL) likewise
 // gets the column sums of the resulting dinp. scratch: layernorm_backward_scratch_floats(rows, C). packs_per_thread:
 // LN_BWD_PACKS (dev/bench_layernorm.cu times the others, with scratch for them).
@@ -351,15 +403,18 @@ template <typename T>
 static void layernorm_backward(T *dinp, float *dw, float *db, float *dsum, float *scratch, const T *dout,
                                const T *inp, const T *w, const float *mean, const float *rstd, int rows, int C,
                                int accumulate, cudaStream_t stream, int packs_per_thread = LN_BWD_PACKS) {
-    LnShape s = layernorm_shape<T>(C, packs_per_thread);
-    LnBackwardLaunch l = layernorm_backward_launch<T>(rows, C, s);
-    size_t smem = l.groups * layernorm_backward_smem<T>(C, s.threads);
-    layernorm_backward_kernel_for<T>(s.packs_per_thread)<<<l.blocks, dim3(s.threads, l.groups), smem, stream>>>(
-        dinp, scratch, dout, inp, w, mean, rstd, rows, C);
-    cudaCheckLaunch();
-    PartialSumDsts dsts = {{dw, db, dsum}};
-    add_partial_sums(dsts, dsum ? LN_PARTIALS : LN_PARTIALS - 1, scratch, l.blocks, C, LN_PARTIALS * C, accumulate,
-                     stream);
+    norm_backward<T, false>(dinp, dw, db, dsum, scratch, dout, inp, w, mean, rstd, rows, C, accumulate, stream,
+                            packs_per_thread);
+}
+
+// dinp += dRMSNorm/dinp (dout); dw += ... (written when not accumulate); dsum as layernorm_backward's. scratch:
+// layernorm_backward_scratch_floats<T, true>(rows, C).
+template <typename T>
+static void rmsnorm_backward(T *dinp, float *dw, float *dsum, float *scratch, const T *dout, const T *inp, const T *w,
+                             const float *rstd, int rows, int C, int accumulate, cudaStream_t stream,
+                             int packs_per_thread = LN_BWD_PACKS) {
+    norm_backward<T, true>(dinp, dw, NULL, dsum, scratch, dout, inp, w, NULL, rstd, rows, C, accumulate, stream,
+                           packs_per_thread);
 }
 
 #endif // LLMC_LAYERNORM_CUH

@@ -2,9 +2,10 @@
 # GPU tests, on a machine with a GPU (CI compiles them but cannot run them). Builds the trainers and the GPU tests,
 # writes the CPU build's reference state for small models (head sizes 64 and 128; in fp32, and in fp8 with each
 # scaling recipe), runs the parity test against each (fp32 and bf16; fp8 with fp32 and with bf16 activations), the
-# FP8 kernel test, the attention kernel test, the AdamW kernel test (its update against fp64), the LayerNorm kernel
-# test (plain, memcheck, racecheck), resume bit-exactness in bf16 and fp8, and the GTP path on one rank against the
-# plain path in fp32, bf16 and fp8
+# FP8 kernel test, the attention kernel test (multi-head and grouped-query; plain, and its small shapes under memcheck
+# and racecheck), the AdamW kernel test (its update against fp64), the LayerNorm and RMSNorm kernel test (plain,
+# memcheck, racecheck), the RoPE and SwiGLU kernel tests (plain, memcheck), resume bit-exactness in bf16 and fp8, and
+# the GTP path on one rank against the plain path in fp32, bf16 and fp8
 # (dev/gtp_check.sh, with compute-sanitizer memcheck and racecheck), the update in backward against the update after
 # it (dev/update_check.sh), and preemption (dev/preempt_check.sh, alone and under mpirun); ends with a summary table
 # and a non-zero exit on any failure. Logs go to $LOG_DIR (default: a fresh temporary folder).
@@ -13,7 +14,8 @@ cd "$(dirname "$0")/.."
 LOG_DIR=${LOG_DIR:-$(mktemp -d)}
 mkdir -p "$LOG_DIR"
 make -s train_gpt_cpu train_gpt test/gpubin/test_gpu_parity test/gpubin/test_attention test/gpubin/test_fp8_kernels \
-    test/gpubin/test_layernorm test/gpubin/test_adamw || { echo "FAIL build"; exit 1; }
+    test/gpubin/test_layernorm test/gpubin/test_adamw test/gpubin/test_rope test/gpubin/test_swiglu ||
+    { echo "FAIL build"; exit 1; }
 
 # name, CPU options and GPU modes of each reference model: 20 steps of B 4 x T 64, two micro-steps per step. 3 layers
 # in some, so that the parity test's GELU recompute runs both ways (test_gpu_parity.cu: keep_gelu_layers); one without
@@ -59,6 +61,16 @@ echo "== attention"
 test/gpubin/test_attention > "$log" 2>&1; rc=$?
 grep -v '^PASS ' "$log" | tail -20
 record "attention" "$log" "$rc"
+# the attention kernels alone under compute-sanitizer at small shapes, multi-head and grouped-query (GQA's dK/dV
+# blocks walk several query heads through the same shared-memory stages), both head sizes and precisions: the row
+# fails on any error or hazard the tool reports (its exit status) as on a failed check
+for tool in memcheck racecheck; do
+    log="$LOG_DIR/attention_$tool.log"
+    echo "== attention $tool"
+    compute-sanitizer --tool "$tool" --error-exitcode 9 test/gpubin/test_attention small > "$log" 2>&1; rc=$?
+    grep -v '^PASS \|^  attention_' "$log" | tail -5
+    record "attention small $tool" "$log" "$rc"
+done
 
 log="$LOG_DIR/adamw.log"
 echo "== adamw"
@@ -85,6 +97,19 @@ for tool in memcheck racecheck; do
     compute-sanitizer --tool "$tool" --error-exitcode 9 test/gpubin/test_layernorm small > "$log" 2>&1; rc=$?
     grep -v '^PASS ' "$log" | tail -5
     record "layernorm small $tool" "$log" "$rc"
+done
+
+# RoPE and SwiGLU (Llama's elementwise kernels): against fp64, then under memcheck (no shared memory to race on)
+for kernel in rope swiglu; do
+    for tool in "" memcheck; do
+        log="$LOG_DIR/$kernel${tool:+_$tool}.log"
+        echo "== $kernel${tool:+ $tool}"
+        run=("test/gpubin/test_$kernel")
+        [ -z "$tool" ] || run=(compute-sanitizer --tool "$tool" --error-exitcode 9 "${run[@]}")
+        "${run[@]}" > "$log" 2>&1; rc=$?
+        grep -v '^PASS ' "$log" | tail -20
+        record "$kernel${tool:+ $tool}" "$log" "$rc"
+    done
 done
 
 for prec in bf16 fp8; do

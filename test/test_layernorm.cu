@@ -1,12 +1,13 @@
 /*
- * test_layernorm.cu: llmc/layernorm.cuh's forward and backward against an fp64 reference on the host, in fp32 and
- * bf16, at widths that take every backward launch shape: one-warp row groups (no barrier), groups of several warps
- * (their named barriers), rows that leave a warp's last threads idle, and the widest rows the kernels take (8192 bf16,
- * 4096 fp32 channels: LN_MAX_PACKS packs), each at every packs-a-thread limit (1 to LN_PACKS_MAX), with row counts
- * that do and do not fill the grid's row groups evenly and that make each group take several rows. Checks:
- * - forward: out, the residual sum, mean and rstd;
- * - backward: dinp (accumulated onto a given dinp), and the column sums dw, db and dsum (of the new dinp), written
- *   (accumulate 0) and then added (accumulate 1: twice the sums);
+ * test_layernorm.cu: llmc/layernorm.cuh's forward and backward, LayerNorm and RMSNorm, against an fp64 reference on
+ * the host, in fp32 and bf16, at widths that take every backward launch shape: one-warp row groups (no barrier),
+ * groups of several warps (their named barriers), rows that leave a warp's last threads idle, and the widest rows the
+ * kernels take (8192 bf16, 4096 fp32 channels: LN_MAX_PACKS packs), each at every packs-a-thread limit (1 to
+ * LN_PACKS_MAX), with row counts that do and do not fill the grid's row groups evenly and that make each group take
+ * several rows; RMSNorm also at Llama 3's widths 2048, 3072 and 4096. Checks:
+ * - forward: out, the residual sum, mean (LayerNorm) and rstd;
+ * - backward: dinp (accumulated onto a given dinp), and the column sums dw, db (LayerNorm) and dsum (of the new
+ *   dinp), written (accumulate 0) and then added (accumulate 1: twice the sums);
  * - the backward twice gives the same bits (no atomics, a fixed order of sums).
  * Tolerances (max |gpu - ref| / max |ref| per tensor): fp32 1e-5 for values of one row (sums of up to 8192 fp32
  * terms: n u = 5e-4 at worst, ~sqrt(n) u = 5e-6 for random signs, and the reference's own inputs are exact) and for the
@@ -26,6 +27,7 @@
 #define TOL_F32 1e-5
 #define TOL_BF16_STORED 1e-2
 #define TOL_BF16_SUMS 1e-4
+#define RMSNORM_TEST_EPS 1e-5f // Llama 3's rms_norm_eps
 
 static uint64_t g_rng = 88172645463325252ull;
 static float rand_uniform(void) { // (-1, 1)
@@ -56,7 +58,9 @@ static void expect(const char *what, const char *label, double err, double tol) 
     check(err <= tol, name, "max error %.3e relative, tolerance %.1e", err, tol);
 }
 
-template <typename T> static void test_width(int rows, int C, double tol_stored, double tol_sums) {
+// One width of LayerNorm, or of RMSNorm (no mean, no bias: mu = 0, b = 0 in the reference's formulas, and the mean(g)
+// term of dinp, the gradient through the mean, gone).
+template <typename T, bool RMS> static void test_width(int rows, int C, double tol_stored, double tol_sums) {
     const size_t n = (size_t)rows * C;
     std::vector<T> x = random_tensor<T>(n, 2.0f, 0.3f), dx = random_tensor<T>(n, 1.0f);
     std::vector<T> dout = random_tensor<T>(n, 1.0f), dinp0 = random_tensor<T>(n, 0.5f);
@@ -65,13 +69,20 @@ template <typename T> static void test_width(int rows, int C, double tol_stored,
     T *d_out = (T *)cuda_alloc(n * sizeof(T), "out"), *d_res = (T *)cuda_alloc(n * sizeof(T), "resid");
     float *d_mean = (float *)cuda_alloc(rows * sizeof(float), "mean");
     float *d_rstd = (float *)cuda_alloc(rows * sizeof(float), "rstd");
+    const char *norm = RMS ? "rmsnorm" : "layernorm";
     char label[64];
-    snprintf(label, sizeof(label), "%s rows %d C %d", TypeInfo<T>::name, rows, C);
+    snprintf(label, sizeof(label), "%s %s rows %d C %d", norm, TypeInfo<T>::name, rows, C);
+    const double eps = RMS ? RMSNORM_TEST_EPS : LAYERNORM_EPS;
 
     // forward, with the residual add; the reference takes r as stored (rounded to T), as backward does
-    layernorm_forward(d_out, d_mean, d_rstd, d_res, d_x, d_dx, d_w, d_b, rows, C, g_cuda.stream);
+    if (RMS) {
+        rmsnorm_forward(d_out, d_rstd, d_res, d_x, d_dx, d_w, rows, C, RMSNORM_TEST_EPS, g_cuda.stream);
+    } else {
+        layernorm_forward(d_out, d_mean, d_rstd, d_res, d_x, d_dx, d_w, d_b, rows, C, g_cuda.stream);
+    }
     std::vector<double> res = to_host_f64(d_res, n), out = to_host_f64(d_out, n);
-    std::vector<double> mean = to_host_f64(d_mean, rows), rstd = to_host_f64(d_rstd, rows);
+    std::vector<double> mean(rows, 0.0), rstd = to_host_f64(d_rstd, rows);
+    if (!RMS) { mean = to_host_f64(d_mean, rows); }
     std::vector<double> ref_res(n), ref_out(n), ref_mean(rows), ref_rstd(rows);
     for (int r = 0; r < rows; r++) {
         double mu = 0.0, var = 0.0;
@@ -80,21 +91,21 @@ template <typename T> static void test_width(int rows, int C, double tol_stored,
             ref_res[i] = host_float(to_type<T>((float)host_float(x[i]) + (float)host_float(dx[i])));
             mu += ref_res[i];
         }
-        mu /= C;
+        mu = RMS ? 0.0 : mu / C;
         for (int c = 0; c < C; c++) { var += (ref_res[(size_t)r * C + c] - mu) * (ref_res[(size_t)r * C + c] - mu); }
-        double rs = 1.0 / sqrt(var / C + LAYERNORM_EPS);
+        double rs = 1.0 / sqrt(var / C + eps);
         ref_mean[r] = mu, ref_rstd[r] = rs;
         for (int c = 0; c < C; c++) {
             size_t i = (size_t)r * C + c;
-            ref_out[i] = (ref_res[i] - mu) * rs * host_float(w[c]) + host_float(b[c]);
+            ref_out[i] = (ref_res[i] - mu) * rs * host_float(w[c]) + (RMS ? 0.0 : host_float(b[c]));
         }
     }
     expect("forward resid", label, rel_err(res, ref_res), tol_stored);
     expect("forward out", label, rel_err(out, ref_out), tol_stored);
-    expect("forward mean", label, rel_err(mean, ref_mean), TOL_F32);
+    if (!RMS) { expect("forward mean", label, rel_err(mean, ref_mean), TOL_F32); }
     expect("forward rstd", label, rel_err(rstd, ref_rstd), TOL_F32);
 
-    // backward reference, from the forward's r, mean and rstd as the GPU stored them
+    // backward reference, from the forward's r, mean (0 for RMSNorm) and rstd as the GPU stored them
     std::vector<double> ref_dinp(n), ref_dw(C, 0.0), ref_db(C, 0.0);
     for (int r = 0; r < rows; r++) {
         double mg = 0.0, mgx = 0.0;
@@ -103,7 +114,7 @@ template <typename T> static void test_width(int rows, int C, double tol_stored,
             double g = host_float(dout[i]) * host_float(w[c]), xhat = (res[i] - mean[r]) * rstd[r];
             mg += g, mgx += g * xhat;
         }
-        mg /= C, mgx /= C;
+        mg = RMS ? 0.0 : mg / C, mgx /= C;
         for (int c = 0; c < C; c++) {
             size_t i = (size_t)r * C + c;
             double g = host_float(dout[i]) * host_float(w[c]), xhat = (res[i] - mean[r]) * rstd[r];
@@ -113,7 +124,9 @@ template <typename T> static void test_width(int rows, int C, double tol_stored,
         }
     }
     T *d_dinp = (T *)cuda_alloc(n * sizeof(T), "dinp");
-    float *d_sums = (float *)cuda_alloc(3 * C * sizeof(float), "sums");
+    constexpr int SUMS = norm_partials<RMS>(); // dw, db (LayerNorm), dsum
+    const char *sum_names[LN_PARTIALS] = {"dw", RMS ? "dsum" : "db", "dsum"};
+    float *d_sums = (float *)cuda_alloc(SUMS * C * sizeof(float), "sums");
     for (int most = 1; most <= LN_PACKS_MAX; most++) {
         LnShape s = layernorm_shape<T>(C, most);
         char shape[160];
@@ -124,26 +137,35 @@ template <typename T> static void test_width(int rows, int C, double tol_stored,
               shape, "the shape does not cover the row's %d packs", C / Packed<T>::N);
         // scratch for this shape (layernorm_backward_scratch_floats sizes it for the trainer's, LN_BWD_PACKS)
         float *shape_scratch = (float *)cuda_alloc(
-            (size_t)layernorm_backward_launch<T>(rows, C, s).blocks * LN_PARTIALS * C * sizeof(float), "scratch");
-        for (int accumulate = 0; accumulate < 2; accumulate++) {
+            (size_t)layernorm_backward_launch<T, RMS>(rows, C, s).blocks * SUMS * C * sizeof(float), "scratch");
+        // dinp from dinp0 again, then the backward: the sums written (accumulate 0) or added
+        auto backward = [&](int accumulate) {
             copy_now(d_dinp, dinp0.data(), n * sizeof(T), cudaMemcpyHostToDevice);
-            layernorm_backward(d_dinp, d_sums, d_sums + C, d_sums + 2 * C, shape_scratch, d_dout, d_res, d_w, d_mean,
-                               d_rstd, rows, C, accumulate, g_cuda.stream, most);
+            if (RMS) {
+                rmsnorm_backward(d_dinp, d_sums, d_sums + C, shape_scratch, d_dout, d_res, d_w, d_rstd, rows, C,
+                                 accumulate, g_cuda.stream, most);
+            } else {
+                layernorm_backward(d_dinp, d_sums, d_sums + C, d_sums + 2 * C, shape_scratch, d_dout, d_res, d_w,
+                                   d_mean, d_rstd, rows, C, accumulate, g_cuda.stream, most);
+            }
             cudaCheck(cudaStreamSynchronize(g_cuda.stream));
-            std::vector<double> dinp = to_host_f64(d_dinp, n), sums = to_host_f64(d_sums, 3 * C);
+        };
+        for (int accumulate = 0; accumulate < 2; accumulate++) {
+            backward(accumulate);
+            std::vector<double> dinp = to_host_f64(d_dinp, n), sums = to_host_f64(d_sums, SUMS * C);
             std::vector<double> ref_ds(C, 0.0);
             for (size_t i = 0; i < n; i++) { ref_ds[i % C] += dinp[i]; } // dsum adds dinp as stored
             const double times = accumulate ? 2.0 : 1.0; // accumulate adds the same sums onto the first call's
-            std::vector<double> want(3 * C);
+            std::vector<double> want(SUMS * C);
             for (int c = 0; c < C; c++) {
-                want[c] = times * ref_dw[c], want[C + c] = times * ref_db[c], want[2 * C + c] = times * ref_ds[c];
+                want[c] = times * ref_dw[c], want[(SUMS - 1) * C + c] = times * ref_ds[c];
+                if (!RMS) { want[C + c] = times * ref_db[c]; }
             }
             const char *what = accumulate ? "accumulated" : "written";
             char name[64];
             snprintf(name, sizeof(name), "dinp (%s)", what);
             expect(name, shape, rel_err(dinp, ref_dinp), tol_stored);
-            const char *sum_names[3] = {"dw", "db", "dsum"};
-            for (int k = 0; k < 3; k++) {
+            for (int k = 0; k < SUMS; k++) {
                 std::vector<double> got(sums.begin() + k * C, sums.begin() + (k + 1) * C);
                 std::vector<double> ref(want.begin() + k * C, want.begin() + (k + 1) * C);
                 snprintf(name, sizeof(name), "%s (%s)", sum_names[k], what);
@@ -151,14 +173,10 @@ template <typename T> static void test_width(int rows, int C, double tol_stored,
             }
         }
         // the same call twice: the same bits (dinp from the same start; the sums written, not added)
-        copy_now(d_dinp, dinp0.data(), n * sizeof(T), cudaMemcpyHostToDevice);
-        layernorm_backward(d_dinp, d_sums, d_sums + C, d_sums + 2 * C, shape_scratch, d_dout, d_res, d_w, d_mean,
-                           d_rstd, rows, C, 0, g_cuda.stream, most);
-        std::vector<double> again = to_host_f64(d_dinp, n), sums_again = to_host_f64(d_sums, 3 * C);
-        copy_now(d_dinp, dinp0.data(), n * sizeof(T), cudaMemcpyHostToDevice);
-        layernorm_backward(d_dinp, d_sums, d_sums + C, d_sums + 2 * C, shape_scratch, d_dout, d_res, d_w, d_mean,
-                           d_rstd, rows, C, 0, g_cuda.stream, most);
-        std::vector<double> third = to_host_f64(d_dinp, n), sums_third = to_host_f64(d_sums, 3 * C);
+        backward(0);
+        std::vector<double> again = to_host_f64(d_dinp, n), sums_again = to_host_f64(d_sums, SUMS * C);
+        backward(0);
+        std::vector<double> third = to_host_f64(d_dinp, n), sums_third = to_host_f64(d_sums, SUMS * C);
         char name[200];
         snprintf(name, sizeof(name), "%s repeat", shape);
         check(again == third && sums_again == sums_third, name, "two calls on the same inputs differ");
@@ -177,15 +195,21 @@ int main(int argc, char **argv) {
     // limit), 257 (a warp's last threads idle at every limit), 769 and 1024 (the widest: 4 packs of 256 threads)
     const int bf16_widths[] = {64, 768, 1600, 2056, 6152, 8192};
     const int f32_widths[] = {64, 1600, 4096};
+    // RMSNorm: the same launch shapes, and Llama 3's widths (3.2 1B, 3.2 3B, 3.1 8B)
+    const int rms_widths[] = {64, 768, 2048, 2056, 3072, 4096, 8192};
+    auto rows_of = [&](int C, int many) { return small ? 37 : (C <= 1600 ? many : 301); };
     for (int C : bf16_widths) {
         if (small && C > 2056) { continue; }
-        int rows = small ? 37 : (C <= 1600 ? 3000 : 301);
-        test_width<bf16>(rows, C, TOL_BF16_STORED, TOL_BF16_SUMS);
+        test_width<bf16, false>(rows_of(C, 3000), C, TOL_BF16_STORED, TOL_BF16_SUMS);
     }
     for (int C : f32_widths) {
         if (small && C > 1600) { continue; }
-        int rows = small ? 37 : (C <= 1600 ? 1000 : 301);
-        test_width<float>(rows, C, TOL_F32, TOL_F32);
+        test_width<float, false>(rows_of(C, 1000), C, TOL_F32, TOL_F32);
+    }
+    for (int C : rms_widths) {
+        if (small && C > 2056) { continue; }
+        test_width<bf16, true>(rows_of(C, 3000), C, TOL_BF16_STORED, TOL_BF16_SUMS);
+        if (C <= LN_MAX_PACKS * Packed<float>::N) { test_width<float, true>(rows_of(C, 1000), C, TOL_F32, TOL_F32); }
     }
     return test_exit();
 }
