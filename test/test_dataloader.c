@@ -142,8 +142,8 @@ static void check_round_trip(const char *name, ShardFormatId format, const void 
     for (size_t i = 12; i < (size_t)SHARD_HEADER_BYTES; i++) { zeros &= b[i] == 0; }
     ShardFormatId read_as = SHARD_NUM_FORMATS;
     check(n == 1024 + 100 * id_bytes && h[0] == magic && h[1] == version && h[2] == 100 && zeros &&
-              memcmp(b + 1024, ids, 100 * id_bytes) == 0 && shard_check_header(path, b, (long long)n, &read_as) == 100 &&
-              read_as == format,
+              memcmp(b + 1024, ids, 100 * id_bytes) == 0 &&
+              shard_check_header(path, b, (long long)n, &read_as) == 100 && read_as == format,
           name, "size %zu, header %d %d %d, read as format %d", n, h[0], h[1], h[2], (int)read_as);
     char tmp[600], what[128];
     snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
@@ -551,7 +551,8 @@ static void test_validation_reads(void) {
                         const int *x = in + b * T_LEN, *y = tg + b * T_LEN;
                         long long w = (i * D + r) * 4 + b;
                         for (int t = 0; t < T_LEN; t++) {
-                            ok &= b < rows ? x[t] == window_start((int)w) + t && y[t] == x[t] + 1 : x[t] == 0 && y[t] == 0;
+                            int want = b < rows ? window_start((int)w) + t : 0; // padding: token 0
+                            ok &= x[t] == want && y[t] == (b < rows ? want + 1 : 0);
                         }
                         if (b < rows) { seen[w]++; }
                     }
