@@ -1366,7 +1366,7 @@ template <typename floatX>
 static double op_eval_loss(void *ctx, const int *inputs, const int *targets, int B, int T, int rows) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     check_batch(g, B, T);
-    if (rows < 0 || rows > B) { fail("eval_loss: %d sequences counted of a micro-batch of %d", rows, B); }
+    if (rows < 0 || rows > B) { fail("internal error: eval_loss counts %d sequences of a micro-batch of %d", rows, B); }
     gpt_load_tokens(g, inputs, targets, B * T);
     gpt_forward(g, B, T);
     gpt_loss(g, B * T, rows * T, 0.0f, 0);

@@ -689,7 +689,7 @@ static void check_tokens(const int *tokens, int n, int V, const char *what) {
 // The sum of the first n per-token losses of the last forward (which had targets).
 static double cpu_model_loss_sum(const CpuModel *m, int n) {
     if (!m->has_probs || n < 0 || n > m->B * m->T) {
-        fail("the loss of %d tokens asked of a forward of %d x %d%s", n, m->B, m->T,
+        fail("internal error: the loss of %d tokens asked of a forward of %d x %d%s", n, m->B, m->T,
              m->has_probs ? "" : " without targets");
     }
     cpu_acc sum = 0.0;

@@ -396,7 +396,7 @@ static inline void dataloader_copy_window(const DataLoader *dl, long long w, int
 }
 
 /*
- * Validation (dev/NOTES.md, "Data order"): a pass evaluates windows [0, W) in order, W = min(all windows,
+ * Validation (the data order's, above): a pass evaluates windows [0, W) in order, W = min(all windows,
  * --val-batches x B), the same tokens whatever the number D of data ranks (--batch-size B is per rank, and a user
  * keeps it when changing GPUs). They are dealt out as a training step's are: row b of micro-batch i on rank r holds
  * window (i*D + r)*B + b. Every rank runs the same number of micro-batches (val_micro_batches: a GTP group gathers
@@ -423,8 +423,8 @@ static inline int val_rows(long long W, int B, int D, int r, long long i) {
 // (an id of every vocabulary) in the padding rows. Returns the rows that hold windows.
 static inline int dataloader_val_batch(const DataLoader *dl, long long W, long long i, int *inputs, int *targets) {
     if (W > dl->num_windows) {
-        fail("a validation pass of %lld windows asked of shards that hold %lld (val_pass_windows bounds it)", W,
-             dl->num_windows);
+        fail("internal error: a validation pass of %lld windows over shards that hold %lld (val_pass_windows bounds "
+             "it)", W, dl->num_windows);
     }
     int rows = val_rows(W, dl->B, dl->dp_size, dl->dp_rank, i);
     long long first = (i * dl->dp_size + dl->dp_rank) * (long long)dl->B;

@@ -1,5 +1,5 @@
 /*
- * test_dataloader.c: the shard formats and the data loader's contract (dev/NOTES.md, "Data order").
+ * test_dataloader.c: the shard format and the data loader's contract (dev/NOTES.md, "Data order").
  *
  * Shards are written to a temporary folder with tokens that name their own position (the token at global
  * position p is p), so every window the loader returns can be traced back to the window it should be; the same
