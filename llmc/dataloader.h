@@ -197,12 +197,12 @@ static inline char **dataloader_list_shards(const char *pattern, int *n) {
 }
 
 // The magic number that opens the regular file at path, or 0 where there is none (the loader says why). Anything
-// else is not opened: opening a FIFO would wait for a writer.
+// else is not read, and the open does not block: opening a FIFO would wait for a writer.
 static inline int32_t shard_magic_of(const char *path) {
     struct stat st;
     int32_t magic = 0;
     if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) { return 0; }
-    int fd = open(path, O_RDONLY);
+    int fd = open(path, O_RDONLY | O_NONBLOCK); // (no effect on a regular file; one swapped in since the stat)
     if (fd < 0) { return 0; }
     if (pread(fd, &magic, sizeof(magic), 0) != (ssize_t)sizeof(magic)) { magic = 0; }
     close(fd);

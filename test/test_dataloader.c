@@ -1,11 +1,13 @@
 /*
  * test_dataloader.c: the shard format and the data loader's contract (dev/NOTES.md, "Data order").
  *
+ * Both formats: the same tokens as GPT-2's uint16 shards and as Llama 3's uint32 ones must read the same. The
+ * validation pass: for D = 1..4 data ranks, the windows the ranks evaluate (and count) are exactly one rank's.
+ *
  * Shards are written to a temporary folder with tokens that name their own position (the token at global
- * position p is p), so every window the loader returns can be traced back to the window it should be; the same
- * tokens as Llama 3's uint32 shards must read the same. Corrupt shards are fed to dataloader_init in a child process
- * whose stderr is captured: the child must exit non-zero with one line naming the file, and the file must be left as
- * it was. Validation: for D = 1..4 data ranks, the windows the ranks evaluate (and count) are exactly one rank's.
+ * position p is p), so every window the loader returns can be traced back to the window it should be.
+ * Corrupt shards are fed to dataloader_init in a child process whose stderr is captured: the child must exit
+ * non-zero with one line naming the file, and the file must be left as it was.
  */
 #define _POSIX_C_SOURCE 200809L // mkdtemp under -std=c11
 
