@@ -202,7 +202,7 @@ static inline int32_t shard_magic_of(const char *path) {
     struct stat st;
     int32_t magic = 0;
     if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) { return 0; }
-    int fd = open(path, O_RDONLY | O_NONBLOCK); // (no effect on a regular file; one swapped in since the stat)
+    int fd = open(path, O_RDONLY | O_NONBLOCK); // no effect on a regular file; a FIFO swapped in is not waited for
     if (fd < 0) { return 0; }
     if (pread(fd, &magic, sizeof(magic), 0) != (ssize_t)sizeof(magic)) { magic = 0; }
     close(fd);
