@@ -816,12 +816,14 @@ template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T)
     g->update_pending = 0; // every group was waited for
 }
 
-// Per-token losses of the last forward (gradient in place of the logits when dloss != 0); the mean loss goes to
-// host.scalars[0], ready once scalars_ready has fired.
-template <typename floatX> static void gpt_loss(GPT<floatX> *g, int N, float dloss, int write_grad) {
+// Per-token losses of the last forward's N tokens (gradient in place of the logits when write_grad); the sum of the
+// first `counted` goes to host.scalars[0], ready once scalars_ready has fired.
+template <typename floatX> static void gpt_loss(GPT<floatX> *g, int N, int counted, float dloss, int write_grad) {
     const Activations<floatX> &a = g->acts;
-    fused_classifier(a.logits, a.losses, a.scalars, g->d_tokens + N, dloss, N, g->config.vocab_size,
-                     g->config.padded_vocab_size, write_grad, &g->tp, a.vocab_stats, g_cuda.stream);
+    fused_classifier(a.logits, a.losses, g->d_tokens + N, dloss, N, g->config.vocab_size, g->config.padded_vocab_size,
+                     write_grad, &g->tp, a.vocab_stats, g_cuda.stream);
+    loss_sum_kernel<<<1, LOSS_SUM_THREADS, 0, g_cuda.stream>>>(a.scalars, a.losses, counted);
+    cudaCheckLaunch();
     cudaCheck(cudaMemcpyAsync(g->host.scalars, a.scalars, sizeof(float), cudaMemcpyDeviceToHost, g_cuda.stream));
     cudaCheck(cudaEventRecord(g->scalars_ready, g_cuda.stream));
 }
@@ -1348,25 +1350,27 @@ static float op_forward_backward(void *ctx, const int *inputs, const int *target
     token_buckets_build(&g->buckets, g->host.buckets, g->host.bucket_count, inputs, N, g->config.vocab_size, g->emb);
     cudaCheck(cudaMemcpyAsync(g->d_buckets, g->host.buckets, g->buckets.ints * sizeof(int), cudaMemcpyHostToDevice,
                               g_cuda.stream));
-    gpt_loss(g, N, loss_scale, 1);
+    gpt_loss(g, N, N, loss_scale, 1);
     gpt_backward(g, B, T);
     if (g->fp8) { g->fp8->recording = 0; }
     // Backward is queued behind the loss; wait only for the loss, so the GPU runs on while the host goes ahead.
     comm_wait_event(g->scalars_ready, "the loss");
     g->eval_B = 0; // the logits now hold gradients
-    return g->host.scalars[0];
+    return g->host.scalars[0] / (float)N;
 }
 
 template <typename floatX> static float op_update(void *ctx, const UpdateArgs *args) {
     return gpt_update((GPT<floatX> *)ctx, args);
 }
 
-template <typename floatX> static float op_eval_loss(void *ctx, const int *inputs, const int *targets, int B, int T) {
+template <typename floatX>
+static double op_eval_loss(void *ctx, const int *inputs, const int *targets, int B, int T, int rows) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     check_batch(g, B, T);
+    if (rows < 0 || rows > B) { fail("internal error: eval_loss counts %d sequences of a micro-batch of %d", rows, B); }
     gpt_load_tokens(g, inputs, targets, B * T);
     gpt_forward(g, B, T);
-    gpt_loss(g, B * T, 0.0f, 0);
+    gpt_loss(g, B * T, rows * T, 0.0f, 0);
     comm_wait_event(g->scalars_ready, "the validation loss");
     g->eval_B = B;
     g->eval_T = T;

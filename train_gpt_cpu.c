@@ -34,8 +34,10 @@ static float cpu_forward_backward(void *ctx, const int *inputs, const int *targe
 
 static float cpu_update(void *ctx, const UpdateArgs *args) { return cpu_model_update((CpuModel *)ctx, args); }
 
-static float cpu_eval_loss(void *ctx, const int *inputs, const int *targets, int B, int T) {
-    return (float)cpu_model_forward((CpuModel *)ctx, inputs, targets, B, T);
+static double cpu_eval_loss(void *ctx, const int *inputs, const int *targets, int B, int T, int rows) {
+    CpuModel *m = (CpuModel *)ctx;
+    cpu_model_forward(m, inputs, targets, B, T);
+    return cpu_model_loss_sum(m, rows * T);
 }
 
 // Attention is causal, so the logits at pos depend on tokens[0..pos] only: forward just those.
@@ -179,7 +181,7 @@ static int write_reference_state(const Options *o) {
             int *in = inputs + micro * n, *tg = targets + micro * n;
             dataloader_next(&dl, in, tg);
             if (step == 0 && micro == 0) { // logits of a clean forward, before any backward
-                ops.eval_loss(ops.ctx, in, tg, B, T);
+                ops.eval_loss(ops.ctx, in, tg, B, T, B);
                 ops.copy_logits(ops.ctx, logits);
             }
             loss += ops.forward_backward(ops.ctx, in, tg, B, T, loss_scale, micro == accum - 1 ? &args : NULL);

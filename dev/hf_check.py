@@ -4,9 +4,9 @@
 (a) export: train a small model briefly with ./train_gpt, export its last checkpoint with `./hf_gpt2 export`, load the
     folder with GPT2LMHeadModel.from_pretrained (no missing or unexpected weights allowed) and its tokenizer with
     AutoTokenizer, and compute the validation loss on the tokens train_gpt validated on: the first
-    min(--val-batches, windows // B) micro-batches of B windows of T+1 tokens at offsets 0, T, 2T, ... of the
-    validation shard, in order (llmc/dataloader.h). It must equal the "val loss" train_gpt printed at its last step
-    (the checkpoint holds the weights it validated) within TOLERANCE_A[precision], relative: train_gpt computes in
+    min(windows, --val-batches x B) windows of T+1 tokens at offsets 0, T, 2T, ... of the validation shard, in order,
+    the mean over all their tokens (llmc/dataloader.h, val_pass_windows). It must equal the "val loss" train_gpt
+    printed at its last step (the checkpoint holds the weights it validated) within TOLERANCE_A[precision], relative: train_gpt computes in
     --precision, HF here in fp32 without TF32; fp32 leaves only summation order (and TF32 GEMMs if cuBLAS picks
     them), bf16 its 8-bit significands.
 (b) import: save_pretrained a randomly initialised GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=128, n_head=4,
@@ -67,23 +67,22 @@ def read_shard(path):
 
 
 def hf_val_loss(model, tokens, B, T, val_batches, device):
-    """The mean loss over train_gpt's validation micro-batches (the mean of the batch means)."""
+    """The mean loss over the tokens of train_gpt's validation pass, in batches of (at most) B windows."""
     import numpy as np
     import torch
     import torch.nn.functional as F
-    windows = (len(tokens) - 1) // T
-    batches = min(val_batches, windows // B)
-    if batches < 1:
-        sys.exit(f"FAIL: the validation shard holds {windows} windows of {T} tokens, fewer than a batch of {B}")
+    windows = min((len(tokens) - 1) // T, val_batches * B)
+    if windows < 1:
+        sys.exit(f"FAIL: the validation shard holds no window of {T}+1 tokens")
     total = 0.0
     with torch.no_grad():
-        for k in range(batches):
-            starts = [(k * B + b) * T for b in range(B)]
+        for first in range(0, windows, B):
+            starts = [w * T for w in range(first, min(first + B, windows))]
             x = torch.from_numpy(np.stack([tokens[s:s + T] for s in starts])).to(device)
             y = torch.from_numpy(np.stack([tokens[s + 1:s + T + 1] for s in starts])).to(device)
             logits = model(x).logits.float()
-            total += F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1)).item()
-    return total / batches
+            total += F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), reduction="sum").item()
+    return total / (windows * T)
 
 
 def compare(name, ours, theirs, tol):

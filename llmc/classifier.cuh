@@ -4,8 +4,9 @@
  * Row n of the logits z (Vp wide; only the first V columns are real tokens):
  *   lse = log sum_{v<V} exp(z_v),  loss_n = lse - z_{target},  dz_v = dloss * (exp(z_v - lse) - [v == target])
  * for v < V, and dz_v = 0 for the padded columns, which the softmax never sees. The gradient overwrites the logits,
- * so no fp32 copy of a (N, Vp) tensor ever exists. Per-token losses are written in fp32; mean_loss sums them in a
- * fixed order (deterministic) for the host.
+ * so no fp32 copy of a (N, Vp) tensor ever exists. Per-token losses are written in fp32; loss_sum_kernel sums a prefix
+ * of them (a training micro-batch's all, a validation micro-batch's rows that are not padding) in a fixed order
+ * (deterministic) for the host.
  *
  * One block per row, the row staged in shared memory (Vp * sizeof(T): 100 KB in bf16), so the logits are read from
  * memory once and written once. Every thread first puts all its 16-byte packs of the row in flight at once
@@ -24,7 +25,7 @@
 #include "tensor_parallel.cuh"
 
 #define CLASSIFIER_THREADS 1024
-#define MEAN_LOSS_THREADS 1024
+#define LOSS_SUM_THREADS 1024
 
 // exp(z - c) of a logit: libm's accurate expf in fp32 mode, which is compared with the CPU build; where the gradient
 // is stored in bf16, the hardware exp2 of z log2(e) - c log2(e) (c_log2 = c log2(e), taken once): one FMA and one MUFU
@@ -159,21 +160,21 @@ __global__ void __launch_bounds__(CLASSIFIER_THREADS)
     }
 }
 
-// One block: out[0] = mean of losses[0..n), summed per thread in a fixed stride then across the block.
-__global__ void __launch_bounds__(MEAN_LOSS_THREADS) mean_loss_kernel(float *out, const float *losses, int n) {
+// One block: out[0] = sum of losses[0..n) (0 for n = 0), summed per thread in a fixed stride then across the block.
+__global__ void __launch_bounds__(LOSS_SUM_THREADS) loss_sum_kernel(float *out, const float *losses, int n) {
     __shared__ float red[WARP_SIZE];
     float s = 0.0f;
     for (int i = threadIdx.x; i < n; i += blockDim.x) { s += losses[i]; }
     s = block_sum(s, red);
-    if (threadIdx.x == 0) { out[0] = s / n; }
+    if (threadIdx.x == 0) { out[0] = s; }
 }
 
-// losses[N] and, with write_grad, the gradient of dloss * sum of losses in place of the logits (N, Vp / TP); mean to
-// *mean_out. Under TP (tp active) this rank's logits are the columns of its vocabulary rows, and stats holds
-// (TP, N, VOCAB_STATS) floats.
+// losses[N] and, with write_grad, the gradient of dloss * sum of losses in place of the logits (N, Vp / TP). Under
+// TP (tp active) this rank's logits are the columns of its vocabulary rows, and stats holds (TP, N, VOCAB_STATS)
+// floats.
 template <typename T>
-static void fused_classifier(T *logits, float *losses, float *mean_out, const int *targets, float dloss, int N, int V,
-                             int Vp, int write_grad, TensorParallel *tp, float *stats, cudaStream_t stream) {
+static void fused_classifier(T *logits, float *losses, const int *targets, float dloss, int N, int V, int Vp,
+                             int write_grad, TensorParallel *tp, float *stats, cudaStream_t stream) {
     if (Vp % Packed<T>::N != 0) { fail("padded vocabulary %d is not a multiple of %d", Vp, Packed<T>::N); }
     if (tp_active(tp)) {
         int Vl = Vp / tp->size, col0 = tp->rank * Vl;
@@ -199,8 +200,6 @@ static void fused_classifier(T *logits, float *losses, float *mean_out, const in
                                                                           write_grad);
         cudaCheckLaunch();
     }
-    mean_loss_kernel<<<1, MEAN_LOSS_THREADS, 0, stream>>>(mean_out, losses, N);
-    cudaCheckLaunch();
 }
 
 #endif // LLMC_CLASSIFIER_CUH

@@ -686,6 +686,17 @@ static void check_tokens(const int *tokens, int n, int V, const char *what) {
     }
 }
 
+// The sum of the first n per-token losses of the last forward (which had targets).
+static double cpu_model_loss_sum(const CpuModel *m, int n) {
+    if (!m->has_probs || n < 0 || n > m->B * m->T) {
+        fail("internal error: the loss of %d tokens asked of a forward of %d x %d%s", n, m->B, m->T,
+             m->has_probs ? "" : " without targets");
+    }
+    cpu_acc sum = 0.0;
+    for (int i = 0; i < n; i++) { sum += m->acts.losses[i]; }
+    return sum;
+}
+
 // Forward over B x T tokens. With targets, returns the mean loss and keeps the probabilities for backward;
 // without (targets NULL), computes the logits only and returns 0.
 static double cpu_model_forward(CpuModel *m, const int *inputs, const int *targets, int B, int T) {
@@ -730,9 +741,7 @@ static double cpu_model_forward(CpuModel *m, const int *inputs, const int *targe
     memcpy(m->targets, targets, (size_t)N * sizeof(int));
     softmax_crossentropy_forward(a->losses, a->probs, a->logits, targets, N, V, Vp);
     m->has_probs = 1;
-    cpu_acc sum = 0.0;
-    for (int n = 0; n < N; n++) { sum += a->losses[n]; }
-    return sum / N;
+    return cpu_model_loss_sum(m, N) / N;
 }
 
 // Backward of the last forward (which had targets): adds the gradients of loss_scale * (sum of the per-token

@@ -39,8 +39,10 @@ typedef struct {
     // data-parallel ranks. Returns the norm before clipping (the same on every rank). After a last micro-step it
     // takes the arguments that micro-step was given.
     float (*update)(void *ctx, const UpdateArgs *args);
-    // Forward only: mean loss over B x T tokens. Leaves the logits of this batch readable by copy_logits.
-    float (*eval_loss)(void *ctx, const int *inputs, const int *targets, int B, int T);
+    // Forward only over B x T tokens: returns the sum of the per-token losses of the first `rows` sequences (0..B);
+    // the others are padding that keeps the ranks' forwards in step (validation), computed and left out. Leaves the
+    // logits of this batch readable by copy_logits.
+    double (*eval_loss)(void *ctx, const int *inputs, const int *targets, int B, int T, int rows);
     // Forward only over one sequence tokens[0..T) (B = 1); writes the logits of position pos
     // (padded_vocab_size floats) to out. Used for text samples.
     void (*logits_at)(void *ctx, const int *tokens, int T, int pos, float *out);

@@ -116,7 +116,8 @@ static const OptionSpec OPTION_SPECS[] = {
     {"val-every", OPT_INT, OPT_FIELD(val_every), "10", 0, INT_MAX, NULL,
      "validation loss every N steps (and at the end); 0 = never"},
     {"val-batches", OPT_INT, OPT_FIELD(val_batches), "20", 1, INT_MAX, NULL,
-     "at most this many micro-batches per validation pass"},
+     "a validation pass is the first N x --batch-size windows of --val-data (or all it holds), split over the data "
+     "ranks: the same tokens on any number of GPUs"},
     {"sample-every", OPT_INT, OPT_FIELD(sample_every), "30", 0, INT_MAX, NULL,
      "print a text sample every N steps; 0 = never"},
     {"sample-tokens", OPT_INT, OPT_FIELD(sample_tokens), "64", 1, 65536, NULL, "tokens per text sample"},

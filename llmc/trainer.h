@@ -284,8 +284,8 @@ static inline void trainer_open_data(Trainer *tr) {
                     windows_per_step, (uint64_t)o->seed, 1, tr->config.vocab_size);
     tr->has_val = o->val_every > 0 && o->val_data[0] != '\0';
     if (tr->has_val) {
-        dataloader_init(&tr->val, o->val_data, o->batch_size, o->seq_len, data_rank, tr->data_ranks,
-                        (long long)o->batch_size * tr->data_ranks, (uint64_t)o->seed, 0, tr->config.vocab_size);
+        dataloader_open(&tr->val, o->val_data, o->batch_size, o->seq_len, data_rank, tr->data_ranks,
+                        tr->config.vocab_size);
     }
     tr->has_tok = o->sample_every > 0;
     if (tr->has_tok) {
@@ -451,19 +451,20 @@ static inline StepStats trainer_step(Trainer *tr, int step) {
     return s;
 }
 
-// Mean loss over at most --val-batches micro-batches of the validation set, always from its start.
+// Mean loss per token over the validation pass: the first --val-batches x --batch-size windows of the validation
+// set (or all it holds), split over the data ranks (dataloader.h: the same tokens for every layout).
 static inline float trainer_validate(Trainer *tr) {
     const Options *o = &tr->o;
-    dataloader_reset(&tr->val);
-    long long available = dataloader_num_windows(&tr->val) / ((long long)o->batch_size * tr->data_ranks);
-    int batches = available < o->val_batches ? (int)available : o->val_batches;
+    int B = o->batch_size, T = o->seq_len;
+    long long windows = val_pass_windows(dataloader_num_windows(&tr->val), o->val_batches, B);
+    long long batches = val_micro_batches(windows, B, tr->data_ranks);
     double sum = 0.0;
-    for (int i = 0; i < batches; i++) {
-        dataloader_next(&tr->val, tr->inputs, tr->targets);
-        sum += tr->ops.eval_loss(tr->ops.ctx, tr->inputs, tr->targets, o->batch_size, o->seq_len);
+    for (long long i = 0; i < batches; i++) {
+        int rows = dataloader_val_batch(&tr->val, windows, i, tr->inputs, tr->targets);
+        sum += tr->ops.eval_loss(tr->ops.ctx, tr->inputs, tr->targets, B, T, rows);
     }
     trainer_sum_over_data_ranks(tr, &sum);
-    return (float)(sum / ((double)batches * tr->data_ranks));
+    return (float)(sum / ((double)windows * T));
 }
 
 // Draws from softmax(logits[0..V)) with the uniform number u, by inverting the cumulative distribution.

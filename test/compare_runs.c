@@ -8,12 +8,13 @@
  * --checkpoint-every dividing STEPS). Prints "PASS name" / "FAIL name: why" lines (test/test_util.h), one line of
  * figures per weight tensor, then a summary line
  *   parity RUN_DIR: loss L (step s) | norm N (step s) | weights W (tensor) | beyond tol K | PASS|FAIL
- * and exits non-zero on any failure.
+ * (with "| val V (step s)" before the verdict where the reference validated) and exits non-zero on any failure.
  *
  * What is compared, and why so:
  * - Settings: the state files' settings that define the training run (model shape, tokens per step, seed,
  *   precision, schedule, AdamW) must be equal; the micro-batch may differ (layouts split the batch differently).
- * - Loss: the "s:N trl:X" line of every step, |run - ref| / |ref| <= LOSS_TOL.
+ * - Loss: the "s:N trl:X" line of every step, |run - ref| / |ref| <= LOSS_TOL. Validation loss, where the
+ *   reference validated ("s:N tel:X"): the run must have validated at the same steps, each within LOSS_TOL too.
  * - Gradient norm: the "norm X" of every step's console line, |run - ref| <= NORM_TOL |ref| + NORM_PRINT_UNIT.
  *   AdamW's step does not depend on the gradient's scale, so a reduction that sums twice (or over the wrong
  *   group of ranks, or with a wrong 1/N) leaves the weights nearly as they should be: the norm shows it.
@@ -57,8 +58,9 @@ static const char *const SCHEDULE_KEYS[] = {"lr", "lr-schedule", "warmup-steps",
 #define NUM_SCHEDULE_KEYS ((int)(sizeof(SCHEDULE_KEYS) / sizeof(SCHEDULE_KEYS[0])))
 
 typedef struct {
-    double *loss, *norm; // [1..steps]; NaN where the log has no such line
-    int have_loss, have_norm;
+    double *loss, *norm, *val; // [1..steps]; NaN where the log has no such line
+    unsigned char *validated;  // [1..steps]: the log has a validation of that step
+    int have_loss, have_norm, have_val;
 } RunLog;
 
 // The train loss and the gradient norm of steps 1..steps from dir's log; a resumed log repeats steps, and the
@@ -67,8 +69,10 @@ static RunLog read_log(const char *dir, int steps) {
     RunLog r;
     r.loss = (double *)malloc_check((size_t)(steps + 1) * sizeof(double), "losses");
     r.norm = (double *)malloc_check((size_t)(steps + 1) * sizeof(double), "norms");
-    for (int s = 0; s <= steps; s++) { r.loss[s] = r.norm[s] = NAN; }
-    r.have_loss = r.have_norm = 0;
+    r.val = (double *)malloc_check((size_t)(steps + 1) * sizeof(double), "validation losses");
+    r.validated = (unsigned char *)calloc_check((size_t)steps + 1, 1, "validated steps");
+    for (int s = 0; s <= steps; s++) { r.loss[s] = r.norm[s] = r.val[s] = NAN; }
+    r.have_loss = r.have_norm = r.have_val = 0;
     char path[CKPT_PATH_LEN];
     snprintf(path, sizeof(path), "%s/%s", dir, LOG_FILE_NAME);
     FILE *f = fopen(path, "r");
@@ -80,6 +84,10 @@ static RunLog read_log(const char *dir, int steps) {
         if (sscanf(line, "s:%d trl:%lf", &s, &loss) == 2 && s >= 1 && s <= steps) {
             r.have_loss += isnan(r.loss[s]);
             r.loss[s] = loss;
+        } else if (sscanf(line, "s:%d tel:%lf", &s, &loss) == 2 && s >= 1 && s <= steps) {
+            r.have_val += !r.validated[s];
+            r.validated[s] = 1;
+            r.val[s] = loss;
         } else if (sscanf(line, "step %d/%*d | loss %lf | lr %lf | norm %lf", &s, &loss, &lr, &norm) == 4 && s >= 1 &&
                    s <= steps) {
             r.have_norm += isnan(r.norm[s]);
@@ -155,13 +163,16 @@ static double tol_arg(const char *what, const char *text) {
     return v;
 }
 
-// Step-by-step comparison of one logged series; returns the worst relative error and its step.
-static double compare_series(const char *what, const double *ref, const double *run, int steps, double tol,
-                             double abs_allow, int *worst_step) {
+// Step-by-step comparison of one logged series, at the steps `at` marks (NULL: every step; at least one); returns the
+// worst relative error and its step.
+static double compare_series(const char *what, const double *ref, const double *run, const unsigned char *at,
+                             int steps, double tol, double abs_allow, int *worst_step) {
     double worst = 0, worst_excess = 0;
-    *worst_step = 1;
+    *worst_step = 0;
     int excess_step = 0;
     for (int s = 1; s <= steps; s++) {
+        if (at && !at[s]) { continue; }
+        if (*worst_step == 0) { *worst_step = s; }
         double scale = fabs(ref[s]) > 0 ? fabs(ref[s]) : 1.0, d = fabs(run[s] - ref[s]);
         if (!(d / scale <= worst)) {
             worst = d / scale;
@@ -224,9 +235,22 @@ int main(int argc, char **argv) {
     double worst_loss = NAN, worst_norm = NAN;
     int loss_step = 0, norm_step = 0;
     if (logged) {
-        worst_loss = compare_series("loss at every step", ref.loss, run.loss, steps, loss_tol, 0.0, &loss_step);
-        worst_norm = compare_series("gradient norm at every step", ref.norm, run.norm, steps, norm_tol,
+        worst_loss = compare_series("loss at every step", ref.loss, run.loss, NULL, steps, loss_tol, 0.0, &loss_step);
+        worst_norm = compare_series("gradient norm at every step", ref.norm, run.norm, NULL, steps, norm_tol,
                                     NORM_PRINT_UNIT, &norm_step);
+    }
+    double worst_val = NAN;
+    int val_step = 0;
+    if (logged && ref.have_val > 0) { // runs of the same settings that validated: the same steps, the same tokens
+        int first_other = 0;
+        for (int s = steps; s >= 1; s--) { first_other = ref.validated[s] != run.validated[s] ? s : first_other; }
+        check(first_other == 0, "the same validations", "at step %d, %s %s and %s %s; validate both with the same "
+              "--val-every", first_other, ref_dir, first_other && ref.validated[first_other] ? "validated" : "did not",
+              run_dir, first_other && run.validated[first_other] ? "validated" : "did not");
+        if (first_other == 0) {
+            worst_val = compare_series("validation loss", ref.val, run.val, ref.validated, steps, loss_tol, 0.0,
+                                       &val_step);
+        }
     }
 
     // 3. the final weights
@@ -286,14 +310,19 @@ int main(int argc, char **argv) {
             }
         }
     }
-    printf("parity %s: loss %.2e (step %d) | norm %.2e (step %d) | weights %.2e (%s) | beyond tol %zu | %s\n", run_dir,
-           worst_loss, loss_step, worst_norm, norm_step, worst_weight, PARAM_NAMES[worst_tensor], total_beyond,
-           g_test_failures ? "FAIL" : "PASS");
+    char val[64] = "";
+    if (ref.have_val > 0) { snprintf(val, sizeof(val), " | val %.2e (step %d)", worst_val, val_step); }
+    printf("parity %s: loss %.2e (step %d) | norm %.2e (step %d) | weights %.2e (%s) | beyond tol %zu%s | %s\n",
+           run_dir, worst_loss, loss_step, worst_norm, norm_step, worst_weight, PARAM_NAMES[worst_tensor], total_beyond,
+           val, g_test_failures ? "FAIL" : "PASS");
     free(a);
     free(b);
-    free(ref.loss);
-    free(ref.norm);
-    free(run.loss);
-    free(run.norm);
+    RunLog *logs[] = {&ref, &run};
+    for (int i = 0; i < 2; i++) {
+        free(logs[i]->loss);
+        free(logs[i]->norm);
+        free(logs[i]->val);
+        free(logs[i]->validated);
+    }
     return test_exit();
 }

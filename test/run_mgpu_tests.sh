@@ -40,6 +40,10 @@
 #      GTP in fp8 gathers the FP8 codes that each rank's update wrote with the scale all ranks share, the codes one
 #      GPU would write from the same masters: against one GPU it changes what DP changes (its ranks read different
 #      tokens, so the gradient sums are reordered), and its layouts are held to the same tolerances.
+#    Validation (fp32, the val_ rows): DP=2 and GTP=2 must report the one-GPU run's validation loss (a pass is the same
+#    tokens on every layout: llmc/dataloader.h, val_rows), with a --val-batches that leaves one rank a micro-batch of
+#    padding only. Every run starts from the one-GPU fp32 run's final model with --lr 0 (AdamW's step is lr x (...) = 0
+#    exactly), so all hold the same weights bit for bit; see VAL_LOSS_TOL_FP32.
 # 2. resume (bf16, under mpirun): TP=2, TP=2+SP, DP=2+ZeRO-1, GTP=2 and (4 GPUs) DP=2 x GTP=2+ZeRO-1 runs
 #    checkpointed at step 10 and resumed must end with the same step-20 model file, byte for byte, as the same run
 #    straight through; across layouts (fp32): a GTP=2 checkpoint resumed on one GPU and the other way round end
@@ -62,6 +66,15 @@ STEPS=20
 LOSS_TOL_FP32=1e-5; NORM_TOL_FP32=1e-5; WEIGHT_TOL_FP32=1e-5; STRAY_FP32=5e-2
 LOSS_TOL_BF16=1e-3; NORM_TOL_BF16=1e-2; WEIGHT_TOL_BF16=1e-2; STRAY_BF16=5e-2
 LOSS_TOL_FP8=2e-3; NORM_TOL_FP8=2e-2; WEIGHT_TOL_FP8=5e-2; STRAY_FP8=1.5e-1
+# The val_ rows' loss tolerance (training and validation losses; the norm and weights keep fp32's): with the same
+# weights, micro-batches of the same shape and the one-GPU run's GEMM choices (run_layout), each token's loss is the
+# same float on every layout, and only the order in which the micro-batches' sums are added (in double over the
+# ranks) and the log's 6 decimals (~1.5e-7 relative at a loss near 7) remain: 1e-6. Another set of tokens is far
+# off: --val-batches counted per rank, DP=2 validated 24 windows where one GPU took 12, which on this model after
+# the parity run's 20 steps gives 8.292750 against 8.340819 (5.8e-3; the CPU build).
+VAL_LOSS_TOL_FP32=1e-6
+VAL_BATCHES=3 # x --batch-size 4 = 12 windows: 2 ranks take 4 each, then rank 0 the last 4 while rank 1 pads
+VAL_LAYOUTS=("dp2|2|--zero 0" "gtp2|2|--gtp 2")
 FAULT_LIMIT_S=60
 STUCK_TIMEOUT_S=10   # TRAIN_GPT_NCCL_TIMEOUT of the fault runs: a peer waits this long for a stopped rank
 RUN_TIMEOUT_S=600
@@ -100,7 +113,7 @@ part() { case " $MGPU_PARTS " in *" $1 "*) return 0 ;; esac; skip "$1: not in MG
 pass() { echo "PASS $1"; passed=$((passed + 1)); }
 fail_check() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
 skip() { echo "SKIP $1"; skipped=$((skipped + 1)); }
-row() { table+=("$(printf '%-16s %-5s %10s %10s %10s %10s  %s' "$@")"); }
+row() { table+=("$(printf '%-16s %-5s %10s %10s %10s %10s %10s  %s' "$@")"); }
 
 # launch_env NAME NP PORT ARGS...: NP ranks with torchrun-style variables in the background; pids in PIDS.
 launch_env() {
@@ -137,22 +150,24 @@ compare() {
         bf16) p=("$LOSS_TOL_BF16" "$NORM_TOL_BF16" "$WEIGHT_TOL_BF16" "$STRAY_BF16") ;;
         fp8) p=("$LOSS_TOL_FP8" "$NORM_TOL_FP8" "$WEIGHT_TOL_FP8" "$STRAY_FP8") ;;
     esac
+    case $name in val_*) p[0]=$VAL_LOSS_TOL_FP32 ;; esac
     out=$(test/bin/compare_runs "$ref" "$LOG_DIR/$name" "$STEPS" "${p[@]}" 2>&1); rc=$?
     passed=$((passed + $(grep -c '^PASS ' <<<"$out"))); failed=$((failed + $(grep -c '^FAIL ' <<<"$out")))
     grep -v '^PASS ' <<<"$out"
     if [ "$rc" -ne 0 ] && ! grep -q '^FAIL ' <<<"$out"; then
         fail_check "$name" "compare_runs exited $rc without naming a failed check"
     fi
-    # "parity DIR: loss L (step s) | norm N (step s) | weights W (tensor) | beyond tol K | PASS"
-    local line loss norm weights beyond verdict
+    # "parity DIR: loss L (step s) | norm N (step s) | weights W (tensor) | beyond tol K [| val V (step s)] | PASS"
+    local line loss norm weights beyond val verdict
     line=$(grep '^parity ' <<<"$out" | sed 's/^parity [^:]*: //')
     loss=$(sed -n 's/^loss \([^ ]*\).*/\1/p' <<<"$line")
     norm=$(sed -n 's/.*| norm \([^ ]*\).*/\1/p' <<<"$line")
     weights=$(sed -n 's/.*| weights \([^ ]*\).*/\1/p' <<<"$line")
     beyond=$(sed -n 's/.*| beyond tol \([0-9]*\).*/\1/p' <<<"$line")
+    val=$(sed -n 's/.*| val \([^ ]*\).*/\1/p' <<<"$line")
     verdict=PASS
     [ "$rc" -eq 0 ] || verdict=FAIL
-    row "${name%_"$prec"}" "$prec" "${loss:--}" "${norm:--}" "${weights:--}" "${beyond:--}" "$verdict"
+    row "${name%_"$prec"}" "$prec" "${loss:--}" "${norm:--}" "${weights:--}" "${beyond:--}" "${val:--}" "$verdict"
 }
 
 # run_layout NAME NP PREC REF_DIR LAUNCH OPTIONS...: one layout run (LAUNCH: mpi or tcp), then its comparison.
@@ -167,7 +182,7 @@ run_layout() {
     mkdir -p "$LOG_DIR/$name"
     if ! cp "$ref/$GEMM_ALGOS" "$LOG_DIR/$name/"; then
         fail_check "$name" "the one-GPU run wrote no $ref/$GEMM_ALGOS to share; see $ref.out"
-        row "${name%_"$prec"}" "$prec" - - - - FAILED; return
+        row "${name%_"$prec"}" "$prec" - - - - - FAILED; return
     fi
     local args=("${COMMON[@]}" --precision "$prec" --out-dir "$LOG_DIR/$name" "$@")
     if [ "$launch" = mpi ]; then
@@ -181,7 +196,7 @@ run_layout() {
     fi
     if [ "$rc" -ne 0 ]; then
         fail_check "$name" "exited $rc (see $LOG_DIR/$name.*)"
-        row "${name%_"$prec"}" "$prec" - - - - FAILED; return
+        row "${name%_"$prec"}" "$prec" - - - - - FAILED; return
     fi
     echo "== $name ($launch) against the one-GPU run"
     compare "$name" "$prec" "$ref"
@@ -197,7 +212,7 @@ if part parity; then
         if ! timeout "$RUN_TIMEOUT_S" ./train_gpt "${COMMON[@]}" --precision "$prec" --out-dir "$ref" > "$ref.out" \
             2>&1; then
             fail_check "single_$prec" "the one-GPU run failed (see $ref.out)"
-            row "single" "$prec" - - - - FAILED; continue
+            row "single" "$prec" - - - - - FAILED; continue
         fi
         for entry in "${LAYOUTS[@]}"; do
             IFS='|' read -r name np opt_text precs <<<"$entry"
@@ -205,7 +220,7 @@ if part parity; then
             if [ -n "$precs" ] && ! grep -qw "$prec" <<<"$precs"; then continue; fi
             if [ "$np" -gt "$NGPU" ]; then
                 skip "$name $prec: needs $np GPUs, this machine has $NGPU"
-                row "$name" "$prec" - - - - "SKIP ($np GPUs)"; continue
+                row "$name" "$prec" - - - - - "SKIP ($np GPUs)"; continue
             fi
             run_layout "${name}_$prec" "$np" "$prec" "$ref" "$LAUNCH" "${opts[@]}"
             for tcp in "${TCP_LAYOUTS[@]}"; do
@@ -213,6 +228,26 @@ if part parity; then
             done
         done
     done
+
+    # validation on every layout, from the one-GPU fp32 run's final weights (see the header and VAL_LOSS_TOL_FP32)
+    model="$LOG_DIR/single_fp32/$(printf 'model_%08d.bin' "$STEPS")"
+    VAL_RUN=(--init-from "$model" --lr 0 --val-every "$STEPS" --val-batches "$VAL_BATCHES")
+    ref="$LOG_DIR/val_single_fp32"
+    if [ ! -f "$model" ]; then
+        skip "val: needs the one-GPU fp32 run's model $model"
+    elif ! timeout "$RUN_TIMEOUT_S" ./train_gpt "${COMMON[@]}" --precision fp32 "${VAL_RUN[@]}" --out-dir "$ref" \
+        > "$ref.out" 2>&1; then
+        fail_check val_single_fp32 "the one-GPU validation run failed (see $ref.out)"
+    else
+        for entry in "${VAL_LAYOUTS[@]}"; do
+            IFS='|' read -r name np opt_text <<<"$entry"
+            read -r -a opts <<<"$opt_text"
+            if [ "$np" -gt "$NGPU" ]; then
+                skip "val_$name: needs $np GPUs, this machine has $NGPU"; continue
+            fi
+            run_layout "val_${name}_fp32" "$np" fp32 "$ref" "$LAUNCH" "${VAL_RUN[@]}" "${opts[@]}"
+        done
+    fi
 fi
 
 # --- 2. resume on parallel layouts, and the update in backward ------------------------------------------------
@@ -432,8 +467,9 @@ fi
 
 echo
 echo "parity against one GPU (loss, norm: worst relative error of a step; weights: worst strict part of a tensor;"
-echo "beyond tol: elements of all tensors past the weight tolerance, within the allowed stray fraction)"
-printf '%-16s %-5s %10s %10s %10s %10s  %s\n' layout prec loss norm weights "beyond tol" result
+echo "beyond tol: elements of all tensors past the weight tolerance, within the allowed stray fraction; val: worst"
+echo "relative error of a validation loss, in the val_ rows)"
+printf '%-16s %-5s %10s %10s %10s %10s %10s  %s\n' layout prec loss norm weights "beyond tol" val result
 printf '%s\n' "${table[@]}"
 echo
 echo "$passed passed, $failed failed, $skipped skipped (logs in $LOG_DIR)"

@@ -4,7 +4,8 @@
  * and checks its verdict: it must PASS on rounding-level differences, on noise in the key biases up to the
  * sign-flip bound and on as many stray elements as it allows, and FAIL, naming the right check and no other, on a
  * tensor that is off everywhere (a doubled update), one stray too many, an element beyond the bound, a q-bias
- * treated like a key bias, a loss or norm mismatch, a missing step, different settings, and a NaN.
+ * treated like a key bias, a loss or norm mismatch, a missing step, a validation loss mismatch, a missing validation,
+ * different settings, and a NaN.
  * Needs test/bin/compare_runs (make test builds it); run from the repository root (test/run_tests.sh does).
  */
 #include <sys/stat.h>
@@ -26,6 +27,8 @@
 #define LOSS_START 10.0     // the synthetic loss curve: LOSS_START - LOSS_SLOPE * step
 #define LOSS_SLOPE 0.1
 #define NORM_START 2.0
+#define VAL_EVERY 5 // the synthetic runs validate at steps 5, 10, 15, 20
+#define VAL_START 10.5
 #define SEED 1234
 enum { STREAM_INIT, STREAM_UPDATE, STREAM_NOISE }; // rng streams of the synthetic weights
 
@@ -37,8 +40,9 @@ static float g_flip_bound;
 
 typedef struct {
     float *params;
-    double loss[STEPS + 1], norm[STEPS + 1];
+    double loss[STEPS + 1], norm[STEPS + 1], val[STEPS + 1];
     int logged_steps; // steps 1..logged_steps appear in the log
+    int val_skipped;  // a step whose validation the log lacks (0: none)
     float lr;         // --lr of the settings
 } Run;
 
@@ -70,6 +74,10 @@ static void write_run(const char *name, const Run *r) {
         fprintf(f, "s:%d trl:%f\n", s, r->loss[s]);
         fprintf(f, "step %d/%d | loss %.6f | lr %.3e | norm %.4f | 1.0 ms | 1 tok/s\n", s, STEPS, r->loss[s],
                 lr_at_step(&o, s - 1), r->norm[s]);
+        if (s % VAL_EVERY == 0 && s != r->val_skipped) {
+            fprintf(f, "s:%d tel:%f\n", s, r->val[s]);
+            fprintf(f, "step %d/%d | val loss %.6f\n", s, STEPS, r->val[s]);
+        }
     }
     fclose(f);
     ResumeKeys keys = resume_keys_make(&o, &CFG, (long long)o.batch_size * o.seq_len);
@@ -142,6 +150,7 @@ int main(void) {
     for (int s = 1; s <= STEPS; s++) {
         ref.loss[s] = LOSS_START - LOSS_SLOPE * s;
         ref.norm[s] = NORM_START / s;
+        ref.val[s] = VAL_START - LOSS_SLOPE * s;
     }
     write_run("ref", &ref);
     float *key0 = tensor(&ref, P_QKVB) + C; // layer 0's key biases in the reference
@@ -211,13 +220,25 @@ int main(void) {
     write_run("missing_step", &missing);
     expect("missing_step", "every step logged");
 
-    // 10. another learning rate: not the same training run
+    // 10. the validation loss of one validation off by 1e-4 relative (another set of tokens)
+    Run val = run_copy(&noisy);
+    val.val[2 * VAL_EVERY] *= 1.0 + 1e-4;
+    write_run("val_mismatch", &val);
+    expect("val_mismatch", "validation loss");
+
+    // 11. a validation missing from the log
+    Run no_val = run_copy(&noisy);
+    no_val.val_skipped = 3 * VAL_EVERY;
+    write_run("val_missing", &no_val);
+    expect("val_missing", "the same validations");
+
+    // 12. another learning rate: not the same training run
     Run other = run_copy(&noisy);
     other.lr = 2e-3f;
     write_run("other_lr", &other);
     expect("other_lr", "same training settings");
 
-    // 11. a NaN weight
+    // 13. a NaN weight
     Run nan = run_copy(&noisy);
     tensor(&nan, P_WPE)[0] = NAN;
     write_run("nan_weight", &nan);
@@ -226,7 +247,8 @@ int main(void) {
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_tmp);
     if (system(cmd) != 0) { printf("note: could not remove %s\n", g_tmp); }
-    Run *runs[] = {&ref, &noisy, &twice, &strays, &far, &key, &query, &loss, &norm, &missing, &other, &nan};
+    Run *runs[] = {&ref, &noisy, &twice, &strays, &far, &key, &query, &loss, &norm, &missing, &val, &no_val, &other,
+                   &nan};
     for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) { free(runs[i]->params); }
     return test_exit();
 }

@@ -1,6 +1,9 @@
 /*
  * test_dataloader.c: the shard format and the data loader's contract (dev/DESIGN.md, "Semantics").
  *
+ * Both formats: the same tokens as GPT-2's uint16 shards and as Llama 3's uint32 ones must read the same. The
+ * validation pass: for D = 1..4 data ranks, the windows the ranks evaluate (and count) are exactly one rank's.
+ *
  * Shards are written to a temporary folder with tokens that name their own position (the token at global
  * position p is p), so every window the loader returns can be traced back to the window it should be.
  * Corrupt shards are fed to dataloader_init in a child process whose stderr is captured: the child must exit
@@ -31,16 +34,23 @@ static char g_glob[256];
  */
 static void path_in(char *out, size_t cap, const char *name) { snprintf(out, cap, "%s/%s", g_dir, name); }
 
-static void write_good_shards(void) {
+// The good shards in `folder`, of GPT-2's format or Llama 3's: the same tokens either way.
+static void write_good_shards(const char *folder, ShardFormatId format) {
     int pos = 0;
     for (int k = 0; k < NUM_SHARDS; k++) {
         uint16_t *t = (uint16_t *)malloc_check((size_t)SHARD_LEN[k] * sizeof(uint16_t), "test tokens");
-        for (int i = 0; i < SHARD_LEN[k]; i++) { t[i] = (uint16_t)(pos++); }
+        uint32_t *wide = (uint32_t *)malloc_check((size_t)SHARD_LEN[k] * sizeof(uint32_t), "test tokens");
+        for (int i = 0; i < SHARD_LEN[k]; i++) { wide[i] = t[i] = (uint16_t)(pos++); }
         char path[512], name[64];
-        snprintf(name, sizeof(name), "good/d_%06d.bin", k);
+        snprintf(name, sizeof(name), "%s/d_%06d.bin", folder, k);
         path_in(path, sizeof(path), name);
-        shard_write(path, t, (size_t)SHARD_LEN[k]);
+        if (format == SHARD_GPT2) {
+            shard_write(path, t, (size_t)SHARD_LEN[k]);
+        } else {
+            shard_write_llama3(path, wide, (size_t)SHARD_LEN[k]);
+        }
         free(t);
+        free(wide);
     }
 }
 
@@ -105,44 +115,60 @@ static void expect_rejected(const char *name, const char *glob, const char *file
     free(after);
 }
 
-static void write_raw(const char *name, const int32_t *header, int header_ints, const uint16_t *tokens, int n,
-                      char *path, size_t cap) {
+// A file bad/name of header_ints ints of header, then n ids of id_bytes each.
+static void write_raw(const char *name, const int32_t *header, int header_ints, const void *ids, size_t id_bytes,
+                      int n, char *path, size_t cap) {
     char rel[128];
     snprintf(rel, sizeof(rel), "bad/%s", name);
     path_in(path, cap, rel);
     FILE *f = fopen_check(path, "wb");
     if (header_ints) { fwrite_check(header, sizeof(int32_t), (size_t)header_ints, f, path); }
-    if (n) { fwrite_check(tokens, sizeof(uint16_t), (size_t)n, f, path); }
+    if (n) { fwrite_check(ids, id_bytes, (size_t)n, f, path); }
     fclose(f);
 }
 
 /* ---------------------------------------------------------------------------------------------------------
  * Tests
  */
-static void test_shard_round_trip(void) {
-    uint16_t t[100];
-    for (int i = 0; i < 100; i++) { t[i] = (uint16_t)(50256 - i); }
+// Writes ids[0..100) (id_bytes each) in `format` and checks the file byte for byte against llm.c's layout: header
+// [magic, version, 100, 0...], then the ids.
+static void check_round_trip(const char *name, ShardFormatId format, const void *ids, size_t id_bytes,
+                             int32_t magic, int32_t version) {
     char path[512];
-    path_in(path, sizeof(path), "roundtrip.bin");
-    shard_write(path, t, 100);
+    path_in(path, sizeof(path), name);
+    shard_write_format(path, format, ids, 100);
     size_t n;
     unsigned char *b = read_file(path, &n);
     int32_t h[3];
     memcpy(h, b, sizeof(h));
     int zeros = 1;
     for (size_t i = 12; i < (size_t)SHARD_HEADER_BYTES; i++) { zeros &= b[i] == 0; }
-    check(n == 1024 + 200 && h[0] == 20240520 && h[1] == 1 && h[2] == 100 && zeros &&
-              memcmp(b + 1024, t, sizeof(t)) == 0 && shard_check_header(path, b, (long long)n) == 100,
-          "shard_round_trip", "size %zu, header %d %d %d", n, h[0], h[1], h[2]);
-    char tmp[600];
+    ShardFormatId read_as = SHARD_NUM_FORMATS;
+    check(n == 1024 + 100 * id_bytes && h[0] == magic && h[1] == version && h[2] == 100 && zeros &&
+              memcmp(b + 1024, ids, 100 * id_bytes) == 0 &&
+              shard_check_header(path, b, (long long)n, &read_as) == 100 && read_as == format,
+          name, "size %zu, header %d %d %d, read as format %d", n, h[0], h[1], h[2], (int)read_as);
+    char tmp[600], what[128];
     snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
-    check(!file_exists(tmp), "shard_write_leaves_no_temp_file", "'%s' exists", tmp);
+    snprintf(what, sizeof(what), "%s_leaves_no_temp_file", name);
+    check(!file_exists(tmp), what, "'%s' exists", tmp);
     free(b);
+}
+
+static void test_shard_round_trip(void) {
+    uint16_t t[100];
+    uint32_t w[100];
+    for (int i = 0; i < 100; i++) {
+        t[i] = (uint16_t)(50256 - i);
+        w[i] = 128255u - (uint32_t)i * 70000u % 128256u; // ids past uint16 (Llama 3's vocabulary: 128256)
+    }
+    check_round_trip("shard_round_trip_gpt2", SHARD_GPT2, t, sizeof(uint16_t), 20240520, 1);
+    check_round_trip("shard_round_trip_llama3", SHARD_LLAMA3, w, sizeof(uint32_t), 20240801, 7);
 }
 
 static void test_rejects_corrupt_shards(void) {
     char path[PATH_CAP], glob[PATH_CAP];
-    int32_t h[SHARD_HEADER_INTS] = {SHARD_MAGIC, SHARD_VERSION, 40};
+    int32_t h[SHARD_HEADER_INTS] = {SHARD_GPT2_MAGIC, SHARD_GPT2_VERSION, 40};
     uint16_t tok[40];
     for (int i = 0; i < 40; i++) { tok[i] = (uint16_t)i; }
     char dir[512];
@@ -152,39 +178,39 @@ static void test_rejects_corrupt_shards(void) {
     snprintf(glob, sizeof(glob), "%s/nothing_*.bin", dir);
     expect_rejected("reject_glob_matches_nothing", glob, NULL, "no shard matches", 1, 1, 1);
 
-    write_raw("empty.bin", h, 0, tok, 0, path, sizeof(path));
+    write_raw("empty.bin", h, 0, tok, sizeof(uint16_t), 0, path, sizeof(path));
     expect_rejected("reject_empty_file", path, path, "is empty", 1, 1, 1);
     remove(path);
 
-    write_raw("short.bin", h, 10, tok, 0, path, sizeof(path));
+    write_raw("short.bin", h, 10, tok, sizeof(uint16_t), 0, path, sizeof(path));
     expect_rejected("reject_shorter_than_header", path, path, "shorter than the 1024-byte header", 1, 1, 1);
     remove(path);
 
     int32_t bad[SHARD_HEADER_INTS];
     memcpy(bad, h, sizeof(bad));
-    bad[0] = 20240801;
-    write_raw("magic.bin", bad, SHARD_HEADER_INTS, tok, 40, path, sizeof(path));
-    expect_rejected("reject_wrong_magic", path, path, "not a token shard (magic 20240801", 1, 1, 1);
+    bad[0] = 20240802;
+    write_raw("magic.bin", bad, SHARD_HEADER_INTS, tok, sizeof(uint16_t), 40, path, sizeof(path));
+    expect_rejected("reject_wrong_magic", path, path, "not a token shard (magic 20240802", 1, 1, 1);
     remove(path);
 
     memcpy(bad, h, sizeof(bad));
     bad[1] = 2;
-    write_raw("version.bin", bad, SHARD_HEADER_INTS, tok, 40, path, sizeof(path));
+    write_raw("version.bin", bad, SHARD_HEADER_INTS, tok, sizeof(uint16_t), 40, path, sizeof(path));
     expect_rejected("reject_wrong_version", path, path, "version 2", 1, 1, 1);
     remove(path);
 
-    write_raw("truncated.bin", h, SHARD_HEADER_INTS, tok, 39, path, sizeof(path));
+    write_raw("truncated.bin", h, SHARD_HEADER_INTS, tok, sizeof(uint16_t), 39, path, sizeof(path));
     expect_rejected("reject_size_mismatch", path, path, "header says 40 tokens", 1, 1, 1);
     remove(path);
 
     memcpy(bad, h, sizeof(bad));
     bad[2] = 0;
-    write_raw("zero.bin", bad, SHARD_HEADER_INTS, tok, 0, path, sizeof(path));
+    write_raw("zero.bin", bad, SHARD_HEADER_INTS, tok, sizeof(uint16_t), 0, path, sizeof(path));
     expect_rejected("reject_zero_tokens", path, path, "holds no tokens", 1, 1, 1);
     remove(path);
 
     tok[37] = GPT2_VOCAB_SIZE;
-    write_raw("vocab.bin", h, SHARD_HEADER_INTS, tok, 40, path, sizeof(path));
+    write_raw("vocab.bin", h, SHARD_HEADER_INTS, tok, sizeof(uint16_t), 40, path, sizeof(path));
     expect_rejected("reject_token_outside_vocab", path, path, "token 37 is 50257", 1, 1, 1);
     // the bad shard is named even when good shards sort before it
     char good[PATH_CAP];
@@ -395,23 +421,177 @@ static void test_truncated_while_read(void) {
           c.err);
 }
 
-static void test_validation_order(void) {
-    Layout v; // D = 2, B = 4, S = B*D: rank r reads windows k*8 + r*4 + b, in order
-    v.D = 2;
-    v.B = 4;
-    v.A = 1;
-    for (int r = 0; r < 2; r++) { dataloader_init(&v.dl[r], g_glob, 4, T_LEN, r, 2, 8, SEED, 0, GPT2_VOCAB_SIZE); }
-    int ok = dataloader_num_windows(&v.dl[0]) == NUM_WINDOWS;
-    int starts[8];
-    for (int k = 0; k < NUM_WINDOWS / 8; k++) { // crosses both shard boundaries (windows 62 and 158)
-        ok &= layout_step(&v, starts);
-        for (int j = 0; j < 8; j++) { ok &= starts[j] == window_start(k * 8 + j); }
+// Llama 3's shards: the good shards' tokens as uint32 read exactly as GPT-2's; a glob of both formats, an id outside
+// the vocabulary (past uint16, past int32) and a file of the wrong length for its uint32 ids are refused.
+static void test_llama3_shards(void) {
+    char glob[PATH_CAP];
+    snprintf(glob, sizeof(glob), "%s/llama/d_*.bin", g_dir);
+    static int gpt2[STEPS][GLOBAL_WINDOWS], llama[STEPS][GLOBAL_WINDOWS];
+    int ok = 1;
+    Layout a, b;
+    layout_init(&a, 1, 8, 1);
+    for (int s = 0; s < STEPS; s++) { ok &= layout_step(&a, gpt2[s]); }
+    layout_free(&a);
+    b.D = 1;
+    b.B = 8;
+    b.A = GLOBAL_WINDOWS / 8;
+    dataloader_init(&b.dl[0], glob, 8, T_LEN, 0, 1, GLOBAL_WINDOWS, SEED, 1, GPT2_VOCAB_SIZE);
+    ok &= b.dl[0].format == SHARD_LLAMA3 && dataloader_num_windows(&b.dl[0]) == NUM_WINDOWS;
+    for (int s = 0; s < STEPS; s++) { ok &= layout_step(&b, llama[s]); }
+    layout_free(&b);
+    check(ok && memcmp(gpt2, llama, sizeof(gpt2)) == 0, "llama3_shards_read_as_gpt2_shards",
+          "the same tokens as uint32 give other windows (or not contiguous ones)");
+
+    char path[PATH_CAP], other[PATH_CAP], dir[512];
+    int32_t h[SHARD_HEADER_INTS] = {SHARD_LLAMA3_MAGIC, SHARD_LLAMA3_VERSION, 40};
+    uint32_t ids[40];
+    for (int i = 0; i < 40; i++) { ids[i] = (uint32_t)i; }
+    path_in(dir, sizeof(dir), "mixed");
+    mkdir(dir, 0755);
+    snprintf(other, sizeof(other), "%s/a_gpt2.bin", dir);
+    uint16_t narrow[40];
+    for (int i = 0; i < 40; i++) { narrow[i] = (uint16_t)i; }
+    shard_write(other, narrow, 40);
+    snprintf(path, sizeof(path), "%s/b_llama3.bin", dir);
+    shard_write_llama3(path, ids, 40);
+    snprintf(glob, sizeof(glob), "%s/*.bin", dir);
+    expect_rejected("reject_mixed_formats", glob, path, "every shard of a glob must be of one format", 1, 1, 1);
+
+    ids[37] = 128000; // a Llama 3 id: outside GPT-2's vocabulary
+    write_raw("llama_vocab.bin", h, SHARD_HEADER_INTS, ids, sizeof(uint32_t), 40, path, sizeof(path));
+    expect_rejected("reject_llama3_token_outside_vocab", path, path, "token 37 is 128000", 1, 1, 1);
+    ids[37] = 37;
+    ids[5] = 3000000000u; // negative as an int32: compared unsigned
+    write_raw("llama_huge.bin", h, SHARD_HEADER_INTS, ids, sizeof(uint32_t), 40, path, sizeof(path));
+    expect_rejected("reject_llama3_token_past_int32", path, path, "token 5 is 3000000000", 1, 1, 1);
+    ids[5] = 5;
+    write_raw("llama_cut.bin", h, SHARD_HEADER_INTS, ids, sizeof(uint32_t), 39, path, sizeof(path));
+    expect_rejected("reject_truncated_llama3_shard", path, path, "header says 40 tokens of 4 bytes", 1, 1, 1);
+    // 40 uint16 ids under a Llama 3 header: a file of GPT-2's length for its count
+    write_raw("llama_narrow.bin", h, SHARD_HEADER_INTS, narrow, sizeof(uint16_t), 40, path, sizeof(path));
+    expect_rejected("reject_llama3_header_on_uint16_ids", path, path, "header says 40 tokens of 4 bytes", 1, 1, 1);
+    h[1] = SHARD_GPT2_VERSION;
+    write_raw("llama_version.bin", h, SHARD_HEADER_INTS, ids, sizeof(uint32_t), 40, path, sizeof(path));
+    expect_rejected("reject_llama3_wrong_version", path, path, "Llama 3 (uint32 tokens) shards of version 7", 1, 1, 1);
+}
+
+// The data identity: a glob of GPT-2's shards has the identity it had before Llama 3's were read (names and sizes
+// only, so their checkpoints still resume), and a Llama 3 shard of the same name and size as a GPT-2 one (n uint32 ids
+// against 2n uint16 ones) is other data.
+static void test_identity(void) {
+    char dir[512], path[PATH_CAP], id_gpt2[DATA_IDENTITY_CHARS], id_llama[DATA_IDENTITY_CHARS];
+    Checksum c;
+    checksum_init(&c);
+    long long total = 0;
+    for (int k = 0; k < NUM_SHARDS; k++) { // the identity as it was: name with its NUL, size, per shard
+        char name[64];
+        snprintf(name, sizeof(name), "d_%06d.bin", k);
+        long long size = SHARD_HEADER_BYTES + 2LL * SHARD_LEN[k];
+        checksum_update(&c, name, strlen(name) + 1);
+        checksum_update(&c, &size, sizeof(size));
+        total += size;
     }
-    for (int r = 0; r < 2; r++) { dataloader_reset(&v.dl[r]); }
-    layout_step(&v, starts);
-    for (int j = 0; j < 8; j++) { ok &= starts[j] == window_start(j); }
-    check(ok, "validation_reads_in_order", "validation windows are not 0, 1, 2, ... split by rank, or reset fails");
-    layout_free(&v);
+    char want[DATA_IDENTITY_CHARS];
+    snprintf(want, sizeof(want), "%d shard(s), %lld bytes, names and sizes %016llx", NUM_SHARDS, total,
+             (unsigned long long)checksum_final(&c));
+    dataloader_identity(g_glob, id_gpt2, sizeof(id_gpt2));
+    check(strcmp(id_gpt2, want) == 0, "identity_of_gpt2_shards_unchanged", "'%s', was '%s'", id_gpt2, want);
+
+    path_in(dir, sizeof(dir), "same_size");
+    mkdir(dir, 0755);
+    snprintf(path, sizeof(path), "%s/s.bin", dir);
+    uint16_t narrow[80] = {0};
+    uint32_t wide[40] = {0};
+    shard_write(path, narrow, 80);
+    dataloader_identity(path, id_gpt2, sizeof(id_gpt2));
+    shard_write_llama3(path, wide, 40);
+    dataloader_identity(path, id_llama, sizeof(id_llama));
+    check(strcmp(id_gpt2, id_llama) != 0, "identity_tells_formats_apart", "both '%s'", id_gpt2);
+}
+
+// The split of a validation pass over D data ranks (val_rows): for every D, B and W, the ranks' counted rows hold the
+// windows [0, W) once each and nothing else, every rank runs val_micro_batches of them and the last one counts a row.
+static void test_val_split(void) {
+    int ok = 1, cases = 0;
+    static int seen[64];
+    for (int D = 1; D <= 4; D++) {
+        for (int B = 1; B <= 5; B++) {
+            for (long long W = 1; W <= 40; W++) {
+                long long passes = val_micro_batches(W, B, D);
+                int counted = 0, last_counts = 0;
+                memset(seen, 0, sizeof(seen));
+                for (int r = 0; r < D; r++) {
+                    for (long long i = 0; i < passes; i++) {
+                        int rows = val_rows(W, B, D, r, i);
+                        ok &= rows >= 0 && rows <= B;
+                        for (int b = 0; b < rows; b++) {
+                            long long w = (i * D + r) * B + b;
+                            ok &= w < W;
+                            if (w >= 0 && w < 64) { seen[w]++; }
+                        }
+                        counted += rows;
+                        if (i == passes - 1) { last_counts += rows; }
+                    }
+                }
+                for (long long w = 0; w < W; w++) { ok &= seen[w] == 1; }
+                ok &= counted == W && last_counts > 0;
+                cases++;
+            }
+        }
+    }
+    check(ok, "val_split_covers_each_window_once", "over %d cases (D 1..4, B 1..5, W 1..40)", cases);
+}
+
+// Validation reads through loaders of D = 1..4 ranks (B = 4): the counted rows are windows [0, W) in order, read
+// whole from the shards, the padding rows zeros; W = --val-batches x B, or all windows where the data holds fewer.
+static void test_validation_reads(void) {
+    static const int val_batches[] = {3, 5, 1000}; // W = 12, 20, 206 (all): with D = 3, 12 leaves ranks idle
+    int ok = 1;
+    static int in[4 * T_LEN], tg[4 * T_LEN];
+    for (int v = 0; v < 3; v++) {
+        for (int D = 1; D <= 4; D++) {
+            static int seen[NUM_WINDOWS];
+            memset(seen, 0, sizeof(seen));
+            long long W = 0, passes = 0;
+            for (int r = 0; r < D; r++) {
+                DataLoader dl;
+                dataloader_open(&dl, g_glob, 4, T_LEN, r, D, GPT2_VOCAB_SIZE);
+                W = val_pass_windows(dataloader_num_windows(&dl), val_batches[v], 4);
+                passes = val_micro_batches(W, 4, D);
+                for (long long i = 0; i < passes; i++) {
+                    int rows = dataloader_val_batch(&dl, W, i, in, tg);
+                    for (int b = 0; b < 4; b++) {
+                        const int *x = in + b * T_LEN, *y = tg + b * T_LEN;
+                        long long w = (i * D + r) * 4 + b;
+                        for (int t = 0; t < T_LEN; t++) {
+                            int want = b < rows ? window_start((int)w) + t : 0; // padding: token 0
+                            ok &= x[t] == want && y[t] == (b < rows ? want + 1 : 0);
+                        }
+                        if (b < rows) { seen[w]++; }
+                    }
+                }
+                dataloader_free(&dl);
+            }
+            ok &= W == (val_batches[v] * 4 < NUM_WINDOWS ? val_batches[v] * 4 : NUM_WINDOWS);
+            for (int w = 0; w < NUM_WINDOWS; w++) { ok &= seen[w] == (w < W); }
+        }
+    }
+    check(ok, "validation_reads_the_same_windows_on_1_to_4_ranks",
+          "a rank read another window, padding that is not zeros, or the ranks' windows are not [0, W) once each");
+
+    // a validation set smaller than one micro-batch of every rank is no error: the ranks without a window pad
+    DataLoader dl;
+    char path[PATH_CAP];
+    path_in(path, sizeof(path), "small_val.bin");
+    uint16_t t[2 * T_LEN + 1];
+    for (int i = 0; i < 2 * T_LEN + 1; i++) { t[i] = (uint16_t)i; }
+    shard_write(path, t, 2 * T_LEN + 1);
+    dataloader_open(&dl, path, 4, T_LEN, 3, 4, GPT2_VOCAB_SIZE);
+    long long W = val_pass_windows(dataloader_num_windows(&dl), 20, 4);
+    int rows = dataloader_val_batch(&dl, W, 0, in, tg);
+    check(W == 2 && val_micro_batches(W, 4, 4) == 1 && rows == 0, "validation_smaller_than_a_micro_batch",
+          "W %lld, rank 3 counted %d rows", W, rows);
+    dataloader_free(&dl);
 }
 
 int main(void) {
@@ -420,7 +600,10 @@ int main(void) {
     path_in(good, sizeof(good), "good");
     mkdir(good, 0755);
     snprintf(g_glob, sizeof(g_glob), "%s/good/d_*.bin", g_dir);
-    write_good_shards();
+    write_good_shards("good", SHARD_GPT2);
+    path_in(good, sizeof(good), "llama");
+    mkdir(good, 0755);
+    write_good_shards("llama", SHARD_LLAMA3);
 
     test_shard_round_trip();
     test_rejects_corrupt_shards();
@@ -428,7 +611,10 @@ int main(void) {
     test_state_resume();
     test_state_errors();
     test_truncated_while_read();
-    test_validation_order();
+    test_llama3_shards();
+    test_identity();
+    test_val_split();
+    test_validation_reads();
 
     char cmd[600];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_dir);

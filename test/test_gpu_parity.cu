@@ -167,7 +167,7 @@ int main(int argc, char **argv) {
 
     // 2. forward from the reference weights
     ops.set_params(ops.ctx, ref->params0);
-    float eval = ops.eval_loss(ops.ctx, ref->inputs, ref->targets, B, T);
+    float eval = (float)(ops.eval_loss(ops.ctx, ref->inputs, ref->targets, B, T, B) / ((double)B * T));
     ops.copy_logits(ops.ctx, logits);
     g_worst_logits = max_rel_err(logits, ref->logits0, n * Vp);
     check(g_worst_logits <= tol->logits, "logits", "max rel err %.3e > %.1e", g_worst_logits, tol->logits);

@@ -487,6 +487,7 @@ static double double_model_grads(const GPTConfig *c, const float *params, const 
 #define cpu_layer_acts cpu_layer_acts_f
 #define cpu_layer_input cpu_layer_input_f
 #define check_tokens check_tokens_f
+#define cpu_model_loss_sum cpu_model_loss_sum_f
 #define cpu_model_forward cpu_model_forward_f
 #define zero_real zero_real_f
 #define cpu_model_backward cpu_model_backward_f

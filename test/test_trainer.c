@@ -55,15 +55,16 @@ typedef struct {
 
 static float toy_target(const Toy *t, int token) { return (float)token / (float)t->c.vocab_size; }
 
-static float toy_loss(Toy *t, const int *in, const int *tg, int B, int T, float scale, int backward) {
+// The sum of the losses of tokens [0, n) (gradients of scale x that sum added with backward).
+static double toy_loss_sum(Toy *t, const int *in, const int *tg, int n, float scale, int backward) {
     double sum = 0.0;
-    for (int i = 0; i < B * T; i++) {
+    for (int i = 0; i < n; i++) {
         size_t k = (size_t)in[i] * (size_t)t->c.channels;
         float d = t->params[k] - toy_target(t, tg[i]);
         sum += 0.5 * (double)d * d;
         if (backward) { t->grads[k] += scale * d; }
     }
-    return (float)(sum / (B * T));
+    return sum;
 }
 
 static void toy_zero_grad(void *ctx) {
@@ -89,11 +90,15 @@ static float toy_forward_backward(void *ctx, const int *in, const int *tg, int B
     if (last && t->has_last) { fail("toy: two last micro-steps without an update between them"); }
     if (last) { t->last = *last; }
     t->has_last = last != NULL;
-    return toy_loss(t, in, tg, B, T, scale, 1);
+    return (float)(toy_loss_sum(t, in, tg, B * T, scale, 1) / (B * T));
 }
 
-static float toy_eval_loss(void *ctx, const int *in, const int *tg, int B, int T) {
-    return toy_loss((Toy *)ctx, in, tg, B, T, 0.0f, 0);
+static int g_eval_calls = 0; // forwards of validation, counted by test_validation_over_ranks
+
+static double toy_eval_loss(void *ctx, const int *in, const int *tg, int B, int T, int rows) {
+    (void)B;
+    g_eval_calls++;
+    return toy_loss_sum((Toy *)ctx, in, tg, rows * T, 0.0f, 0);
 }
 
 static float toy_update(void *ctx, const UpdateArgs *a) {
@@ -826,6 +831,91 @@ static void test_data_parallel_ranks(void) {
 }
 
 // ----------------------------------------------------------------------------------------------------------
+// validation over data ranks
+
+static double g_val_local_sum; // what trainer_validate summed on its rank, before the sum over the data ranks
+static double g_val_group_sum; // what that sum gives back: every rank's local sum added
+
+static void sum_over_simulated_ranks(double *x, int n) {
+    (void)n;
+    g_val_local_sum = x[0];
+    x[0] = g_val_group_sum;
+}
+
+// trainer_validate of the toy on data rank r of D, micro-batches of B, its peers' sums added as group_sum says: the
+// validation loss; its local sum in *local and its forwards in *calls.
+static float validate_on_rank(int D, int r, int B, int val_batches, double group_sum, double *local, int *calls) {
+    Trainer tr;
+    memset(&tr, 0, sizeof(tr));
+    options_defaults(&tr.o);
+    tr.o.depth = 1;
+    tr.o.width = 4;
+    tr.o.heads = 1;
+    tr.o.seq_len = SEQ_LEN;
+    tr.o.batch_size = B;
+    tr.o.val_batches = val_batches;
+    tr.config = options_model_config(&tr.o);
+    tr.ops = toy_factory(&tr.config, &tr.o, NULL, B, SEQ_LEN);
+    tr.data_ranks = D;
+    tr.launcher.sum_over_data_ranks = sum_over_simulated_ranks;
+    char glob[CKPT_PATH_LEN];
+    scratch_path(glob, "val_*.bin");
+    dataloader_open(&tr.val, glob, B, SEQ_LEN, r, D, tr.config.vocab_size);
+    tr.inputs = (int *)malloc_check((size_t)B * SEQ_LEN * sizeof(int), "inputs");
+    tr.targets = (int *)malloc_check((size_t)B * SEQ_LEN * sizeof(int), "targets");
+    g_eval_calls = 0;
+    g_val_group_sum = group_sum;
+    float loss = trainer_validate(&tr);
+    *local = g_val_local_sum;
+    *calls = g_eval_calls;
+    tr.ops.destroy(tr.ops.ctx);
+    dataloader_free(&tr.val);
+    free(tr.inputs);
+    free(tr.targets);
+    return loss;
+}
+
+// The validation loss of D = 1..4 data ranks simulated here (a first pass over the ranks gives their local sums, a
+// second each rank's loss from their total): every rank's equals the one-rank loss, with passes whose windows do not
+// fill the ranks' micro-batches (padding rows counted out), and every rank runs as many forwards (a GTP group gathers
+// weights inside each). In a child, which says why on stderr and exits 1 where it differs: the toy's initialization
+// starts OpenMP's threads, which the runs this process forks later would wait for.
+#define VAL_LOSS_RTOL 1e-6 // the ranks' sums in another order, then rounded to float
+
+static void validation_over_ranks(void *arg) {
+    (void)arg;
+    static const int cases[][2] = {{3, 2}, {3, 5}, {2, 3}}; // (B, --val-batches): of the 8 windows, W = 6, 8, 6
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        int B = cases[k][0], vb = cases[k][1], calls[4];
+        double local[4], one_local;
+        float one = validate_on_rank(1, 0, B, vb, 0.0, &one_local, calls);
+        one = validate_on_rank(1, 0, B, vb, one_local, &one_local, calls);
+        for (int D = 1; D <= 4; D++) {
+            double total = 0.0;
+            for (int r = 0; r < D; r++) {
+                validate_on_rank(D, r, B, vb, 0.0, &local[r], &calls[r]);
+                total += local[r];
+            }
+            for (int r = 0; r < D; r++) {
+                float loss = validate_on_rank(D, r, B, vb, total, &local[r], &calls[r]);
+                if (!(fabs(loss - one) <= VAL_LOSS_RTOL * fabs(one)) || calls[r] != calls[0]) {
+                    fprintf(stderr, "B %d, --val-batches %d, rank %d of %d: loss %.9g (one rank: %.9g), %d forwards "
+                            "(rank 0: %d)", B, vb, r, D, loss, one, calls[r], calls[0]);
+                    exit(1);
+                }
+            }
+        }
+    }
+}
+
+static void test_validation_over_ranks(void) {
+    Child c;
+    child_start(&c, validation_over_ranks, NULL);
+    child_wait(&c, now_s() + RUN_TIMEOUT_S);
+    check(c.status == 0, "validation_loss_independent_of_data_ranks", "status %d: %s", c.status, c.err);
+}
+
+// ----------------------------------------------------------------------------------------------------------
 // preemption
 
 #define PREEMPT_STEPS "24"
@@ -1048,6 +1138,7 @@ int main(void) {
     test_refusals();
     test_init_from();
     test_data_parallel_ranks();
+    test_validation_over_ranks();
     test_preemption();
     test_preemption_agreed();
     if (g_test_failures == 0) {
