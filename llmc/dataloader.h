@@ -201,8 +201,7 @@ static inline char **dataloader_list_shards(const char *pattern, int *n) {
 static inline int32_t shard_magic_of(const char *path) {
     struct stat st;
     int32_t magic = 0;
-    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) { return 0; }
-    int fd = open(path, O_RDONLY | O_NONBLOCK); // no effect on a regular file; a FIFO swapped in is not waited for
+    int fd = open_regular(path, O_RDONLY, 0, &st); // a FIFO is not waited for: the loader refuses it with a line
     if (fd < 0) { return 0; }
     if (pread(fd, &magic, sizeof(magic), 0) != (ssize_t)sizeof(magic)) { magic = 0; }
     close(fd);
