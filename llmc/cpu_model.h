@@ -458,6 +458,7 @@ static void cpu_acts_alloc(CpuModel *m) {
 // A model with zero parameters and room for micro-batches of up to maxB x maxT tokens.
 static CpuModel *cpu_model_create(const GPTConfig *config, int maxB, int maxT) {
     config_validate(config);
+    if (config->arch != ARCH_GPT2) { fail("--arch %s: this CPU model computes GPT-2 only", ARCH_NAMES[config->arch]); }
     if (maxB < 1 || maxT < 1) { fail("micro-batch %d x %d: both sizes must be >= 1", maxB, maxT); }
     if (maxT > config->max_seq_len) {
         fail("sequence length %d exceeds the model's maximum %d", maxT, config->max_seq_len);

@@ -20,7 +20,7 @@
 static char g_dir[] = "/tmp/test_checkpoint_XXXXXX";
 
 static GPTConfig tiny_config(int layers, int max_seq_len) {
-    GPTConfig c = {max_seq_len, 300, padded_vocab(300), layers, 2, 8};
+    GPTConfig c = config_gpt2(max_seq_len, 300, layers, 2, 8);
     return c;
 }
 
@@ -197,7 +197,7 @@ static void test_model_errors(void) {
     expect_child_error("model_wrong_shape", read_model_child, &a, "model_l2.bin", "has layers 2 but this run's model has 3");
     a.config = c;
     a.config.max_seq_len = 32;
-    expect_child_error("model_too_few_positions", read_model_child, &a, "has 16 positions but --seq-len is 32", "");
+    expect_child_error("model_too_few_positions", read_model_child, &a, "has 16 positions but this run's model has 32", "");
     a.config = c;
 
     path_in_dir(a.path, "model_trunc.bin");

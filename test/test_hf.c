@@ -33,7 +33,7 @@
 static char g_dir[] = "/tmp/test_hf_XXXXXX";
 
 static GPTConfig tiny_config(void) {
-    GPTConfig c = {16, GPT2_VOCAB_SIZE, padded_vocab(GPT2_VOCAB_SIZE), 2, 4, 32};
+    GPTConfig c = config_gpt2(16, GPT2_VOCAB_SIZE, 2, 4, 32);
     return c;
 }
 
