@@ -379,7 +379,8 @@ static inline int options_grad_accum(const Options *o, int dp) {
 }
 
 // The option's value as text. A float gets the short form when it reads back as the same float, else 9
-// significant digits (17 for a double: always exact), so the text identifies the value (the state file compares it on resume).
+// significant digits (17 for a double: always exact), so the text identifies the value (the state file compares it
+// on resume).
 static inline void option_format(const Options *o, const OptionSpec *s, char *buf, size_t cap) {
     const char *p = (const char *)o + s->offset;
     switch (s->type) {

@@ -197,7 +197,8 @@ static void test_model_errors(void) {
     expect_child_error("model_wrong_shape", read_model_child, &a, "model_l2.bin", "has layers 2 but this run's model has 3");
     a.config = c;
     a.config.max_seq_len = 32;
-    expect_child_error("model_too_few_positions", read_model_child, &a, "has 16 positions but this run's model has 32", "");
+    expect_child_error("model_too_few_positions", read_model_child, &a, "has 16 positions but this run's model has 32",
+                       "");
     a.config = c;
 
     path_in_dir(a.path, "model_trunc.bin");

@@ -221,8 +221,8 @@ static void test_models(void) {
                   c.num_kv_heads == want[i].KV && c.ffn_hidden == want[i].F && c.vocab_size == want[i].V &&
                   c.padded_vocab_size == want[i].Vp && c.tied == want[i].tied && c.max_seq_len == want[i].maxT &&
                   c.norm_eps == 1e-5 && rope_ok && arch_ok,
-              name, "L %d C %d NH %d KV %d F %d V %d Vp %d tied %d maxT %d, rope ok %d, arch ok %d (or not in --model's "
-              "choices)", c.num_layers, c.channels, c.num_heads, c.num_kv_heads, c.ffn_hidden, c.vocab_size,
+              name, "L %d C %d NH %d KV %d F %d V %d Vp %d tied %d maxT %d, rope ok %d, arch ok %d (or not in "
+              "--model's choices)", c.num_layers, c.channels, c.num_heads, c.num_kv_heads, c.ffn_hidden, c.vocab_size,
               c.padded_vocab_size, c.tied, c.max_seq_len, rope_ok, arch_ok);
     }
     Options o = parse("--model", "d24", "--depth", "2", "--width", "64", "--heads", "4", NULL);
