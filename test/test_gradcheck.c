@@ -748,6 +748,40 @@ static void test_float_vs_double(const char *model, const GPTConfig *c, const fl
     free(g1);
 }
 
+// FP8 (--precision fp8) covers Llama's block linears as GPT-2's: the fused q/k/v, the output projection, the fused
+// gate/up and the down projection each cast their input, weight and output gradient (L x 4 x 3 tensors, each with
+// an amax after a training micro-step), the widest of them (fc's 2F rows, past GPT-2's 4C) within the FP8 operand
+// buffers (the sanitized build checks); the loss moves by FP8's rounding only.
+#define FP8_LOSS_RTOL 0.01
+static void test_llama_fp8(void) {
+    GPTConfig c = tiny_llama(1, 0, 1);
+    c.ffn_hidden = 3 * TINY_WIDTH;
+    ParamLayout p;
+    param_layout(&c, &p);
+    float *params = tiny_params(&c, &p);
+    int inputs[MB * MT], targets[MB * MT];
+    tiny_tokens(&c, inputs, targets);
+    CpuModel *m = cpu_model_create(&c, MB, MT);
+    real_from_float(m->params, params, p.total);
+    double loss32 = cpu_model_forward(m, inputs, targets, MB, MT);
+    Options o;
+    options_defaults(&o);
+    Fp8Recipe r = fp8_recipe_from_options(&o);
+    cpu_model_enable_fp8(m, &r);
+    m->training = 1;
+    double loss8 = cpu_model_forward(m, inputs, targets, MB, MT);
+    cpu_model_backward(m, 1.0 / (MB * MT));
+    int tensors = m->fp8->history.tensors, recorded = 0;
+    for (int t = 0; t < tensors; t++) { recorded += m->fp8->amax_step[t] > 0; }
+    check(tensors == fp8_num_tensors(c.num_layers) && recorded == tensors && loss8 != loss32 &&
+              fabs(loss8 - loss32) < FP8_LOSS_RTOL * loss32,
+          "llama in fp8: every block linear's input, weight and gradient cast, the loss within FP8's rounding",
+          "%d of %d tensors recorded an amax (want %d), loss %.9g vs fp32 %.9g", recorded, tensors,
+          fp8_num_tensors(c.num_layers), loss8, loss32);
+    cpu_model_free(m);
+    free(params);
+}
+
 // The whole-model checks of one description.
 static void test_whole_model(const char *model, const GPTConfig *c) {
     ParamLayout p;
@@ -787,5 +821,6 @@ int main(void) {
     test_whole_model("llama (KV = NH, tied)", &llama_mha);
     test_whole_model("llama (KV = NH/4, untied, llama3 rope scaling)", &llama_gqa);
     test_weight_decay_2d_only("llama, untied", &llama_gqa);
+    test_llama_fp8();
     return test_exit();
 }
