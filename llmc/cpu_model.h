@@ -123,8 +123,11 @@ static void encoder_forward(cpu_real *out, const int *inp, const cpu_real *wte, 
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
             cpu_real *o = out + ((size_t)b * T + t) * C;
-            const cpu_real *e = wte + (size_t)inp[b * T + t] * C, *p = wpe ? wpe + (size_t)t * C : NULL;
-            for (int i = 0; i < C; i++) { o[i] = p ? e[i] + p[i] : e[i]; }
+            const cpu_real *e = wte + (size_t)inp[b * T + t] * C;
+            for (int i = 0; i < C; i++) { o[i] = e[i]; }
+            if (!wpe) { continue; }
+            const cpu_real *p = wpe + (size_t)t * C;
+            for (int i = 0; i < C; i++) { o[i] += p[i]; }
         }
     }
 }
