@@ -339,8 +339,8 @@ static inline GPTConfig options_model_config(const Options *o) {
     ModelArch arch = (ModelArch)p->arch;
     if (o->arch[0]) { arch = strcmp(o->arch, "llama") == 0 ? ARCH_LLAMA : ARCH_GPT2; }
     if (arch != (ModelArch)p->arch && p->arch != ARCH_GPT2) {
-        fail("--model %s is a %s model but --arch is %s; drop --arch, or name a GPT-2 size (d12..d48) for a %s of "
-             "that shape", o->model, ARCH_NAMES[p->arch], o->arch, o->arch);
+        fail("--model %s is a %s model but --arch is %s; drop --arch, or pass a --model of that architecture (GPT-2: "
+             "d12, d24, d36, d48)", o->model, ARCH_NAMES[p->arch], o->arch);
     }
     GPTConfig c = config_from_preset(p, arch, o->seq_len, o->depth > 0 ? o->depth : p->layers,
                                      o->heads > 0 ? o->heads : p->heads, o->width > 0 ? o->width : p->channels);

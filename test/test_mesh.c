@@ -194,9 +194,8 @@ static int check_tiling(const GPTConfig *c, int tp) {
     int bad = 0;
     for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
         unsigned char *seen = (unsigned char *)calloc_check(p.size[t], 1, "tiling counts");
-        size_t rows, cols, full_rows, full_cols;
-        param_layer_shape(c, t, &full_rows, &full_cols);
-        int layers = (int)(p.size[t] / (full_rows * full_cols));
+        size_t rows, cols;
+        int layers = (int)param_num_layers(c, t);
         for (int r = 0; r < tp; r++) {
             Mesh m = mesh_make(tp, r, tp, 1);
             param_tp_shape(c, &m, t, &rows, &cols);
