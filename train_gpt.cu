@@ -1707,6 +1707,13 @@ static ModelOps make_gpu_model(const GPTConfig *config, const Options *opts, con
     return ops;
 }
 
+// The GPU model is GPT-2's (Llama's kernels are in progress): refused before any work, as the options are.
+static void gpu_check_model(const GPTConfig *config) {
+    if (config->arch != ARCH_GPT2) {
+        fail("--arch %s is not supported by the GPU build yet; train it with train_gpt_cpu", ARCH_NAMES[config->arch]);
+    }
+}
+
 #ifndef TESTING
-int main(int argc, char **argv) { return train_main(argc, argv, gpu_launch, make_gpu_model); }
+int main(int argc, char **argv) { return train_main(argc, argv, gpu_launch, make_gpu_model, gpu_check_model); }
 #endif

@@ -213,5 +213,5 @@ int main(int argc, char **argv) {
     Options o;
     if (options_parse(&o, argc, argv)) { return 0; } // --help
     if (o.ref_out[0] != '\0') { return write_reference_state(&o); }
-    return train_main(argc, argv, single_process_launch, make_cpu_model);
+    return train_main(argc, argv, single_process_launch, make_cpu_model, NULL); // every description
 }

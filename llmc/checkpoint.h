@@ -1,11 +1,16 @@
 /*
  * checkpoint.h: model files in llm.c's format, training-state files, and finding a run's latest checkpoint.
  *
- * Model file (llm.c's, so models move between llm.c and this project): 256 x int32 header
- *   [0] 20240326  [1] version  [2] maxT  [3] V  [4] L  [5] NH  [6] C  [7] Vp  (rest 0)
- * then the 16 tensors of config.h in order. Version 3 = fp32, 5 = bf16 (both with the padded vocabulary);
- * version 1 = fp32 from before llm.c padded the vocabulary (wte has V rows, [7] unused). We write 3 and read
- * 1, 3 and 5. A file may hold more positions (maxT) than --seq-len: the first rows of wpe are used.
+ * Model file: 256 x int32 header, then the tensors of config.h in order (those of size 0 take no bytes).
+ *   GPT-2: llm.c's own, so models move between llm.c and this project:
+ *     [0] 20240326  [1] version  [2] maxT  [3] V  [4] L  [5] NH  [6] C  [7] Vp  (rest 0)
+ *   any other architecture (Llama): the same header with its own magic and the whole description after [7]:
+ *     [0] 20261201  [1] version  [2..7] as llm.c's  [8...] config.h's CONFIG_FIELDS from arch on, in order
+ *     (config_pack: an int as itself, a float as its bit pattern, the double norm eps as two ints), rest 0.
+ *     (llm.c's own Llama 3 files, magic 20240803, hold another header and tensor order: they are refused.)
+ * Version 3 = fp32, 5 = bf16 (both with the padded vocabulary); version 1 = llm.c's fp32 from before it padded the
+ * vocabulary (wte has V rows, [7] unused). We write 3 and read 1, 3 and 5. A file may hold more positions (maxT)
+ * than the run: the first rows of wpe are used.
  *
  * State file: everything beyond the weights that an exact resume needs.
  *   64 x int64 header: magic, version, step, parameter count, train loader epoch and position, key bytes, for a
@@ -29,7 +34,9 @@
 #include "fp8.h"
 #include "options.h"
 
-#define MODEL_FILE_MAGIC 20240326
+#define MODEL_FILE_MAGIC 20240326           // llm.c's GPT-2
+#define MODEL_FILE_MAGIC_DESCRIBED 20261201 // every other architecture: the description in the header
+#define MODEL_HEADER_CONFIG 2               // the description's first int in the header
 #define MODEL_HEADER_INTS 256
 #define MODEL_VERSION_FP32_UNPADDED 1
 #define MODEL_VERSION_FP32 3
@@ -71,31 +78,33 @@ static inline long long model_file_expected_bytes(const ModelFileHeader *h) {
 static inline ModelFileHeader model_file_read_header(FILE *f, const char *path) {
     int hd[MODEL_HEADER_INTS];
     fread_check(hd, sizeof(int), MODEL_HEADER_INTS, f, path);
-    if (hd[0] != MODEL_FILE_MAGIC) {
-        fail("'%s' is not an llm.c model file (magic %d, expected %d)", path, hd[0], MODEL_FILE_MAGIC);
+    int described = hd[0] == MODEL_FILE_MAGIC_DESCRIBED;
+    if (hd[0] != MODEL_FILE_MAGIC && !described) {
+        fail("'%s' is not an llm.c model file (magic %d, expected %d, or %d for a model other than GPT-2)", path, hd[0],
+             MODEL_FILE_MAGIC, MODEL_FILE_MAGIC_DESCRIBED);
     }
     ModelFileHeader h;
     h.version = hd[1];
     if (h.version != MODEL_VERSION_FP32 && h.version != MODEL_VERSION_BF16 &&
-        h.version != MODEL_VERSION_FP32_UNPADDED) {
+        (h.version != MODEL_VERSION_FP32_UNPADDED || described)) {
         fail("model file '%s' has version %d; supported are %d (fp32), %d (bf16) and %d (fp32, unpadded vocabulary): "
              "re-export it with llm.c's current train_gpt2.py",
              path, h.version, MODEL_VERSION_FP32, MODEL_VERSION_BF16, MODEL_VERSION_FP32_UNPADDED);
     }
-    h.config.max_seq_len = hd[2];
-    h.config.vocab_size = hd[3];
-    h.config.num_layers = hd[4];
-    h.config.num_heads = hd[5];
-    h.config.channels = hd[6];
-    h.config.padded_vocab_size = h.version == MODEL_VERSION_FP32_UNPADDED ? hd[3] : hd[7];
-    const GPTConfig *c = &h.config;
-    if (!config_within_limits(c)) {
-        fail("model file '%s' has a corrupt header (maxT %d, V %d, L %d, NH %d, C %d, Vp %d; a model file holds at "
-             "most %d layers, %d channels, %d positions and %d vocabulary rows, with heads that divide the channels): "
-             "it is not an llm.c model file, replace it",
-             path, c->max_seq_len, c->vocab_size, c->num_layers, c->num_heads, c->channels, c->padded_vocab_size,
-             MAX_LAYERS, MAX_CHANNELS, MAX_POSITIONS, MAX_VOCAB_SIZE);
+    GPTConfig *c = &h.config;
+    memset(c, 0, sizeof(*c));
+    config_unpack((const int32_t *)hd + MODEL_HEADER_CONFIG, described ? NUM_CONFIG_FIELDS : CONFIG_LLMC_FIELDS, c);
+    if (!described) { // llm.c's header holds GPT-2's shape: the rest is GPT-2's, derived from it (4C, padded V)
+        if (c->channels < 1 || c->channels > MAX_CHANNELS || c->vocab_size < 1 || c->vocab_size > MAX_VOCAB_SIZE) {
+            fail("model file '%s' has a corrupt header: C %d and V %d must be in [1, %d] and [1, %d]; replace the file",
+                 path, c->channels, c->vocab_size, MAX_CHANNELS, MAX_VOCAB_SIZE);
+        }
+        int Vp = c->padded_vocab_size;
+        *c = config_gpt2(c->max_seq_len, c->vocab_size, c->num_layers, c->num_heads, c->channels);
+        c->padded_vocab_size = h.version == MODEL_VERSION_FP32_UNPADDED ? c->vocab_size : Vp;
     }
+    char why[512];
+    if (!config_check(c, why, sizeof(why))) { fail("model file '%s' has a corrupt header: %s", path, why); }
     long long want = model_file_expected_bytes(&h), have = file_size_or_neg(path);
     if (want < 0 || have != want) {
         fail("model file '%s' is %lld bytes but its header (L %d, C %d, V %d, Vp %d, maxT %d, version %d) implies "
@@ -113,22 +122,19 @@ static inline ModelFileHeader model_file_header(const char *path) {
     return h;
 }
 
-static inline void model_file_require(const char *path, const char *field, int file_value, int run_value) {
-    if (file_value != run_value) {
-        fail("model file '%s' has %s %d but this run's model has %d; pass the matching --model, --depth, --width "
-             "or --heads", path, field, file_value, run_value);
-    }
-}
-
-// Fails unless the file's model can start this run's model: same shape, at least as many positions.
+// Fails unless the file's model can start this run's model: the same description, at least as many positions.
 static inline void model_file_check_fits(const char *path, const ModelFileHeader *h, const GPTConfig *c) {
-    model_file_require(path, "layers", h->config.num_layers, c->num_layers);
-    model_file_require(path, "channels", h->config.channels, c->channels);
-    model_file_require(path, "heads", h->config.num_heads, c->num_heads);
-    model_file_require(path, "vocabulary size", h->config.vocab_size, c->vocab_size);
+    for (int i = 0; i < NUM_CONFIG_FIELDS; i++) {
+        if (i == CF_MAX_SEQ_LEN || i == CF_PADDED_VOCAB_SIZE || config_field_equal(&h->config, c, i)) { continue; }
+        char have[32], want[32];
+        config_field_format(&h->config, i, have, sizeof(have));
+        config_field_format(c, i, want, sizeof(want));
+        fail("model file '%s' has %s %s but this run's model has %s; pass the matching --model or %s", path,
+             CONFIG_FIELDS[i].name, have, want, CONFIG_FIELDS[i].option);
+    }
     if (h->config.max_seq_len < c->max_seq_len) {
-        fail("model file '%s' has %d positions but --seq-len is %d; lower --seq-len", path, h->config.max_seq_len,
-             c->max_seq_len);
+        fail("model file '%s' has %d positions but this run's model has %d (--seq-len or the --model's); lower "
+             "--seq-len or start from a model with more", path, h->config.max_seq_len, c->max_seq_len);
     }
 }
 
@@ -153,8 +159,8 @@ static inline void model_file_read_elems(FILE *f, const char *path, int version,
     }
 }
 
-// Loads the parameters of an llm.c model file into params (laid out for config c). Padded vocabulary rows
-// are zero whatever the file holds there; wpe keeps the first c->max_seq_len rows.
+// Loads the parameters of a model file into params (laid out for config c). Padded vocabulary rows are zero
+// whatever the file holds there; wpe keeps the first c->max_seq_len rows.
 static inline void model_file_read(const char *path, const GPTConfig *c, float *params) {
     FILE *f = fopen_check(path, "rb");
     ModelFileHeader h = model_file_read_header(f, path);
@@ -164,7 +170,7 @@ static inline void model_file_read(const char *path, const GPTConfig *c, float *
     param_layout(&h.config, &theirs);
     for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
         size_t keep = ours.size[t];
-        if (t == P_WTE) { keep = (size_t)c->vocab_size * (size_t)c->channels; }
+        if (param_is_vocab(t) && keep > 0) { keep = (size_t)c->vocab_size * (size_t)c->channels; }
         float *dst = params + ours.offset[t];
         model_file_read_elems(f, path, h.version, dst, keep, theirs.size[t] - keep);
         memset(dst + keep, 0, (ours.size[t] - keep) * sizeof(float));
@@ -172,21 +178,18 @@ static inline void model_file_read(const char *path, const GPTConfig *c, float *
     fclose(f);
 }
 
-// llm.c's model-file header of config c: magic, version, maxT, V, L, NH, C, Vp (0 for the unpadded version 1).
+// The model-file header of config c: magic, version, then maxT, V, L, NH, C, Vp (0 for the unpadded version 1) as
+// llm.c writes GPT-2's, and the rest of the description for any other architecture.
 static inline void model_header_fill(int hd[MODEL_HEADER_INTS], const GPTConfig *c, int version) {
     memset(hd, 0, MODEL_HEADER_INTS * sizeof(int));
-    hd[0] = MODEL_FILE_MAGIC;
+    int gpt2 = c->arch == ARCH_GPT2;
+    hd[0] = gpt2 ? MODEL_FILE_MAGIC : MODEL_FILE_MAGIC_DESCRIBED;
     hd[1] = version;
-    hd[2] = c->max_seq_len;
-    hd[3] = c->vocab_size;
-    hd[4] = c->num_layers;
-    hd[5] = c->num_heads;
-    hd[6] = c->channels;
-    hd[7] = version == MODEL_VERSION_FP32_UNPADDED ? 0 : c->padded_vocab_size;
+    config_pack(c, gpt2 ? CONFIG_LLMC_FIELDS : NUM_CONFIG_FIELDS, (int32_t *)hd + MODEL_HEADER_CONFIG);
+    if (version == MODEL_VERSION_FP32_UNPADDED) { hd[MODEL_HEADER_CONFIG + CF_PADDED_VOCAB_SIZE] = 0; }
 }
 
-// Writes params as a version-3 (fp32) llm.c model file, atomically.
-// Writes a model file (fp32); returns the checksum of its bytes.
+// Writes params as a model file (fp32: llm.c's version 3 for GPT-2), atomically; returns the checksum of its bytes.
 static inline uint64_t model_file_write(const char *path, const GPTConfig *c, const float *params) {
     int hd[MODEL_HEADER_INTS];
     model_header_fill(hd, c, MODEL_VERSION_FP32);
@@ -240,6 +243,10 @@ static const char *const RESUME_OPTIONS[] = {"seed", "batch-size", "seq-len", "p
                                              "final-lr-frac", "warmup-steps", "steps", "weight-decay", "beta1",
                                              "beta2", "eps", "grad-clip", "keep-gelu-layers"};
 #define NUM_RESUME_OPTIONS ((int)(sizeof(RESUME_OPTIONS) / sizeof(RESUME_OPTIONS[0])))
+// A model other than GPT-2 records its architecture under this key, and the rest of its description after it;
+// GPT-2's keys stay those of the checkpoints written before there was a description, so they resume.
+#define ARCH_KEY "arch"
+
 // The precision may change on resume (the model and the optimizer state are the same in every precision); the FP8
 // recipe's settings are recorded by a run in fp8 and must match when an fp8 checkpoint continues in fp8.
 #define PRECISION_KEY "--precision"
@@ -272,6 +279,11 @@ static inline ResumeKeys resume_keys_make(const Options *o, const GPTConfig *c, 
     resume_keys_add_int(&k, "vocabulary size", c->vocab_size);
     resume_keys_add_int(&k, "padded vocabulary size", c->padded_vocab_size);
     resume_keys_add_int(&k, "max sequence length", c->max_seq_len);
+    for (int i = CONFIG_LLMC_FIELDS; i < NUM_CONFIG_FIELDS && c->arch != ARCH_GPT2; i++) {
+        char value[32];
+        config_field_format(c, i, value, sizeof(value));
+        resume_keys_add(&k, CONFIG_FIELDS[i].name, value);
+    }
     resume_keys_add_int(&k, "tokens per step", tokens_per_step);
     int constant_lr = strcmp(o->lr_schedule, "constant") == 0;
     int n = NUM_RESUME_OPTIONS + (options_fp8(o) ? NUM_FP8_RESUME_OPTIONS : 0);
@@ -304,9 +316,19 @@ static inline int resume_keys_get(const ResumeKeys *k, const char *name, char *o
 }
 
 // Whether the run's settings differ from the file's (but for the precision, and the FP8 settings unless both are in
-// fp8: PRECISION_KEY); if so, msg says how, naming the file, the setting and both values.
+// fp8: PRECISION_KEY); if so, msg says how, naming the file, the setting and both values. The architecture is
+// compared first, as gpt2 where it is not recorded (ARCH_KEY), so that a GPT-2 run and another architecture's
+// checkpoint refuse each other whichever holds the key.
 static inline int resume_keys_mismatch(const ResumeKeys *file, const ResumeKeys *run, const char *path, char *msg,
                                        size_t cap) {
+    char file_arch[OPT_STR_LEN] = "gpt2", run_arch[OPT_STR_LEN] = "gpt2";
+    resume_keys_get(file, ARCH_KEY, file_arch, sizeof(file_arch));
+    resume_keys_get(run, ARCH_KEY, run_arch, sizeof(run_arch));
+    if (strcmp(file_arch, run_arch) != 0) {
+        snprintf(msg, cap, "checkpoint '%s' was written with --arch %s but this run has --arch %s; resume with the same "
+                 "settings, or choose another --out-dir to start a new run", path, file_arch, run_arch);
+        return 1;
+    }
     char file_precision[OPT_STR_LEN] = "", run_precision[OPT_STR_LEN] = "";
     resume_keys_get(file, PRECISION_KEY, file_precision, sizeof(file_precision));
     resume_keys_get(run, PRECISION_KEY, run_precision, sizeof(run_precision));

@@ -1,10 +1,15 @@
 /*
- * cpu_model.h: GPT-2 on the CPU, the reference every other build is checked against (llm.c's train_gpt2.c
- * design: one forward and one backward function per layer, a flat parameter buffer, activations kept for the
- * backward pass).
+ * cpu_model.h: GPT-2 and Llama 3 on the CPU, the reference every other build is checked against (llm.c's
+ * train_gpt2.c design: one forward and one backward function per layer, a flat parameter buffer, activations kept
+ * for the backward pass). The description (llmc/config.h) picks each layer; the model is one for both.
  *
- * Per block l (pre-LayerNorm):  x1 = x0 + Wproj attn(ln1(x0)) + bproj;  x2 = x1 + Wfc2 gelu(Wfc ln2(x1) + bfc) + bfc2
- * then logits = lnf(x_L) wte^T over the padded vocabulary; softmax and cross-entropy use only the V real columns.
+ * Per block l (pre-norm):  x1 = x0 + Wo attn(norm1(x0)) + bo;  x2 = x1 + Wdown act(Wfc norm2(x1) + bfc) + bdown
+ * then logits = normf(x_L) head^T over the padded vocabulary (head = wte, or lmhead where untied); softmax and
+ * cross-entropy use only the V real columns.
+ *   GPT-2: LayerNorm, x0 = wte[token] + wpe[position], multi-head attention, act = GELU(tanh), biases.
+ *   Llama (Hugging Face's LlamaForCausalLM, exactly, in fp32): RMSNorm, x0 = wte[token], q and k rotated by their
+ *   position (RoPE, llmc/rope.h), grouped-query attention (query head h reads key/value head h / (NH / KV)),
+ *   act = SwiGLU on fc's [gate | up] rows: silu(gate) * up, no biases.
  * Layer backward functions ADD into their input and weight gradients (llm.c's convention), so gradients sum
  * over micro-batches; the model backward seeds dloss = loss_scale per token (llmc/model_ops.h).
  *
@@ -27,6 +32,7 @@
 #include "fp8.h"
 #include "init.h"
 #include "model_ops.h"
+#include "rope.h"
 #include "utils.h"
 
 #ifndef CPU_REAL
@@ -35,7 +41,6 @@
 typedef CPU_REAL cpu_real;
 typedef double cpu_acc; // accumulator of long reductions
 
-#define LAYERNORM_EPS 1e-5
 #define GELU_CUBIC 0.044715
 #define SQRT_2_OVER_PI 0.7978845608028654
 
@@ -43,6 +48,7 @@ typedef double cpu_acc; // accumulator of long reductions
 #define CPU_IS_FLOAT (sizeof(cpu_real) == sizeof(float))
 static inline cpu_real real_exp(cpu_real x) { return CPU_IS_FLOAT ? expf((float)x) : exp((double)x); }
 static inline cpu_real real_tanh(cpu_real x) { return CPU_IS_FLOAT ? tanhf((float)x) : tanh((double)x); }
+static inline cpu_real real_sigmoid(cpu_real x) { return 1 / (1 + real_exp(-x)); }
 
 static inline int imin(int a, int b) { return a < b ? a : b; }
 
@@ -110,30 +116,33 @@ static void transpose(cpu_real *dst, const cpu_real *src, int rows, int cols) {
 // ----------------------------------------------------------------------------------------------------------
 // Layers. N = B*T rows (tokens), C channels, OC output channels, Vp padded vocabulary.
 
-// out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]
+// out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]; wpe is NULL where positions are not learned (RoPE).
 static void encoder_forward(cpu_real *out, const int *inp, const cpu_real *wte, const cpu_real *wpe, int B, int T,
                             int C) {
 #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
             cpu_real *o = out + ((size_t)b * T + t) * C;
-            const cpu_real *e = wte + (size_t)inp[b * T + t] * C, *p = wpe + (size_t)t * C;
-            for (int i = 0; i < C; i++) { o[i] = e[i] + p[i]; }
+            const cpu_real *e = wte + (size_t)inp[b * T + t] * C;
+            for (int i = 0; i < C; i++) { o[i] = e[i]; }
+            if (!wpe) { continue; }
+            const cpu_real *p = wpe + (size_t)t * C;
+            for (int i = 0; i < C; i++) { o[i] += p[i]; }
         }
     }
 }
 
-// Serial: the same token can occur at several positions, and its wte row must sum in a fixed order.
+// Serial: the same token can occur at several positions, and its wte row must sum in a fixed order. dwpe may be
+// NULL (no learned positions).
 static void encoder_backward(cpu_real *dwte, cpu_real *dwpe, const cpu_real *dout, const int *inp, int B, int T,
                              int C) {
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
             const cpu_real *d = dout + ((size_t)b * T + t) * C;
-            cpu_real *dw = dwte + (size_t)inp[b * T + t] * C, *dp = dwpe + (size_t)t * C;
-            for (int i = 0; i < C; i++) {
-                dw[i] += d[i];
-                dp[i] += d[i];
-            }
+            cpu_real *dw = dwte + (size_t)inp[b * T + t] * C, *dp = dwpe ? dwpe + (size_t)t * C : NULL;
+            for (int i = 0; i < C; i++) { dw[i] += d[i]; }
+            if (!dp) { continue; }
+            for (int i = 0; i < C; i++) { dp[i] += d[i]; }
         }
     }
 }
@@ -141,7 +150,7 @@ static void encoder_backward(cpu_real *dwte, cpu_real *dwpe, const cpu_real *dou
 // out = (x - mean) * rstd * w + b per row, rstd = 1/sqrt(var + eps) with the biased variance. The variance is
 // taken about the mean (two passes), never as E[x^2] - mean^2, which cancels catastrophically.
 static void layernorm_forward(cpu_real *out, cpu_real *mean, cpu_real *rstd, const cpu_real *inp,
-                              const cpu_real *w, const cpu_real *bias, int N, int C) {
+                              const cpu_real *w, const cpu_real *bias, double eps, int N, int C) {
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         const cpu_real *x = inp + (size_t)n * C;
@@ -149,7 +158,7 @@ static void layernorm_forward(cpu_real *out, cpu_real *mean, cpu_real *rstd, con
         for (int i = 0; i < C; i++) { m += x[i]; }
         m /= C;
         for (int i = 0; i < C; i++) { v += (x[i] - m) * (x[i] - m); }
-        cpu_real s = (cpu_real)(1.0 / sqrt(v / C + LAYERNORM_EPS));
+        cpu_real s = (cpu_real)(1.0 / sqrt(v / C + eps));
         cpu_real *o = out + (size_t)n * C;
         for (int i = 0; i < C; i++) { o[i] = ((x[i] - (cpu_real)m) * s) * w[i] + bias[i]; }
         mean[n] = (cpu_real)m;
@@ -181,6 +190,58 @@ static void layernorm_backward(cpu_real *dinp, cpu_real *dw, cpu_real *db, const
     }
 }
 
+// out = w * (x * rstd) per row, rstd = 1/sqrt(mean(x^2) + eps): HF's LlamaRMSNorm, the mean of squares in double.
+static void rmsnorm_forward(cpu_real *out, cpu_real *rstd, const cpu_real *inp, const cpu_real *w, double eps, int N,
+                            int C) {
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const cpu_real *x = inp + (size_t)n * C;
+        cpu_acc ss = 0.0;
+        for (int i = 0; i < C; i++) { ss += (cpu_acc)x[i] * x[i]; }
+        cpu_real s = (cpu_real)(1.0 / sqrt(ss / C + eps));
+        cpu_real *o = out + (size_t)n * C;
+        for (int i = 0; i < C; i++) { o[i] = w[i] * (x[i] * s); }
+        rstd[n] = s;
+    }
+}
+
+// dx = rstd * (w dout - xhat * mean(w dout xhat)), xhat = x rstd; dw += dout xhat. Serial over rows because every
+// row adds into dw.
+static void rmsnorm_backward(cpu_real *dinp, cpu_real *dw, const cpu_real *dout, const cpu_real *inp,
+                             const cpu_real *w, const cpu_real *rstd, int N, int C) {
+    for (int n = 0; n < N; n++) {
+        const cpu_real *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
+        cpu_real *dx = dinp + (size_t)n * C;
+        cpu_acc dxsum = 0.0;
+        for (int i = 0; i < C; i++) { dxsum += w[i] * d[i] * (x[i] * rstd[n]); }
+        cpu_real dxmean = (cpu_real)(dxsum / C);
+        for (int i = 0; i < C; i++) {
+            cpu_real xhat = x[i] * rstd[n];
+            dw[i] += xhat * d[i];
+            dx[i] += rstd[n] * (w[i] * d[i] - xhat * dxmean);
+        }
+    }
+}
+
+// The norm the description names (LayerNorm with its bias b, or RMSNorm: mean and b unused), and its backward.
+static void norm_forward(const GPTConfig *c, cpu_real *out, cpu_real *mean, cpu_real *rstd, const cpu_real *inp,
+                         const cpu_real *w, const cpu_real *b, int N) {
+    if (c->norm == NORM_RMSNORM) {
+        rmsnorm_forward(out, rstd, inp, w, c->norm_eps, N, c->channels);
+    } else {
+        layernorm_forward(out, mean, rstd, inp, w, b, c->norm_eps, N, c->channels);
+    }
+}
+
+static void norm_backward(const GPTConfig *c, cpu_real *dinp, cpu_real *dw, cpu_real *db, const cpu_real *dout,
+                          const cpu_real *inp, const cpu_real *w, const cpu_real *mean, const cpu_real *rstd, int N) {
+    if (c->norm == NORM_RMSNORM) {
+        rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, c->channels);
+    } else {
+        layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, c->channels);
+    }
+}
+
 // out (N, OC) = inp (N, C) weight^T + bias; weight is (OC, C). wt is scratch for weight^T (C x OC), which
 // turns the product into one that the GEMM tile vectorizes along OC.
 static void matmul_forward(cpu_real *out, const cpu_real *inp, const cpu_real *weight, const cpu_real *bias,
@@ -209,22 +270,49 @@ static void matmul_backward(cpu_real *dinp, cpu_real *dweight, cpu_real *dbias, 
     bias_backward(dbias, dout, N, OC);
 }
 
-// Causal multi-head attention. qkv is (B, T, 3, NH, HS): row (b,t) holds q, then k, then v, each C wide, head h
-// at offset h*HS. att (B, NH, T, T) keeps the softmax for backward (zero above the diagonal); out is (B, T, C).
-static void attention_forward(cpu_real *out, cpu_real *att, const cpu_real *qkv, int B, int T, int C, int NH) {
-    int HS = C / NH;
-    size_t C3 = 3 * (size_t)C;
+// Rotates the q and k heads of qkv (B, T, (NH + 2 KV) HS rows as attention_forward reads them) in place by their
+// position t's angles (llmc/rope.h's tables, T rows of HS/2): HF's apply_rotary_pos_emb. Its backward is the same
+// call on the gradient with sign -1, the rotation by the opposite angle (the transpose).
+static void rope_rotate(cpu_real *qkv, const float *cos_table, const float *sin_table, int B, int T, int NH, int KV,
+                        int HS, int sign) {
+    int half = HS / 2, heads = NH + KV; // the q heads and the k heads, back to back at the start of a row
+    size_t row = (size_t)(NH + 2 * KV) * HS;
+#pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            const float *cs = cos_table + (size_t)t * half, *sn = sin_table + (size_t)t * half;
+            for (int h = 0; h < heads; h++) {
+                cpu_real *x = qkv + ((size_t)b * T + t) * row + (size_t)h * HS;
+                for (int i = 0; i < half; i++) {
+                    cpu_real c = cs[i], s = sign * (cpu_real)sn[i], x1 = x[i], x2 = x[i + half];
+                    x[i] = x1 * c - x2 * s;
+                    x[i + half] = x2 * c + x1 * s;
+                }
+            }
+        }
+    }
+}
+
+// Causal attention with grouped-query heads: query head h attends with key/value head h / (NH / KV) (HF's repeat_kv;
+// KV = NH is multi-head attention). qkv is (B, T, (NH + 2 KV) HS): row (b,t) holds the NH q heads, then the KV k
+// heads, then the KV v heads, HS each. att (B, NH, T, T) keeps the softmax for backward (zero above the diagonal);
+// out is (B, T, NH HS). Scores are scaled by 1/sqrt(HS).
+static void attention_forward(cpu_real *out, cpu_real *att, const cpu_real *qkv, int B, int T, int NH, int KV,
+                              int HS) {
+    size_t row = (size_t)(NH + 2 * KV) * HS, A = (size_t)NH * HS, K = (size_t)KV * HS;
+    int group = NH / KV;
     cpu_real scale = (cpu_real)(1.0 / sqrt((double)HS));
 #pragma omp parallel for collapse(3)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             for (int t = 0; t < T; t++) {
-                const cpu_real *base = qkv + (size_t)b * T * C3 + (size_t)h * HS;
-                const cpu_real *q = base + t * C3;
+                const cpu_real *base = qkv + (size_t)b * T * row;
+                const cpu_real *q = base + t * row + (size_t)h * HS;
+                const cpu_real *kbase = base + A + (size_t)(h / group) * HS, *vbase = kbase + K;
                 cpu_real *a = att + (((size_t)b * NH + h) * T + t) * T;
                 cpu_real maxv = -INFINITY;
                 for (int t2 = 0; t2 <= t; t2++) {
-                    const cpu_real *k = base + t2 * C3 + C;
+                    const cpu_real *k = kbase + t2 * row;
                     cpu_real s = 0;
                     for (int i = 0; i < HS; i++) { s += q[i] * k[i]; }
                     a[t2] = s * scale;
@@ -237,10 +325,10 @@ static void attention_forward(cpu_real *out, cpu_real *att, const cpu_real *qkv,
                 }
                 cpu_real inv = (cpu_real)(1.0 / sum);
                 for (int t2 = 0; t2 < T; t2++) { a[t2] = t2 <= t ? a[t2] * inv : 0; }
-                cpu_real *o = out + ((size_t)b * T + t) * C + (size_t)h * HS;
+                cpu_real *o = out + ((size_t)b * T + t) * A + (size_t)h * HS;
                 for (int i = 0; i < HS; i++) { o[i] = 0; }
                 for (int t2 = 0; t2 <= t; t2++) {
-                    const cpu_real *v = base + t2 * C3 + 2 * C;
+                    const cpu_real *v = vbase + t2 * row;
                     for (int i = 0; i < HS; i++) { o[i] += a[t2] * v[i]; }
                 }
             }
@@ -248,45 +336,50 @@ static void attention_forward(cpu_real *out, cpu_real *att, const cpu_real *qkv,
     }
 }
 
-// Backward of attention_forward, adding into dqkv. One thread owns a (b, h) pair, whose q, k and v slices no
-// other pair touches. The softmax backward is dpre = att * (datt - sum(att * datt)).
+// Backward of attention_forward, adding into dqkv. One thread owns a (b, key/value head) pair: the q heads of its
+// group, one after another in order, are the only writers of its k and v slices, so the gradients of K and V sum
+// over the group in a fixed order. The softmax backward is dpre = att * (datt - sum(att * datt)).
 static void attention_backward(cpu_real *dqkv, const cpu_real *dout, const cpu_real *qkv, const cpu_real *att,
-                               int B, int T, int C, int NH) {
-    int HS = C / NH;
-    size_t C3 = 3 * (size_t)C;
+                               int B, int T, int NH, int KV, int HS) {
+    size_t row = (size_t)(NH + 2 * KV) * HS, A = (size_t)NH * HS, K = (size_t)KV * HS;
+    int group = NH / KV;
     cpu_real scale = (cpu_real)(1.0 / sqrt((double)HS));
 #pragma omp parallel
     {
         cpu_real *dpre = (cpu_real *)malloc_check((size_t)T * sizeof(cpu_real), "attention backward scratch");
 #pragma omp for collapse(2)
         for (int b = 0; b < B; b++) {
-            for (int h = 0; h < NH; h++) {
-                const cpu_real *base = qkv + (size_t)b * T * C3 + (size_t)h * HS;
-                cpu_real *dbase = dqkv + (size_t)b * T * C3 + (size_t)h * HS;
-                for (int t = 0; t < T; t++) {
-                    const cpu_real *a = att + (((size_t)b * NH + h) * T + t) * T;
-                    const cpu_real *d = dout + ((size_t)b * T + t) * C + (size_t)h * HS;
-                    cpu_acc dot = 0.0;
-                    for (int t2 = 0; t2 <= t; t2++) {
-                        const cpu_real *v = base + t2 * C3 + 2 * C;
-                        cpu_real *dv = dbase + t2 * C3 + 2 * C;
-                        cpu_real datt = 0;
-                        for (int i = 0; i < HS; i++) {
-                            datt += v[i] * d[i];
-                            dv[i] += a[t2] * d[i];
+            for (int kvh = 0; kvh < KV; kvh++) {
+                const cpu_real *base = qkv + (size_t)b * T * row;
+                cpu_real *dbase = dqkv + (size_t)b * T * row;
+                const cpu_real *kbase = base + A + (size_t)kvh * HS, *vbase = kbase + K;
+                cpu_real *dkbase = dbase + A + (size_t)kvh * HS, *dvbase = dkbase + K;
+                for (int h = kvh * group; h < (kvh + 1) * group; h++) {
+                    for (int t = 0; t < T; t++) {
+                        const cpu_real *a = att + (((size_t)b * NH + h) * T + t) * T;
+                        const cpu_real *d = dout + ((size_t)b * T + t) * A + (size_t)h * HS;
+                        cpu_acc dot = 0.0;
+                        for (int t2 = 0; t2 <= t; t2++) {
+                            const cpu_real *v = vbase + t2 * row;
+                            cpu_real *dv = dvbase + t2 * row;
+                            cpu_real datt = 0;
+                            for (int i = 0; i < HS; i++) {
+                                datt += v[i] * d[i];
+                                dv[i] += a[t2] * d[i];
+                            }
+                            dpre[t2] = datt;
+                            dot += a[t2] * datt;
                         }
-                        dpre[t2] = datt;
-                        dot += a[t2] * datt;
-                    }
-                    const cpu_real *q = base + t * C3;
-                    cpu_real *dq = dbase + t * C3;
-                    for (int t2 = 0; t2 <= t; t2++) {
-                        cpu_real g = a[t2] * (dpre[t2] - (cpu_real)dot) * scale;
-                        const cpu_real *k = base + t2 * C3 + C;
-                        cpu_real *dk = dbase + t2 * C3 + C;
-                        for (int i = 0; i < HS; i++) {
-                            dq[i] += g * k[i];
-                            dk[i] += g * q[i];
+                        const cpu_real *q = base + t * row + (size_t)h * HS;
+                        cpu_real *dq = dbase + t * row + (size_t)h * HS;
+                        for (int t2 = 0; t2 <= t; t2++) {
+                            cpu_real g = a[t2] * (dpre[t2] - (cpu_real)dot) * scale;
+                            const cpu_real *k = kbase + t2 * row;
+                            cpu_real *dk = dkbase + t2 * row;
+                            for (int i = 0; i < HS; i++) {
+                                dq[i] += g * k[i];
+                                dk[i] += g * q[i];
+                            }
                         }
                     }
                 }
@@ -315,6 +408,48 @@ static void gelu_backward(cpu_real *dinp, const cpu_real *inp, const cpu_real *d
         cpu_real th = real_tanh(u);
         cpu_real du = (cpu_real)SQRT_2_OVER_PI * (1 + 3 * (cpu_real)GELU_CUBIC * x * x);
         dinp[i] += ((cpu_real)0.5 * (1 + th) + (cpu_real)0.5 * x * (1 - th * th) * du) * dout[i];
+    }
+}
+
+// SwiGLU over rows of fc's output (N, 2F) = [gate | up]: out (N, F) = silu(gate) * up, silu(g) = g / (1 + e^-g)
+// (torch's silu).
+static void swiglu_forward(cpu_real *out, const cpu_real *inp, int N, int F) {
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const cpu_real *gate = inp + (size_t)n * 2 * F, *up = gate + F;
+        cpu_real *o = out + (size_t)n * F;
+        for (int i = 0; i < F; i++) { o[i] = gate[i] / (1 + real_exp(-gate[i])) * up[i]; }
+    }
+}
+
+// dgate += dout up silu'(gate), silu'(g) = s (1 + g (1 - s)) with s = sigmoid(g); dup += dout silu(gate).
+static void swiglu_backward(cpu_real *dinp, const cpu_real *inp, const cpu_real *dout, int N, int F) {
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const cpu_real *gate = inp + (size_t)n * 2 * F, *up = gate + F, *d = dout + (size_t)n * F;
+        cpu_real *dgate = dinp + (size_t)n * 2 * F, *dup = dgate + F;
+        for (int i = 0; i < F; i++) {
+            cpu_real g = gate[i], s = real_sigmoid(g);
+            dgate[i] += d[i] * up[i] * s * (1 + g * (1 - s));
+            dup[i] += d[i] * g * s;
+        }
+    }
+}
+
+// The MLP's activation the description names: out (N, F) from fc's output (N, FC), and its backward.
+static void mlp_act_forward(const GPTConfig *c, cpu_real *out, const cpu_real *inp, int N) {
+    if (c->mlp == MLP_SWIGLU) {
+        swiglu_forward(out, inp, N, c->ffn_hidden);
+    } else {
+        gelu_forward(out, inp, (size_t)N * c->ffn_hidden);
+    }
+}
+
+static void mlp_act_backward(const GPTConfig *c, cpu_real *dinp, const cpu_real *inp, const cpu_real *dout, int N) {
+    if (c->mlp == MLP_SWIGLU) {
+        swiglu_backward(dinp, inp, dout, N, c->ffn_hidden);
+    } else {
+        gelu_backward(dinp, inp, dout, (size_t)N * c->ffn_hidden);
     }
 }
 
@@ -363,34 +498,35 @@ static void softmax_crossentropy_backward(cpu_real *dlogits, const cpu_real *pro
 // ----------------------------------------------------------------------------------------------------------
 // The model.
 
-// Activations for up to maxB x maxT tokens, per layer where backward needs them, and backward scratch.
+// Activations for up to maxB x maxT tokens, per layer where backward needs them, and backward scratch. QKV, FC and
+// F are config.h's: the fused q/k/v rows, fc's rows, the MLP's hidden features (GPT-2: 3C, 4C, 4C).
 typedef struct {
     cpu_real *encoded;                          // (B,T,C)
-    cpu_real *ln1, *ln1_mean, *ln1_rstd;        // (L,B,T,C), (L,B,T) x 2
-    cpu_real *qkv;                              // (L,B,T,3C)
+    cpu_real *ln1, *ln1_mean, *ln1_rstd;        // (L,B,T,C), (L,B,T) x 2 (RMSNorm leaves the mean unused)
+    cpu_real *qkv;                              // (L,B,T,QKV), q and k rotated where positions are RoPE's
     cpu_real *atty;                             // (L,B,T,C)
     cpu_real *att;                              // (L,B,NH,T,T)
     cpu_real *res2;                             // (L,B,T,C) residual stream after attention
     cpu_real *ln2, *ln2_mean, *ln2_rstd;        // (L,B,T,C), (L,B,T) x 2
-    cpu_real *fch, *fch_gelu;                   // (L,B,T,4C) x 2
+    cpu_real *fch, *fch_act;                    // (L,B,T,FC), (L,B,T,F): fc's output and the activation's
     cpu_real *res3;                             // (L,B,T,C) residual stream after the MLP (block output)
     cpu_real *lnf, *lnf_mean, *lnf_rstd;        // (B,T,C), (B,T) x 2
     cpu_real *logits, *probs, *losses;          // (B,T,Vp) x 2, (B,T); backward turns probs into dlogits
     cpu_real *proj;                             // (B,T,C) output of a projection before its residual add
     cpu_real *dres, *dln, *datty;               // (B,T,C) gradient scratch; dres is the residual stream's
-    cpu_real *dqkv;                             // (B,T,3C)
-    cpu_real *dfch, *dfch_gelu;                 // (B,T,4C) x 2
-    cpu_real *wt;                               // transposed weight, the largest (Vp or 4C) x C
+    cpu_real *dqkv;                             // (B,T,QKV)
+    cpu_real *dfch, *dfch_act;                  // (B,T,FC), (B,T,F)
+    cpu_real *wt;                               // transposed weight, the largest (Vp, QKV or FC) x C
 } CpuActs;
 
-// One layer's slices of the parameter (or gradient) tensors.
+// One layer's slices of the parameter (or gradient) tensors; NULL for a tensor the description does not have.
 typedef struct {
     cpu_real *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 } CpuLayer;
 
 // One layer's slices of the activations for the current B x T.
 typedef struct {
-    cpu_real *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu;
+    cpu_real *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_act;
     cpu_real *res3;
 } CpuLayerActs;
 
@@ -407,7 +543,7 @@ typedef struct {
     float *amax_scale; // (tensors) delayed scaling: the largest amax in the history, which the scales come from
     float *scale;      // (tensors) the scale of each tensor's latest cast
     cpu_real *weights; // the FP8 values of the block linear weights, at their offsets in the parameter layout
-    cpu_real *qa, *qb; // a GEMM's two FP8 operands (up to N x 4C each)
+    cpu_real *qa, *qb; // a GEMM's two FP8 operands (up to N x the widest linear layer each)
     int weights_stale; // the weights changed since they were cast (cast at the next forward)
 } CpuFp8;
 
@@ -418,6 +554,7 @@ typedef struct {
     cpu_real *params, *grads, *adam_m, *adam_v; // flat, in param_layout() order
     CpuActs acts;
     cpu_real *acts_memory;
+    float *rope_cos, *rope_sin;     // (maxT, HS/2) each where positions are RoPE's (llmc/rope.h), else NULL
     int B, T;                       // of the last forward
     int *inputs, *targets;          // of the last forward
     int has_probs;                  // the last forward had targets and its probabilities are still intact
@@ -425,11 +562,20 @@ typedef struct {
     int training;                   // the forward and backward of a training micro-step: FP8 casts record their amax
 } CpuModel;
 
+static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
+
+// The widest input or output of a block's linear layers: what an FP8 operand holds a row of.
+static size_t cpu_widest_linear(const GPTConfig *c) {
+    return max_size(max_size((size_t)config_qkv_rows(c), (size_t)config_fc_rows(c)),
+                    max_size((size_t)c->channels, (size_t)c->ffn_hidden));
+}
+
 static void cpu_acts_alloc(CpuModel *m) {
     const GPTConfig *c = &m->config;
     size_t N = (size_t)m->maxB * m->maxT, C = c->channels, L = c->num_layers, Vp = c->padded_vocab_size;
+    size_t QKV = (size_t)config_qkv_rows(c), FC = (size_t)config_fc_rows(c), F = (size_t)c->ffn_hidden;
     size_t att = L * m->maxB * c->num_heads * (size_t)m->maxT * m->maxT;
-    size_t wt = (Vp > 4 * C ? Vp : 4 * C) * C;
+    size_t wt = max_size(Vp, max_size(QKV, FC)) * C; // fcproj's C x F is no larger than fc's FC x C
     CpuActs *a = &m->acts;
     struct {
         cpu_real **ptr;
@@ -437,13 +583,13 @@ static void cpu_acts_alloc(CpuModel *m) {
     } spec[] = {
         {&a->encoded, N * C},
         {&a->ln1, L * N * C}, {&a->ln1_mean, L * N}, {&a->ln1_rstd, L * N},
-        {&a->qkv, L * N * 3 * C}, {&a->atty, L * N * C}, {&a->att, att}, {&a->res2, L * N * C},
+        {&a->qkv, L * N * QKV}, {&a->atty, L * N * C}, {&a->att, att}, {&a->res2, L * N * C},
         {&a->ln2, L * N * C}, {&a->ln2_mean, L * N}, {&a->ln2_rstd, L * N},
-        {&a->fch, L * N * 4 * C}, {&a->fch_gelu, L * N * 4 * C}, {&a->res3, L * N * C},
+        {&a->fch, L * N * FC}, {&a->fch_act, L * N * F}, {&a->res3, L * N * C},
         {&a->lnf, N * C}, {&a->lnf_mean, N}, {&a->lnf_rstd, N},
         {&a->logits, N * Vp}, {&a->probs, N * Vp}, {&a->losses, N},
-        {&a->proj, N * C}, {&a->dres, N * C}, {&a->dln, N * C}, {&a->datty, N * C}, {&a->dqkv, N * 3 * C},
-        {&a->dfch, N * 4 * C}, {&a->dfch_gelu, N * 4 * C}, {&a->wt, wt},
+        {&a->proj, N * C}, {&a->dres, N * C}, {&a->dln, N * C}, {&a->datty, N * C}, {&a->dqkv, N * QKV},
+        {&a->dfch, N * FC}, {&a->dfch_act, N * F}, {&a->wt, wt},
     };
     size_t total = 0, nspec = sizeof(spec) / sizeof(spec[0]);
     for (size_t i = 0; i < nspec; i++) { total += spec[i].n; }
@@ -475,6 +621,12 @@ static CpuModel *cpu_model_create(const GPTConfig *config, int maxB, int maxT) {
     m->inputs = (int *)calloc_check((size_t)maxB * maxT, sizeof(int), "input tokens");
     m->targets = (int *)calloc_check((size_t)maxB * maxT, sizeof(int), "target tokens");
     cpu_acts_alloc(m);
+    if (config->pos == POS_ROPE) {
+        size_t n = (size_t)maxT * (size_t)(config_head_size(config) / 2);
+        m->rope_cos = (float *)malloc_check(n * sizeof(float), "rope cos table");
+        m->rope_sin = (float *)malloc_check(n * sizeof(float), "rope sin table");
+        rope_tables(config, maxT, m->rope_cos, m->rope_sin);
+    }
     return m;
 }
 
@@ -496,6 +648,8 @@ static void cpu_model_free(CpuModel *m) {
     free(m->inputs);
     free(m->targets);
     free(m->acts_memory);
+    free(m->rope_cos);
+    free(m->rope_sin);
     free(m);
 }
 
@@ -515,11 +669,21 @@ static void cpu_model_init_params(CpuModel *m, uint64_t seed) {
     free(init);
 }
 
+// Tensor t of the flat buffer base (parameters or gradients), NULL where the description has none.
+static cpu_real *cpu_tensor(const CpuModel *m, cpu_real *base, int t) {
+    return m->layout.size[t] ? base + m->layout.offset[t] : NULL;
+}
+
+// The LM head's weight: wte where tied, else lmhead.
+static cpu_real *cpu_lm_head(const CpuModel *m, cpu_real *base) {
+    return cpu_tensor(m, base, m->config.tied ? P_WTE : P_LMHEAD);
+}
+
 // Layer l's slice of every per-layer tensor of the flat buffer base (parameters or gradients).
 static CpuLayer cpu_layer(const CpuModel *m, cpu_real *base, int l) {
     const ParamLayout *p = &m->layout;
     size_t L = (size_t)m->config.num_layers;
-#define LAYER_SLICE(t) (base + p->offset[t] + (size_t)l * (p->size[t] / L))
+#define LAYER_SLICE(t) (p->size[t] ? base + p->offset[t] + (size_t)l * (p->size[t] / L) : NULL)
     CpuLayer w = {LAYER_SLICE(P_LN1W),     LAYER_SLICE(P_LN1B), LAYER_SLICE(P_QKVW), LAYER_SLICE(P_QKVB),
                   LAYER_SLICE(P_ATTPROJW), LAYER_SLICE(P_ATTPROJB), LAYER_SLICE(P_LN2W), LAYER_SLICE(P_LN2B),
                   LAYER_SLICE(P_FCW),      LAYER_SLICE(P_FCB),  LAYER_SLICE(P_FCPROJW), LAYER_SLICE(P_FCPROJB)};
@@ -529,12 +693,13 @@ static CpuLayer cpu_layer(const CpuModel *m, cpu_real *base, int l) {
 
 static CpuLayerActs cpu_layer_acts(const CpuModel *m, int l) {
     const CpuActs *a = &m->acts;
-    size_t N = (size_t)m->B * m->T, C = (size_t)m->config.channels, NH = (size_t)m->config.num_heads;
-    size_t T = (size_t)m->T;
-    CpuLayerActs x = {a->ln1 + l * N * C,      a->ln1_mean + l * N,     a->ln1_rstd + l * N,
-                      a->qkv + l * N * 3 * C,  a->atty + l * N * C,     a->att + l * N * NH * T,
-                      a->res2 + l * N * C,     a->ln2 + l * N * C,      a->ln2_mean + l * N,
-                      a->ln2_rstd + l * N,     a->fch + l * N * 4 * C,  a->fch_gelu + l * N * 4 * C,
+    const GPTConfig *c = &m->config;
+    size_t N = (size_t)m->B * m->T, C = (size_t)c->channels, NH = (size_t)c->num_heads, T = (size_t)m->T;
+    size_t QKV = (size_t)config_qkv_rows(c), FC = (size_t)config_fc_rows(c), F = (size_t)c->ffn_hidden;
+    CpuLayerActs x = {a->ln1 + l * N * C,     a->ln1_mean + l * N,    a->ln1_rstd + l * N,
+                      a->qkv + l * N * QKV,   a->atty + l * N * C,    a->att + l * N * NH * T,
+                      a->res2 + l * N * C,    a->ln2 + l * N * C,     a->ln2_mean + l * N,
+                      a->ln2_rstd + l * N,    a->fch + l * N * FC,    a->fch_act + l * N * F,
                       a->res3 + l * N * C};
     return x;
 }
@@ -551,7 +716,7 @@ static void zero_real(cpu_real *x, size_t n) { memset(x, 0, n * sizeof(cpu_real)
 
 // Turns the FP8 recipe on: the block linear layers of the blocks fp8_block names multiply in FP8 from now on.
 static void cpu_model_enable_fp8(CpuModel *m, const Fp8Recipe *recipe) {
-    size_t N = (size_t)m->maxB * m->maxT, C = (size_t)m->config.channels;
+    size_t N = (size_t)m->maxB * m->maxT, W = cpu_widest_linear(&m->config);
     CpuFp8 *f = (CpuFp8 *)calloc_check(1, sizeof(CpuFp8), "FP8 state");
     f->recipe = *recipe;
     fp8_history_init(&f->history, m->config.num_layers, recipe->history);
@@ -560,8 +725,8 @@ static void cpu_model_enable_fp8(CpuModel *m, const Fp8Recipe *recipe) {
     f->amax_scale = (float *)calloc_check(T, sizeof(float), "FP8 amaxes");
     f->scale = (float *)calloc_check(T, sizeof(float), "FP8 scales");
     f->weights = (cpu_real *)calloc_check(m->layout.total, sizeof(cpu_real), "FP8 weights");
-    f->qa = (cpu_real *)calloc_check(N * 4 * C, sizeof(cpu_real), "FP8 operands");
-    f->qb = (cpu_real *)calloc_check(N * 4 * C, sizeof(cpu_real), "FP8 operands");
+    f->qa = (cpu_real *)calloc_check(N * W, sizeof(cpu_real), "FP8 operands");
+    f->qb = (cpu_real *)calloc_check(N * W, sizeof(cpu_real), "FP8 operands");
     f->weights_stale = 1;
     m->fp8 = f;
 }
@@ -701,7 +866,9 @@ static double cpu_model_loss_sum(const CpuModel *m, int n) {
 // without (targets NULL), computes the logits only and returns 0.
 static double cpu_model_forward(CpuModel *m, const int *inputs, const int *targets, int B, int T) {
     const GPTConfig *c = &m->config;
-    int C = c->channels, L = c->num_layers, NH = c->num_heads, V = c->vocab_size, Vp = c->padded_vocab_size;
+    int C = c->channels, L = c->num_layers, NH = c->num_heads, KV = c->num_kv_heads, HS = config_head_size(c);
+    int V = c->vocab_size, Vp = c->padded_vocab_size, QKV = config_qkv_rows(c), FC = config_fc_rows(c);
+    int F = c->ffn_hidden;
     if (B < 1 || T < 1 || B > m->maxB || T > m->maxT) {
         fail("micro-batch %d x %d does not fit the CPU model's capacity %d x %d", B, T, m->maxB, m->maxT);
     }
@@ -711,30 +878,30 @@ static double cpu_model_forward(CpuModel *m, const int *inputs, const int *targe
     m->B = B;
     m->T = T;
     m->has_probs = 0;
-    const ParamLayout *p = &m->layout;
-    cpu_real *wte = m->params + p->offset[P_WTE], *wpe = m->params + p->offset[P_WPE];
     CpuActs *a = &m->acts;
 
     if (m->fp8 && m->fp8->weights_stale) { cpu_fp8_cast_weights(m); }
-    encoder_forward(a->encoded, inputs, wte, wpe, B, T, C);
+    encoder_forward(a->encoded, inputs, m->params + m->layout.offset[P_WTE], cpu_tensor(m, m->params, P_WPE), B, T,
+                    C);
     for (int l = 0; l < L; l++) {
         CpuLayer w = cpu_layer(m, m->params, l);
         CpuLayerActs x = cpu_layer_acts(m, l);
         cpu_real *res = cpu_layer_input(m, l);
-        layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, res, w.ln1w, w.ln1b, N, C);
-        cpu_linear_forward(m, l, LIN_QKV, x.qkv, x.ln1, w.qkvw, w.qkvb, N, C, 3 * C);
-        attention_forward(x.atty, x.att, x.qkv, B, T, C, NH);
+        norm_forward(c, x.ln1, x.ln1_mean, x.ln1_rstd, res, w.ln1w, w.ln1b, N);
+        cpu_linear_forward(m, l, LIN_QKV, x.qkv, x.ln1, w.qkvw, w.qkvb, N, C, QKV);
+        if (m->rope_cos) { rope_rotate(x.qkv, m->rope_cos, m->rope_sin, B, T, NH, KV, HS, 1); }
+        attention_forward(x.atty, x.att, x.qkv, B, T, NH, KV, HS);
         cpu_linear_forward(m, l, LIN_ATTPROJ, a->proj, x.atty, w.attprojw, w.attprojb, N, C, C);
         residual_forward(x.res2, res, a->proj, (size_t)N * C);
-        layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, w.ln2w, w.ln2b, N, C);
-        cpu_linear_forward(m, l, LIN_FC, x.fch, x.ln2, w.fcw, w.fcb, N, C, 4 * C);
-        gelu_forward(x.fch_gelu, x.fch, (size_t)N * 4 * C);
-        cpu_linear_forward(m, l, LIN_FCPROJ, a->proj, x.fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);
+        norm_forward(c, x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, w.ln2w, w.ln2b, N);
+        cpu_linear_forward(m, l, LIN_FC, x.fch, x.ln2, w.fcw, w.fcb, N, C, FC);
+        mlp_act_forward(c, x.fch_act, x.fch, N);
+        cpu_linear_forward(m, l, LIN_FCPROJ, a->proj, x.fch_act, w.fcprojw, w.fcprojb, N, F, C);
         residual_forward(x.res3, x.res2, a->proj, (size_t)N * C);
     }
-    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, cpu_layer_input(m, L), m->params + p->offset[P_LNFW],
-                      m->params + p->offset[P_LNFB], N, C);
-    matmul_forward(a->logits, a->lnf, wte, NULL, a->wt, N, C, Vp);
+    norm_forward(c, a->lnf, a->lnf_mean, a->lnf_rstd, cpu_layer_input(m, L), cpu_tensor(m, m->params, P_LNFW),
+                 cpu_tensor(m, m->params, P_LNFB), N);
+    matmul_forward(a->logits, a->lnf, cpu_lm_head(m, m->params), NULL, a->wt, N, C, Vp);
     if (!targets) { return 0.0; }
 
     check_tokens(targets, N, V, "target");
@@ -751,42 +918,42 @@ static void cpu_model_backward(CpuModel *m, cpu_real loss_scale) {
     m->has_probs = 0;
     const GPTConfig *c = &m->config;
     int B = m->B, T = m->T, N = B * T;
-    int C = c->channels, L = c->num_layers, NH = c->num_heads, V = c->vocab_size, Vp = c->padded_vocab_size;
+    int C = c->channels, L = c->num_layers, NH = c->num_heads, KV = c->num_kv_heads, HS = config_head_size(c);
+    int V = c->vocab_size, Vp = c->padded_vocab_size, QKV = config_qkv_rows(c), FC = config_fc_rows(c);
+    int F = c->ffn_hidden;
     size_t NC = (size_t)N * C;
-    const ParamLayout *p = &m->layout;
-    cpu_real *wte = m->params + p->offset[P_WTE], *gwte = m->grads + p->offset[P_WTE];
     CpuActs *a = &m->acts;
     cpu_real *dlogits = a->probs;
 
     softmax_crossentropy_backward(dlogits, a->probs, m->targets, loss_scale, N, V, Vp);
     zero_real(a->dln, NC);
-    matmul_backward(a->dln, gwte, NULL, dlogits, a->lnf, wte, N, C, Vp);
+    matmul_backward(a->dln, cpu_lm_head(m, m->grads), NULL, dlogits, a->lnf, cpu_lm_head(m, m->params), N, C, Vp);
     zero_real(a->dres, NC);
-    layernorm_backward(a->dres, m->grads + p->offset[P_LNFW], m->grads + p->offset[P_LNFB], a->dln,
-                       cpu_layer_input(m, L), m->params + p->offset[P_LNFW], a->lnf_mean, a->lnf_rstd, N, C);
+    norm_backward(c, a->dres, cpu_tensor(m, m->grads, P_LNFW), cpu_tensor(m, m->grads, P_LNFB), a->dln,
+                  cpu_layer_input(m, L), cpu_tensor(m, m->params, P_LNFW), a->lnf_mean, a->lnf_rstd, N);
     // dres holds the gradient of the residual stream; each branch adds its input gradient into it.
     for (int l = L - 1; l >= 0; l--) {
         CpuLayer w = cpu_layer(m, m->params, l), g = cpu_layer(m, m->grads, l);
         CpuLayerActs x = cpu_layer_acts(m, l);
-        zero_real(a->dfch_gelu, 4 * NC);
-        cpu_linear_backward(m, l, LIN_FCPROJ, a->dfch_gelu, g.fcprojw, g.fcprojb, a->dres, x.fch_gelu, w.fcprojw, N,
-                            4 * C, C);
-        zero_real(a->dfch, 4 * NC);
-        gelu_backward(a->dfch, x.fch, a->dfch_gelu, 4 * NC);
+        zero_real(a->dfch_act, (size_t)N * F);
+        cpu_linear_backward(m, l, LIN_FCPROJ, a->dfch_act, g.fcprojw, g.fcprojb, a->dres, x.fch_act, w.fcprojw, N, F,
+                            C);
+        zero_real(a->dfch, (size_t)N * FC);
+        mlp_act_backward(c, a->dfch, x.fch, a->dfch_act, N);
         zero_real(a->dln, NC);
-        cpu_linear_backward(m, l, LIN_FC, a->dln, g.fcw, g.fcb, a->dfch, x.ln2, w.fcw, N, C, 4 * C);
-        layernorm_backward(a->dres, g.ln2w, g.ln2b, a->dln, x.res2, w.ln2w, x.ln2_mean, x.ln2_rstd, N, C);
+        cpu_linear_backward(m, l, LIN_FC, a->dln, g.fcw, g.fcb, a->dfch, x.ln2, w.fcw, N, C, FC);
+        norm_backward(c, a->dres, g.ln2w, g.ln2b, a->dln, x.res2, w.ln2w, x.ln2_mean, x.ln2_rstd, N);
         zero_real(a->datty, NC);
         cpu_linear_backward(m, l, LIN_ATTPROJ, a->datty, g.attprojw, g.attprojb, a->dres, x.atty, w.attprojw, N, C,
                             C);
-        zero_real(a->dqkv, 3 * NC);
-        attention_backward(a->dqkv, a->datty, x.qkv, x.att, B, T, C, NH);
+        zero_real(a->dqkv, (size_t)N * QKV);
+        attention_backward(a->dqkv, a->datty, x.qkv, x.att, B, T, NH, KV, HS);
+        if (m->rope_cos) { rope_rotate(a->dqkv, m->rope_cos, m->rope_sin, B, T, NH, KV, HS, -1); }
         zero_real(a->dln, NC);
-        cpu_linear_backward(m, l, LIN_QKV, a->dln, g.qkvw, g.qkvb, a->dqkv, x.ln1, w.qkvw, N, C, 3 * C);
-        layernorm_backward(a->dres, g.ln1w, g.ln1b, a->dln, cpu_layer_input(m, l), w.ln1w, x.ln1_mean,
-                           x.ln1_rstd, N, C);
+        cpu_linear_backward(m, l, LIN_QKV, a->dln, g.qkvw, g.qkvb, a->dqkv, x.ln1, w.qkvw, N, C, QKV);
+        norm_backward(c, a->dres, g.ln1w, g.ln1b, a->dln, cpu_layer_input(m, l), w.ln1w, x.ln1_mean, x.ln1_rstd, N);
     }
-    encoder_backward(gwte, m->grads + p->offset[P_WPE], a->dres, m->inputs, B, T, C);
+    encoder_backward(m->grads + m->layout.offset[P_WTE], cpu_tensor(m, m->grads, P_WPE), a->dres, m->inputs, B, T, C);
 }
 
 static void cpu_model_zero_grad(CpuModel *m) { zero_real(m->grads, m->layout.total); }

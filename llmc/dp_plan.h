@@ -32,8 +32,6 @@ typedef struct {
     Span span[GROUP_SPANS_MAX];  // element ranges of the flat buffer, ascending
 } ParamGroup;
 
-static inline int param_is_per_layer(int t) { return t != P_WTE && t != P_WPE && t != P_LNFW && t != P_LNFB; }
-
 static inline void param_group_add(ParamGroup *g, int t, Span s) {
     if (g->count == GROUP_SPANS_MAX) { fail("a parameter group has more than %d spans", GROUP_SPANS_MAX); }
     g->tensor[g->count] = t;
@@ -41,12 +39,13 @@ static inline void param_group_add(ParamGroup *g, int t, Span s) {
     g->count++;
 }
 
-// Group k of the L + 1: block k's slices of the per-layer tensors for k < L, the rest (wte, wpe, lnf) for k = L.
+// Group k of the L + 1: block k's slices of the per-layer tensors for k < L, the rest (wte, wpe, lnf, lmhead) for
+// k = L; a tensor the model does not have (size 0) is in none.
 static inline ParamGroup param_group(const ParamLayout *p, int L, int k) {
     ParamGroup g;
     memset(&g, 0, sizeof(g));
     for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
-        if (param_is_per_layer(t) != (k < L)) { continue; }
+        if (param_is_per_layer(t) != (k < L) || p->size[t] == 0) { continue; }
         size_t n = param_is_per_layer(t) ? p->size[t] / (size_t)L : p->size[t];
         Span s = {p->offset[t] + (k < L ? (size_t)k * n : 0), n};
         param_group_add(&g, t, s);

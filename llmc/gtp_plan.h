@@ -13,7 +13,7 @@
  * tensor (LayerNorms, biases, wte, wpe) stays whole on every GTP rank, as in Megatron's GTP: small, or (wte) read by
  * both the embedding and the LM head, so it would be gathered twice a pass.
  *
- * Layout. A GTP rank's flat buffer holds the 16 tensors in config.h's order, each its TP-local one (llmc/tp_layout.h)
+ * Layout. A GTP rank's flat buffer holds the tensors in config.h's order, each its TP-local one (llmc/tp_layout.h)
  * but for the sharded matrices, whose layer l is S x cols elements (its shard, padding included): layer-major as
  * before, so a layer's shard is one contiguous block and param_group() (llmc/dp_plan.h) sees the same structure.
  *

@@ -274,7 +274,7 @@ static inline GPTConfig hf_config_read(const char *dir) {
     c.vocab_size = hf_config_int(&cfg, "vocab_size", 1, MAX_VOCAB_SIZE);
     // n_ctx is what configs from before transformers 4 called it
     c.max_seq_len = hf_config_int(&cfg, json_get(&cfg.root, "n_positions") ? "n_positions" : "n_ctx", 1, MAX_POSITIONS);
-    c.padded_vocab_size = padded_vocab(c.vocab_size);
+    c = config_gpt2(c.max_seq_len, c.vocab_size, c.num_layers, c.num_heads, c.channels); // the rest is GPT-2's
     if (c.channels % c.num_heads != 0) {
         fail("'%s': n_embd %d is not divisible by n_head %d; the config is corrupt", path, c.channels, c.num_heads);
     }
@@ -769,6 +769,10 @@ static inline void hf_export(const HfExportOptions *o) {
     hf_check_out_dir(o->out_dir, o->force);
     ModelFileHeader h = model_file_header(o->model_path);
     GPTConfig c = h.config;
+    if (c.arch != ARCH_GPT2) {
+        fail("model file '%s' is a %s model; only GPT-2 models can be exported as Hugging Face GPT-2", o->model_path,
+             ARCH_NAMES[c.arch]);
+    }
     c.padded_vocab_size = padded_vocab(c.vocab_size);
     if (c.vocab_size != GPT2_VOCAB_SIZE) {
         fail("model file '%s' has a vocabulary of %d tokens, but GPT-2's tokenizer files (vocab.json, merges.txt) "

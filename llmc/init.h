@@ -3,8 +3,9 @@
  *
  * value(t, e) = 0, 1, or std_t * N(0,1) drawn from Philox at (seed, stream RNG_STREAM_PARAMS + t, counter e),
  * with e the element's index in the full (all-layer, unsplit) tensor. Any process that owns element e of tensor
- * t, whatever its parallel layout, computes the same value as the CPU build. Padded vocabulary rows of wte
- * (row >= V) are zero, so padded logits start at zero and their rows never move.
+ * t, whatever its parallel layout, computes the same value as the CPU build. Padded vocabulary rows of wte and
+ * lmhead (row >= V) are zero, so padded logits start at zero and their rows never move. Which tensors are 0, 1 or
+ * normal, and the std, are config.h's (param_init_kind, param_init_std): GPT-2's and Llama's recipes.
  */
 #ifndef LLMC_INIT_H
 #define LLMC_INIT_H
@@ -15,14 +16,14 @@
 typedef struct {
     int kind;          // InitKind
     float std;         // for INIT_NORMAL
-    uint64_t zero_from; // elements at or past this index are zero (wte padding); total size otherwise
+    uint64_t zero_from; // elements at or past this index are zero (vocabulary padding); total size otherwise
 } InitSpec;
 
 static inline InitSpec param_init_spec(const GPTConfig *c, const ParamLayout *p, int t) {
     InitSpec s;
     s.kind = (int)param_init_kind(t);
     s.std = param_init_std(c, t);
-    s.zero_from = (t == P_WTE) ? (uint64_t)c->vocab_size * (uint64_t)c->channels : (uint64_t)p->size[t];
+    s.zero_from = param_is_vocab(t) ? (uint64_t)c->vocab_size * (uint64_t)c->channels : (uint64_t)p->size[t];
     return s;
 }
 

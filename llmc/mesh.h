@@ -13,7 +13,8 @@
  * the tokens of a global batch (the loss, validation, the gradients of the tensors GTP leaves whole) sums over the
  * data group; the DP group only replicates GTP's shards.
  *
- * Sharding, per layer (a linear weight is (out, in) row-major and computes y = x W^T + b):
+ * Sharding, per layer (a linear weight is (out, in) row-major and computes y = x W^T + b), for GPT-2 (mesh_validate
+ * refuses TP and GTP for other architectures):
  *   column-parallel (fc; wte / LM head over the padded vocabulary): rank tp holds rows
  *     [tp * out/TP, (tp+1) * out/TP) of W and the same entries of b.
  *   QKV: the fused (3C, C) weight is [Q; K; V], C rows each, head h owning rows [h*hs, (h+1)*hs) of each part.
@@ -155,27 +156,10 @@ typedef enum { TP_REPLICATED, TP_ROWS, TP_QKV_ROWS, TP_COLS } TPSplit;
 
 static inline TPSplit param_tp_split(int t) {
     switch (t) {
-    case P_WTE: case P_FCW: case P_FCB: return TP_ROWS;
+    case P_WTE: case P_LMHEAD: case P_FCW: case P_FCB: return TP_ROWS;
     case P_QKVW: case P_QKVB: return TP_QKV_ROWS;
     case P_ATTPROJW: case P_FCPROJW: return TP_COLS;
     default: return TP_REPLICATED;
-    }
-}
-
-// Rows and columns of one layer's slice of tensor t (the whole tensor for wte, wpe, lnf); 1-D has cols = 1.
-static inline void param_layer_shape(const GPTConfig *c, int t, size_t *rows, size_t *cols) {
-    size_t C = (size_t)c->channels;
-    *cols = 1;
-    switch (t) {
-    case P_WTE: *rows = (size_t)c->padded_vocab_size; *cols = C; break;
-    case P_WPE: *rows = (size_t)c->max_seq_len; *cols = C; break;
-    case P_QKVW: *rows = 3 * C; *cols = C; break;
-    case P_QKVB: *rows = 3 * C; break;
-    case P_ATTPROJW: *rows = C; *cols = C; break;
-    case P_FCW: *rows = 4 * C; *cols = C; break;
-    case P_FCB: *rows = 4 * C; break;
-    case P_FCPROJW: *rows = C; *cols = 4 * C; break;
-    default: *rows = C; break; // LayerNorm weights/biases, attprojb, fcprojb
     }
 }
 
@@ -233,6 +217,11 @@ static inline void mesh_check_world(const Mesh *m) {
 
 static inline void mesh_validate(const Mesh *m, const GPTConfig *c, const Options *o) {
     mesh_check_world(m);
+    // The splits below are GPT-2's: a fused QKV of three equal parts, fc rows of one GELU MLP, the LM head in wte.
+    if (c->arch != ARCH_GPT2 && (m->tp > 1 || options_gtp_path(o))) {
+        fail("--arch %s does not run under --tp or --gtp yet (their splits are GPT-2's); pass --tp 1 --gtp 1",
+             ARCH_NAMES[c->arch]);
+    }
     // Heads (QKV, attention, attn proj columns) split as evenly as they go; every rank needs one.
     if (c->num_heads < m->tp) {
         fail("attention heads = %d cannot be split over --tp %d ranks (each needs at least one head): lower --tp or "

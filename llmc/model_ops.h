@@ -4,7 +4,7 @@
  * The CPU build (train_gpt_cpu.c) and the GPU build (train_gpt.cu) each fill one ModelOps table; everything
  * else (options, data, schedule, validation, sampling, logging, checkpoints, resume) is written once, in
  * trainer.h, and so behaves identically in both builds. Host arrays of parameters, gradients and optimizer
- * state are fp32 and laid out as param_layout() says (the 16 tensors back to back).
+ * state are fp32 and laid out as param_layout() says (its tensors back to back).
  */
 #ifndef LLMC_MODEL_OPS_H
 #define LLMC_MODEL_OPS_H

@@ -3,7 +3,8 @@
  *
  * The table drives parsing, --help, range checks and the echo of the configuration at start-up, so an option
  * cannot exist without a default, a check and a line of help. Values are "--name value" or "--name=value".
- * Parsing stops the program with one line naming the option, the value and the allowed range.
+ * Parsing stops the program with one line naming the option, the value and the allowed range. A model option
+ * whose default is 0 or "" means "the model's" (the named --model's, or its architecture's: llmc/config.h).
  * Cross-option checks (a batch that does not divide, a model that does not fit the layout) live in
  * options_validate(), run on every rank before any work.
  */
@@ -28,9 +29,16 @@ typedef struct {
     char train_data[OPT_STR_LEN]; // glob of training shards
     char val_data[OPT_STR_LEN];   // glob of validation shards ("" = no validation)
     char vocab_dir[OPT_STR_LEN];  // folder holding GPT-2's encoder.json (decoding samples)
-    // model
-    char model[OPT_STR_LEN]; // preset d12/d24/d36/d48; depth/width/heads override it when > 0
-    int depth, width, heads;
+    // model (llmc/config.h): a named size, what overrides it (0 or "": the model's own)
+    char model[OPT_STR_LEN];      // d12/d24/d36/d48 (GPT-2), llama3.2-1b/llama3.2-3b/llama3.1-8b/llama-tiny
+    char arch[OPT_STR_LEN];       // gpt2 | llama
+    int depth, width, heads, kv_heads, ffn, vocab_size;
+    double norm_eps;
+    float rope_theta;
+    char rope_scaling[OPT_STR_LEN]; // none | llama3
+    float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max_pos;
+    char tie_embeddings[OPT_STR_LEN]; // 1 | 0
     int seq_len;                  // T
     char init_from[OPT_STR_LEN];  // llm.c model file to start from ("" = fresh initialization)
     // batch
@@ -66,7 +74,7 @@ typedef struct {
     int ref_steps;
 } Options;
 
-typedef enum { OPT_INT, OPT_I64, OPT_FLOAT, OPT_STR } OptType;
+typedef enum { OPT_INT, OPT_I64, OPT_FLOAT, OPT_DOUBLE, OPT_STR } OptType;
 
 typedef struct {
     const char *name;
@@ -74,7 +82,8 @@ typedef struct {
     size_t offset;
     const char *def;     // default, as it would be typed
     double lo, hi;       // range for numbers; ignored for strings
-    const char *choices; // "a|b|c" for strings with a fixed set of values, NULL for free text
+    const char *choices; // "a|b|c" for strings with a fixed set of values (or "" where that is the default), NULL
+                         // for free text
     const char *help;
 } OptionSpec;
 
@@ -87,11 +96,37 @@ static const OptionSpec OPTION_SPECS[] = {
      "glob of validation shards; empty string disables validation"},
     {"vocab-dir", OPT_STR, OPT_FIELD(vocab_dir), "data/gpt2", 0, 0, NULL,
      "folder with GPT-2's encoder.json, used to decode text samples"},
-    {"model", OPT_STR, OPT_FIELD(model), "d12", 0, 0, "d12|d24|d36|d48",
-     "GPT-2 size: d12=124M d24=350M d36=774M d48=1558M"},
+    {"model", OPT_STR, OPT_FIELD(model), "d12", 0, 0, "d12|d24|d36|d48|llama3.2-1b|llama3.2-3b|llama3.1-8b|llama-tiny",
+     "named size: GPT-2 d12=124M d24=350M d36=774M d48=1558M; Llama 3.2 1B and 3B, Llama 3.1 8B; llama-tiny (tests: "
+     "2 x 64, GPT-2's vocabulary)"},
+    {"arch", OPT_STR, OPT_FIELD(arch), "", 0, 0, "gpt2|llama",
+     "architecture: gpt2 (llm.c's GPT-2) or llama (Llama 3, as Hugging Face's LlamaForCausalLM); empty = the "
+     "--model's (llama at a GPT-2 size takes its shape)"},
     {"depth", OPT_INT, OPT_FIELD(depth), "0", 0, MAX_LAYERS, NULL, "layers; 0 = the model's"},
     {"width", OPT_INT, OPT_FIELD(width), "0", 0, MAX_CHANNELS, NULL, "channels; 0 = the model's"},
     {"heads", OPT_INT, OPT_FIELD(heads), "0", 0, 4096, NULL, "attention heads; 0 = the model's"},
+    {"kv-heads", OPT_INT, OPT_FIELD(kv_heads), "0", 0, 4096, NULL,
+     "llama: key/value heads (grouped-query attention; must divide --heads); 0 = the model's (--heads unless named)"},
+    {"ffn", OPT_INT, OPT_FIELD(ffn), "0", 0, MAX_FFN_HIDDEN, NULL,
+     "llama: the MLP's hidden features; 0 = the model's (GPT-2: 4 x width; Llama: 8/3 x width rounded up to 256)"},
+    {"vocab-size", OPT_INT, OPT_FIELD(vocab_size), "0", 0, MAX_VOCAB_SIZE, NULL,
+     "vocabulary size (padded to a multiple of 128); 0 = the model's (GPT-2 50257, Llama 3 128256)"},
+    {"norm-eps", OPT_DOUBLE, OPT_FIELD(norm_eps), "0", 0, 1, NULL,
+     "llama: RMSNorm epsilon; 0 = the model's (1e-5)"},
+    {"rope-theta", OPT_FLOAT, OPT_FIELD(rope_theta), "0", 0, 1e12, NULL,
+     "llama: rotary embedding base; 0 = the model's (500000)"},
+    {"rope-scaling", OPT_STR, OPT_FIELD(rope_scaling), "", 0, 0, "none|llama3",
+     "llama: rotary frequency scaling (llama3: Llama 3.1's, with the four numbers below); empty = the model's"},
+    {"rope-factor", OPT_FLOAT, OPT_FIELD(rope_factor), "0", 0, 1024, NULL,
+     "llama3 rope scaling: low frequencies divided by this; 0 = the model's (3.1: 8, 3.2: 32)"},
+    {"rope-low-freq-factor", OPT_FLOAT, OPT_FIELD(rope_low_freq_factor), "0", 0, 1024, NULL,
+     "llama3 rope scaling: wavelengths past original / this are low frequencies; 0 = the model's (1)"},
+    {"rope-high-freq-factor", OPT_FLOAT, OPT_FIELD(rope_high_freq_factor), "0", 0, 1024, NULL,
+     "llama3 rope scaling: wavelengths below original / this are kept; 0 = the model's (4)"},
+    {"rope-original-max-pos", OPT_INT, OPT_FIELD(rope_original_max_pos), "0", 0, 1 << 24, NULL,
+     "llama3 rope scaling: the context length of pretraining; 0 = the model's (8192)"},
+    {"tie-embeddings", OPT_STR, OPT_FIELD(tie_embeddings), "", 0, 0, "1|0",
+     "1 = the LM head is wte, 0 = its own tensor (llama); empty = the model's (GPT-2 and Llama 3.2: 1)"},
     {"seq-len", OPT_INT, OPT_FIELD(seq_len), "1024", 1, 65536, NULL, "sequence length T"},
     {"init-from", OPT_STR, OPT_FIELD(init_from), "", 0, 0, NULL,
      "llm.c model file to start from; empty = fresh initialization from --seed"},
@@ -185,7 +220,7 @@ static inline void option_set(Options *o, const OptionSpec *s, const char *val) 
     if (s->type == OPT_STR) {
         if (strlen(val) >= OPT_STR_LEN) { fail("--%s: value is longer than %d characters", s->name, OPT_STR_LEN - 1); }
         if (s->choices) {
-            int ok = 0;
+            int ok = val[0] == '\0' && s->def[0] == '\0'; // "" = the default, where the default is ""
             size_t n = strlen(val);
             for (const char *c = s->choices; *c;) {
                 const char *bar = strchr(c, '|');
@@ -199,7 +234,7 @@ static inline void option_set(Options *o, const OptionSpec *s, const char *val) 
         return;
     }
     double v;
-    if (s->type == OPT_FLOAT) {
+    if (s->type == OPT_FLOAT || s->type == OPT_DOUBLE) {
         v = strtod(val, &end);
     } else {
         long long iv = strtoll(val, &end, 10);
@@ -207,12 +242,14 @@ static inline void option_set(Options *o, const OptionSpec *s, const char *val) 
         if (s->type == OPT_INT) { *(int *)p = (int)iv; } else { *(long long *)p = iv; }
     }
     if (end == val || *end != '\0' || errno == ERANGE) {
-        fail("--%s: '%s' is not a valid %s", s->name, val, s->type == OPT_FLOAT ? "number" : "integer");
+        fail("--%s: '%s' is not a valid %s", s->name, val,
+             s->type == OPT_FLOAT || s->type == OPT_DOUBLE ? "number" : "integer");
     }
     if (!(v >= s->lo && v <= s->hi)) {
         fail("--%s: %s is out of range [%g, %g]", s->name, val, s->lo, s->hi);
     }
     if (s->type == OPT_FLOAT) { *(float *)p = (float)v; }
+    if (s->type == OPT_DOUBLE) { *(double *)p = v; }
 }
 
 static inline const OptionSpec *option_find(const char *name, size_t len) {
@@ -269,14 +306,60 @@ static inline int options_parse(Options *o, int argc, char **argv) {
     return 0;
 }
 
-// The model configuration the options describe (preset, overridden by explicit sizes).
+// --rope-scaling and its four numbers over the model's rope scaling in *c.
+static inline void options_rope_scaling(const Options *o, GPTConfig *c) {
+    if (strcmp(o->rope_scaling, "none") == 0) { memset(&c->rope_scaling, 0, sizeof(c->rope_scaling)); }
+    if (strcmp(o->rope_scaling, "llama3") == 0 && c->rope_scaling.type != ROPE_SCALING_LLAMA3) {
+        c->rope_scaling = llama3_rope_scaling(LLAMA31_ROPE_FACTOR);
+    }
+    RopeScaling *r = &c->rope_scaling;
+    const struct {
+        const char *name;
+        double value;
+    } numbers[] = {{"rope-factor", o->rope_factor},
+                   {"rope-low-freq-factor", o->rope_low_freq_factor},
+                   {"rope-high-freq-factor", o->rope_high_freq_factor},
+                   {"rope-original-max-pos", (double)o->rope_original_max_pos}};
+    for (size_t i = 0; i < sizeof(numbers) / sizeof(numbers[0]); i++) {
+        if (numbers[i].value != 0 && r->type != ROPE_SCALING_LLAMA3) {
+            fail("--%s %g applies to llama3 rope scaling, but the model's is none; drop it or pass --rope-scaling "
+                 "llama3", numbers[i].name, numbers[i].value);
+        }
+    }
+    if (o->rope_factor > 0) { r->factor = o->rope_factor; }
+    if (o->rope_low_freq_factor > 0) { r->low_freq_factor = o->rope_low_freq_factor; }
+    if (o->rope_high_freq_factor > 0) { r->high_freq_factor = o->rope_high_freq_factor; }
+    if (o->rope_original_max_pos > 0) { r->original_max_pos = o->rope_original_max_pos; }
+}
+
+// The model the options describe: the named size as --arch (its own architecture where empty), its shape overridden
+// by --depth/--width/--heads, then every other option that is set. Fails with one line where it is not a model.
 static inline GPTConfig options_model_config(const Options *o) {
-    GPTConfig c;
-    if (!config_from_preset(o->model, o->seq_len, &c)) { fail("--model: unknown model '%s'", o->model); }
-    if (o->depth > 0) { c.num_layers = o->depth; }
-    if (o->width > 0) { c.channels = o->width; }
-    if (o->heads > 0) { c.num_heads = o->heads; }
+    const ModelPreset *p = model_preset_find(o->model);
+    if (!p) { fail("--model: unknown model '%s'", o->model); }
+    ModelArch arch = (ModelArch)p->arch;
+    if (o->arch[0]) { arch = strcmp(o->arch, "llama") == 0 ? ARCH_LLAMA : ARCH_GPT2; }
+    if (arch != (ModelArch)p->arch && p->arch != ARCH_GPT2) {
+        fail("--model %s is a %s model but --arch is %s; drop --arch, or pass a --model of that architecture (GPT-2: "
+             "d12, d24, d36, d48)", o->model, ARCH_NAMES[p->arch], o->arch);
+    }
+    GPTConfig c = config_from_preset(p, arch, o->seq_len, o->depth > 0 ? o->depth : p->layers,
+                                     o->heads > 0 ? o->heads : p->heads, o->width > 0 ? o->width : p->channels);
+    if (o->kv_heads > 0) { c.num_kv_heads = o->kv_heads; }
+    if (o->ffn > 0) { c.ffn_hidden = o->ffn; }
+    if (o->vocab_size > 0) {
+        c.vocab_size = o->vocab_size;
+        c.padded_vocab_size = padded_vocab(o->vocab_size);
+    }
+    if (o->norm_eps > 0) { c.norm_eps = o->norm_eps; }
+    if (o->rope_theta > 0) { c.rope_theta = o->rope_theta; }
+    options_rope_scaling(o, &c);
+    if (o->tie_embeddings[0]) { c.tied = strcmp(o->tie_embeddings, "1") == 0; }
     config_validate(&c);
+    if (o->seq_len > c.max_seq_len) {
+        fail("--seq-len %d is longer than the %d positions of --model %s; lower --seq-len", o->seq_len,
+             c.max_seq_len, o->model);
+    }
     return c;
 }
 
@@ -297,7 +380,8 @@ static inline int options_grad_accum(const Options *o, int dp) {
 }
 
 // The option's value as text. A float gets the short form when it reads back as the same float, else 9
-// significant digits (always exact), so the text identifies the value (the state file compares it on resume).
+// significant digits (17 for a double: always exact), so the text identifies the value (the state file compares it
+// on resume).
 static inline void option_format(const Options *o, const OptionSpec *s, char *buf, size_t cap) {
     const char *p = (const char *)o + s->offset;
     switch (s->type) {
@@ -306,6 +390,10 @@ static inline void option_format(const Options *o, const OptionSpec *s, char *bu
     case OPT_FLOAT:
         snprintf(buf, cap, "%g", *(const float *)p);
         if ((float)strtod(buf, NULL) != *(const float *)p) { snprintf(buf, cap, "%.9g", *(const float *)p); }
+        break;
+    case OPT_DOUBLE:
+        snprintf(buf, cap, "%g", *(const double *)p);
+        if (strtod(buf, NULL) != *(const double *)p) { snprintf(buf, cap, "%.17g", *(const double *)p); }
         break;
     case OPT_STR: snprintf(buf, cap, "%s", p); break;
     }

@@ -31,6 +31,7 @@ static void param_init_device(float *params, const GPTConfig *c, const Mesh *m, 
     ParamLayout full;
     param_layout(c, &full);
     for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+        if (local->size[t] == 0) { continue; } // a tensor the model does not have: no launch of zero blocks
         InitSpec spec = param_init_spec(c, &full, t); // specs refer to the full tensor (wte's zero padding rows)
         param_init_kernel<<<grid_for(local->size[t], 256), 256, 0, stream>>>(
             params + local->offset[t], spec, seed, t, local->size[t], gtp_map(c, m, t), tp_map(c, m, t));

@@ -23,7 +23,7 @@
 #include "utils.h"
 
 #define REFSTATE_MAGIC 20251122
-#define REFSTATE_VERSION 2
+#define REFSTATE_VERSION 3 // 3: the whole model description (llmc/config.h) in the header
 #define REFSTATE_PARAM_STEPS 3 // the first steps whose updated weights are recorded
 
 typedef struct {
@@ -36,7 +36,8 @@ typedef struct {
     int32_t fp8_scaling, fp8_history, fp8_margin, fp8_bf16_blocks; // llmc/fp8.h's Fp8Recipe
     int64_t num_params;
 } RefHeader;
-typedef char refheader_has_no_padding[sizeof(RefHeader) == 104 ? 1 : -1];
+typedef char gptconfig_has_no_padding[sizeof(GPTConfig) == 20 * 4 + 8 ? 1 : -1];
+typedef char refheader_has_no_padding[sizeof(RefHeader) == 168 ? 1 : -1];
 
 typedef struct {
     RefHeader h;

@@ -16,7 +16,7 @@
 #include "utils.h"
 
 // Streams: the high bits of the counter that separate independent uses of one seed.
-#define RNG_STREAM_PARAMS 0u   // + tensor index (0..15)
+#define RNG_STREAM_PARAMS 0u   // + tensor index (0..NUM_PARAM_TENSORS - 1)
 #define RNG_STREAM_SHUFFLE 64u // + epoch is folded into the counter
 #define RNG_STREAM_SAMPLE 65u  // text generation
 

@@ -2,7 +2,7 @@
  * tp_layout.h: the parameters one tensor-parallel rank holds, as one flat buffer, and the maps between that
  * buffer and the full (single-GPU, llm.c) parameter buffer.
  *
- * A rank's local buffer holds the same 16 tensors in the same order as config.h's ParamLayout, each reduced
+ * A rank's local buffer holds the same tensors in the same order as config.h's ParamLayout, each reduced
  * to the rank's TP-local slice (mesh.h: column-parallel rows, QKV rows of its heads, row-parallel columns, or
  * the whole tensor where replicated). Per-layer tensors stay layer-major: layer l's slice of tensor t is the
  * contiguous block [l n, (l+1) n), n = rows x cols of param_tp_shape(), exactly as in the full layout, so a
@@ -22,11 +22,6 @@
 #include "dp_plan.h"
 #include "init.h"
 #include "mesh.h"
-
-// Layers stacked in tensor t: L for the per-layer tensors, 1 for wte, wpe and the final LayerNorm.
-static inline size_t param_num_layers(const GPTConfig *c, int t) {
-    return param_is_per_layer(t) ? (size_t)c->num_layers : 1;
-}
 
 // Sizes and offsets of this rank's TP-local tensors in its flat local buffer (tp = 1: param_layout()).
 static inline void param_layout_local(const GPTConfig *c, const Mesh *m, ParamLayout *local) {

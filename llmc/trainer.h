@@ -35,6 +35,9 @@
 #include "tokenizer.h"
 
 typedef ModelOps (*ModelFactory)(const GPTConfig *config, const Options *opts, const Mesh *mesh, int B, int T);
+// A build's check of the model before any work: fails with one line where the build cannot run it (NULL where it
+// runs every description).
+typedef void (*ModelCheck)(const GPTConfig *config);
 
 // What a run starts from, read in full and checked before anything in --out-dir is touched, then given to the model
 // once it is built: a checkpoint (weights, AdamW moments, FP8 history, data position), or --init-from's weights.
@@ -291,9 +294,9 @@ static inline void trainer_open_data(Trainer *tr) {
     if (tr->has_tok) {
         tokenizer_init(&tr->tok, o->vocab_dir);
         if (tr->tok.vocab_size != tr->config.vocab_size) { // a sample would decode another vocabulary's text
-            fail("--vocab-dir '%s' holds a vocabulary of %d tokens, but the model's is %d (GPT-2's); point it at "
-                 "GPT-2's encoder.json (data/gpt2) or pass --sample-every 0", o->vocab_dir, tr->tok.vocab_size,
-                 tr->config.vocab_size);
+            fail("--vocab-dir '%s' holds a vocabulary of %d tokens, but the model's is %d; samples decode GPT-2's "
+                 "vocabulary: point it at GPT-2's encoder.json (data/gpt2) or pass --sample-every 0", o->vocab_dir,
+                 tr->tok.vocab_size, tr->config.vocab_size);
         }
     }
     size_t bt = (size_t)o->batch_size * (size_t)o->seq_len;
@@ -385,9 +388,12 @@ static inline void trainer_print_config(const Trainer *tr) {
     printf("train_gpt | device %s | precision %s\n", tr->ops.device_name, o->precision);
     printf("mesh: world %d = dp %d x gtp %d x tp %d | ZeRO-1 %s\n", m->world, m->dp, m->gtp, m->tp,
            o->zero ? "on" : "off");
+    char arch[512];
+    config_describe(c, arch, sizeof(arch));
     printf("model: %d layers, %d channels, %d heads, %d positions, vocabulary %d (padded %d) | %.2fM parameters\n",
            c->num_layers, c->channels, c->num_heads, c->max_seq_len, c->vocab_size, c->padded_vocab_size,
            (double)tr->layout.total / 1e6);
+    printf("architecture %s\n", arch);
     printf("batch: B %d x T %d x %d micro-steps x %d data-parallel ranks = %lld tokens per step | %d steps\n",
            o->batch_size, o->seq_len, tr->accum, tr->data_ranks, tr->tokens_per_step, o->steps);
     printf("options:\n");
@@ -631,7 +637,8 @@ static inline void trainer_finish(Trainer *tr) {
     if (tr->launcher.finish) { tr->launcher.finish(); }
 }
 
-static inline int train_main(int argc, char **argv, LaunchFn launch, ModelFactory make_model) {
+static inline int train_main(int argc, char **argv, LaunchFn launch, ModelFactory make_model,
+                             ModelCheck check_model) {
     Trainer tr;
     memset(&tr, 0, sizeof(tr));
     tr.lock_fd = -1;
@@ -648,6 +655,7 @@ static inline int train_main(int argc, char **argv, LaunchFn launch, ModelFactor
     tr.data_ranks = tr.mesh.data_size;
     options_validate(o, tr.data_ranks);
     tr.config = options_model_config(o);
+    if (check_model) { check_model(&tr.config); }
     mesh_validate(&tr.mesh, &tr.config, o);
     param_layout(&tr.config, &tr.layout);
     tr.accum = options_grad_accum(o, tr.data_ranks);

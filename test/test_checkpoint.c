@@ -16,6 +16,10 @@
  *   file (an earlier one is passed by); a FIFO as its state file is refused, not opened (which would block);
  * - a model header past the format's limits (one whose size arithmetic would wrap, too many layers, heads not
  *   dividing the channels) is refused as corrupt.
+ * - Llama (an architecture other than GPT-2): its model file's header (magic 20261201, llm.c's six values, then the
+ *   description) and tensors round trip; a file of another description (key/value heads, architecture) or with a
+ *   corrupt description is refused naming the field; a checkpoint refuses a run of another rope theta, and GPT-2
+ *   and Llama checkpoints refuse each other's runs.
  */
 #include "../llmc/checkpoint.h"
 #include "../llmc/rng.h"
@@ -27,7 +31,7 @@
 static char g_dir[] = "/tmp/test_checkpoint_XXXXXX";
 
 static GPTConfig tiny_config(int layers, int max_seq_len) {
-    GPTConfig c = {max_seq_len, 300, padded_vocab(300), layers, 2, 8};
+    GPTConfig c = config_gpt2(max_seq_len, 300, layers, 2, 8);
     return c;
 }
 
@@ -37,10 +41,30 @@ static float *random_floats(size_t n, uint32_t stream) {
     return x;
 }
 
-// The padded rows of wte read back as zero whatever a file holds there; zero them to compare exactly.
+// The padded rows of wte (and lmhead) read back as zero whatever a file holds there; zero them to compare exactly.
 static void zero_padded_rows(const GPTConfig *c, float *params) {
-    size_t real = (size_t)c->vocab_size * c->channels, padded = (size_t)c->padded_vocab_size * c->channels;
-    memset(params + real, 0, (padded - real) * sizeof(float));
+    ParamLayout p;
+    param_layout(c, &p);
+    size_t real = (size_t)c->vocab_size * c->channels;
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+        if (param_is_vocab(t) && p.size[t] > 0) {
+            memset(params + p.offset[t] + real, 0, (p.size[t] - real) * sizeof(float));
+        }
+    }
+}
+
+// A Llama with 2 key/value heads of 4 query heads, its own LM head, llama3 rope scaling and another norm epsilon:
+// every field of the description away from a default.
+static GPTConfig tiny_llama(int kv_heads) {
+    GPTConfig c = config_default(ARCH_LLAMA, 16, 2, 4, 16);
+    c.vocab_size = 300;
+    c.padded_vocab_size = padded_vocab(300);
+    c.num_kv_heads = kv_heads;
+    c.ffn_hidden = 20;
+    c.norm_eps = 1e-6;
+    c.rope_scaling = llama3_rope_scaling(LLAMA31_ROPE_FACTOR);
+    config_validate(&c);
+    return c;
 }
 
 static void path_in_dir(char *out, const char *name) { snprintf(out, CKPT_PATH_LEN, "%s/%s", g_dir, name); }
@@ -206,7 +230,8 @@ static void test_model_errors(void) {
     expect_child_error("model_wrong_shape", read_model_child, &a, "model_l2.bin", "has layers 2 but this run's model has 3");
     a.config = c;
     a.config.max_seq_len = 32;
-    expect_child_error("model_too_few_positions", read_model_child, &a, "has 16 positions but --seq-len is 32", "");
+    expect_child_error("model_too_few_positions", read_model_child, &a, "has 16 positions but this run's model has 32",
+                       "");
     a.config = c;
 
     path_in_dir(a.path, "model_trunc.bin");
@@ -226,23 +251,84 @@ static void test_model_errors(void) {
     expect_child_error("model_missing", read_model_child, &a, "model_missing.bin", "cannot open");
 
     // headers past the format's limits are refused before any size is computed from them: one whose size arithmetic
-    // wraps to a header-only file (C = 2^30 and Vp + maxT + 13 L + 2 = 2^32), too many layers, heads not dividing C
+    // wraps to a header-only file (GPT-2's layout, C = 2^30 and Vp + maxT + 13 L + 2 = 2^32: 12 L C^2 + (Vp + maxT +
+    // 13 L + 2) C elements of 4 bytes is 2^66 bytes, 0 mod 2^64), too many layers, heads not dividing C. The file's
+    // header holds llm.c's six values only (GPT-2's description follows from them).
     static const struct {
         const char *name;
-        GPTConfig c;
-    } bad[] = {{"model_header_size_wraps", {INT_MAX - 13, GPT2_VOCAB_SIZE, INT_MAX, 1, 1, 1 << 30}},
-               {"model_header_too_many_layers", {16, 300, 384, MAX_LAYERS + 1, 2, 8}},
-               {"model_header_heads_not_dividing", {16, 300, 384, 2, 3, 8}}};
+        int maxT, V, Vp, L, NH, C;
+        int header_only; // the sizes wrap: the file holds no values
+    } bad[] = {{"model_header_size_wraps", INT_MAX - 13, GPT2_VOCAB_SIZE, INT_MAX, 1, 1, 1 << 30, 1},
+               {"model_header_too_many_layers", 16, 300, 384, MAX_LAYERS + 1, 2, 8, 0},
+               {"model_header_heads_not_dividing", 16, 300, 384, 2, 3, 8, 0}};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        ParamLayout q; // each file holds the values its header implies (none where that wraps), so only the limits
-        size_t n = param_layout(&bad[i].c, &q) ? q.total : 0; // can refuse it
+        GPTConfig c = config_gpt2(16, 300, 1, 1, 8);
+        c.max_seq_len = bad[i].maxT;
+        c.vocab_size = bad[i].V;
+        c.padded_vocab_size = bad[i].Vp;
+        c.num_layers = bad[i].L;
+        c.num_heads = c.num_kv_heads = bad[i].NH;
+        c.channels = bad[i].C;
+        ParamLayout q; // each file holds the values its header implies, so only the limits can refuse it
+        size_t n = bad[i].header_only || !param_layout(&c, &q) ? 0 : q.total;
         float *zeros = (float *)calloc_check(n, sizeof(float), "crafted model");
         path_in_dir(a.path, bad[i].name);
-        write_raw_model(a.path, MODEL_VERSION_FP32, &bad[i].c, zeros, n, MODEL_FILE_MAGIC);
+        write_raw_model(a.path, MODEL_VERSION_FP32, &c, zeros, n, MODEL_FILE_MAGIC);
         expect_child_error(bad[i].name, read_header_child, &a, bad[i].name, "has a corrupt header");
         free(zeros);
     }
     free(vals);
+}
+
+static void test_model_llama(void) {
+    GPTConfig c = tiny_llama(2);
+    ParamLayout p;
+    param_layout(&c, &p);
+    float *params = random_floats(p.total, 8);
+    zero_padded_rows(&c, params);
+    char path[CKPT_PATH_LEN];
+    path_in_dir(path, "llama.bin");
+    model_file_write(path, &c, params);
+    int hd[MODEL_HEADER_INTS];
+    FILE *f = fopen_check(path, "rb");
+    fread_check(hd, sizeof(int), MODEL_HEADER_INTS, f, path);
+    fclose(f);
+    int32_t packed[64];
+    int n = config_pack(&c, NUM_CONFIG_FIELDS, packed), rest_zero = 1;
+    for (int i = MODEL_HEADER_CONFIG + n; i < MODEL_HEADER_INTS; i++) { rest_zero &= hd[i] == 0; }
+    check(hd[0] == 20261201 && hd[1] == 3 && hd[2] == 16 && hd[3] == 300 && hd[4] == 2 && hd[5] == 4 &&
+              hd[6] == 16 && hd[7] == 384 && hd[8] == ARCH_LLAMA && hd[9] == 2 &&
+              memcmp(hd + MODEL_HEADER_CONFIG, packed, (size_t)n * sizeof(int)) == 0 && rest_zero &&
+              file_size_or_neg(path) == (long long)(MODEL_HEADER_INTS * sizeof(int) + p.total * sizeof(float)),
+          "llama_model_header", "header %d %d %d %d %d %d %d %d %d %d", hd[0], hd[1], hd[2], hd[3], hd[4], hd[5], hd[6],
+          hd[7], hd[8], hd[9]);
+    ModelFileHeader h = model_file_header(path);
+    float *back = (float *)calloc_check(p.total, sizeof(float), "read back");
+    model_file_read(path, &c, back);
+    check(config_equal(&h.config, &c) && memcmp(params, back, p.total * sizeof(float)) == 0, "llama_model_round_trip",
+          "the description or the parameters differ");
+    free(back);
+
+    ModelReadArgs a;
+    snprintf(a.path, sizeof(a.path), "%s", path);
+    a.config = tiny_llama(4);
+    expect_child_error("llama_model_other_kv_heads", read_model_child, &a, "llama.bin",
+                       "has kv heads 2 but this run's model has 4; pass the matching --model or --kv-heads");
+    a.config = config_gpt2(16, 300, 2, 4, 16);
+    expect_child_error("llama_model_into_gpt2", read_model_child, &a, "llama.bin",
+                       "has arch llama but this run's model has gpt2");
+    for (int i = 0; i < NUM_CONFIG_FIELDS; i++) { // the norm (an int, before the one double): no known kind
+        if (CONFIG_FIELDS[i].offset == offsetof(GPTConfig, norm)) { hd[MODEL_HEADER_CONFIG + i] = 9; }
+    }
+    path_in_dir(a.path, "llama_corrupt.bin");
+    FILE *w = fopen_check(a.path, "wb");
+    fwrite_check(hd, sizeof(int), MODEL_HEADER_INTS, w, a.path);
+    fwrite_check(params, sizeof(float), p.total, w, a.path);
+    fclose(w);
+    a.config = c;
+    expect_child_error("llama_model_corrupt_description", read_model_child, &a, "llama_corrupt.bin",
+                       "has a corrupt header: norm 9 is not a known value");
+    free(params);
 }
 
 // ----------------------------------------------------------------------------------------------------------
@@ -408,6 +494,48 @@ static void test_state_mismatch(void) {
 
 // ----------------------------------------------------------------------------------------------------------
 // integrity
+
+// A Llama checkpoint resumes a Llama run of the same description only; GPT-2's and Llama's refuse each other's runs,
+// whichever holds the architecture key (GPT-2's keys are those of checkpoints from before the description).
+static void test_state_llama(void) {
+    clear_dir();
+    GPTConfig c = tiny_llama(2), gpt2 = tiny_config(2, 16);
+    ParamLayout p, pg;
+    param_layout(&c, &p);
+    param_layout(&gpt2, &pg);
+    float *zeros = (float *)calloc_check(p.total > pg.total ? p.total : pg.total, sizeof(float), "zeros");
+    Options o = run_options(1337, "cosine", 100);
+    ResumeKeys keys = resume_keys_make(&o, &c, 4096), gpt2_keys = resume_keys_make(&o, &gpt2, 4096);
+    TrainProgress pr = {6, 0, 0, "", 0}, pg_pr = {7, 0, 0, "", 0};
+    checkpoint_write(g_dir, &c, &keys, &pr, zeros, zeros, zeros, NULL);
+    checkpoint_write(g_dir, &gpt2, &gpt2_keys, &pg_pr, zeros, zeros, zeros, NULL);
+    float *back = (float *)calloc_check(p.total, sizeof(float), "back");
+    char model_path[CKPT_PATH_LEN];
+    StateCheckArgs a;
+    checkpoint_paths(g_dir, 6, model_path, a.path);
+    TrainProgress read = state_file_read(a.path, &keys, back, back, back, p.total, NULL);
+    check(read.step == 6 && strstr(keys.text, "arch=llama\n") && strstr(keys.text, "kv heads=2\n") &&
+              strstr(keys.text, "norm eps=1e-06\n") && !strstr(gpt2_keys.text, "arch="),
+          "llama_state_resumes_with_its_description", "step %d; keys:\n%s", read.step, keys.text);
+    a.n = p.total;
+    GPTConfig theta = c;
+    theta.rope_theta = 10000.0f;
+    a.keys = resume_keys_make(&o, &theta, 4096);
+    expect_child_error("llama_state_other_rope_theta", check_state_child, &a, "state_00000006.bin",
+                       "was written with rope theta 500000 but this run has rope theta 10000");
+    a.keys = gpt2_keys;
+    a.n = pg.total;
+    expect_child_error("llama_state_refuses_gpt2_run", check_state_child, &a, "state_00000006.bin",
+                       "was written with --arch llama but this run has --arch gpt2");
+    checkpoint_paths(g_dir, 7, model_path, a.path);
+    a.keys = keys;
+    a.n = p.total;
+    expect_child_error("gpt2_state_refuses_llama_run", check_state_child, &a, "state_00000007.bin",
+                       "was written with --arch gpt2 but this run has --arch llama");
+    free(back);
+    free(zeros);
+    clear_dir(); // the tests after this one write their checkpoints afresh, and a checkpoint is never written over
+}
 
 static void test_checksum(void) {
     size_t n = 1000;
@@ -795,10 +923,12 @@ int main(void) {
     test_model_bf16_read();
     test_model_unpadded_and_longer();
     test_model_errors();
+    test_model_llama();
     test_keys_block_defined();
     test_state_round_trip();
     test_state_mismatch();
     test_state_fp8();
+    test_state_llama();
     test_checksum();
     test_corruption();
     test_header_corruption();

@@ -10,6 +10,9 @@
 #   another precision with a line saying so; an fp8 checkpoint refuses other FP8 settings;
 # - preemption: SIGTERM after step 1 stops the run with a checkpoint and status 75; the same command with
 #   --resume auto finishes it, with the uninterrupted run's final files (test_trainer signals at many more points);
+# - Llama (--model llama-tiny: grouped-query attention, its own LM head, llama3 rope scaling): 4 steps with the loss
+#   going down and a checkpoint at 2, resumed from 2 to the same losses and byte-identical step-4 files; its model file
+#   refused by a GPT-2 of the same shape (--init-from), a Llama option refused by GPT-2;
 # - metrics.jsonl and loss.svg: one JSON record a step and a validation, with log.txt's losses
 #   (test/metrics_check.mjs, node's JSON parser), a picture that shows the last validation; a run interrupted after
 #   step 13 with its last checkpoint at 10 and resumed holds each step once, with the uninterrupted run's values,
@@ -211,6 +214,40 @@ if train cli_train_6_steps "$full" --steps 6 --checkpoint-every 3 --val-every 3;
         done
     fi
 fi
+
+# --- Llama ------------------------------------------------------------------------------------------------
+# llama-tiny is TINY's shape (2 x 64, 4 heads, GPT-2's vocabulary) with Llama's architecture; smaller batches than
+# TINY's keep it cheap under the sanitizers.
+LLAMA=(--model llama-tiny --seq-len 32 --batch-size 4 --total-batch-tokens 128 --precision fp32 --lr 3e-3
+       --warmup-steps 1 --val-every 0 --sample-every 0 --checkpoint-every 2 --steps 4 --train-data "$TRAIN_GLOB")
+lf=$tmp/llama lp=$tmp/llama_part
+if timeout "$RUN_TIMEOUT" "$BIN" "${LLAMA[@]}" --out-dir "$lf" >"$lf.stdout" 2>&1 &&
+    grep -q '^architecture llama: rmsnorm' "$lf.stdout"; then
+    pass cli_llama_trains
+    first=$(sed -n 's/^s:1 trl:\([0-9.]*\)$/\1/p' "$lf/log.txt") last=$(sed -n 's/^s:4 trl:\([0-9.]*\)$/\1/p' "$lf/log.txt")
+    if [ -n "$first" ] && [ -n "$last" ] && awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }'; then
+        pass cli_llama_loss_goes_down
+    else
+        fail_check cli_llama_loss_goes_down "step 1 loss '$first', step 4 loss '$last'"
+    fi
+    mkdir -p "$lp"
+    cp "$lf/model_00000002.bin" "$lf/state_00000002.bin" "$lp/"
+    awk -F'[: ]' '/^s:/ && $2 <= 2' "$lf/log.txt" >"$lp/log.txt"
+    if timeout "$RUN_TIMEOUT" "$BIN" "${LLAMA[@]}" --out-dir "$lp" --resume 1 >"$lp.stdout" 2>&1 &&
+        diff -q <(grep '^s:' "$lf/log.txt") <(grep '^s:' "$lp/log.txt") >/dev/null &&
+        cmp -s "$lf/model_00000004.bin" "$lp/model_00000004.bin" &&
+        cmp -s "$lf/state_00000004.bin" "$lp/state_00000004.bin"; then
+        pass cli_llama_resume_identical
+    else
+        fail_check cli_llama_resume_identical "the resumed run failed or differs: $(tail -2 "$lp.stdout")"
+    fi
+    expect_error cli_llama_model_into_gpt2 "has arch llama but this run's model has gpt2" \
+        "${TINY[@]}" --init-from "$lf/model_00000004.bin"
+else
+    fail_check cli_llama_trains "status $?: $(tail -3 "$lf.stdout")"
+fi
+expect_error cli_gpt2_refuses_kv_heads "--arch gpt2 is llm.c's GPT-2, whose kv heads is 4, not 2" \
+    "${TINY[@]}" --kv-heads 2
 
 # --- metrics.jsonl and loss.svg ---------------------------------------------------------------------------
 # metrics_ok NAME DIR [REFERENCE_DIR]: DIR's metrics of a 20-step run validated every 5 (test/metrics_check.mjs)

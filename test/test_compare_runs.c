@@ -32,8 +32,7 @@
 #define SEED 1234
 enum { STREAM_INIT, STREAM_UPDATE, STREAM_NOISE }; // rng streams of the synthetic weights
 
-static const GPTConfig CFG = {.max_seq_len = 32, .vocab_size = 200, .padded_vocab_size = 256, .num_layers = 2,
-                              .num_heads = 4, .channels = 64};
+static GPTConfig CFG; // GPT-2: maxT 32, V 200 (Vp 256), 2 layers, 4 heads, 64 channels (main sets it)
 static ParamLayout g_layout;
 static char g_tmp[64];
 static float g_flip_bound;
@@ -120,6 +119,7 @@ static float *tensor(Run *r, int t) { return r->params + g_layout.offset[t]; }
 static size_t stray_allowed(int t) { return (size_t)ceil(STRAY_FRACTION * (double)g_layout.size[t]); }
 
 int main(void) {
+    CFG = config_gpt2(32, 200, 2, 4, 64);
     if (!file_exists(COMPARE_RUNS)) {
         check(0, "compare_runs built", "%s is missing: build it with `make test` and run from the repository root",
               COMPARE_RUNS);

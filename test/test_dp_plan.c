@@ -1,7 +1,8 @@
 /*
  * test_dp_plan.c: the data-parallel arithmetic of llmc/dp_plan.h, for several model shapes and rank counts.
  * - parameter groups: every parameter in exactly one group; spans ascending and inside their tensor; a block's
- *   group holds its 12 per-layer slices, the last group wte, wpe and lnf; a rank's owned parts stay in its slice
+ *   group holds its slices of the per-layer tensors the model has, the last group the rest (GPT-2: wte, wpe and
+ *   lnf; a Llama with an untied head: wte, lnfw and lmhead), no empty span; a rank's owned parts stay in its slice
  *   and, over all ranks, cover every parameter once;
  * - ZeRO-1 slices: equal, aligned, padded length ranks x slice >= P with less than one slice of padding per rank
  *   beyond alignment, owned spans tile [0, P) exactly, and the per-tensor parts of all ranks tile every tensor.
@@ -11,25 +12,31 @@
 
 typedef struct {
     const char *name;
-    int L, C, NH, V, T;
+    int arch, L, C, NH, V, T;
 } Shape;
 
 static const Shape SHAPES[] = {
-    {"d12", 12, 768, 12, 50257, 1024}, {"d48", 48, 1600, 25, 50257, 1024}, {"tiny", 2, 64, 4, 50257, 64},
-    {"one layer", 1, 8, 1, 100, 8},
+    {"d12", ARCH_GPT2, 12, 768, 12, 50257, 1024}, {"d48", ARCH_GPT2, 48, 1600, 25, 50257, 1024},
+    {"tiny", ARCH_GPT2, 2, 64, 4, 50257, 64},     {"one layer", ARCH_GPT2, 1, 8, 1, 100, 8},
+    {"llama tiny", ARCH_LLAMA, 2, 64, 4, 300, 64},
 };
 static const int RANKS[] = {1, 2, 3, 5, 8, 64};
 
+// GPT-2, or a Llama of 2 key/value heads with its own LM head (tensors of size 0: wpe, the norms' and linear
+// layers' biases).
 static GPTConfig shape_config(const Shape *s) {
-    GPTConfig c;
-    memset(&c, 0, sizeof(c));
-    c.num_layers = s->L;
-    c.channels = s->C;
-    c.num_heads = s->NH;
+    GPTConfig c = config_default((ModelArch)s->arch, s->T, s->L, s->NH, s->C);
     c.vocab_size = s->V;
     c.padded_vocab_size = padded_vocab(s->V);
-    c.max_seq_len = s->T;
+    if (s->arch == ARCH_LLAMA) { c.num_kv_heads = 2; }
     return c;
+}
+
+// The tensors of group kind `per_layer` (a block's, or the rest) that the model has.
+static int group_tensors(const ParamLayout *p, int per_layer) {
+    int n = 0;
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) { n += param_is_per_layer(t) == per_layer && p->size[t] > 0; }
+    return n;
 }
 
 // The tensor holding flat element e, or -1.
@@ -40,8 +47,9 @@ static int tensor_of(const ParamLayout *p, size_t e) {
     return -1;
 }
 
-// The L + 1 groups tile the parameters; spans ascend, each inside its tensor; block groups hold that block's 12
-// slices, the last group wte, wpe and lnf; and the parts a ZeRO-1 rank owns, over all groups, tile its slice.
+// The L + 1 groups tile the parameters; spans ascend, each inside its tensor and none empty; block groups hold that
+// block's slice of each per-layer tensor the model has, the last group the rest it has; and the parts a ZeRO-1 rank
+// owns, over all groups, tile its slice.
 static void check_groups(const Shape *s, int ranks) {
     GPTConfig c = shape_config(s);
     ParamLayout p;
@@ -53,7 +61,7 @@ static void check_groups(const Shape *s, int ranks) {
     size_t owned_total = 0;
     for (int k = 0; k <= L; k++) {
         ParamGroup g = param_group(&p, L, k);
-        bad_shape += g.count != (k < L ? NUM_PARAM_TENSORS - 4 : 4);
+        bad_shape += g.count != group_tensors(&p, k < L);
         for (int i = 0; i < g.count; i++) {
             Span r = g.span[i];
             int t = g.tensor[i];

@@ -5,7 +5,12 @@
  * (f(x+h) - f(x-h)) / 2h has truncation error O(h^2 f''') ~ 1e-11 and rounding error ~ 1e-16 |f| / h ~ 1e-11
  * at h = 1e-5, so every layer's analytic gradient must agree to 1e-6 relative; and in float, the build that
  * ships, whose full-model gradient must agree with the double one. Each layer is checked on the scalar
- * f = sum(w * out) for a fixed random w (its backward seeded with dout = w), then the whole model end to end.
+ * f = sum(w * out) for a fixed random w (its backward seeded with dout = w): GPT-2's (LayerNorm, GELU, learned
+ * positions) and Llama's (RMSNorm, RoPE with and without llama3 scaling, SwiGLU), attention with as many key/value
+ * heads as query heads and with a quarter of them. Then whole models end to end: GPT-2, and Llama with a tied head
+ * and KV = NH, and with its own head, KV = NH/4 and llama3 rope scaling. Finite differences check a backward
+ * against its forward, not the forward against Hugging Face's: that is checked on hand-computed values (RMSNorm,
+ * SwiGLU's gate and up halves) and against multi-head attention over repeated key/value heads (HF's repeat_kv).
  * Also AdamW, clipping and weight decay against hand-computed values.
  */
 #define CPU_REAL double
@@ -21,7 +26,7 @@
 static uint64_t g_draw = 0; // counter of the test's random draws
 
 // The layer cases' arrays, each case holds several: all are freed together when the layer checks are done.
-#define MAX_TEST_ARRAYS 64
+#define MAX_TEST_ARRAYS 96
 static double *g_arrays[MAX_TEST_ARRAYS];
 static int g_num_arrays = 0;
 
@@ -77,8 +82,9 @@ static void check_fd(const char *name, ScalarFn f, void *ctx, double *x, size_t 
     check(err <= FD_TOL, name, "finite-difference relative error %.3g > %g", err, FD_TOL);
 }
 
-// Layer shapes: small, and not multiples of the GEMM tile, so the edge tiles are exercised too.
-enum { LB = 2, LT = 5, LC = 8, LNH = 2, LOC = 37, LV = 10, LVP = 16 };
+// Layer shapes: small, and not multiples of the GEMM tile, so the edge tiles are exercised too. Attention and RoPE
+// take their head counts and size from the case.
+enum { LB = 2, LT = 5, LC = 8, LOC = 37, LV = 10, LVP = 16, LF = 7 };
 #define LN (LB * LT)
 
 // ---------------------------------------------------------------------------------------------------------
@@ -102,15 +108,22 @@ static void test_encoder(void) {
     encoder_backward(dwte, dwpe, c.w, c.inp, LB, LT, LC);
     check_fd("encoder_backward dwte", encoder_f, &c, c.wte, LV * LC, dwte);
     check_fd("encoder_backward dwpe", encoder_f, &c, c.wpe, LT * LC, dwpe);
+    // without learned positions (RoPE): the token embedding alone
+    c.wpe = NULL;
+    double *dwte_only = zero_array(LV * LC);
+    encoder_backward(dwte_only, NULL, c.w, c.inp, LB, LT, LC);
+    check_fd("encoder_backward dwte without wpe", encoder_f, &c, c.wte, LV * LC, dwte_only);
 }
 
 typedef struct {
     double *inp, *weight, *bias, *out, *mean, *rstd, *w;
 } LayerNormCase;
 
+#define TEST_NORM_EPS 1e-5
+
 static double layernorm_f(void *p) {
     LayerNormCase *c = (LayerNormCase *)p;
-    layernorm_forward(c->out, c->mean, c->rstd, c->inp, c->weight, c->bias, LN, LC);
+    layernorm_forward(c->out, c->mean, c->rstd, c->inp, c->weight, c->bias, TEST_NORM_EPS, LN, LC);
     return dot(c->out, c->w, LN * LC);
 }
 
@@ -123,6 +136,22 @@ static void test_layernorm(void) {
     check_fd("layernorm_backward dinp", layernorm_f, &c, c.inp, LN * LC, dinp);
     check_fd("layernorm_backward dweight", layernorm_f, &c, c.weight, LC, dw);
     check_fd("layernorm_backward dbias", layernorm_f, &c, c.bias, LC, db);
+}
+
+static double rmsnorm_f(void *p) {
+    LayerNormCase *c = (LayerNormCase *)p;
+    rmsnorm_forward(c->out, c->rstd, c->inp, c->weight, TEST_NORM_EPS, LN, LC);
+    return dot(c->out, c->w, LN * LC);
+}
+
+static void test_rmsnorm(void) {
+    LayerNormCase c = {rand_array(LN * LC), rand_array(LC), NULL, zero_array(LN * LC), NULL, zero_array(LN),
+                       rand_array(LN * LC)};
+    double *dinp = zero_array(LN * LC), *dw = zero_array(LC);
+    rmsnorm_f(&c);
+    rmsnorm_backward(dinp, dw, c.w, c.inp, c.weight, c.rstd, LN, LC);
+    check_fd("rmsnorm_backward dinp", rmsnorm_f, &c, c.inp, LN * LC, dinp);
+    check_fd("rmsnorm_backward dweight", rmsnorm_f, &c, c.weight, LC, dw);
 }
 
 typedef struct {
@@ -146,22 +175,56 @@ static void test_matmul(void) {
 }
 
 typedef struct {
+    int NH, KV, HS;
     double *qkv, *att, *out, *w;
 } AttentionCase;
 
 static double attention_f(void *p) {
     AttentionCase *c = (AttentionCase *)p;
-    attention_forward(c->out, c->att, c->qkv, LB, LT, LC, LNH);
-    return dot(c->out, c->w, LN * LC);
+    attention_forward(c->out, c->att, c->qkv, LB, LT, c->NH, c->KV, c->HS);
+    return dot(c->out, c->w, (size_t)LN * c->NH * c->HS);
 }
 
-static void test_attention(void) {
-    AttentionCase c = {rand_array(LN * 3 * LC), zero_array(LB * LNH * LT * LT), zero_array(LN * LC),
-                       rand_array(LN * LC)};
-    double *dqkv = zero_array(LN * 3 * LC);
+// NH query heads of HS channels over KV key/value heads (qkv rows of (NH + 2 KV) HS).
+static void test_attention(const char *name, int NH, int KV, int HS) {
+    size_t rows = (size_t)LN * (NH + 2 * KV) * HS, out = (size_t)LN * NH * HS;
+    AttentionCase c = {NH, KV, HS, rand_array(rows), zero_array((size_t)LB * NH * LT * LT), zero_array(out),
+                       rand_array(out)};
+    double *dqkv = zero_array(rows);
     attention_f(&c);
-    attention_backward(dqkv, c.w, c.qkv, c.att, LB, LT, LC, LNH);
-    check_fd("attention_backward dqkv", attention_f, &c, c.qkv, LN * 3 * LC, dqkv);
+    attention_backward(dqkv, c.w, c.qkv, c.att, LB, LT, NH, KV, HS);
+    check_fd(name, attention_f, &c, c.qkv, rows, dqkv);
+}
+
+// RoPE: q and k (of rows of (NH + 2 KV) HS; v is left alone) rotated by llmc/rope.h's tables of the description;
+// the backward is the rotation by the opposite angles.
+typedef struct {
+    int NH, KV, HS;
+    const float *cos_table, *sin_table;
+    double *inp, *out, *w;
+} RopeCase;
+
+static double rope_f(void *p) {
+    RopeCase *c = (RopeCase *)p;
+    size_t n = (size_t)LN * (c->NH + 2 * c->KV) * c->HS;
+    memcpy(c->out, c->inp, n * sizeof(double));
+    rope_rotate(c->out, c->cos_table, c->sin_table, LB, LT, c->NH, c->KV, c->HS, 1);
+    return dot(c->out, c->w, n);
+}
+
+static void test_rope(const char *name, const GPTConfig *config) {
+    int NH = config->num_heads, KV = config->num_kv_heads, HS = config_head_size(config);
+    size_t n = (size_t)LN * (NH + 2 * KV) * HS, table = (size_t)LT * (HS / 2);
+    float *cos_table = (float *)malloc_check(table * sizeof(float), "rope cos table");
+    float *sin_table = (float *)malloc_check(table * sizeof(float), "rope sin table");
+    rope_tables(config, LT, cos_table, sin_table);
+    RopeCase c = {NH, KV, HS, cos_table, sin_table, rand_array(n), zero_array(n), rand_array(n)};
+    double *dinp = zero_array(n);
+    memcpy(dinp, c.w, n * sizeof(double));
+    rope_rotate(dinp, cos_table, sin_table, LB, LT, NH, KV, HS, -1);
+    check_fd(name, rope_f, &c, c.inp, n, dinp);
+    free(cos_table);
+    free(sin_table);
 }
 
 typedef struct {
@@ -180,6 +243,24 @@ static void test_gelu(void) {
     double *dinp = zero_array(LN * LC);
     gelu_backward(dinp, c.inp, c.w, LN * LC);
     check_fd("gelu_backward", gelu_f, &c, c.inp, LN * LC, dinp);
+}
+
+typedef struct {
+    double *inp, *out, *w;
+} SwigluCase;
+
+static double swiglu_f(void *p) {
+    SwigluCase *c = (SwigluCase *)p;
+    swiglu_forward(c->out, c->inp, LN, LF);
+    return dot(c->out, c->w, LN * LF);
+}
+
+static void test_swiglu(void) {
+    SwigluCase c = {rand_array(LN * 2 * LF), zero_array(LN * LF), rand_array(LN * LF)};
+    for (int i = 0; i < LN * 2 * LF; i++) { c.inp[i] *= 4.0; } // both tails of the gate's sigmoid
+    double *dinp = zero_array(LN * 2 * LF);
+    swiglu_backward(dinp, c.inp, c.w, LN, LF);
+    check_fd("swiglu_backward (gate and up)", swiglu_f, &c, c.inp, LN * 2 * LF, dinp);
 }
 
 typedef struct {
@@ -239,14 +320,83 @@ static void test_crossentropy(void) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// Llama's forward semantics, as transformers' modeling_llama.py defines them.
+
+#define FORWARD_TOL 1e-12
+
+// RMSNorm: w * (x / sqrt(mean(x^2) + eps)) on x = (3, 4), w = (2, -1): mean square 12.5.
+static void test_rmsnorm_values(void) {
+    double x[2] = {3, 4}, w[2] = {2, -1}, out[2], rstd[1];
+    rmsnorm_forward(out, rstd, x, w, TEST_NORM_EPS, 1, 2);
+    double r = 1.0 / sqrt(12.5 + TEST_NORM_EPS);
+    check(fabs(out[0] - 6 * r) < FORWARD_TOL && fabs(out[1] + 4 * r) < FORWARD_TOL, "rmsnorm: hand-computed values",
+          "out (%.17g, %.17g), want (%.17g, %.17g)", out[0], out[1], 6 * r, -4 * r);
+}
+
+// SwiGLU: fc's row is [gate (F) | up (F)] and out = silu(gate) * up, silu(g) = g / (1 + e^-g).
+static void test_swiglu_values(void) {
+    double inp[4] = {1, -2, 3, 5}, out[2]; // F = 2: gates 1, -2; ups 3, 5
+    swiglu_forward(out, inp, 1, 2);
+    double want0 = 1 / (1 + exp(-1.0)) * 3, want1 = -2 / (1 + exp(2.0)) * 5;
+    check(fabs(out[0] - want0) < FORWARD_TOL && fabs(out[1] - want1) < FORWARD_TOL,
+          "swiglu: silu(gate) * up, the gate's rows first", "out (%.17g, %.17g), want (%.17g, %.17g)", out[0], out[1],
+          want0, want1);
+}
+
+// Grouped-query attention is multi-head attention whose key/value heads are repeated group by group (HF's
+// repeat_kv: query head h reads key/value head h / (NH / KV)): the same outputs, bit for bit.
+static void test_gqa_is_repeated_kv(void) {
+    enum { NH = 4, KV = 2, HS = 3 };
+    size_t grow = (NH + 2 * KV) * HS, mrow = 3 * NH * HS;
+    double *gqa = rand_array(LN * grow), *mha = zero_array(LN * mrow), *att = zero_array(LB * NH * LT * LT);
+    double *out_gqa = zero_array(LN * NH * HS), *out_mha = zero_array(LN * NH * HS);
+    for (size_t n = 0; n < LN; n++) {
+        const double *g = gqa + n * grow;
+        double *m = mha + n * mrow;
+        memcpy(m, g, NH * HS * sizeof(double)); // q
+        for (int h = 0; h < NH; h++) {
+            int kvh = h / (NH / KV);
+            memcpy(m + (NH + h) * HS, g + (NH + kvh) * HS, HS * sizeof(double));          // k
+            memcpy(m + (2 * NH + h) * HS, g + (NH + KV + kvh) * HS, HS * sizeof(double)); // v
+        }
+    }
+    attention_forward(out_gqa, att, gqa, LB, LT, NH, KV, HS);
+    attention_forward(out_mha, att, mha, LB, LT, NH, NH, HS);
+    check(memcmp(out_gqa, out_mha, LN * NH * HS * sizeof(double)) == 0,
+          "attention: grouped-query is multi-head over repeated key/value heads", "the outputs differ");
+}
+
+// ---------------------------------------------------------------------------------------------------------
 // The whole model: tiny, with a padded vocabulary (50 real tokens of 128).
 
 #define MB 2
 #define MT 8
 #define FD_SAMPLES_PER_TENSOR 12
+#define TINY_V 50
+#define TINY_HEADS 4
+#define TINY_WIDTH 32 // head size 8: four RoPE frequencies
+#define TINY_FFN 24
+#define TINY_THETA 10000.0f
+// Original context of the tiny Llama's llama3 scaling: its four wavelengths (6.3, 63, 628, 6283 at theta 10000)
+// fall in all three bands (kept below 128 / 4, divided above 128, interpolated between).
+#define TINY_ROPE_ORIGINAL 128
 
-static GPTConfig tiny_config(void) {
-    GPTConfig c = {MT, 50, padded_vocab(50), 2, 4, 32};
+static GPTConfig tiny_gpt2(void) { return config_gpt2(MT, TINY_V, 2, TINY_HEADS, TINY_WIDTH); }
+
+// A tiny Llama: kv key/value heads, tied or its own LM head, llama3 rope scaling or none.
+static GPTConfig tiny_llama(int kv, int tied, int scaled) {
+    GPTConfig c = config_default(ARCH_LLAMA, MT, 2, TINY_HEADS, TINY_WIDTH);
+    c.vocab_size = TINY_V;
+    c.padded_vocab_size = padded_vocab(TINY_V);
+    c.num_kv_heads = kv;
+    c.ffn_hidden = TINY_FFN;
+    c.tied = tied;
+    c.rope_theta = TINY_THETA;
+    if (scaled) {
+        c.rope_scaling = llama3_rope_scaling(LLAMA31_ROPE_FACTOR);
+        c.rope_scaling.original_max_pos = TINY_ROPE_ORIGINAL;
+    }
+    config_validate(&c);
     return c;
 }
 
@@ -257,15 +407,22 @@ static void tiny_tokens(const GPTConfig *c, int *inputs, int *targets) {
     }
 }
 
-// Initial parameters, jittered so that no LayerNorm weight is exactly 1 and no bias exactly 0 (a backward that
-// forgot one of them would otherwise pass). Padded vocabulary rows stay zero. fp32, as every build stores them.
+// Whether flat element i is in a padded vocabulary row (of wte or lmhead).
+static int in_padded_row(const GPTConfig *c, const ParamLayout *p, size_t i) {
+    size_t real = (size_t)c->vocab_size * c->channels;
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+        if (param_is_vocab(t) && i >= p->offset[t] + real && i < p->offset[t] + p->size[t]) { return 1; }
+    }
+    return 0;
+}
+
+// Initial parameters, jittered so that no norm weight is exactly 1 and no bias exactly 0 (a backward that forgot
+// one of them would otherwise pass). Padded vocabulary rows stay zero. fp32, as every build stores them.
 static float *tiny_params(const GPTConfig *c, const ParamLayout *p) {
     float *params = (float *)malloc_check(p->total * sizeof(float), "tiny params");
     param_init_host(c, p, TEST_SEED, params);
-    size_t wte_real = (size_t)c->vocab_size * c->channels;
     for (size_t i = 0; i < p->total; i++) {
-        int padded = i >= wte_real && i < p->size[P_WTE];
-        if (!padded) { params[i] += 0.05f * rng_normal(TEST_SEED, TEST_STREAM + 3, i); }
+        if (!in_padded_row(c, p, i)) { params[i] += 0.05f * rng_normal(TEST_SEED, TEST_STREAM + 3, i); }
     }
     return params;
 }
@@ -288,14 +445,15 @@ static double model_f(void *p) {
     return cpu_model_forward(c->m, c->inputs, c->targets, MB, MT);
 }
 
-// Finite differences at FD_SAMPLES_PER_TENSOR random elements of every tensor.
-static void test_model_fd(CpuModel *m, const int *inputs, const int *targets) {
+// Finite differences at FD_SAMPLES_PER_TENSOR random elements of every tensor the model has.
+static void test_model_fd(const char *model, CpuModel *m, const int *inputs, const int *targets) {
     ModelCase c = {m, inputs, targets};
     const ParamLayout *p = &m->layout;
     for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+        if (p->size[t] == 0) { continue; } // a tensor this model does not have
         double maxdiff = 0.0, maxref = 0.0;
-        // wte: real rows only; the padded ones are checked to stay exactly zero
-        size_t range = t == P_WTE ? (size_t)m->config.vocab_size * m->config.channels : p->size[t];
+        // wte, lmhead: real rows only; the padded ones are checked to stay exactly zero
+        size_t range = param_is_vocab(t) ? (size_t)m->config.vocab_size * m->config.channels : p->size[t];
         for (uint64_t s = 0; s < FD_SAMPLES_PER_TENSOR; s++) {
             size_t e = p->offset[t] + rng_below(TEST_SEED, TEST_STREAM + 4 + (uint32_t)t, s, (uint32_t)range);
             double d = fabs(fd_derivative(model_f, &c, &m->params[e]) - m->grads[e]);
@@ -303,23 +461,26 @@ static void test_model_fd(CpuModel *m, const int *inputs, const int *targets) {
             if (fabs(m->grads[e]) > maxref) { maxref = fabs(m->grads[e]); }
         }
         double err = maxref > 0 ? maxdiff / maxref : maxdiff;
-        char name[96];
-        snprintf(name, sizeof(name), "model gradient vs finite differences: %s", PARAM_NAMES[t]);
+        char name[160];
+        snprintf(name, sizeof(name), "%s: model gradient vs finite differences: %s", model, PARAM_NAMES[t]);
         check(err <= FD_TOL && maxref > 0, name, "relative error %.3g > %g (max |grad| %.3g)", err, FD_TOL, maxref);
     }
 }
 
-static void test_model_padded_rows(const CpuModel *m) {
-    size_t from = (size_t)m->config.vocab_size * m->config.channels, to = m->layout.size[P_WTE];
+static void test_model_padded_rows(const char *model, const CpuModel *m) {
     int zero = 1;
-    for (size_t i = from; i < to; i++) { zero &= m->grads[m->layout.offset[P_WTE] + i] == 0.0; }
-    check(zero, "model gradient of padded wte rows is exactly zero", "a padded row got a gradient");
+    for (size_t i = 0; i < m->layout.total; i++) {
+        if (in_padded_row(&m->config, &m->layout, i)) { zero &= m->grads[i] == 0.0; }
+    }
+    char name[160];
+    snprintf(name, sizeof(name), "%s: model gradient of padded vocabulary rows is exactly zero", model);
+    check(zero, name, "a padded row got a gradient");
 }
 
 // A second backward without zero_grad adds the same gradient again (micro-batches accumulate); equal up to the
 // rounding of adding a tensor's contributions one at a time onto a non-zero start.
 #define ACCUMULATE_TOL 1e-12
-static void test_model_accumulates(CpuModel *m, const int *inputs, const int *targets) {
+static void test_model_accumulates(const char *model, CpuModel *m, const int *inputs, const int *targets) {
     size_t P = m->layout.total;
     double *once = (double *)malloc_check(P * sizeof(double), "gradient copy");
     model_grad(m, inputs, targets);
@@ -332,13 +493,16 @@ static void test_model_accumulates(CpuModel *m, const int *inputs, const int *ta
         if (!(d <= maxdiff)) { maxdiff = d; }
         if (fabs(once[i]) > maxref) { maxref = fabs(once[i]); }
     }
-    check(maxdiff <= ACCUMULATE_TOL * maxref, "model backward adds into the gradients",
-          "second backward's total differs from twice the first by %.3g relative", maxdiff / maxref);
+    char name[160];
+    snprintf(name, sizeof(name), "%s: model backward adds into the gradients", model);
+    check(maxdiff <= ACCUMULATE_TOL * maxref, name, "second backward's total differs from twice the first by %.3g "
+          "relative", maxdiff / maxref);
     free(once);
 }
 
 // A call with B and T below the model's capacity computes exactly what a model of that size computes.
-static void test_model_smaller_batch(const GPTConfig *c, const float *params, const int *inputs, const int *targets) {
+static void test_model_smaller_batch(const char *model, const GPTConfig *c, const float *params, const int *inputs,
+                                     const int *targets) {
     int B = MB - 1, T = MT - 3;
     CpuModel *big = cpu_model_create(c, MB + 1, MT), *exact = cpu_model_create(c, B, T);
     real_from_float(big->params, params, big->layout.total);
@@ -347,9 +511,10 @@ static void test_model_smaller_batch(const GPTConfig *c, const float *params, co
     double loss_exact = cpu_model_forward(exact, inputs, targets, B, T);
     cpu_model_backward(big, 1.0);
     cpu_model_backward(exact, 1.0);
-    check(loss_big == loss_exact && memcmp(big->grads, exact->grads, big->layout.total * sizeof(double)) == 0,
-          "model with spare capacity computes a smaller batch exactly", "loss %.17g vs %.17g, or gradients differ",
-          loss_big, loss_exact);
+    char name[160];
+    snprintf(name, sizeof(name), "%s: model with spare capacity computes a smaller batch exactly", model);
+    check(loss_big == loss_exact && memcmp(big->grads, exact->grads, big->layout.total * sizeof(double)) == 0, name,
+          "loss %.17g vs %.17g, or gradients differ", loss_big, loss_exact);
     cpu_model_free(big);
     cpu_model_free(exact);
 }
@@ -410,32 +575,36 @@ static void test_adamw_clip(const GPTConfig *c) {
 }
 
 // With zero gradients only weight decay moves a parameter: 1 -> 1 - lr * wd on 2-D weights, 1 elsewhere.
-static void test_weight_decay_2d_only(const GPTConfig *c) {
+static void test_weight_decay_2d_only(const char *model, const GPTConfig *c) {
     CpuModel *m = cpu_model_create(c, 1, 1);
     for (size_t i = 0; i < m->layout.total; i++) { m->params[i] = 1.0; }
     UpdateArgs u = adam_args(1.0f, 1);
     cpu_model_update(m, &u);
     int ok = 1;
     for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
-        int is_2d = t == P_WTE || t == P_WPE || t == P_QKVW || t == P_ATTPROJW || t == P_FCW || t == P_FCPROJW;
+        int is_2d = t == P_WTE || t == P_WPE || t == P_QKVW || t == P_ATTPROJW || t == P_FCW || t == P_FCPROJW ||
+                    t == P_LMHEAD;
         double expect = is_2d ? 1.0 - (double)ADAM_LR * (double)ADAM_WD : 1.0;
         for (size_t i = 0; i < m->layout.size[t]; i++) {
             ok &= fabs(m->params[m->layout.offset[t] + i] - expect) < 1e-7;
         }
     }
-    check(ok, "weight decay applies to 2-D weights only", "some tensor decayed wrongly");
+    char name[160];
+    snprintf(name, sizeof(name), "%s: weight decay applies to 2-D weights only", model);
+    check(ok, name, "some tensor decayed wrongly");
     cpu_model_free(m);
 }
 
-static void test_tiny_model(const GPTConfig *c, const float *params, const int *inputs, const int *targets) {
+static void test_tiny_model(const char *model, const GPTConfig *c, const float *params, const int *inputs,
+                            const int *targets) {
     CpuModel *m = cpu_model_create(c, MB, MT);
     real_from_float(m->params, params, m->layout.total);
     model_grad(m, inputs, targets);
-    test_model_fd(m, inputs, targets);
-    test_model_padded_rows(m);
-    test_model_accumulates(m, inputs, targets);
+    test_model_fd(model, m, inputs, targets);
+    test_model_padded_rows(model, m);
+    test_model_accumulates(model, m, inputs, targets);
     cpu_model_free(m);
-    test_model_smaller_batch(c, params, inputs, targets);
+    test_model_smaller_batch(model, c, params, inputs, targets);
 }
 
 // The double build's gradient of the tiny model, for the float build to be compared with.
@@ -464,6 +633,20 @@ static double double_model_grads(const GPTConfig *c, const float *params, const 
 #define encoder_backward encoder_backward_f
 #define layernorm_forward layernorm_forward_f
 #define layernorm_backward layernorm_backward_f
+#define real_sigmoid real_sigmoid_f
+#define rmsnorm_forward rmsnorm_forward_f
+#define rmsnorm_backward rmsnorm_backward_f
+#define norm_forward norm_forward_f
+#define norm_backward norm_backward_f
+#define rope_rotate rope_rotate_f
+#define swiglu_forward swiglu_forward_f
+#define swiglu_backward swiglu_backward_f
+#define mlp_act_forward mlp_act_forward_f
+#define mlp_act_backward mlp_act_backward_f
+#define max_size max_size_f
+#define cpu_widest_linear cpu_widest_linear_f
+#define cpu_tensor cpu_tensor_f
+#define cpu_lm_head cpu_lm_head_f
 #define matmul_forward matmul_forward_f
 #define matmul_backward matmul_backward_f
 #define attention_forward attention_forward_f
@@ -529,7 +712,8 @@ static double float_model_grads(const GPTConfig *c, const float *params, const i
     return loss;
 }
 
-static void test_float_vs_double(const GPTConfig *c, const float *params, const int *inputs, const int *targets) {
+static void test_float_vs_double(const char *model, const GPTConfig *c, const float *params, const int *inputs,
+                                 const int *targets) {
     ParamLayout p;
     param_layout(c, &p);
     float *gd = (float *)malloc_check(p.total * sizeof(float), "double gradients");
@@ -545,8 +729,10 @@ static void test_float_vs_double(const GPTConfig *c, const float *params, const 
             worst_t = t;
         }
     }
-    check(worst <= FLOAT_VS_DOUBLE_TOL, "float build's loss and gradients match the double build",
-          "relative error %.3g > %g in %s", worst, FLOAT_VS_DOUBLE_TOL, worst_t < 0 ? "the loss" : PARAM_NAMES[worst_t]);
+    char name[160];
+    snprintf(name, sizeof(name), "%s: float build's loss and gradients match the double build", model);
+    check(worst <= FLOAT_VS_DOUBLE_TOL, name, "relative error %.3g > %g in %s", worst, FLOAT_VS_DOUBLE_TOL,
+          worst_t < 0 ? "the loss" : PARAM_NAMES[worst_t]);
     printf("     (float vs double: loss %.3g, worst gradient tensor %.3g relative)\n",
            fabs(loss_f - loss_d) / fabs(loss_d), worst);
 
@@ -556,33 +742,86 @@ static void test_float_vs_double(const GPTConfig *c, const float *params, const 
     omp_set_num_threads(1);
     double loss_1 = float_model_grads(c, params, inputs, targets, g1);
     omp_set_num_threads(threads);
-    check(loss_1 == loss_f && memcmp(g1, gf, p.total * sizeof(float)) == 0,
-          "float build is bitwise independent of the thread count", "1 thread vs %d differ", threads);
+    snprintf(name, sizeof(name), "%s: float build is bitwise independent of the thread count", model);
+    check(loss_1 == loss_f && memcmp(g1, gf, p.total * sizeof(float)) == 0, name, "1 thread vs %d differ", threads);
     free(gd);
     free(gf);
     free(g1);
 }
 
-int main(void) {
-    test_encoder();
-    test_layernorm();
-    test_matmul();
-    test_attention();
-    test_gelu();
-    test_residual();
-    test_crossentropy();
-    free_test_arrays();
-
-    GPTConfig c = tiny_config();
+// FP8 (--precision fp8) covers Llama's block linears as GPT-2's: the fused q/k/v, the output projection, the fused
+// gate/up and the down projection each cast their input, weight and output gradient (L x 4 x 3 tensors, each with
+// an amax after a training micro-step), the widest of them (fc's 2F rows, past GPT-2's 4C) within the FP8 operand
+// buffers (the sanitized build checks); the loss moves by FP8's rounding only.
+#define FP8_LOSS_RTOL 0.01
+static void test_llama_fp8(void) {
+    GPTConfig c = tiny_llama(1, 0, 1);
+    c.ffn_hidden = 3 * TINY_WIDTH;
     ParamLayout p;
     param_layout(&c, &p);
     float *params = tiny_params(&c, &p);
     int inputs[MB * MT], targets[MB * MT];
     tiny_tokens(&c, inputs, targets);
-    test_tiny_model(&c, params, inputs, targets);
-    test_adamw_clip(&c);
-    test_weight_decay_2d_only(&c);
-    test_float_vs_double(&c, params, inputs, targets);
+    CpuModel *m = cpu_model_create(&c, MB, MT);
+    real_from_float(m->params, params, p.total);
+    double loss32 = cpu_model_forward(m, inputs, targets, MB, MT);
+    Options o;
+    options_defaults(&o);
+    Fp8Recipe r = fp8_recipe_from_options(&o);
+    cpu_model_enable_fp8(m, &r);
+    m->training = 1;
+    double loss8 = cpu_model_forward(m, inputs, targets, MB, MT);
+    cpu_model_backward(m, 1.0 / (MB * MT));
+    int tensors = m->fp8->history.tensors, recorded = 0;
+    for (int t = 0; t < tensors; t++) { recorded += m->fp8->amax_step[t] > 0; }
+    check(tensors == fp8_num_tensors(c.num_layers) && recorded == tensors && loss8 != loss32 &&
+              fabs(loss8 - loss32) < FP8_LOSS_RTOL * loss32,
+          "llama in fp8: every block linear's input, weight and gradient cast, the loss within FP8's rounding",
+          "%d of %d tensors recorded an amax (want %d), loss %.9g vs fp32 %.9g", recorded, tensors,
+          fp8_num_tensors(c.num_layers), loss8, loss32);
+    cpu_model_free(m);
     free(params);
+}
+
+// The whole-model checks of one description.
+static void test_whole_model(const char *model, const GPTConfig *c) {
+    ParamLayout p;
+    param_layout(c, &p);
+    float *params = tiny_params(c, &p);
+    int inputs[MB * MT], targets[MB * MT];
+    tiny_tokens(c, inputs, targets);
+    test_tiny_model(model, c, params, inputs, targets);
+    test_float_vs_double(model, c, params, inputs, targets);
+    free(params);
+}
+
+int main(void) {
+    test_encoder();
+    test_layernorm();
+    test_rmsnorm();
+    test_matmul();
+    test_attention("attention_backward dqkv (multi-head: KV = NH)", 2, 2, 4);
+    test_attention("attention_backward dqkv (grouped-query: KV = NH/4)", 4, 1, 3);
+    GPTConfig rope = tiny_llama(1, 1, 0), rope_scaled = tiny_llama(1, 1, 1);
+    test_rope("rope backward (theta only)", &rope);
+    test_rope("rope backward (llama3 scaling)", &rope_scaled);
+    test_gelu();
+    test_swiglu();
+    test_residual();
+    test_crossentropy();
+    test_rmsnorm_values();
+    test_swiglu_values();
+    test_gqa_is_repeated_kv();
+    free_test_arrays();
+
+    GPTConfig gpt2 = tiny_gpt2();
+    test_whole_model("gpt2", &gpt2);
+    test_adamw_clip(&gpt2);
+    test_weight_decay_2d_only("gpt2", &gpt2);
+    GPTConfig llama_mha = tiny_llama(TINY_HEADS, 1, 0), llama_gqa = tiny_llama(TINY_HEADS / 4, 0, 1);
+    test_whole_model("llama (KV = NH, tied)", &llama_mha);
+    test_whole_model("llama (KV = NH/4, untied, llama3 rope scaling)", &llama_gqa);
+    test_weight_decay_2d_only("llama, untied", &llama_gqa);
+    test_llama_fp8();
     return test_exit();
 }

@@ -34,7 +34,7 @@
 static char g_dir[] = "/tmp/test_hf_XXXXXX";
 
 static GPTConfig tiny_config(void) {
-    GPTConfig c = {16, GPT2_VOCAB_SIZE, padded_vocab(GPT2_VOCAB_SIZE), 2, 4, 32};
+    GPTConfig c = config_gpt2(16, GPT2_VOCAB_SIZE, 2, 4, 32);
     return c;
 }
 
@@ -1006,7 +1006,10 @@ static void test_export_refusals(void) {
                        "truncated or unreadable");
 
     // a crafted header whose size arithmetic wraps to a header-only file (C = 2^30, Vp + maxT + 13 L + 2 = 2^32)
-    GPTConfig huge = {INT_MAX - 13, GPT2_VOCAB_SIZE, INT_MAX, 1, 1, 1 << 30};
+    GPTConfig huge = config_gpt2(16, GPT2_VOCAB_SIZE, 1, 1, 8); // GPT-2's description, the crafted llm.c values
+    huge.max_seq_len = INT_MAX - 13;
+    huge.padded_vocab_size = INT_MAX;
+    huge.channels = 1 << 30;
     int hd[MODEL_HEADER_INTS];
     model_header_fill(hd, &huge, MODEL_VERSION_FP32);
     path_in_dir(a.model, "export_crafted.bin");

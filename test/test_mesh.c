@@ -104,12 +104,7 @@ static ValidateCase small_case(int world, int tp, int gtp) {
     v.world = world;
     v.tp = tp;
     v.gtp = gtp;
-    v.config.max_seq_len = 64;
-    v.config.vocab_size = 100;
-    v.config.padded_vocab_size = 128;
-    v.config.num_layers = 2;
-    v.config.num_heads = 8;
-    v.config.channels = 64;
+    v.config = config_gpt2(64, 100, 2, 8, 64);
     options_defaults(&v.options);
     v.options.seq_len = 64;
     v.options.batch_size = 2;
@@ -135,7 +130,7 @@ static void expect_validate(const char *name, ValidateCase v, const char *expect
 static void test_validation(void) {
     expect_validate("validate: good layout passes", small_case(16, 2, 4), NULL);
     ValidateCase d12 = small_case(16, 4, 2);
-    config_from_preset("d12", 1024, &d12.config);
+    d12.config = config_gpt2(1024, GPT2_VOCAB_SIZE, 12, 12, 768);
     d12.options.seq_len = 1024;
     d12.options.batch_size = 4;
     d12.options.total_batch_tokens = 4 * 1024 * 4 * 2;
@@ -145,16 +140,14 @@ static void test_validation(void) {
                     "[train_gpt rank 5] error: world size 6 is not divisible by tp x gtp = 4: launch a multiple of 4 "
                     "ranks or change --tp/--gtp\n");
     ValidateCase heads = small_case(8, 8, 1);
-    heads.config.num_heads = 4;
+    heads.config = config_gpt2(64, 100, 2, 4, 64);
     expect_validate("validate: fewer heads than tp ranks", heads,
                     "attention heads = 4 cannot be split over --tp 8 ranks (each needs at least one head)");
     ValidateCase uneven = small_case(4, 4, 1); // 5 heads of 8 over 4 ranks: 2, 1, 1, 1 (like 25 heads over 2)
-    uneven.config.num_heads = 5;
-    uneven.config.channels = 40;
+    uneven.config = config_gpt2(64, 100, 2, 5, 40);
     expect_validate("validate: heads that do not divide by tp pass (balanced split)", uneven, NULL);
     ValidateCase vocab = small_case(3, 3, 1);
-    vocab.config.channels = 48;
-    vocab.config.num_heads = 6;
+    vocab.config = config_gpt2(64, 100, 2, 6, 48);
     expect_validate("validate: padded vocab not divisible by tp", vocab,
                     "padded vocabulary = 128 is not divisible by --tp 3");
     ValidateCase sp = small_case(4, 4, 1);
@@ -166,6 +159,16 @@ static void test_validation(void) {
     sp.options.sequence_parallel = 0;
     sp.config.max_seq_len = 64;
     expect_validate("validate: same seq-len without sequence parallel passes", sp, NULL);
+    // TP and GTP split GPT-2's shapes: another architecture is refused there, and runs data-parallel
+    ValidateCase llama = small_case(2, 2, 1);
+    llama.config = config_default(ARCH_LLAMA, 64, 2, 8, 64);
+    expect_validate("validate: llama refuses tp", llama, "--arch llama does not run under --tp or --gtp yet");
+    llama = small_case(2, 1, 2);
+    llama.config = config_default(ARCH_LLAMA, 64, 2, 8, 64);
+    expect_validate("validate: llama refuses gtp", llama, "--arch llama does not run under --tp or --gtp yet");
+    llama = small_case(2, 1, 1);
+    llama.config = config_default(ARCH_LLAMA, 64, 2, 8, 64);
+    expect_validate("validate: llama data-parallel passes", llama, NULL);
     ValidateCase batch = small_case(12, 2, 2); // data ranks = dp x gtp = 3 x 2 = 6
     batch.options.total_batch_tokens = 2 * 64 * 4;
     expect_validate("validate: global batch over data ranks", batch,
@@ -178,13 +181,8 @@ static void test_validation(void) {
 
 // C = 48, 6 heads of 8, Vp = 96, T = 16: divisible by tp in {1, 2, 3, 4, 6} (heads by 4 unevenly).
 static GPTConfig tiny_config(void) {
-    GPTConfig c;
-    c.max_seq_len = 16;
-    c.vocab_size = 90;
-    c.padded_vocab_size = 96;
-    c.num_layers = 2;
-    c.num_heads = 6;
-    c.channels = 48;
+    GPTConfig c = config_gpt2(16, 90, 2, 6, 48);
+    c.padded_vocab_size = 96; // not a multiple of 128: it divides by 3 and 6
     return c;
 }
 
@@ -196,9 +194,8 @@ static int check_tiling(const GPTConfig *c, int tp) {
     int bad = 0;
     for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
         unsigned char *seen = (unsigned char *)calloc_check(p.size[t], 1, "tiling counts");
-        size_t rows, cols, full_rows, full_cols;
-        param_layer_shape(c, t, &full_rows, &full_cols);
-        int layers = (int)(p.size[t] / (full_rows * full_cols));
+        size_t rows, cols;
+        int layers = (int)param_num_layers(c, t);
         for (int r = 0; r < tp; r++) {
             Mesh m = mesh_make(tp, r, tp, 1);
             param_tp_shape(c, &m, t, &rows, &cols);

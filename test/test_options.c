@@ -4,14 +4,16 @@
  * - every numeric option rejects a value just below and just above its range; choices, unknown options,
  *   missing values, malformed numbers and stray arguments are rejected; cross-option checks
  *   (options_validate) catch a batch that does not divide, warmup past the end, a sample longer than the
- *   context, parallel layouts this build lacks. Each failure is one line naming the option, exit status != 0
- *   (run in a child process);
- * - model presets and their overrides; option_format round-trips floats.
+ *   context, parallel layouts this build lacks, a model that is not one (heads or key/value heads that do not
+ *   divide, an odd head size under RoPE, a sequence past the model's positions, bad rope scaling, a Llama option
+ *   given to GPT-2). Each failure is one line naming the option, exit status != 0 (run in a child process);
+ * - model presets (GPT-2's and Llama 3's, as their config.json say) and their overrides; the architecture options;
+ *   option_format round-trips floats.
  */
 #include "../llmc/options.h"
 #include "test_util.h"
 
-#define MAX_ARGS 24
+#define MAX_ARGS 32
 #define CHILD_TIMEOUT_S 10.0
 
 typedef struct {
@@ -92,7 +94,7 @@ static void test_ranges(void) {
     for (int i = 0; i < NUM_OPTIONS; i++) {
         const OptionSpec *s = &OPTION_SPECS[i];
         if (s->type == OPT_STR) { continue; }
-        int integer = s->type != OPT_FLOAT;
+        int integer = s->type == OPT_INT || s->type == OPT_I64;
         double below = integer ? s->lo - 1 : (s->lo == 0 ? -1.0 : s->lo / 2);
         double above = s->hi + (s->hi * 0.01 > 1 ? s->hi * 0.01 : 1);
         char lo[64], hi[64], name[128], expect[96];
@@ -183,17 +185,45 @@ static void test_validate(void) {
     check(options_grad_accum(&o, 3) == 1, "grad_accum_default", "accum %d", options_grad_accum(&o, 3));
 }
 
+// The named sizes as their sources say: llm.c's GPT-2 (positions = --seq-len), and Hugging Face's config.json of
+// Llama 3.2 1B and 3B and Llama 3.1 8B (rope theta 500000, llama3 scaling low 1, high 4, original 8192).
 static void test_models(void) {
-    const int want[][3] = {{12, 768, 12}, {24, 1024, 16}, {36, 1280, 20}, {48, 1600, 25}};
-    for (int i = 0; i < NUM_MODEL_PRESETS; i++) {
-        Options o = parse("--model", MODEL_PRESETS[i].name, "--seq-len", "256", NULL);
+    const struct {
+        const char *name;
+        int L, C, NH, KV, F, V, Vp, tied, maxT;
+        float rope_factor;
+    } want[] = {{"d12", 12, 768, 12, 12, 3072, 50257, 50304, 1, 256, 0},
+                {"d24", 24, 1024, 16, 16, 4096, 50257, 50304, 1, 256, 0},
+                {"d36", 36, 1280, 20, 20, 5120, 50257, 50304, 1, 256, 0},
+                {"d48", 48, 1600, 25, 25, 6400, 50257, 50304, 1, 256, 0},
+                {"llama3.2-1b", 16, 2048, 32, 8, 8192, 128256, 128256, 1, 131072, 32},
+                {"llama3.2-3b", 28, 3072, 24, 8, 8192, 128256, 128256, 1, 131072, 32},
+                {"llama3.1-8b", 32, 4096, 32, 8, 14336, 128256, 128256, 0, 131072, 8},
+                {"llama-tiny", 2, 64, 4, 2, 192, 50257, 50304, 0, 8192, 8}};
+    int n = (int)(sizeof(want) / sizeof(want[0]));
+    check(n == NUM_MODEL_PRESETS, "presets_all_checked", "%d presets, %d checked", NUM_MODEL_PRESETS, n);
+    const char *choices = option_find("model", 5)->choices;
+    for (int i = 0; i < n && i < NUM_MODEL_PRESETS; i++) {
+        Options o = parse("--model", want[i].name, "--seq-len", "256", NULL);
         GPTConfig c = options_model_config(&o);
+        int llama = want[i].rope_factor > 0;
+        const RopeScaling *r = &c.rope_scaling;
+        int rope_ok = llama ? c.pos == POS_ROPE && c.rope_theta == 500000.0f && r->type == ROPE_SCALING_LLAMA3 &&
+                                  r->factor == want[i].rope_factor && r->low_freq_factor == 1.0f &&
+                                  r->high_freq_factor == 4.0f && r->original_max_pos == 8192
+                            : c.pos == POS_LEARNED && c.rope_theta == 0 && r->type == ROPE_SCALING_NONE;
+        int arch_ok = llama ? c.arch == ARCH_LLAMA && c.norm == NORM_RMSNORM && c.mlp == MLP_SWIGLU && !c.bias
+                            : c.arch == ARCH_GPT2 && c.norm == NORM_LAYERNORM && c.mlp == MLP_GELU && c.bias;
         char name[64];
-        snprintf(name, sizeof(name), "preset_%s", MODEL_PRESETS[i].name);
-        check(c.num_layers == want[i][0] && c.channels == want[i][1] && c.num_heads == want[i][2] &&
-                  c.max_seq_len == 256 && c.vocab_size == GPT2_VOCAB_SIZE && c.padded_vocab_size == 50304,
-              name, "L %d C %d NH %d maxT %d V %d Vp %d", c.num_layers, c.channels, c.num_heads, c.max_seq_len,
-              c.vocab_size, c.padded_vocab_size);
+        snprintf(name, sizeof(name), "preset_%s", want[i].name);
+        check(strcmp(MODEL_PRESETS[i].name, want[i].name) == 0 && strstr(choices, want[i].name) &&
+                  c.num_layers == want[i].L && c.channels == want[i].C && c.num_heads == want[i].NH &&
+                  c.num_kv_heads == want[i].KV && c.ffn_hidden == want[i].F && c.vocab_size == want[i].V &&
+                  c.padded_vocab_size == want[i].Vp && c.tied == want[i].tied && c.max_seq_len == want[i].maxT &&
+                  c.norm_eps == 1e-5 && rope_ok && arch_ok,
+              name, "L %d C %d NH %d KV %d F %d V %d Vp %d tied %d maxT %d, rope ok %d, arch ok %d (or not in "
+              "--model's choices)", c.num_layers, c.channels, c.num_heads, c.num_kv_heads, c.ffn_hidden, c.vocab_size,
+              c.padded_vocab_size, c.tied, c.max_seq_len, rope_ok, arch_ok);
     }
     Options o = parse("--model", "d24", "--depth", "2", "--width", "64", "--heads", "4", NULL);
     GPTConfig c = options_model_config(&o);
@@ -203,6 +233,78 @@ static void test_models(void) {
     c = options_model_config(&o);
     check(c.num_layers == 3 && c.channels == 768 && c.num_heads == 12, "preset_partial_override", "L %d C %d NH %d",
           c.num_layers, c.channels, c.num_heads);
+}
+
+// --arch llama at a GPT-2 size takes its shape and Llama's defaults; every model option sets its field; the rope
+// scaling's numbers default to Llama 3.1's where it is turned on, and to the named model's where it has them.
+static void test_arch_options(void) {
+    Options o = parse("--arch", "llama", "--seq-len", "256", NULL);
+    GPTConfig c = options_model_config(&o);
+    check(c.arch == ARCH_LLAMA && c.num_layers == 12 && c.channels == 768 && c.num_heads == 12 &&
+              c.num_kv_heads == 12 && c.ffn_hidden == 2048 && c.vocab_size == 128256 && !c.tied &&
+              c.max_seq_len == 256 && c.rope_theta == 500000.0f && c.rope_scaling.type == ROPE_SCALING_NONE &&
+              c.pos == POS_ROPE && c.norm == NORM_RMSNORM && c.mlp == MLP_SWIGLU && !c.bias && c.norm_eps == 1e-5,
+          "arch_llama_at_d12", "arch %d L %d C %d NH %d KV %d F %d V %d tied %d maxT %d theta %g", c.arch,
+          c.num_layers, c.channels, c.num_heads, c.num_kv_heads, c.ffn_hidden, c.vocab_size, c.tied, c.max_seq_len,
+          c.rope_theta);
+    o = parse("--arch", "llama", "--depth", "2", "--width", "64", "--heads", "8", "--kv-heads", "2", "--ffn", "100",
+              "--vocab-size", "1000", "--norm-eps", "1e-6", "--rope-theta", "10000", "--rope-scaling", "llama3",
+              "--rope-high-freq-factor", "2", "--tie-embeddings", "1", "--seq-len", "64", NULL);
+    c = options_model_config(&o);
+    const RopeScaling *r = &c.rope_scaling;
+    check(c.num_kv_heads == 2 && c.ffn_hidden == 100 && c.vocab_size == 1000 && c.padded_vocab_size == 1024 &&
+              c.norm_eps == 1e-6 && c.rope_theta == 10000.0f && r->type == ROPE_SCALING_LLAMA3 && r->factor == 8.0f &&
+              r->low_freq_factor == 1.0f && r->high_freq_factor == 2.0f && r->original_max_pos == 8192 && c.tied,
+          "arch_options_set_fields", "KV %d F %d V %d Vp %d eps %g theta %g scaling %d (%g %g %g %d) tied %d",
+          c.num_kv_heads, c.ffn_hidden, c.vocab_size, c.padded_vocab_size, c.norm_eps, c.rope_theta, r->type,
+          r->factor, r->low_freq_factor, r->high_freq_factor, r->original_max_pos, c.tied);
+    o = parse("--model", "llama3.2-1b", "--rope-low-freq-factor", "2", "--tie-embeddings", "0", "--seq-len", "64",
+              NULL);
+    c = options_model_config(&o);
+    check(r->factor == 32.0f && r->low_freq_factor == 2.0f && !c.tied, "arch_options_over_named_model",
+          "factor %g low %g tied %d", r->factor, r->low_freq_factor, c.tied);
+    o = parse("--model", "llama3.2-1b", "--rope-scaling", "none", "--arch=", "--seq-len", "64", NULL);
+    c = options_model_config(&o);
+    check(c.arch == ARCH_LLAMA && r->type == ROPE_SCALING_NONE && r->factor == 0 && r->original_max_pos == 0,
+          "rope_scaling_none_and_empty_arch", "arch %d scaling %d factor %g", c.arch, r->type, r->factor);
+    o = parse("--arch", "gpt2", "--kv-heads", "12", "--ffn", "3072", "--norm-eps", "1e-5", "--rope-scaling", "none",
+              "--tie-embeddings", "1", "--seq-len", "64", NULL);
+    c = options_model_config(&o);
+    GPTConfig d12 = config_gpt2(64, GPT2_VOCAB_SIZE, 12, 12, 768);
+    check(config_equal(&c, &d12), "gpt2_takes_its_own_values", "a GPT-2 option at GPT-2's value changed the model");
+    o = parse("--vocab-size", "1000", "--seq-len", "64", NULL);
+    c = options_model_config(&o);
+    check(c.arch == ARCH_GPT2 && c.vocab_size == 1000 && c.padded_vocab_size == 1024, "gpt2_vocab_size",
+          "arch %d V %d Vp %d", c.arch, c.vocab_size, c.padded_vocab_size);
+}
+
+static void test_arch_errors(void) {
+    expect_error("choice_arch", "--arch: 'gpt3' is not one of gpt2|llama", "--arch", "gpt3", NULL);
+    expect_error("llama_model_not_gpt2", "--model llama-tiny is a llama model but --arch is gpt2", "--model",
+                 "llama-tiny", "--arch", "gpt2", NULL);
+    expect_error("kv_heads_divide_heads", "--kv-heads 3 must be >= 1 and divide --heads 4", "--arch", "llama",
+                 "--width", "64", "--heads", "4", "--kv-heads", "3", NULL);
+    expect_error("rope_head_size_even", "head size 15 (--width 60 / --heads 4) must be even", "--arch", "llama",
+                 "--width", "60", "--heads", "4", NULL);
+    expect_error("seq_len_past_positions", "--seq-len 8200 is longer than the 8192 positions of --model llama-tiny",
+                 "--model", "llama-tiny", "--seq-len", "8200", NULL);
+    expect_error("rope_factor_below_1", "--rope-factor 0.5 must be >= 1", "--model", "llama-tiny", "--rope-factor",
+                 "0.5", NULL);
+    expect_error("rope_high_above_low", "--rope-high-freq-factor 1 must be greater than --rope-low-freq-factor 2",
+                 "--model", "llama-tiny", "--rope-low-freq-factor", "2", "--rope-high-freq-factor", "1", NULL);
+    expect_error("rope_numbers_need_llama3", "--rope-factor 4 applies to llama3 rope scaling, but the model's is none",
+                 "--arch", "llama", "--rope-factor", "4", NULL);
+    const struct {
+        const char *name, *option, *value, *expect;
+    } gpt2[] = {{"gpt2_refuses_kv_heads", "--kv-heads", "4", "whose kv heads is 12, not 4: drop --kv-heads"},
+                {"gpt2_refuses_ffn", "--ffn", "1000", "whose ffn hidden is 3072, not 1000: drop --ffn"},
+                {"gpt2_refuses_untied", "--tie-embeddings", "0", "whose tied embeddings is 1, not 0"},
+                {"gpt2_refuses_norm_eps", "--norm-eps", "1e-6", "whose norm eps is 1e-05, not 1e-06"},
+                {"gpt2_refuses_rope_theta", "--rope-theta", "10000", "whose rope theta is 0, not 10000"},
+                {"gpt2_refuses_rope_scaling", "--rope-scaling", "llama3", "whose rope scaling is none, not llama3"}};
+    for (size_t i = 0; i < sizeof(gpt2) / sizeof(gpt2[0]); i++) {
+        expect_error(gpt2[i].name, gpt2[i].expect, gpt2[i].option, gpt2[i].value, NULL);
+    }
 }
 
 static void test_format(void) {
@@ -222,6 +324,8 @@ int main(void) {
     test_bad_arguments();
     test_validate();
     test_models();
+    test_arch_options();
+    test_arch_errors();
     test_format();
     return test_exit();
 }

@@ -23,14 +23,7 @@ static const int LAYOUT_TPS[NUM_LAYOUT_TPS] = {1, 2, 3, 4, 6, 8}; // 8: 12 heads
 // L 2, C 48, 12 heads of 4, Vp 384 (V 300), T 16: every TP-split dimension but the heads divides by each of
 // LAYOUT_TPS (heads are split as evenly as they go).
 static GPTConfig layout_config(void) {
-    GPTConfig c;
-    c.max_seq_len = 16;
-    c.vocab_size = 300;
-    c.padded_vocab_size = padded_vocab(c.vocab_size);
-    c.num_layers = 2;
-    c.num_heads = 12;
-    c.channels = 48;
-    return c;
+    return config_gpt2(16, 300, 2, 12, 48);
 }
 
 static float *random_params(const ParamLayout *g) {

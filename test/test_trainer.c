@@ -229,7 +229,7 @@ static Run make_run(const char *name, const char *const *extra) {
 static void run_child(void *arg) {
     Run *r = (Run *)arg;
     if (!freopen(r->stdout_path, "a", stdout)) { exit(2); }
-    exit(train_main(r->argc, r->argv, r->launch, toy_factory));
+    exit(train_main(r->argc, r->argv, r->launch, toy_factory, NULL));
 }
 
 static Child run_train(Run *r) {
