@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "llmc/cuda_common.cuh"
+#include "test/test_util.h"
 
 template <typename T> static T to_type(float x);
 template <> float to_type<float>(float x) { return x; }
@@ -35,6 +36,22 @@ template <typename T> static std::vector<T> to_host(const T *d, size_t n) {
     std::vector<T> h(n);
     copy_now(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost);
     return h;
+}
+
+// h's values as doubles, for comparison with an fp64 reference.
+template <typename T> static std::vector<double> to_f64(const std::vector<T> &h) {
+    std::vector<double> out(h.size());
+    for (size_t i = 0; i < h.size(); i++) { out[i] = host_float(h[i]); }
+    return out;
+}
+
+// One check line, "label what", passing where got is within tol of ref (largest error relative to ref's largest).
+static void expect_close(const char *label, const char *what, const std::vector<double> &got,
+                         const std::vector<double> &ref, double tol) {
+    char name[200];
+    snprintf(name, sizeof(name), "%s %s", label, what);
+    double err = max_rel_err_f64(got.data(), ref.data(), got.size());
+    check(err <= tol, name, "max error %.3e relative, tolerance %.1e", err, tol);
 }
 
 // x[i] = a hash of (i, seed) as a value in [-0.5, 0.5): inputs too large to make on the host (the dev benchmarks'

@@ -584,15 +584,6 @@ static void read_checkpoint_child(void *arg) {
     free(buf);
 }
 
-static void flip_byte(const char *path, long long at) {
-    FILE *f = fopen_check(path, "r+b");
-    fseek(f, at, SEEK_SET);
-    int c = fgetc(f);
-    fseek(f, at, SEEK_SET);
-    fputc(c ^ 0x10, f);
-    fclose(f);
-}
-
 // A byte flipped anywhere in either file of a checkpoint, or a state file renamed to another step, is refused.
 static void test_corruption(void) {
     GPTConfig c = tiny_config(2, 16);

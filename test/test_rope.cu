@@ -51,12 +51,6 @@ static void make_tables(std::vector<float> &cos_t, std::vector<float> &sin_t, in
     }
 }
 
-template <typename T> static std::vector<double> to_f64(const std::vector<T> &h) {
-    std::vector<double> out(h.size());
-    for (size_t i = 0; i < h.size(); i++) { out[i] = host_float(h[i]); }
-    return out;
-}
-
 // x (B T rows of H heads) rotated as the kernel does (inverse: by -angle), the first `rotated` heads of each row.
 static std::vector<double> reference(const std::vector<double> &x, const std::vector<float> &cos_t,
                                      const std::vector<float> &sin_t, int rows, int Tlen, int H, int rotated, int HS,
@@ -88,14 +82,6 @@ static std::vector<double> part(const std::vector<double> &a, int rows, int Tlen
         out.insert(out.end(), a.begin() + ((size_t)r * H + h0) * HS, a.begin() + ((size_t)r * H + h1) * HS);
     }
     return out;
-}
-
-static void expect_close(const char *label, const char *what, const std::vector<double> &got,
-                         const std::vector<double> &ref, double tol) {
-    char name[200];
-    snprintf(name, sizeof(name), "%s %s", label, what);
-    double err = max_rel_err_f64(got.data(), ref.data(), got.size());
-    check(err <= tol, name, "max error %.3e relative, tolerance %.1e", err, tol);
 }
 
 // Forward or backward (inverse) on x: the rotated heads against the reference, the value heads unchanged. Returns

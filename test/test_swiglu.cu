@@ -30,20 +30,6 @@ static float rand_uniform(void) { // (-1, 1)
     return (float)((double)(g_rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
 }
 
-template <typename T> static std::vector<double> to_f64(const std::vector<T> &h) {
-    std::vector<double> out(h.size());
-    for (size_t i = 0; i < h.size(); i++) { out[i] = host_float(h[i]); }
-    return out;
-}
-
-static void expect_close(const char *label, const char *what, const std::vector<double> &got,
-                         const std::vector<double> &ref, double tol) {
-    char name[200];
-    snprintf(name, sizeof(name), "%s %s", label, what);
-    double err = max_rel_err_f64(got.data(), ref.data(), got.size());
-    check(err <= tol, name, "max error %.3e relative, tolerance %.1e", err, tol);
-}
-
 static size_t count_nonfinite(const std::vector<double> &a) {
     size_t n = 0;
     for (double x : a) { n += !isfinite(x); }

@@ -274,16 +274,6 @@ static void copy_file(const char *from, const char *to) {
     free(buf);
 }
 
-// Flips one bit of the byte at offset `at`.
-static void flip_byte(const char *path, long long at) {
-    FILE *f = fopen_check(path, "r+b");
-    fseek(f, at, SEEK_SET);
-    int c = fgetc(f);
-    fseek(f, at, SEEK_SET);
-    fputc(c ^ 0x10, f);
-    fclose(f);
-}
-
 // Copies files `names` (NULL-terminated) of scratch folder `from` into scratch folder `to` (made here).
 static void copy_files(const char *from, const char *to, const char *const *names) {
     char dir[CKPT_PATH_LEN], a[CKPT_PATH_LEN], b[CKPT_PATH_LEN], rel[CKPT_PATH_LEN];

@@ -35,6 +35,19 @@ static void check(int ok, const char *name, const char *fmt, ...) {
 
 static int test_exit(void) { return g_test_failures ? 1 : 0; }
 
+// Flips one bit of the byte at offset `at` of the file at path (a test's corruption of a file it wrote).
+static void flip_byte(const char *path, long long at) {
+    FILE *f = fopen(path, "r+b");
+    if (!f || fseek(f, (long)at, SEEK_SET) != 0) {
+        fprintf(stderr, "flip_byte: cannot open '%s' at byte %lld\n", path, at);
+        exit(1);
+    }
+    int c = fgetc(f);
+    fseek(f, (long)at, SEEK_SET);
+    fputc(c ^ 0x10, f);
+    fclose(f);
+}
+
 // snprintf into out[cap] that says when out was too small: the text is cut to end in "..." and 0 is returned. A
 // message keeps what fits; a caller building a path must stop on 0, since a cut path names another file.
 __attribute__((format(printf, 3, 4))) static int format_into(char *out, size_t cap, const char *fmt, ...) {
