@@ -52,8 +52,9 @@
 # 3. faults (2 ranks): kill -9 of one rank mid-run (rank 1, then rank 0): the other exits with status 1 within
 #    FAULT_LIMIT_S with an error line naming the failure; SIGSTOP of rank 1 mid-run (alive but silent): rank 0
 #    exits with status 1 and a line naming the collective it waited for; a rank missing at start-up, a port in
-#    use, a wrong world size: one line, non-zero exit; SIGUSR1 to mpirun -np 2 stops both ranks at one step with a
-#    checkpoint, and the same command finishes the run bit-exactly (dev/preempt_check.sh).
+#    use, a wrong world size, a Llama under --tp 2 (not split yet): one line, non-zero exit; SIGUSR1 to mpirun -np 2
+#    stops both ranks at one step with a checkpoint, and the same command finishes the run bit-exactly
+#    (dev/preempt_check.sh).
 # Logs stay in $LOG_DIR (default: a fresh temporary folder).
 set -u
 cd "$(dirname "$0")/.."
@@ -435,6 +436,17 @@ if part faults; then
             PIDS+=($!)
         done
         expect_start_error world "world size"
+
+        # what the GPU build refuses still: a Llama under tensor parallelism (the splits are GPT-2's), before any work
+        port=$((PORT_FAULT + 7))
+        PIDS=()
+        for r in 0 1; do
+            RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port TRAIN_GPT_BOOTSTRAP_TIMEOUT=5 \
+                ./train_gpt "${LONG[@]}" --model llama-tiny --tp 2 --out-dir "$LOG_DIR/llama_tp" \
+                > "$LOG_DIR/llama_tp.rank$r.out" 2> "$LOG_DIR/llama_tp.rank$r.err" &
+            PIDS+=($!)
+        done
+        expect_start_error llama_tp "--arch llama does not run under --tp or --gtp yet"
 
         # a port in use: the rank 0 of another job (waiting for its rank 1) holds MASTER_PORT
         port=$((PORT_FAULT + 5))
