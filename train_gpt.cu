@@ -1,6 +1,7 @@
 /*
- * train_gpt.cu: GPT-2 training on one GPU or many (data parallel, optionally ZeRO-1; tensor parallel, optionally
- * sequence parallel).
+ * train_gpt.cu: training the model llmc/config.h describes (GPT-2, or Llama 3: RMSNorm, RoPE, grouped-query
+ * attention, SwiGLU, no biases, a tied or untied LM head) on one GPU or many (data parallel, optionally ZeRO-1; GPT-2
+ * also tensor parallel, optionally sequence parallel, and GTP).
  *
  * Reads top to bottom: the run-time precision, the model (parameters, activations), forward, backward, the
  * update, and the ModelOps table through which the training loop shared with the CPU build (llmc/trainer.h)
