@@ -9,7 +9,8 @@
 #    a stray fraction).
 #    Layouts run under mpirun where it exists, else with torchrun-style variables; DP=2 and TP=2 run once more
 #    with those variables over TCP with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 (the socket transport, as between
-#    nodes). Each layout starts from the one-GPU run's GEMM algorithm choices (see run_layout).
+#    nodes). Each layout starts from the one-GPU run's GEMM algorithm choices (see run_layout). A Llama of the same
+#    size (llama-tiny: grouped-query 4:1, untied) on DP=2 with ZeRO-1 against its own one-GPU run, fp32 and bf16.
 #    Tolerances (relative; weights relative to the tensor's largest element):
 #    fp32: loss, norm and weights 1e-5 (the multi-GPU work's requirement). Only the summation order differs from one GPU.
 #      Stray fraction 5e-2: accumulating the same 1024 tokens in other micro-batch orders (the CPU build, B 4 vs
@@ -228,6 +229,22 @@ if part parity; then
                 [ "$tcp" = "$name" ] && run_layout "env_tcp_${name}_$prec" "$np" "$prec" "$ref" tcp "${opts[@]}"
             done
         done
+    done
+
+    # a Llama (grouped-query attention, untied LM head) data-parallel with ZeRO-1 against one GPU: DP sums and ZeRO-1
+    # slices flat gradient spans, whatever tensors the model has
+    LLAMA=(--model llama-tiny --kv-heads 1 --ffn 512)
+    for prec in fp32 bf16; do
+        ref="$LOG_DIR/llama_single_$prec"
+        if ! timeout "$RUN_TIMEOUT_S" ./train_gpt "${COMMON[@]}" "${LLAMA[@]}" --precision "$prec" --out-dir "$ref" \
+            > "$ref.out" 2>&1; then
+            fail_check "llama_single_$prec" "the one-GPU run failed (see $ref.out)"
+            row "llama_single" "$prec" - - - - - FAILED; continue
+        fi
+        if [ "$NGPU" -lt 2 ]; then
+            skip "llama_dp2_zero1 $prec: needs 2 GPUs, this machine has $NGPU"; continue
+        fi
+        run_layout "llama_dp2_zero1_$prec" 2 "$prec" "$ref" "$LAUNCH" "${LLAMA[@]}" --zero 1
     done
 
     # validation on every layout, from the one-GPU fp32 run's final weights (see the header and VAL_LOSS_TOL_FP32)
