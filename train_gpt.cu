@@ -1801,7 +1801,8 @@ static ModelOps make_gpu_model(const GPTConfig *config, const Options *opts, con
 }
 
 // What the GPU kernels cannot take in the description (head size, widths), refused before any work; gpt_create checks
-// the widths again in the run's activation type (bf16's 16-byte packs are the wider: no width passes here and fails there).
+// the widths again in the run's activation type (bf16's 16-byte packs hold more elements: what passes here passes
+// there).
 static void gpu_check_model(const GPTConfig *config) {
     attention_check_args(1, 1, config->num_heads, config->num_kv_heads, config_head_size(config), 0);
     gpt_check_shape<bf16>(config);
