@@ -5,7 +5,7 @@
 # activations), the FP8 kernel test, the attention kernel test (multi-head and grouped-query; plain, and its small
 # shapes under memcheck and racecheck), the AdamW kernel test (its update against fp64), the LayerNorm and RMSNorm
 # kernel test (plain, memcheck, racecheck), the RoPE and SwiGLU kernel tests (plain, memcheck), resume bit-exactness
-# in bf16 and fp8 (and a Llama in bf16), and the GTP path on one rank against the plain path in fp32, bf16 and fp8
+# in bf16 and fp8 (GPT-2 and Llama), and the GTP path on one rank against the plain path in fp32, bf16 and fp8
 # (dev/gtp_check.sh, with compute-sanitizer memcheck and racecheck), the update in backward against the update after
 # it (dev/update_check.sh), and preemption (dev/preempt_check.sh, alone and under mpirun); ends with a summary table
 # and a non-zero exit on any failure. Logs go to $LOG_DIR (default: a fresh temporary folder).
@@ -122,8 +122,8 @@ for kernel in rope swiglu; do
 done
 
 # each row "NAME PRECISION [MODEL OPTIONS]": GPT-2 d12, and a Llama (untied LM head, grouped-query attention)
-RESUMES=("bf16 bf16" "fp8 fp8"
-         "llama_bf16 bf16 --model llama-tiny --depth 2 --width 256 --heads 4 --kv-heads 1 --ffn 512")
+LLAMA_RESUME="--model llama-tiny --depth 2 --width 256 --heads 4 --kv-heads 1 --ffn 512"
+RESUMES=("bf16 bf16" "fp8 fp8" "llama_bf16 bf16 $LLAMA_RESUME" "llama_fp8 fp8 $LLAMA_RESUME")
 for r in "${RESUMES[@]}"; do
     read -r name prec model <<<"$r"
     log="$LOG_DIR/resume_$name.log"
