@@ -1,6 +1,7 @@
 /*
- * train_gpt.cu: GPT-2 training on one GPU or many (data parallel, optionally ZeRO-1; tensor parallel, optionally
- * sequence parallel).
+ * train_gpt.cu: training the model llmc/config.h describes (GPT-2, or Llama 3: RMSNorm, RoPE, grouped-query
+ * attention, SwiGLU, no biases, a tied or untied LM head) on one GPU or many (data parallel, optionally ZeRO-1; GPT-2
+ * also tensor parallel, optionally sequence parallel, and GTP).
  *
  * Reads top to bottom: the run-time precision, the model (parameters, activations), forward, backward, the
  * update, and the ModelOps table through which the training loop shared with the CPU build (llmc/trainer.h)
@@ -36,6 +37,7 @@
 #include "llmc/init.h"
 #include "llmc/model_ops.h"
 #include "llmc/options.h"
+#include "llmc/rope.h"
 #include "llmc/tp_layout.h"
 #include "llmc/trainer.h"
 
@@ -49,6 +51,8 @@
 #include "llmc/layernorm.cuh"
 #include "llmc/matmul.cuh"
 #include "llmc/params.cuh"
+#include "llmc/rope.cuh"
+#include "llmc/swiglu.cuh"
 #include "llmc/tensor_parallel.cuh"
 
 // ----------------------------------------------------------------------------------------------------------------
@@ -97,21 +101,25 @@ static double mfu_peak(const char *name, Precision p, double flops, double fp8_f
 // ----------------------------------------------------------------------------------------------------------------
 // the model
 
-// Activations for up to maxB x maxT tokens (N = maxB * maxT); per layer where backward needs them. Under tensor
-// parallelism a rank holds its TP-local features (3C/TP of qkv, NH/TP heads, 4C/TP of the MLP, Vp/TP logits:
-// "/TP" below), and under sequence parallelism the residual stream and LayerNorm statistics of its Ns = N/TP tokens
-// only (Ns = N otherwise); LayerNorm outputs are (N, C) all the same, as the column-parallel GEMM gathers them there.
+// Activations for up to maxB x maxT tokens (N = maxB * maxT); per layer where backward needs them. QKV = (NH + 2 KV)
+// HS rows of the fused q, k, v projection (3C for GPT-2), FC the fc layer's outputs (GPT-2: F = 4C; SwiGLU: 2F, gate
+// then up), F the MLP's hidden features (config.h). Under tensor parallelism (GPT-2 only) a rank holds its TP-local
+// features (3C/TP of qkv, NH/TP heads, 4C/TP of the MLP, Vp/TP logits: "/TP" below), and under sequence parallelism
+// the residual stream and norm statistics of its Ns = N/TP tokens only (Ns = N otherwise); norm outputs are (N, C)
+// all the same, as the column-parallel GEMM gathers them there. RMSNorm leaves the mean slot of its statistics unused.
 template <typename floatX> struct Activations {
     floatX *res;                   // (L+1, Ns, C) residual stream: [0] the embeddings, [l+1] the output of block l
     floatX *res2;                  // (L, Ns, C) residual stream after attention
     floatX *ln1, *ln2;             // (L, N, C); fp8: a slot for each bf16 block, one the FP8 blocks share (their
                                    // weight gradients read the FP8 input Fp8Linear::x_t instead)
     float *ln1_stats, *ln2_stats;  // (L, 2, Ns): mean then rstd
-    floatX *qkv;                   // (L, N, 3C/TP)
+    floatX *qkv;                   // (L, N, QKV/TP); the query and key heads rotated (RoPE) where the model has it
     floatX *atty;                  // (L, N, C/TP) attention output, heads side by side
     float *lse;                    // (L, B, NH/TP, T) log-sum-exp of each attention row
-    floatX *fch;                   // (L, N, 4C/TP) fc output before GELU
-    floatX *h4;                    // gelu(fch): (keep_gelu, N, 4C/TP) for the first layers, which keep it for
+    floatX *fch;                   // (L, N, FC/TP) fc output before GELU or SwiGLU; SwiGLU's backward overwrites
+                                   // a layer's with its gradient (fc's output gradient), which fc's backward reads
+    floatX *h4;                    // swiglu(fch): (L, N, F), every layer's kept for backward.
+                                   // gelu(fch): (keep_gelu, N, 4C/TP) for the first layers, which keep it for
                                    // backward, then (N, 4C/TP) for the others, which recompute it there a layer
                                    // ahead (gelu_recompute): the highest (GPT::top_recompute) and every second one
                                    // below use this slot, the others h4_alt
@@ -133,9 +141,10 @@ template <typename floatX> struct Activations {
                                    // gradient of a LayerNorm output or of the attention output
     floatX *dres;                  // (N, C) gradient of the residual stream (this rank's Ns tokens of it under SP,
                                    // gathered to all N where a row-parallel backward or the embedding needs them)
-    floatX *dqkv;                  // (N, 3C/TP)
-    floatX *dfch;                  // (N, 4C/TP) gradient of the fc output: the logits' buffer, which backward no
-                                   // longer needs once the LM head's is done (its own buffer were Vp < 4C)
+    floatX *dqkv;                  // (N, QKV/TP)
+    floatX *dfch;                  // (N, FC/TP) gradient of the fc output (SwiGLU: of its output, (N, F)): the
+                                   // logits' buffer, which backward no longer needs once the LM head's is done (its
+                                   // own buffer were Vp < FC)
     void *attn_workspace;
     float *reduce_scratch;         // partial sums of the column reductions (bias and LayerNorm gradients)
     float *sums_scratch;           // the same for the fc bias sums on g_cuda.sums (fc_bias_backward)
@@ -162,8 +171,11 @@ template <typename floatX> struct GPT {
     Gtp gtp;                       // GTP weight sharding (llmc/gtp.cuh; gtp.active 0: none)
     GtpShape gtp_shapes[BLOCK_LINEARS]; // each block linear layer's weight as GTP shards it
     EmbeddingShard emb;            // the vocabulary rows of wte this rank holds
-    int heads, attn, mlp;          // this rank's attention heads, their channels (heads x head size) and MLP
-                                   // features (4C / TP); the whole model's without TP
+    int heads, kv_heads, attn, qkv;// this rank's query heads, key/value heads, the query heads' channels (heads x
+                                   // head size) and the fused projection's rows ((heads + 2 kv_heads) x head size)
+    int mlp, ffn;                  // this rank's fc outputs (FC / TP) and MLP hidden features (F / TP); the whole
+                                   // model's without TP
+    float *rope_cos, *rope_sin;    // RoPE: the (maxT, HS/2) tables of llmc/rope.h; NULL for learned positions
     Precision precision;
     int maxB, maxT;
     int keep_gelu;                 // --keep-gelu-layers (at most L): see Activations::h4
@@ -216,8 +228,10 @@ template <typename floatX> struct GPT {
  * The one provider of parameter tensors: every reader of a weight, a master weight or a gradient (LayerNorms,
  * biases, linear layers, embedding, LM head, AdamW's FP8 codes) takes its pointer from a view, as activations come
  * from layer_acts. A view holds, for layer l, that layer's slice of each of the 12 per-layer tensors (NULL for wte,
- * wpe and the final LayerNorm), or for MODEL_TENSORS those three whole (NULL for the per-layer ones), in one flat
+ * wpe, the final norm and lmhead), or for MODEL_TENSORS those four whole (NULL for the per-layer ones), in one flat
  * buffer of the layout (config.h's tensor-major order: layer l's slice of tensor t is the l-th of L equal parts).
+ * A tensor the model lacks (Llama's biases and wpe, a tied model's lmhead) is NULL in every view, which is how the
+ * kernels are told to skip it.
  */
 #define MODEL_TENSORS (-1)
 
@@ -228,7 +242,9 @@ template <typename U> struct ParamView {
 
 // Where layer l's (or MODEL_TENSORS') part of tensor t begins in a flat buffer; (size_t)-1 where it has none.
 template <typename floatX> static size_t param_view_begin(const GPT<floatX> *g, int t, int l) {
-    if (param_is_per_layer(t) != (l != MODEL_TENSORS)) { return (size_t)-1; }
+    size_t rows, cols;
+    param_layer_shape(&g->config, t, &rows, &cols);
+    if (rows == 0 || param_is_per_layer(t) != (l != MODEL_TENSORS)) { return (size_t)-1; }
     size_t layer = l == MODEL_TENSORS ? 0 : (size_t)l;
     return g->layout.offset[t] + layer * (g->layout.size[t] / param_num_layers(&g->config, t));
 }
@@ -263,15 +279,16 @@ template <typename floatX> static const Linear<floatX> &block_linear(const GPT<f
  * gradients summed where the data passes anyway (the attention and MLP projections write the residual stream, whose
  * gradient the LayerNorm backward above them sums; the attention backward sums the QKV output gradient it writes;
  * fc's is summed beside the fc GEMMs: fc_bias_backward), and the LM head: logits = lnf wte^T over the padded
- * vocabulary (this rank's rows of it), no bias (wte is tied to the token embedding).
+ * vocabulary (this rank's rows of it), no bias: its weight is wte (tied to the token embedding) or lmhead. A model
+ * without biases (Llama) has NULL for each, and sums nothing.
  */
 template <typename floatX> static void linears_make(GPT<floatX> *g) {
-    int L = g->config.num_layers, C = g->config.channels, A = g->attn, M = g->mlp;
+    int L = g->config.num_layers, C = g->config.channels, A = g->attn, M = g->mlp, F = g->ffn;
     const struct {
         int bias, in, out;
         LinearSplit split;
-    } spec[BLOCK_LINEARS] = {{P_QKVB, C, 3 * A, LINEAR_COLUMN}, {P_ATTPROJB, A, C, LINEAR_ROW},
-                             {P_FCB, C, M, LINEAR_COLUMN}, {P_FCPROJB, M, C, LINEAR_ROW}};
+    } spec[BLOCK_LINEARS] = {{P_QKVB, C, g->qkv, LINEAR_COLUMN}, {P_ATTPROJB, A, C, LINEAR_ROW},
+                             {P_FCB, C, M, LINEAR_COLUMN}, {P_FCPROJB, F, C, LINEAR_ROW}};
     g->linears = (Linear<floatX> *)calloc_check((size_t)L * BLOCK_LINEARS, sizeof(Linear<floatX>), "linear layers");
     for (int l = 0; l < L; l++) {
         ParamView<const floatX> w = weights_of(g, l);
@@ -283,8 +300,9 @@ template <typename floatX> static void linears_make(GPT<floatX> *g) {
             g->linears[l * BLOCK_LINEARS + k] = lin;
         }
     }
-    Linear<floatX> head = {C, g->config.padded_vocab_size / g->tp.size, weights_of(g, MODEL_TENSORS)[P_WTE], NULL,
-                           grads_of(g, MODEL_TENSORS)[P_WTE], LINEAR_COLUMN, &g->tp};
+    int head_w = g->config.tied ? P_WTE : P_LMHEAD;
+    Linear<floatX> head = {C, g->config.padded_vocab_size / g->tp.size, weights_of(g, MODEL_TENSORS)[head_w], NULL,
+                           grads_of(g, MODEL_TENSORS)[head_w], LINEAR_COLUMN, &g->tp};
     g->head = head;
 }
 
@@ -295,8 +313,9 @@ template <typename floatX> static bool fp8_layer(const GPT<floatX> *g, int l) {
 
 // Whether layer l computes gelu(fch) again for its backward (gelu_recompute) rather than keeping it: past
 // --keep-gelu-layers; in fp8 that is the FP8 blocks' FP8 copy, and the bf16 blocks (few, at the ends) keep theirs.
+// A SwiGLU MLP keeps its output in every layer.
 template <typename floatX> static bool recomputes_gelu(const GPT<floatX> *g, int l) {
-    return l >= g->keep_gelu && (!g->fp8 || fp8_layer(g, l));
+    return g->config.mlp == MLP_GELU && l >= g->keep_gelu && (!g->fp8 || fp8_layer(g, l));
 }
 
 // fp8: the bf16 blocks (the first and last --fp8-bf16-blocks), and layer l's place among them (a bf16 block's).
@@ -318,7 +337,7 @@ template <typename floatX> struct LayerActs {
 template <typename floatX> static LayerActs<floatX> layer_acts(const GPT<floatX> *g, int l) {
     const Activations<floatX> &a = g->acts;
     size_t N = (size_t)g->maxB * g->maxT, Ns = tp_local_tokens(&g->tp, (int)N), C = g->config.channels;
-    size_t A = g->attn, M = g->mlp;
+    size_t A = g->attn, M = g->mlp, F = g->ffn;
     LayerActs<floatX> x;
     x.res_in = a.res + l * Ns * C;
     x.res_out = a.res + (l + 1) * Ns * C;
@@ -326,11 +345,13 @@ template <typename floatX> static LayerActs<floatX> layer_acts(const GPT<floatX>
     int slot = fp8_layer(g, l) ? bf16_blocks(g) : bf16_block_index(g, l); // the FP8 blocks share the last
     x.ln1 = a.ln1 + slot * N * C;
     x.ln2 = a.ln2 + slot * N * C;
-    x.qkv = a.qkv + l * N * 3 * A;
+    x.qkv = a.qkv + l * N * g->qkv;
     x.atty = a.atty + l * N * A;
     x.fch = a.fch + l * N * M;
     int keep = g->keep_gelu;
-    if (g->fp8) {
+    if (g->config.mlp == MLP_SWIGLU) {
+        x.h4 = a.h4 + l * N * F;
+    } else if (g->fp8) {
         x.h4 = fp8_layer(g, l) ? NULL : a.h4 + slot * N * M;
     } else {
         x.h4 = l < keep ? a.h4 + l * N * M : (g->top_recompute - l) % 2 == 0 ? a.h4 + keep * N * M : a.h4_alt;
@@ -360,7 +381,7 @@ template <typename floatX> static bool norm_is_split(const GPT<floatX> *g) {
 template <typename floatX> static void activations_alloc(GPT<floatX> *g) {
     const GPTConfig *c = &g->config;
     size_t N = (size_t)g->maxB * g->maxT, C = c->channels, L = c->num_layers, tp = g->tp.size;
-    size_t Ns = tp_local_tokens(&g->tp, (int)N), A = g->attn, M = g->mlp, NHl = g->heads;
+    size_t Ns = tp_local_tokens(&g->tp, (int)N), A = g->attn, M = g->mlp, F = g->ffn, NHl = g->heads;
     size_t Vl = c->padded_vocab_size / tp;
     Activations<floatX> &a = g->acts;
     a.res = dev_alloc<floatX>((L + 1) * Ns * C, "the residual stream");
@@ -370,7 +391,7 @@ template <typename floatX> static void activations_alloc(GPT<floatX> *g) {
     a.ln2 = dev_alloc<floatX>(ln_slots * N * C, "LayerNorm outputs");
     a.ln1_stats = dev_alloc<float>(L * 2 * Ns, "LayerNorm statistics");
     a.ln2_stats = dev_alloc<float>(L * 2 * Ns, "LayerNorm statistics");
-    a.qkv = dev_alloc<floatX>(L * N * 3 * A, "QKV activations");
+    a.qkv = dev_alloc<floatX>(L * N * g->qkv, "QKV activations");
     a.atty = dev_alloc<floatX>(L * N * A, "attention outputs");
     a.lse = dev_alloc<float>(L * N * NHl, "attention log-sum-exps");
     a.fch = dev_alloc<floatX>(L * N * M, "MLP activations");
@@ -385,10 +406,10 @@ template <typename floatX> static void activations_alloc(GPT<floatX> *g) {
     a.proj = dev_alloc<floatX>(N * C, "projection scratch");
     int recomputing = 0; // layers that recompute gelu(fch): they alternate between two buffers (layer_acts)
     for (int l = 0; l < (int)L; l++) { recomputing += recomputes_gelu(g, l); }
-    size_t h4_slots = g->fp8 ? bf16_blocks(g) : g->keep_gelu + (recomputing > 0);
-    a.h4 = dev_alloc<floatX>(h4_slots * N * M, "GELU outputs");
+    size_t h4_slots = c->mlp == MLP_SWIGLU ? L : g->fp8 ? bf16_blocks(g) : g->keep_gelu + (recomputing > 0);
+    a.h4 = dev_alloc<floatX>(h4_slots * N * F, "MLP activation outputs");
     a.dres = dev_alloc<floatX>(N * C, "residual gradient");
-    a.dqkv = dev_alloc<floatX>(N * 3 * A, "QKV gradient");
+    a.dqkv = dev_alloc<floatX>(N * g->qkv, "QKV gradient");
     a.dfch = Vl >= M ? a.logits : dev_alloc<floatX>(N * M, "MLP gradient");
     size_t elem = g->fp8 ? 1 : sizeof(floatX), bytes = N * M * elem; // an FP8 recompute is FP8 bytes
     if (g->fp8 && recomputing > 0) { a.h4t[0] = (uint8_t *)cuda_alloc(bytes, "FP8 GELU outputs"); }
@@ -402,11 +423,12 @@ template <typename floatX> static void activations_alloc(GPT<floatX> *g) {
             a.h4_alt = (floatX *)second;
         }
     }
-    a.attn_workspace = cuda_alloc(attention_backward_workspace_bytes<floatX>(g->maxB, g->maxT, (int)NHl, (int)NHl,
-                                                                             c->channels / c->num_heads),
+    a.attn_workspace = cuda_alloc(attention_backward_workspace_bytes<floatX>(g->maxB, g->maxT, (int)NHl, g->kv_heads,
+                                                                             config_head_size(c)),
                                   "attention backward workspace");
     size_t reduce = column_sum_scratch_floats(4 * c->channels);
-    size_t ln = layernorm_backward_scratch_floats<floatX>((int)Ns, c->channels);
+    size_t ln = c->norm == NORM_RMSNORM ? layernorm_backward_scratch_floats<floatX, true>((int)Ns, c->channels)
+                                        : layernorm_backward_scratch_floats<floatX>((int)Ns, c->channels);
     a.reduce_scratch = dev_alloc<float>(reduce > ln ? reduce : ln, "reduction scratch");
     a.sums_scratch = dev_alloc<float>(reduce, "fc bias reduction scratch");
     a.norm_scratch = dev_alloc<float>(g->norm_first[L + 1], "gradient norm scratch");
@@ -419,6 +441,21 @@ template <typename floatX> static void gpt_check_shape(const GPTConfig *c) {
         fail("--width %d must be a multiple of %d on the GPU (16-byte vector loads)", c->channels, Packed<bf16>::N);
     }
     (void)layernorm_shape<floatX>(c->channels); // fails with the reason if LayerNorm cannot take this width
+    // the kernels' own checks of the description, before any work
+    if (c->mlp == MLP_SWIGLU) { swiglu_check<floatX>(c->ffn_hidden, 0); }
+    if (c->pos == POS_ROPE) { rope_check<floatX>(0, 0, config_head_size(c), 0); }
+}
+
+// RoPE: the cos and sin tables of positions 0 .. T-1 (llmc/rope.h, the CPU build's numbers), made once and uploaded.
+template <typename floatX> static void rope_upload(GPT<floatX> *g, int T) {
+    size_t n = (size_t)T * (config_head_size(&g->config) / 2);
+    float *cos_table = (float *)malloc_check(2 * n * sizeof(float), "RoPE tables"), *sin_table = cos_table + n;
+    rope_tables(&g->config, T, cos_table, sin_table);
+    g->rope_cos = dev_alloc<float>(2 * n, "RoPE tables");
+    g->rope_sin = g->rope_cos + n;
+    cudaCheck(cudaMemcpyAsync(g->rope_cos, cos_table, 2 * n * sizeof(float), cudaMemcpyHostToDevice, g_cuda.stream));
+    cudaCheck(cudaStreamSynchronize(g_cuda.stream)); // the host tables are freed next
+    free(cos_table);
 }
 
 // The gradient-norm groups (dp_plan.h's parameter groups: layer l's 12 tensors; then wte, wpe, lnf), each the part
@@ -454,10 +491,13 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, con
     g->mesh = *mesh;
     tp_init(&g->tp, mesh, o->sequence_parallel);
     Span vocab = tp_vocab_rows(mesh, config);
-    g->emb = {(int)vocab.begin, (int)vocab.count, mesh->tp_rank == 0};
+    g->emb = {(int)vocab.begin, (int)vocab.count, config->pos == POS_LEARNED && mesh->tp_rank == 0};
     g->heads = (int)tp_heads(mesh, config).count;
+    g->kv_heads = g->heads / (config->num_heads / config->num_kv_heads); // TP (GPT-2 only) splits both alike
     g->attn = (int)tp_attention_channels(mesh, config).count;
-    g->mlp = 4 * config->channels / mesh->tp;
+    g->qkv = (g->heads + 2 * g->kv_heads) * config_head_size(config);
+    g->mlp = config_fc_rows(config) / mesh->tp;
+    g->ffn = config->ffn_hidden / mesh->tp;
     param_layout_local(config, mesh, &g->tp_layout);
     param_layout_gtp(config, mesh, &g->layout);
     size_t gathered = 0;
@@ -495,6 +535,7 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, con
     param_init_device(g->params, config, mesh, &g->layout, (uint64_t)o->seed, s);
     if ((void *)g->weights != (void *)g->params) { convert_from_float(g->weights, g->params, E, s); }
 
+    if (config->pos == POS_ROPE) { rope_upload(g, T); }
     linears_make(g);
     norm_groups_make(g);
     g->top_recompute = -1;
@@ -540,21 +581,27 @@ template <typename floatX> static uint8_t *fp8_codes(const GPT<floatX> *g, int l
  * (the fc projection's in the layers that keep gelu(fch); the others recompute it into the alternating h4t buffers);
  * the row-major scratch of the inputs and output gradients every layer shares; and a transposed output gradient per
  * kind of layer (it lives from the input gradient to the weight gradient, and the backward interleaves a block's two
- * pairs of layers).
+ * pairs of layers). The GELU coupling of fc and the fc projection is GPT-2's; SwiGLU's layers cast their own input
+ * (its output, kept in h4) and output gradient (SwiGLU's input gradient) as the other layers do.
  */
 template <typename floatX> static void fp8_make(GPT<floatX> *g) {
-    int L = g->config.num_layers, C = g->config.channels, A = g->attn, M = g->mlp;
+    int L = g->config.num_layers, M = g->mlp;
+    bool gelu = g->config.mlp == MLP_GELU;
     size_t N = (size_t)g->maxB * g->maxT;
-    const int in[BLOCK_LINEARS] = {C, A, C, M}, out[BLOCK_LINEARS] = {3 * A, C, M, C};
+    int in[BLOCK_LINEARS], out[BLOCK_LINEARS], widest = 0; // every layer's shape: layer 0's
+    for (int k = 0; k < BLOCK_LINEARS; k++) {
+        in[k] = block_linear(g, 0, k).in;
+        out[k] = block_linear(g, 0, k).out;
+        widest = in[k] > widest ? in[k] : widest;
+        widest = out[k] > widest ? out[k] : widest;
+    }
     for (int i = 0; i < 2; i++) {
         g->fp8_partials[i] = dev_alloc<float>(BLOCK_LINEARS * g->fp8->amax_blocks, "FP8 amax scratch");
     }
-    int widest = M > 3 * A ? M : 3 * A;
-    widest = widest > C ? widest : C;
     uint8_t *x = (uint8_t *)cuda_alloc(N * widest, "FP8 inputs"), *dy = (uint8_t *)cuda_alloc(N * widest, "FP8 grads");
     uint8_t *dy_t[BLOCK_LINEARS];
     for (int k = 0; k < BLOCK_LINEARS; k++) { dy_t[k] = (uint8_t *)cuda_alloc(N * out[k], "FP8 output gradients"); }
-    float *dbias = dev_alloc<float>(fp8_col_sums_floats((int)N, M), "fc bias gradient partial sums");
+    float *dbias = gelu ? dev_alloc<float>(fp8_col_sums_floats((int)N, M), "fc bias gradient partial sums") : NULL;
     g->fp8_linears = (Fp8Linear *)calloc_check((size_t)L * BLOCK_LINEARS, sizeof(Fp8Linear), "FP8 linear layers");
     for (int l = 0; l < L; l++) {
         if (!fp8_layer(g, l)) { continue; }
@@ -575,6 +622,7 @@ template <typename floatX> static void fp8_make(GPT<floatX> *g) {
                                     : g->acts.h4t[(g->top_recompute - l) % 2];
             lin->fp8 = q;
         }
+        if (!gelu) { continue; }
         Fp8Linear *fc = &g->fp8_linears[l * BLOCK_LINEARS + LIN_FC];
         Fp8Linear *fcproj = &g->fp8_linears[l * BLOCK_LINEARS + LIN_FCPROJ];
         fc->gelu_consumer = fcproj;
@@ -717,8 +765,33 @@ template <typename floatX> static ForwardChunk gpt_chunk(const GPT<floatX> *g, i
     return forward_chunk(&g->mesh, g->tp.sp, B, T, gpt_most_chunks(g), k);
 }
 
-// Once chunk f's last collective is in: the fused residual add + LayerNorm of the chunk, out and dx at its LayerNorm
-// rows, the residual stream (resid, x) and the statistics at its residual-stream rows; resid and dx may be NULL
+// The model's norm (config.h's NormKind: LayerNorm, or RMSNorm with the description's epsilon, which has no mean and
+// no bias), forward and backward, as layernorm.cuh's kernels take them.
+template <typename floatX>
+static void norm_forward_of(const GPT<floatX> *g, floatX *out, float *mean, float *rstd, floatX *resid, const floatX *x,
+                            const floatX *dx, const floatX *w, const floatX *b, int rows, cudaStream_t s) {
+    int C = g->config.channels;
+    if (g->config.norm == NORM_RMSNORM) {
+        rmsnorm_forward(out, rstd, resid, x, dx, w, rows, C, (float)g->config.norm_eps, s);
+    } else {
+        layernorm_forward(out, mean, rstd, resid, x, dx, w, b, rows, C, s);
+    }
+}
+template <typename floatX>
+static void norm_backward_of(const GPT<floatX> *g, floatX *dinp, float *dw, float *db, float *dsum, const floatX *dout,
+                             const floatX *inp, const floatX *w, const float *mean, const float *rstd, int rows,
+                             int accumulate, cudaStream_t s) {
+    int C = g->config.channels;
+    float *scratch = g->acts.reduce_scratch;
+    if (g->config.norm == NORM_RMSNORM) {
+        rmsnorm_backward(dinp, dw, dsum, scratch, dout, inp, w, rstd, rows, C, accumulate, s);
+    } else {
+        layernorm_backward(dinp, dw, db, dsum, scratch, dout, inp, w, mean, rstd, rows, C, accumulate, s);
+    }
+}
+
+// Once chunk f's last collective is in: the fused residual add + norm of the chunk, out and dx at its norm rows, the
+// residual stream (resid, x) and the statistics at its residual-stream rows; resid and dx may be NULL
 // (layernorm_forward). Under SP out holds this rank's tokens, which are then all-gathered for the column-parallel
 // GEMM that reads them.
 template <typename floatX>
@@ -727,8 +800,8 @@ static void chunk_layernorm(GPT<floatX> *g, const ForwardChunk &f, floatX *out, 
     size_t C = g->config.channels, lr = (size_t)f.ln_row * C, rr = (size_t)f.res_row * C;
     cudaStream_t s = g_cuda.stream;
     tp_chunk_wait(&g->tp, s, f.k);
-    layernorm_forward(out + lr, mean + f.res_row, rstd + f.res_row, resid ? resid + rr : NULL, x + rr,
-                      dx ? dx + lr : NULL, w, b, f.ln_rows, (int)C, s);
+    norm_forward_of(g, out + lr, mean + f.res_row, rstd + f.res_row, resid ? resid + rr : NULL, x + rr,
+                    dx ? dx + lr : NULL, w, b, f.ln_rows, s);
     if (g->tp.sp) {
         tp_chunk_gather(&g->tp, out, C, f, s, "the tensor-parallel gather of a LayerNorm's output");
         tp_chunk_wait(&g->tp, s, f.k);
@@ -765,9 +838,10 @@ static void block_linear_forward(GPT<floatX> *g, int l, int k, floatX *out, cons
 // sum (linear_forward) then runs beside the other chunks' work.
 template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T) {
     const GPTConfig *c = &g->config;
-    int C = c->channels, L = c->num_layers, A = g->attn, M = g->mlp;
+    int L = c->num_layers, A = g->attn, M = g->mlp;
     int K = forward_chunks(&g->mesh, g->tp.sp, B, gpt_most_chunks(g));
-    int HS = C / c->num_heads, NHl = g->heads;
+    int HS = config_head_size(c), NHl = g->heads, KVl = g->kv_heads, QKV = g->qkv, F = g->ffn;
+    bool swiglu = c->mlp == MLP_SWIGLU;
     const Activations<floatX> &a = g->acts;
     cudaStream_t s = g_cuda.stream;
 
@@ -793,14 +867,18 @@ template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T)
                             l > 0 ? below.res2 : x.res_in, l > 0 ? a.proj : (const floatX *)NULL,
                             w[P_LN1W], w[P_LN1B]);
             block_linear_forward(g, l, LIN_QKV, x.qkv, x.ln1, (floatX *)NULL, f, K);
-            // GPT-2 is multi-head attention: as many KV heads as query heads
-            attention_forward(x.atty + r * A, x.lse + r * NHl, x.qkv + r * 3 * A, f.rows / T, T, NHl, NHl, HS, s);
+            if (g->rope_cos) { // q and k rotated in place: attention and its backward read them so
+                rope_forward(x.qkv + r * QKV, g->rope_cos, g->rope_sin, g->maxT, f.rows / T, T, NHl, KVl, HS, s);
+            }
+            attention_forward(x.atty + r * A, x.lse + r * NHl, x.qkv + r * QKV, f.rows / T, T, NHl, KVl, HS, s);
             block_linear_forward(g, l, LIN_ATTPROJ, a.proj, x.atty, (floatX *)NULL, f, K);
         }
         for (int k = 0; k < K; k++) {
             ForwardChunk f = gpt_chunk(g, B, T, k);
             chunk_layernorm(g, f, x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, x.res_in, a.proj, w[P_LN2W], w[P_LN2B]);
-            block_linear_forward(g, l, LIN_FC, x.h4, x.ln2, x.fch, f, K);
+            // GELU is fc's epilogue (fch kept as its aux); SwiGLU a pass of its own over [gate | up]
+            block_linear_forward(g, l, LIN_FC, swiglu ? x.fch : x.h4, x.ln2, swiglu ? (floatX *)NULL : x.fch, f, K);
+            if (swiglu) { swiglu_forward(x.h4 + (size_t)f.row * F, x.fch + (size_t)f.row * M, f.rows, F, s); }
             block_linear_forward(g, l, LIN_FCPROJ, a.proj, x.h4, (floatX *)NULL, f, K);
         }
     }
@@ -915,6 +993,7 @@ template <typename floatX> static void grads_final_join(GPT<floatX> *g) {
 template <typename floatX>
 static void fc_bias_backward(GPT<floatX> *g, int l, int N, int accumulate) {
     float *db = grads_of(g, l)[P_FCB];
+    if (!db) { return; } // a model without biases
     cudaCheck(cudaEventRecord(g->dfch_ready, g_cuda.stream));
     cudaCheck(cudaStreamWaitEvent(g_cuda.sums, g->dfch_ready, 0));
     const Fp8Linear *fc = block_linear(g, l, LIN_FC).fp8;
@@ -1052,7 +1131,7 @@ static void block_input_grad(GPT<floatX> *g, WgradQueue<floatX> *q, int l, int k
  */
 template <typename floatX> static void block_backward(GPT<floatX> *g, int l, int B, int T, WgradQueue<floatX> *q) {
     const GPTConfig *c = &g->config;
-    int C = c->channels, N = B * T, acc = !g->grads_zero, ns = tp_local_tokens(&g->tp, N), HS = C / c->num_heads;
+    int C = c->channels, N = B * T, acc = !g->grads_zero, ns = tp_local_tokens(&g->tp, N), HS = config_head_size(c);
     size_t t0 = (size_t)tp_first_token(&g->tp, N) * C;
     const Activations<floatX> &a = g->acts;
     cudaStream_t s = g_cuda.stream;
@@ -1064,28 +1143,36 @@ template <typename floatX> static void block_backward(GPT<floatX> *g, int l, int
     int beside_sum = g->tp.sp ? 1 : WGRAD_ALL;
 
     // MLP: a layer that did not keep h4 = gelu(fch) waits for its recompute (gelu_recompute); d fch goes to its own
-    // buffer (a.dfch), once the layer above has summed its fc bias gradient there.
+    // buffer (a.dfch), once the layer above has summed its fc bias gradient there. SwiGLU: a.dfch takes the gradient
+    // of h4 = swiglu(fch) instead, and swiglu_backward turns it into d fch in place of fch (which nothing reads
+    // after), where fc's input and weight gradients read it.
+    bool swiglu = c->mlp == MLP_SWIGLU;
+    floatX *dfch = swiglu ? x.fch : a.dfch;
     if (recomputes_gelu(g, l)) { cudaCheck(cudaStreamWaitEvent(s, g->gelu_recomputed, 0)); }
     cudaCheck(cudaStreamWaitEvent(s, g->fc_bias_done, 0));
-    block_input_grad(g, q, l, LIN_FCPROJ, a.dfch, a.dres, x.h4, x.fch);
+    block_input_grad(g, q, l, LIN_FCPROJ, a.dfch, a.dres, x.h4, swiglu ? (const floatX *)NULL : x.fch);
+    if (swiglu) { swiglu_backward(dfch, a.dfch, x.fch, N, g->ffn, s); }
     fc_bias_backward(g, l, N, acc);
     if (l > 0 && recomputes_gelu(g, l - 1)) { gelu_recompute(g, l - 1, N); }
-    block_input_grad(g, q, l, LIN_FC, a.proj, a.dfch, x.ln2, (const floatX *)NULL);
+    block_input_grad(g, q, l, LIN_FC, a.proj, dfch, x.ln2, (const floatX *)NULL);
     wgrad_overlap(g, q, beside_sum);
     linear_backward_join(fc, s);
-    layernorm_backward(a.dres + t0, dw[P_LN2W], dw[P_LN2B], dw[P_ATTPROJB], a.reduce_scratch, a.proj + t0, x.res2,
-                       w[P_LN2W], x.ln2_mean, x.ln2_rstd, ns, C, acc, s); // dres written: fcproj's ran
+    norm_backward_of(g, a.dres + t0, dw[P_LN2W], dw[P_LN2B], dw[P_ATTPROJB], a.proj + t0, x.res2, w[P_LN2W],
+                     x.ln2_mean, x.ln2_rstd, ns, acc, s); // dres written: fcproj's ran
     // attention; its backward also sums dqkv into the QKV bias gradient, while it holds the rows
     linear_backward_gather(attproj, a.dres, N, s);
     wgrad_overlap(g, q, WGRAD_ALL); // before the next layer writes d fch
     block_input_grad(g, q, l, LIN_ATTPROJ, a.proj, a.dres, x.atty, (const floatX *)NULL);
-    attention_backward(a.dqkv, dw[P_QKVB], a.proj, x.atty, x.qkv, x.lse, a.attn_workspace, B, T, g->heads, g->heads,
-                       HS, acc, s);
+    attention_backward(a.dqkv, dw[P_QKVB], a.proj, x.atty, x.qkv, x.lse, a.attn_workspace, B, T, g->heads,
+                       g->kv_heads, HS, acc, s);
+    if (g->rope_cos) { // the gradient of the rotated q and k rotated back: that of the projection's output
+        rope_backward(a.dqkv, g->rope_cos, g->rope_sin, g->maxT, B, T, g->heads, g->kv_heads, HS, s);
+    }
     block_input_grad(g, q, l, LIN_QKV, a.proj, a.dqkv, x.ln1, (const floatX *)NULL);
     wgrad_overlap(g, q, beside_sum);
     linear_backward_join(qkv, s);
-    layernorm_backward(a.dres + t0, dw[P_LN1W], dw[P_LN1B], l > 0 ? grads_of(g, l - 1)[P_FCPROJB] : (float *)NULL,
-                       a.reduce_scratch, a.proj + t0, x.res_in, w[P_LN1W], x.ln1_mean, x.ln1_rstd, ns, C, acc, s);
+    norm_backward_of(g, a.dres + t0, dw[P_LN1W], dw[P_LN1B], l > 0 ? grads_of(g, l - 1)[P_FCPROJB] : (float *)NULL,
+                     a.proj + t0, x.res_in, w[P_LN1W], x.ln1_mean, x.ln1_rstd, ns, acc, s);
     if (l > 0) {
         linear_backward_gather(block_linear(g, l - 1, LIN_FCPROJ), a.dres, N, s);
     } else if (g->tp.sp) {
@@ -1122,9 +1209,8 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
     linear_backward(g->head, a.proj, a.logits, a.lnf, (const floatX *)NULL, N, acc, s);
     cudaCheck(cudaMemsetAsync(a.dres, 0, (size_t)N * C * sizeof(floatX), s));
     // Each LayerNorm backward also sums the residual gradient it leaves: the bias gradient of the projection below.
-    layernorm_backward(a.dres + t0, dw[P_LNFW], dw[P_LNFB], grads_of(g, L - 1)[P_FCPROJB], a.reduce_scratch,
-                       a.proj + t0, layer_acts(g, L - 1).res_out, w[P_LNFW], a.lnf_stats, a.lnf_stats + ns, ns, C, acc,
-                       s);
+    norm_backward_of(g, a.dres + t0, dw[P_LNFW], dw[P_LNFB], grads_of(g, L - 1)[P_FCPROJB], a.proj + t0,
+                     layer_acts(g, L - 1).res_out, w[P_LNFW], a.lnf_stats, a.lnf_stats + ns, ns, acc, s);
     linear_backward_gather(block_linear(g, L - 1, LIN_FCPROJ), a.dres, N, s);
     WgradQueue<floatX> q;
     memset(&q, 0, sizeof(q));
@@ -1132,7 +1218,10 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
     q.accumulate = acc;
     for (int l = L - 1; l >= 0; l--) { block_backward(g, l, B, T, &q); }
     if (g->tp.sp) { tp_join(&g->tp, s, EMBEDDINGS_GATHER); }
-    encoder_backward(dw[P_WTE], dw[P_WPE], a.dres, &g->buckets, g->d_buckets, B, T, c->max_seq_len, C, acc, s);
+    // The encoder backward adds to dwte what the LM head's weight gradient wrote there; an untied head wrote lmhead's
+    if (!c->tied && !acc) { cudaCheck(cudaMemsetAsync(dw[P_WTE], 0, g->layout.size[P_WTE] * sizeof(float), s)); }
+    encoder_backward(dw[P_WTE], dw[P_WPE], a.dres, &g->buckets, g->d_buckets, B, T,
+                     c->pos == POS_LEARNED ? c->max_seq_len : 0, C, acc, s);
     grads_final(g, L);
     grads_final_join(g);
     g->grads_zero = 0;
@@ -1599,11 +1688,15 @@ template <typename floatX> static ModelOps gpt_ops(GPT<floatX> *g) {
     memset(&ops, 0, sizeof(ops));
     ops.ctx = g;
     ops.device_name = g->device_name;
-    // MFU counts the whole model's FLOPs (flops_per_token), the FP8 blocks' linear layers 6 x 12 C^2 a token each
+    // MFU counts the whole model's FLOPs (flops_per_token), the FP8 blocks' linear layers 6 x their weights' elements
+    // a token each (GPT-2: 12 C^2)
     ParamLayout full;
     param_layout(&g->config, &full);
-    double flops = flops_per_token(&g->config, full.total, g->maxT), fp8_flops = 0.0, C = g->config.channels;
-    for (int l = 0; l < g->config.num_layers; l++) { fp8_flops += fp8_layer(g, l) ? 6.0 * 12.0 * C * C : 0.0; }
+    double flops = flops_per_token(&g->config, full.total, g->maxT), fp8_flops = 0.0, block_weights = 0.0;
+    for (int k = 0; k < BLOCK_LINEARS; k++) {
+        block_weights += (double)full.size[BLOCK_LINEAR_WEIGHT[k]] / g->config.num_layers;
+    }
+    for (int l = 0; l < g->config.num_layers; l++) { fp8_flops += fp8_layer(g, l) ? 6.0 * block_weights : 0.0; }
     ops.peak_flops = mfu_peak(g->device_name, g->precision, flops, fp8_flops);
     ops.zero_grad = op_zero_grad<floatX>;
     ops.forward_backward = op_forward_backward<floatX>;
@@ -1707,11 +1800,12 @@ static ModelOps make_gpu_model(const GPTConfig *config, const Options *opts, con
     return ops;
 }
 
-// The GPU model is GPT-2's (Llama's kernels are in progress): refused before any work, as the options are.
+// What the GPU kernels cannot take in the description (head size, widths), refused before any work; gpt_create checks
+// the widths again in the run's activation type (bf16's 16-byte packs hold more elements: what passes here passes
+// there).
 static void gpu_check_model(const GPTConfig *config) {
-    if (config->arch != ARCH_GPT2) {
-        fail("--arch %s is not supported by the GPU build yet; train it with train_gpt_cpu", ARCH_NAMES[config->arch]);
-    }
+    attention_check_args(1, 1, config->num_heads, config->num_kv_heads, config_head_size(config), 0);
+    gpt_check_shape<bf16>(config);
 }
 
 #ifndef TESTING

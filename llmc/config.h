@@ -547,9 +547,15 @@ static inline void config_validate(const GPTConfig *c) {
     if (!config_check(c, why, sizeof(why))) { fail("%s", why); }
 }
 
-// Training FLOPs per token as llm.c counts them: 6 * params + 12 * L * C * T (attention, causal halving ignored).
+// Training FLOPs per token as llm.c counts them: 6 (forward 2, backward 4) per weight a token meets in a GEMM, plus
+// attention's 12 * L * C * T (q k^T and att v over the NH query heads' C channels, causal halving ignored). The
+// weights are all parameters, the LM head's GEMM counted once: tied, wte stands for it (and its lookup is free);
+// untied, lmhead does and wte, a lookup only, is left out. GPT-2 counts wpe and the norms and biases, as llm.c does.
 static inline double flops_per_token(const GPTConfig *c, size_t num_params, int T) {
-    return 6.0 * (double)num_params + 12.0 * (double)c->num_layers * (double)c->channels * (double)T;
+    size_t wte_rows, cols;
+    param_layer_shape(c, P_WTE, &wte_rows, &cols);
+    double gemm_params = (double)num_params - (c->tied ? 0.0 : (double)wte_rows * (double)cols);
+    return 6.0 * gemm_params + 12.0 * (double)c->num_layers * (double)c->channels * (double)T;
 }
 
 #endif // LLMC_CONFIG_H

@@ -1,5 +1,6 @@
 /*
- * encoder.cuh: the input embedding x[b,t,:] = wte[tok[b,t],:] + wpe[t,:] and its deterministic backward.
+ * encoder.cuh: the input embedding x[b,t,:] = wte[tok[b,t],:] + wpe[t,:] (wte's row alone for rotary models, which
+ * have no wpe: EmbeddingShard::add_wpe 0) and its deterministic backward.
  *
  * Backward: dwte[v,:] += sum of dx[b,t,:] over the positions whose token is v; dwpe[t,:] += sum over b of dx[b,t,:].
  * Vocabulary-parallel (tensor parallelism): a rank holds wte rows [vocab_begin, vocab_begin + vocab_rows) only; it
@@ -148,7 +149,8 @@ __global__ void __launch_bounds__(256)
 }
 
 // buckets_dev: the device copy of the packed bucket array whose host layout `b` describes. dwte is always added to
-// (the LM head's weight gradient has just written it); dwpe (wpe_rows rows) is written when not accumulate.
+// (the LM head's weight gradient has just written it, or the caller zeroed it); dwpe (wpe_rows rows, 0 for a model
+// without wpe) is written when not accumulate.
 template <typename T>
 static void encoder_backward(float *dwte, float *dwpe, const T *dx, const TokenBuckets *b, const int *buckets_dev,
                              int B, int Tlen, int wpe_rows, int C, int accumulate, cudaStream_t stream) {
@@ -160,6 +162,7 @@ static void encoder_backward(float *dwte, float *dwpe, const T *dx, const TokenB
                                                                                         positions, C);
         cudaCheckLaunch();
     }
+    if (wpe_rows == 0) { return; } // rotary positions: no wpe
     const int threads = 256;
     wpe_backward_kernel<<<grid_for((size_t)wpe_rows * C / Packed<T>::N, threads), threads, 0, stream>>>(
         dwpe, dx, B, Tlen, wpe_rows, C, accumulate);

@@ -166,6 +166,7 @@ static inline TPSplit param_tp_split(int t) {
 // Shape of this rank's TP-local slice of one layer of tensor t.
 static inline void param_tp_shape(const GPTConfig *c, const Mesh *m, int t, size_t *rows, size_t *cols) {
     param_layer_shape(c, t, rows, cols);
+    if (m->tp == 1) { return; } // whole: also a QKV of unequal parts (grouped-query) and a tensor the model lacks
     switch (param_tp_split(t)) {
     case TP_ROWS: *rows /= (size_t)m->tp; break;
     case TP_QKV_ROWS: *rows = QKV_PARTS * tp_attention_channels(m, c).count; break;
@@ -178,6 +179,7 @@ static inline void param_tp_shape(const GPTConfig *c, const Mesh *m, int t, size
 static inline size_t tp_global_row(const Mesh *m, const GPTConfig *c, int t, size_t r) {
     size_t rows, cols;
     param_layer_shape(c, t, &rows, &cols);
+    if (m->tp == 1) { return r; } // as param_tp_shape
     switch (param_tp_split(t)) {
     case TP_ROWS: return tp_column_parallel_rows(m, rows).begin + r;
     case TP_QKV_ROWS: {

@@ -428,6 +428,12 @@ static inline void options_validate_fp8(const Options *o) {
         fail("--precision fp8 needs --width to be a multiple of %d (the FP8 GEMMs read 16-byte rows), but it is %d; "
              "choose another width or --precision bf16", FP8_ALIGN, c.channels);
     }
+    // the other sides of the block linears: the fused projection's q, k, v rows and the MLP's hidden features
+    if (config_qkv_rows(&c) % FP8_ALIGN != 0 || c.ffn_hidden % FP8_ALIGN != 0) {
+        fail("--precision fp8 needs the QKV projection's rows ((heads + 2 x kv-heads) x head size = %d) and --ffn (%d) "
+             "to be multiples of %d (the FP8 GEMMs read 16-byte rows); choose other --heads/--kv-heads/--ffn or "
+             "--precision bf16", config_qkv_rows(&c), c.ffn_hidden, FP8_ALIGN);
+    }
     if (((long long)o->batch_size * o->seq_len) % FP8_ALIGN != 0) {
         fail("--precision fp8 needs --batch-size x --seq-len (%d x %d) to be a multiple of %d (the FP8 weight gradient "
              "reads rows of one per token); change --batch-size or --seq-len",

@@ -50,7 +50,7 @@ static inline TpMap tp_map(const GPTConfig *c, const Mesh *m, int t) {
     TpMap mp;
     param_tp_shape(c, m, t, &mp.rows, &mp.cols);
     param_layer_shape(c, t, &mp.grows, &mp.gcols);
-    int qkv = param_tp_split(t) == TP_QKV_ROWS;
+    int qkv = param_tp_split(t) == TP_QKV_ROWS && m->tp > 1; // one rank's QKV is whole (param_tp_shape)
     mp.rblock = qkv ? mp.rows / QKV_PARTS : mp.rows;
     mp.rstride = qkv ? (size_t)c->channels : 0;
     mp.roff = tp_global_row(m, c, t, 0);

@@ -275,6 +275,7 @@ int main(int argc, char **argv) {
         for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
             const float *x = b + p.offset[t], *y = a + p.offset[t];
             size_t n = p.size[t];
+            if (n == 0) { continue; } // a tensor the model does not have (Llama's biases, a tied lmhead)
             unsigned char *key_bias = NULL;
             double key_diff = 0;
             if (t == P_QKVB) { // per layer: 3C biases, q then k then v

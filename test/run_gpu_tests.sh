@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # GPU tests, on a machine with a GPU (CI compiles them but cannot run them). Builds the trainers and the GPU tests,
-# writes the CPU build's reference state for small models (head sizes 64 and 128; in fp32, and in fp8 with each
-# scaling recipe), runs the parity test against each (fp32 and bf16; fp8 with fp32 and with bf16 activations), the
-# FP8 kernel test, the attention kernel test (multi-head and grouped-query; plain, and its small shapes under memcheck
-# and racecheck), the AdamW kernel test (its update against fp64), the LayerNorm and RMSNorm kernel test (plain,
-# memcheck, racecheck), the RoPE and SwiGLU kernel tests (plain, memcheck), resume bit-exactness in bf16 and fp8, and
-# the GTP path on one rank against the plain path in fp32, bf16 and fp8
+# writes the CPU build's reference state for small GPT-2 and Llama 3 models (head sizes 64 and 128; in fp32, and in
+# fp8 with each scaling recipe), runs the parity test against each (fp32 and bf16; fp8 with fp32 and with bf16
+# activations), the FP8 kernel test, the attention kernel test (multi-head and grouped-query; plain, and its small
+# shapes under memcheck and racecheck), the AdamW kernel test (its update against fp64), the LayerNorm and RMSNorm
+# kernel test (plain, memcheck, racecheck), the RoPE and SwiGLU kernel tests (plain, memcheck), resume bit-exactness
+# in bf16 and fp8 (GPT-2 and Llama), and the GTP path on one rank against the plain path in fp32, bf16 and fp8
 # (dev/gtp_check.sh, with compute-sanitizer memcheck and racecheck), the update in backward against the update after
 # it (dev/update_check.sh), and preemption (dev/preempt_check.sh, alone and under mpirun); ends with a summary table
 # and a non-zero exit on any failure. Logs go to $LOG_DIR (default: a fresh temporary folder).
@@ -17,17 +17,26 @@ make -s train_gpt_cpu train_gpt test/gpubin/test_gpu_parity test/gpubin/test_att
     test/gpubin/test_layernorm test/gpubin/test_adamw test/gpubin/test_rope test/gpubin/test_swiglu ||
     { echo "FAIL build"; exit 1; }
 
-# name, CPU options and GPU modes of each reference model: 20 steps of B 4 x T 64, two micro-steps per step. 3 layers
-# in some, so that the parity test's GELU recompute runs both ways (test_gpu_parity.cu: keep_gelu_layers); one without
-# clipping, whose updates after the first start in the backward; in fp8 the delayed recipe (its history shorter than
-# the run in one), and the current one with a bf16 block at each end.
+# name, CPU options and GPU modes of each reference model: 20 steps of B 4 x T 64, two micro-steps per step (a row's
+# own options come after these and override them). 3 layers in some, so that the parity test's GELU recompute runs
+# both ways (test_gpu_parity.cu: keep_gelu_layers); one without clipping, whose updates after the first start in the
+# backward; in fp8 the delayed recipe (its history shorter than the run in one), and the current one with a bf16
+# block at each end. Llama 3 (llama-tiny: GPT-2's vocabulary, llama3 rope scaling): grouped-query ratios 1 and 4,
+# head sizes 64 and 128, tied and untied LM heads, each fp8 recipe, and one sequence of T 2048 (few steps: its
+# reference's logits are 2048 x Vp).
 REF_COMMON="--ref-steps 20 --seq-len 64 --batch-size 4 --total-batch-tokens 512 --sample-every 0"
 REFS=("d3_w128_hs64:--depth 3 --width 128 --heads 2:fp32 bf16"
       "d2_w256_hs128:--depth 2 --width 256 --heads 2:fp32 bf16"
       "d3_w128_hs64_noclip:--depth 3 --width 128 --heads 2 --grad-clip 0:fp32 bf16"
       "d3_w128_hs64_fp8_delayed:--depth 3 --width 128 --heads 2 --precision fp8:fp8-fp32 fp8"
       "d3_w128_fp8_current_ends:--depth 3 --width 128 --heads 2 --precision fp8 --fp8-recipe current --fp8-bf16-blocks 1 --fp8-margin 1:fp8-fp32 fp8"
-      "d2_w256_hs128_fp8_h4:--depth 2 --width 256 --heads 2 --precision fp8 --fp8-amax-history 4:fp8-fp32 fp8")
+      "d2_w256_hs128_fp8_h4:--depth 2 --width 256 --heads 2 --precision fp8 --fp8-amax-history 4:fp8-fp32 fp8"
+      "llama_hs64_gqa1_untied:--model llama-tiny --depth 2 --width 128 --heads 2 --kv-heads 2 --ffn 256:fp32 bf16"
+      "llama_hs64_gqa4_tied:--model llama-tiny --depth 3 --width 256 --heads 4 --kv-heads 1 --ffn 384 --tie-embeddings 1:fp32 bf16"
+      "llama_hs128_gqa4_untied:--model llama-tiny --depth 2 --width 512 --heads 4 --kv-heads 1 --ffn 512:fp32 bf16"
+      "llama_hs128_gqa1_tied_fp8:--model llama-tiny --depth 3 --width 256 --heads 2 --kv-heads 2 --ffn 512 --tie-embeddings 1 --precision fp8:fp8-fp32 fp8"
+      "llama_hs64_gqa4_fp8cur:--model llama-tiny --depth 3 --width 256 --heads 4 --kv-heads 1 --ffn 384 --precision fp8 --fp8-recipe current --fp8-bf16-blocks 1 --fp8-margin 1:fp8-fp32 fp8"
+      "llama_hs64_gqa2_T2048:--model llama-tiny --depth 2 --width 128 --heads 2 --kv-heads 1 --ffn 256 --seq-len 2048 --batch-size 1 --total-batch-tokens 2048 --ref-steps 4:fp32 bf16")
 
 rows=(); failed=0
 record() { # name, log, exit status
@@ -42,7 +51,7 @@ for ref in "${REFS[@]}"; do
     IFS=: read -r name opts modes <<<"$ref"
     file="$LOG_DIR/ref_$name.bin"
     # shellcheck disable=SC2086
-    if ! ./train_gpt_cpu --ref-out "$file" $opts $REF_COMMON > "$LOG_DIR/ref_$name.log" 2>&1; then
+    if ! ./train_gpt_cpu --ref-out "$file" $REF_COMMON $opts > "$LOG_DIR/ref_$name.log" 2>&1; then
         echo "FAIL reference $name: train_gpt_cpu failed (see $LOG_DIR/ref_$name.log)"; tail -3 "$LOG_DIR/ref_$name.log"
         failed=$((failed + 1)); continue
     fi
@@ -112,13 +121,17 @@ for kernel in rope swiglu; do
     done
 done
 
-for prec in bf16 fp8; do
-    log="$LOG_DIR/resume_$prec.log"
-    echo "== resume $prec"
-    dev/resume_check.sh "$prec" > "$log" 2>&1; rc=$?
+# each row "NAME PRECISION [MODEL OPTIONS]": GPT-2 d12, and a Llama (untied LM head, grouped-query attention)
+LLAMA_RESUME="--model llama-tiny --depth 2 --width 256 --heads 4 --kv-heads 1 --ffn 512"
+RESUMES=("bf16 bf16" "fp8 fp8" "llama_bf16 bf16 $LLAMA_RESUME" "llama_fp8 fp8 $LLAMA_RESUME")
+for r in "${RESUMES[@]}"; do
+    read -r name prec model <<<"$r"
+    log="$LOG_DIR/resume_$name.log"
+    echo "== resume $name"
+    MODEL_OPTS=${model:---model d12} dev/resume_check.sh "$prec" > "$log" 2>&1; rc=$?
     sed 's/^resume: bit-exact/PASS resume/; s/^resume: FAIL/FAIL resume:/' "$log" > "$log.checks"
     cat "$log"
-    record "resume $prec" "$log.checks" "$rc"
+    record "resume $name" "$log.checks" "$rc"
 done
 
 # variant_row NAME OPTIONS TOOL SCRIPT ARGS...: a dev/variant_check.sh variant (OPTS, SANITIZE) as one row

@@ -9,7 +9,8 @@
 #    a stray fraction).
 #    Layouts run under mpirun where it exists, else with torchrun-style variables; DP=2 and TP=2 run once more
 #    with those variables over TCP with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 (the socket transport, as between
-#    nodes). Each layout starts from the one-GPU run's GEMM algorithm choices (see run_layout).
+#    nodes). Each layout starts from the one-GPU run's GEMM algorithm choices (see run_layout). A Llama of the same
+#    size (llama-tiny: grouped-query 4:1, untied) on DP=2 with ZeRO-1 against its own one-GPU run, fp32 and bf16.
 #    Tolerances (relative; weights relative to the tensor's largest element):
 #    fp32: loss, norm and weights 1e-5 (the multi-GPU work's requirement). Only the summation order differs from one GPU.
 #      Stray fraction 5e-2: accumulating the same 1024 tokens in other micro-batch orders (the CPU build, B 4 vs
@@ -52,8 +53,9 @@
 # 3. faults (2 ranks): kill -9 of one rank mid-run (rank 1, then rank 0): the other exits with status 1 within
 #    FAULT_LIMIT_S with an error line naming the failure; SIGSTOP of rank 1 mid-run (alive but silent): rank 0
 #    exits with status 1 and a line naming the collective it waited for; a rank missing at start-up, a port in
-#    use, a wrong world size: one line, non-zero exit; SIGUSR1 to mpirun -np 2 stops both ranks at one step with a
-#    checkpoint, and the same command finishes the run bit-exactly (dev/preempt_check.sh).
+#    use, a wrong world size, a Llama under --tp 2 (not split yet): one line, non-zero exit; SIGUSR1 to mpirun -np 2
+#    stops both ranks at one step with a checkpoint, and the same command finishes the run bit-exactly
+#    (dev/preempt_check.sh).
 # Logs stay in $LOG_DIR (default: a fresh temporary folder).
 set -u
 cd "$(dirname "$0")/.."
@@ -227,6 +229,22 @@ if part parity; then
                 [ "$tcp" = "$name" ] && run_layout "env_tcp_${name}_$prec" "$np" "$prec" "$ref" tcp "${opts[@]}"
             done
         done
+    done
+
+    # a Llama (grouped-query attention, untied LM head) data-parallel with ZeRO-1 against one GPU: DP sums and ZeRO-1
+    # slices flat gradient spans, whatever tensors the model has
+    LLAMA=(--model llama-tiny --kv-heads 1 --ffn 512)
+    for prec in fp32 bf16; do
+        ref="$LOG_DIR/llama_single_$prec"
+        if ! timeout "$RUN_TIMEOUT_S" ./train_gpt "${COMMON[@]}" "${LLAMA[@]}" --precision "$prec" --out-dir "$ref" \
+            > "$ref.out" 2>&1; then
+            fail_check "llama_single_$prec" "the one-GPU run failed (see $ref.out)"
+            row "llama_single" "$prec" - - - - - FAILED; continue
+        fi
+        if [ "$NGPU" -lt 2 ]; then
+            skip "llama_dp2_zero1 $prec: needs 2 GPUs, this machine has $NGPU"; continue
+        fi
+        run_layout "llama_dp2_zero1_$prec" 2 "$prec" "$ref" "$LAUNCH" "${LLAMA[@]}" --zero 1
     done
 
     # validation on every layout, from the one-GPU fp32 run's final weights (see the header and VAL_LOSS_TOL_FP32)
@@ -435,6 +453,17 @@ if part faults; then
             PIDS+=($!)
         done
         expect_start_error world "world size"
+
+        # what the GPU build refuses still: a Llama under tensor parallelism (the splits are GPT-2's), before any work
+        port=$((PORT_FAULT + 7))
+        PIDS=()
+        for r in 0 1; do
+            RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port TRAIN_GPT_BOOTSTRAP_TIMEOUT=5 \
+                ./train_gpt "${LONG[@]}" --model llama-tiny --tp 2 --out-dir "$LOG_DIR/llama_tp" \
+                > "$LOG_DIR/llama_tp.rank$r.out" 2> "$LOG_DIR/llama_tp.rank$r.err" &
+            PIDS+=($!)
+        done
+        expect_start_error llama_tp "--arch llama does not run under --tp or --gtp yet"
 
         # a port in use: the rank 0 of another job (waiting for its rank 1) holds MASTER_PORT
         port=$((PORT_FAULT + 5))

@@ -84,11 +84,11 @@ static void write_run(const char *name, const Run *r) {
     checkpoint_write(dir, &CFG, &keys, &pr, r->params, r->params, r->params, NULL);
 }
 
-// Runs compare_runs of g_tmp/ref against g_tmp/name; checks its exit status and that its FAIL lines are exactly
-// the one starting with `want_fail` (NULL: none). Shows its output, indented, when the verdict is wrong.
-static void expect(const char *name, const char *want_fail) {
+// Runs compare_runs of g_tmp/ref_name against g_tmp/name; checks its exit status and that its FAIL lines are
+// exactly the one starting with `want_fail` (NULL: none). Shows its output, indented, when the verdict is wrong.
+static void expect_against(const char *ref_name, const char *name, const char *want_fail) {
     char cmd[512];
-    snprintf(cmd, sizeof(cmd), "%s %s/ref %s/%s %d %s %s %g %g 2>&1", COMPARE_RUNS, g_tmp, g_tmp, name, STEPS,
+    snprintf(cmd, sizeof(cmd), "%s %s/%s %s/%s %d %s %s %g %g 2>&1", COMPARE_RUNS, g_tmp, ref_name, g_tmp, name, STEPS,
              LOSS_TOL, NORM_TOL, WEIGHT_TOL, STRAY_FRACTION);
     FILE *p = popen(cmd, "r");
     if (!p) { fail("cannot run '%s'", cmd); }
@@ -115,7 +115,37 @@ static void expect(const char *name, const char *want_fail) {
     }
 }
 
+static void expect(const char *name, const char *want_fail) { expect_against("ref", name, want_fail); }
+
 static float *tensor(Run *r, int t) { return r->params + g_layout.offset[t]; }
+
+// The reference run of CFG's shape: initial weights plus an update of up to lr_sum per element; the synthetic loss,
+// norm and validation curves.
+static Run reference_run(double lr_sum) {
+    Run r = {0};
+    r.lr = 1e-3f;
+    r.logged_steps = STEPS;
+    r.params = (float *)malloc_check(g_layout.total * sizeof(float), "ref params");
+    for (size_t i = 0; i < g_layout.total; i++) {
+        double update = lr_sum * (2.0 * rng_uniform(SEED, STREAM_UPDATE, i) - 1.0);
+        r.params[i] = (float)(INIT_STD * rng_normal(SEED, STREAM_INIT, i) + update);
+    }
+    for (int s = 1; s <= STEPS; s++) {
+        r.loss[s] = LOSS_START - LOSS_SLOPE * s;
+        r.norm[s] = NORM_START / s;
+        r.val[s] = VAL_START - LOSS_SLOPE * s;
+    }
+    return r;
+}
+
+// r's weights with "summation order" noise: each times 1 + ROUNDING_NOISE u, u uniform in [-1, 1).
+static Run with_rounding_noise(const Run *r) {
+    Run c = run_copy(r);
+    for (size_t i = 0; i < g_layout.total; i++) {
+        c.params[i] *= (float)(1.0 + ROUNDING_NOISE * (2.0 * rng_uniform(SEED, STREAM_NOISE, i) - 1.0));
+    }
+    return c;
+}
 static size_t stray_allowed(int t) { return (size_t)ceil(STRAY_FRACTION * (double)g_layout.size[t]); }
 
 int main(void) {
@@ -128,14 +158,12 @@ int main(void) {
     snprintf(g_tmp, sizeof(g_tmp), "/tmp/test_compare_runs.XXXXXX");
     if (!mkdtemp(g_tmp)) { fail("cannot create a temporary folder from '%s'", g_tmp); }
     param_layout(&CFG, &g_layout);
-    size_t P = g_layout.total, C = (size_t)CFG.channels;
+    size_t C = (size_t)CFG.channels;
 
     // The reference: initial weights plus an update of up to the summed learning rate per element.
-    Run ref = {0};
-    ref.lr = 1e-3f;
-    ref.logged_steps = STEPS;
-    ref.params = (float *)malloc_check(P * sizeof(float), "ref params");
-    Options o = run_options(&ref);
+    Run proto = {0};
+    proto.lr = 1e-3f;
+    Options o = run_options(&proto);
     float lr[STEPS];
     double lr_sum = 0;
     for (int s = 0; s < STEPS; s++) {
@@ -143,24 +171,13 @@ int main(void) {
         lr_sum += lr[s];
     }
     g_flip_bound = (float)adam_flip_bound(lr, STEPS, o.beta1, o.beta2);
-    for (size_t i = 0; i < P; i++) {
-        double update = lr_sum * (2.0 * rng_uniform(SEED, STREAM_UPDATE, i) - 1.0);
-        ref.params[i] = (float)(INIT_STD * rng_normal(SEED, STREAM_INIT, i) + update);
-    }
-    for (int s = 1; s <= STEPS; s++) {
-        ref.loss[s] = LOSS_START - LOSS_SLOPE * s;
-        ref.norm[s] = NORM_START / s;
-        ref.val[s] = VAL_START - LOSS_SLOPE * s;
-    }
+    Run ref = reference_run(lr_sum);
     write_run("ref", &ref);
     float *key0 = tensor(&ref, P_QKVB) + C; // layer 0's key biases in the reference
 
     // 1. rounding noise everywhere, noise up to 90% of the bound in every key bias, and as many strays (half the
     //    bound) in fcw as are allowed: PASS
-    Run noisy = run_copy(&ref);
-    for (size_t i = 0; i < P; i++) {
-        noisy.params[i] *= (float)(1.0 + ROUNDING_NOISE * (2.0 * rng_uniform(SEED, STREAM_NOISE, i) - 1.0));
-    }
+    Run noisy = with_rounding_noise(&ref);
     for (int l = 0; l < CFG.num_layers; l++) {
         float *k = tensor(&noisy, P_QKVB) + (size_t)l * 3 * C + C;
         for (size_t i = 0; i < C; i++) { k[i] += 0.9f * g_flip_bound * (i % 2 ? 1.0f : -1.0f); }
@@ -244,11 +261,27 @@ int main(void) {
     write_run("nan_weight", &nan);
     expect("nan_weight", "final weights wpe");
 
+    // 14. a Llama (no biases, no wpe, an untied lmhead): the tensors it lacks are skipped, the others judged alike
+    CFG = config_default(ARCH_LLAMA, 32, 2, 4, 64);
+    CFG.num_kv_heads = 1;
+    CFG.vocab_size = 200;
+    CFG.padded_vocab_size = padded_vocab(CFG.vocab_size);
+    CFG.tied = 0;
+    param_layout(&CFG, &g_layout);
+    Run llama = reference_run(lr_sum), llama_noisy = with_rounding_noise(&llama);
+    write_run("llama_ref", &llama);
+    write_run("llama_noisy", &llama_noisy);
+    expect_against("llama_ref", "llama_noisy", NULL);
+    Run llama_head = run_copy(&llama_noisy);
+    tensor(&llama_head, P_LMHEAD)[3] += 2.0f * g_flip_bound;
+    write_run("llama_lmhead_beyond_bound", &llama_head);
+    expect_against("llama_ref", "llama_lmhead_beyond_bound", "final weights lmhead");
+
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_tmp);
     if (system(cmd) != 0) { printf("note: could not remove %s\n", g_tmp); }
-    Run *runs[] = {&ref, &noisy, &twice, &strays, &far, &key, &query, &loss, &norm, &missing, &val, &no_val, &other,
-                   &nan};
+    Run *runs[] = {&ref, &noisy, &twice, &strays, &far, &key, &query, &loss, &norm, &missing,
+                   &val, &no_val, &other, &nan, &llama, &llama_noisy, &llama_head};
     for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) { free(runs[i]->params); }
     return test_exit();
 }

@@ -132,9 +132,27 @@ static void test_fields(void) {
           "fields: an unknown enumeration value is refused", "'%s'", why);
 }
 
+// FLOPs a token for MFU: 6 per parameter a GEMM meets, + 12 L C T; an untied model's wte (a lookup) is not one, the
+// tied one stands for the LM head (llm.c's count for GPT-2).
+static void test_flops(void) {
+    const char *names[] = {"d12", "llama3.2-1b", "llama3.1-8b"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        const ModelPreset *pr = model_preset_find(names[i]);
+        GPTConfig c = config_from_preset(pr, (ModelArch)pr->arch, 1024, pr->layers, pr->heads, pr->channels);
+        ParamLayout p;
+        param_layout(&c, &p);
+        double gemm = (double)(p.total - (c.tied ? 0 : p.size[P_WTE]));
+        double want = 6.0 * gemm + 12.0 * c.num_layers * c.channels * 1024.0, got = flops_per_token(&c, p.total, 1024);
+        char name[96];
+        snprintf(name, sizeof(name), "flops per token %s (%s)", names[i], c.tied ? "tied" : "untied: wte left out");
+        check(got == want, name, "got %.6e, want %.6e", got, want);
+    }
+}
+
 int main(void) {
     test_gpt2_layouts();
     test_llama_layouts();
+    test_flops();
     test_init();
     test_fields();
     return test_exit();

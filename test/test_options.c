@@ -156,6 +156,10 @@ static void test_validate(void) {
                  "--precision", "fp8", "--depth", "2", "--fp8-bf16-blocks", "1", NULL);
     expect_error("fp8_width_alignment", "--precision fp8 needs --width to be a multiple of 16", "--precision", "fp8",
                  "--width", "72", "--heads", "4", NULL);
+    expect_error("fp8_qkv_alignment", "QKV projection's rows ((heads + 2 x kv-heads) x head size = 140)", "--precision",
+                 "fp8", "--arch", "llama", "--width", "112", "--heads", "8", "--kv-heads", "1", NULL);
+    expect_error("fp8_ffn_alignment", "and --ffn (200) to be multiples of 16", "--precision", "fp8", "--arch", "llama",
+                 "--width", "128", "--heads", "2", "--ffn", "200", NULL);
     expect_error("fp8_token_alignment", "--precision fp8 needs --batch-size x --seq-len (1 x 100) to be a multiple of 16",
                  "--precision", "fp8", "--batch-size", "1", "--seq-len", "100", "--total-batch-tokens", "0",
                  "--sample-every", "0", NULL);

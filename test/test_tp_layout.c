@@ -11,6 +11,7 @@
  */
 #define CPU_REAL double
 #include "../llmc/cpu_model.h"
+#include "../llmc/gtp_plan.h"
 #include "../llmc/tp_layout.h"
 #include "../llmc/vocab_parallel.h"
 #include "test_util.h"
@@ -103,6 +104,27 @@ static void test_layout_tiles(void) {
     param_layout_local(&c, &m1, &one);
     bad += memcmp(&g, &one, sizeof(g)) != 0;
     check(bad == 0, "tp local layouts tile every tensor exactly once (tp 1: the full layout)", "%d errors", bad);
+}
+
+// One rank holds a grouped-query Llama whole: its QKV of unequal parts ([4 q | 1 k | 1 v] heads here) and the
+// biases it lacks keep their full sizes, and every local element is itself (the GPU build's layout and initialization).
+static void test_one_rank_llama(void) {
+    GPTConfig c = config_default(ARCH_LLAMA, 16, 2, 4, 64);
+    c.num_kv_heads = 1;
+    c.vocab_size = 300;
+    c.padded_vocab_size = padded_vocab(c.vocab_size);
+    c.tied = 0;
+    Mesh m1 = mesh_make(1, 0, 1, 1);
+    ParamLayout g, one, gtp;
+    param_layout(&c, &g);
+    param_layout_local(&c, &m1, &one);
+    param_layout_gtp(&c, &m1, &gtp);
+    int bad = (memcmp(&g, &one, sizeof(g)) != 0) + (memcmp(&g, &gtp, sizeof(g)) != 0);
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+        for (size_t i = 0; i < g.size[t]; i++) { bad += tp_local_to_global(&c, &m1, t, i) != i; }
+    }
+    check(bad == 0, "tp 1 holds a grouped-query Llama whole (layout and element map are the identity)", "%d errors",
+          bad);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -330,6 +352,7 @@ static void test_vocab_parallel_ce(void) {
 
 int main(void) {
     test_layout_tiles();
+    test_one_rank_llama();
     test_gather_scatter();
     test_local_init();
     test_qkv_is_fused();
