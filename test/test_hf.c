@@ -823,7 +823,8 @@ static void test_import_variants(void) {
     static const struct {
         const char *name, *config, *want;
     } configs[] = {
-        {"hf_config_not_gpt2", "{\"model_type\": \"llama\", \"n_layer\": 2}", "has model_type \"llama\", not \"gpt2\""},
+        {"hf_config_other_model_type", "{\"model_type\": \"mistral\", \"n_layer\": 2}",
+         "has model_type \"mistral\", not \"gpt2\" or \"llama\""},
         {"hf_config_no_model_type", "{\"n_layer\": 2}", "has model_type (none), not \"gpt2\""},
         {"hf_config_missing_n_head",
          "{\"model_type\": \"gpt2\", \"n_layer\": 2, \"n_embd\": 32, \"vocab_size\": 50257, \"n_positions\": 16}",
