@@ -561,14 +561,18 @@ static inline void hf_config_json_gpt2(JsonText *t, const GPTConfig *c, const ch
                      c->num_heads, c->num_layers, c->max_seq_len, torch_dtype, c->vocab_size);
 }
 
-// A float as Python writes one (json.dumps(float)): the shortest text that reads back as x, with ".0" where that
-// is an integer, so that transformers' checks of rope_scaling see floats. Into out[32].
+// A float as Python writes one (json.dumps(float)): an integer below 10^16 with ".0", so that transformers' checks
+// of rope_scaling see floats; otherwise the shortest text that reads back as x. Into out[32].
+#define HF_FLOAT_INTEGER_LIMIT 1e16 // where Python's repr turns to an exponent
 static inline const char *hf_float_text(double x, char *out) {
+    if (x == floor(x) && fabs(x) < HF_FLOAT_INTEGER_LIMIT) {
+        snprintf(out, 32, "%.1f", x);
+        return out;
+    }
     for (int digits = 1; digits <= 17; digits++) {
         snprintf(out, 32, "%.*g", digits, x);
         if (strtod(out, NULL) == x) { break; }
     }
-    if (!strpbrk(out, ".en")) { strcat(out, ".0"); }
     return out;
 }
 

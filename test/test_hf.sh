@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# test_hf.sh: ./hf_gpt2 from the outside, on a model the CPU trainer wrote.
+# test_hf.sh: ./hf_gpt2 from the outside, on models the CPU trainer wrote (GPT-2, and Llama: llama-tiny).
 # - export -> import gives the trainer's model file back byte for byte, from one file and from shards; bf16 imports;
-# - the exported folder holds GPT-2's tokenizer files byte-equal and a GPT-2 config.json;
-# - an imported model starts ./train_gpt_cpu --init-from;
+# - the exported GPT-2 folder holds GPT-2's tokenizer files byte-equal and a GPT-2 config.json; the Llama folder a
+#   Llama config.json and no tokenizer;
+# - an imported model starts ./train_gpt_cpu --init-from (a Llama with the options the import prints);
 # - nothing is overwritten without --force; bad arguments and malformed files stop it with one line naming the tool
 #   and the problem, and a non-zero status.
 # (test/test_hf.c checks the mapping itself, bf16 rounding and every malformed input in detail.)
@@ -118,6 +119,52 @@ if run hf_export_bf16 export "$model" "$tmp/hf_bf16" --dtype bf16; then
         [ "$(stat -c %s "$tmp/back_bf16.bin")" = "$(stat -c %s "$model")" ] && ! cmp -s "$model" "$tmp/back_bf16.bin" &&
             pass hf_bf16_import_is_rounded || fail_check hf_bf16_import_is_rounded "size differs or nothing was rounded"
     fi
+fi
+
+# --- a Llama the trainer wrote ------------------------------------------------------------------------------
+LLAMA=(--model llama-tiny --seq-len 64 --batch-size 4 --total-batch-tokens 256 --precision fp32 --warmup-steps 1
+       --val-batches 1 --sample-every 0 --train-data "$TRAIN_GLOB" --val-data "$VAL_GLOB")
+if ! timeout "$RUN_TIMEOUT" "$TRAIN" "${LLAMA[@]}" --steps 1 --out-dir "$tmp/lrun" >"$tmp/lrun.out" 2>&1; then
+    fail_check hf_llama_train_tiny "$(tail -3 "$tmp/lrun.out")"
+    exit 1
+fi
+lmodel=$tmp/lrun/model_00000001.bin
+expect_error hf_llama_export_refuses_vocab_dir "--vocab-dir: a Llama export carries no tokenizer" \
+    export "$lmodel" "$tmp/lhf" --vocab-dir data/gpt2
+if run hf_llama_export export "$lmodel" "$tmp/lhf"; then
+    missing=""
+    for field in '"model_type": "llama"' '"LlamaForCausalLM"' '"hidden_size": 64' '"num_hidden_layers": 2' \
+        '"num_attention_heads": 4' '"num_key_value_heads": 2' '"head_dim": 16' '"intermediate_size": 192' \
+        '"vocab_size": 50257' '"max_position_embeddings": 8192' '"rope_theta": 500000.0' '"rope_type": "llama3"' \
+        '"factor": 8.0' '"original_max_position_embeddings": 8192' '"rms_norm_eps": 1e-05' \
+        '"tie_word_embeddings": false' '"torch_dtype": "float32"'; do
+        grep -qF -- "$field" "$tmp/lhf/config.json" || missing="$missing $field"
+    done
+    [ -z "$missing" ] && pass hf_llama_config_fields || fail_check hf_llama_config_fields "config.json lacks$missing"
+    [ ! -e "$tmp/lhf/vocab.json" ] && [ ! -e "$tmp/lhf/tokenizer_config.json" ] && pass hf_llama_no_tokenizer ||
+        fail_check hf_llama_no_tokenizer "a Llama export wrote tokenizer files: $(ls "$tmp/lhf")"
+    if out=$(timeout "$RUN_TIMEOUT" "$HF" import "$tmp/lhf" "$tmp/lback.bin" 2>&1); then
+        cmp -s "$lmodel" "$tmp/lback.bin" && pass hf_llama_round_trip_identical ||
+            fail_check hf_llama_round_trip_identical "the imported Llama differs from the trainer's $lmodel"
+        # the options the import prints build the model it wrote
+        read -r -a opts <<<"$(sed -n 's/^train from it with: --init-from [^ ]* \(.*\) --seq-len <= [0-9]*$/\1/p' <<<"$out")"
+        if [ "${#opts[@]}" -gt 0 ] && timeout "$RUN_TIMEOUT" "$TRAIN" "${opts[@]}" --seq-len 64 --batch-size 4 \
+            --total-batch-tokens 256 --precision fp32 --warmup-steps 0 --val-batches 1 --sample-every 0 \
+            --train-data "$TRAIN_GLOB" \
+            --val-data "$VAL_GLOB" --steps 1 --init-from "$tmp/lback.bin" --out-dir "$tmp/lft" >"$tmp/lft.out" 2>&1 &&
+            grep -q "initialized from model file '$tmp/lback.bin'" "$tmp/lft.out"; then
+            pass hf_llama_imported_model_trains
+        else
+            fail_check hf_llama_imported_model_trains "options '${opts[*]}': $(tail -3 "$tmp/lft.out" 2>/dev/null)"
+        fi
+    else
+        fail_check hf_llama_import "$out"
+    fi
+fi
+if run hf_llama_export_sharded export "$lmodel" "$tmp/lhf_sharded" --max-shard-mb 1; then
+    run hf_llama_import_sharded import "$tmp/lhf_sharded" "$tmp/lback_sharded.bin" &&
+        { cmp -s "$lmodel" "$tmp/lback_sharded.bin" && pass hf_llama_sharded_round_trip_identical ||
+            fail_check hf_llama_sharded_round_trip_identical "the Llama imported from shards differs from $lmodel"; }
 fi
 
 # --- malformed folders --------------------------------------------------------------------------------------
