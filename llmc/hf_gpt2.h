@@ -401,7 +401,8 @@ static inline GPTConfig hf_config_gpt2(const HfConfigFile *cfg) {
     c.num_heads = hf_config_int(cfg, "n_head", 1, MAX_CHANNELS);
     c.vocab_size = hf_config_int(cfg, "vocab_size", 1, MAX_VOCAB_SIZE);
     // n_ctx is what configs from before transformers 4 called it
-    c.max_seq_len = hf_config_int(cfg, json_get(&cfg->file.root, "n_positions") ? "n_positions" : "n_ctx", 1, MAX_POSITIONS);
+    const char *positions = json_get(&cfg->file.root, "n_positions") ? "n_positions" : "n_ctx";
+    c.max_seq_len = hf_config_int(cfg, positions, 1, MAX_POSITIONS);
     c = config_gpt2(c.max_seq_len, c.vocab_size, c.num_layers, c.num_heads, c.channels); // the rest is GPT-2's
     if (c.channels % c.num_heads != 0) {
         fail("'%s': n_embd %d is not divisible by n_head %d; the config is corrupt", cfg->file.path, c.channels,
@@ -433,17 +434,18 @@ static inline GPTConfig hf_config_gpt2(const HfConfigFile *cfg) {
     return c;
 }
 
-// rope_scaling: null (or absent) or Llama 3.1's "llama3" (named by rope_type, or type in older configs).
-static inline RopeScaling hf_config_rope_scaling(const HfConfigFile *cfg) {
+// Rotary scaling from object s, config.json's member `key`: null (or absent), rope_type "default" (none), or Llama
+// 3.1's "llama3" (named by rope_type, or type in older configs).
+static inline RopeScaling hf_config_rope_scaling(const HfConfigFile *cfg, const JsonValue *s, const char *key) {
     RopeScaling r;
     memset(&r, 0, sizeof(r));
-    const JsonValue *s = json_get(&cfg->file.root, "rope_scaling");
     if (!s || s->type == JSON_NULL) { return r; }
     const char *type_key = json_get(s, "rope_type") ? "rope_type" : "type";
+    if (s->type == JSON_OBJECT && json_is_string(json_get(s, type_key), "default")) { return r; }
     if (s->type != JSON_OBJECT || !json_is_string(json_get(s, type_key), "llama3")) {
         char have[HF_VALUE_SHOWN];
-        fail("'%s' has rope_scaling %s, but train_gpt computes only null (none) or rope_type \"llama3\"; this model "
-             "cannot be converted", cfg->file.path, hf_json_shown(&cfg->file, "rope_scaling", have));
+        fail("'%s' has %s %s, but train_gpt computes only no scaling or rope_type \"llama3\"; this model cannot be "
+             "converted", cfg->file.path, key, hf_json_shown(&cfg->file, key, have));
     }
     r.type = ROPE_SCALING_LLAMA3;
     r.factor = (float)hf_config_number_in(cfg, s, "factor");
@@ -468,8 +470,14 @@ static inline GPTConfig hf_config_llama(const HfConfigFile *cfg) {
     c.vocab_size = hf_config_int(cfg, "vocab_size", 1, MAX_VOCAB_SIZE);
     c.padded_vocab_size = padded_vocab(c.vocab_size);
     c.norm_eps = hf_config_number_in(cfg, root, "rms_norm_eps");
-    c.rope_theta = (float)hf_config_number_in(cfg, root, "rope_theta");
-    c.rope_scaling = hf_config_rope_scaling(cfg);
+    const JsonValue *rope = json_get(root, "rope_parameters"); // transformers 5: theta and scaling in one object
+    if (rope && rope->type == JSON_OBJECT && !json_get(root, "rope_theta")) {
+        c.rope_theta = (float)hf_config_number_in(cfg, rope, "rope_theta");
+        c.rope_scaling = hf_config_rope_scaling(cfg, rope, "rope_parameters");
+    } else {
+        c.rope_theta = (float)hf_config_number_in(cfg, root, "rope_theta");
+        c.rope_scaling = hf_config_rope_scaling(cfg, json_get(root, "rope_scaling"), "rope_scaling");
+    }
     const JsonValue *tied = json_get(root, "tie_word_embeddings");
     if (tied && tied->type != JSON_BOOL) {
         char have[HF_VALUE_SHOWN];
@@ -809,9 +817,9 @@ static inline void hf_check_other_tensors(const HfSource *s, const HfTensor *hts
 // The options of train_gpt that build description c from its shape: the architecture's defaults are left out.
 static inline void hf_train_options(const GPTConfig *c, char *out, size_t cap) {
     GPTConfig base = config_default((ModelArch)c->arch, c->max_seq_len, c->num_layers, c->num_heads, c->channels);
-    size_t len = (size_t)snprintf(out, cap, "%s%s --depth %d --width %d --heads %d", c->arch == ARCH_GPT2 ? "" : " --arch ",
-                                  c->arch == ARCH_GPT2 ? "" : ARCH_NAMES[c->arch], c->num_layers, c->channels,
-                                  c->num_heads);
+    int gpt2 = c->arch == ARCH_GPT2; // the default architecture
+    size_t len = (size_t)snprintf(out, cap, "%s%s --depth %d --width %d --heads %d", gpt2 ? "" : " --arch ",
+                                  gpt2 ? "" : ARCH_NAMES[c->arch], c->num_layers, c->channels, c->num_heads);
     for (int i = 0; i < NUM_CONFIG_FIELDS && len < cap; i++) {
         const char *option = CONFIG_FIELDS[i].option;
         if (i == CF_MAX_SEQ_LEN || i == CF_PADDED_VOCAB_SIZE || strcmp(option, "--arch") == 0 ||

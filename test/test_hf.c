@@ -49,7 +49,9 @@ static float *random_params(const GPTConfig *c, uint32_t stream) {
     for (size_t i = 0; i < p.total; i++) { x[i] = WEIGHT_STD * rng_normal(TEST_SEED, stream, i); }
     size_t real = (size_t)c->vocab_size * c->channels;
     for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
-        if (param_is_vocab(t) && p.size[t] > 0) { memset(x + p.offset[t] + real, 0, (p.size[t] - real) * sizeof(float)); }
+        if (param_is_vocab(t) && p.size[t] > 0) {
+            memset(x + p.offset[t] + real, 0, (p.size[t] - real) * sizeof(float));
+        }
     }
     return x;
 }
@@ -1196,6 +1198,16 @@ static void test_llama_import_variants(void) {
     free(params);
 }
 
+// text with its first `from` replaced by `to` (malloc'd), or NULL where it has none.
+static char *replace_once(const char *text, const char *from, const char *to) {
+    const char *at = strstr(text, from);
+    if (!at) { return NULL; }
+    JsonText t = {NULL, 0, 0};
+    json_text_append(&t, text, (size_t)(at - text));
+    json_text_printf(&t, "%s%s", to, at + strlen(from));
+    return t.s;
+}
+
 // config.json: the exported one with one edit (from -> to) each, refused with a line naming the value.
 static void test_llama_bad_configs(void) {
     GPTConfig c = tiny_llama(0, 1);
@@ -1226,21 +1238,37 @@ static void test_llama_bad_configs(void) {
          "rms_norm_eps is \"1e-5\", not a number"},
     };
     for (size_t i = 0; i < sizeof(edits) / sizeof(edits[0]); i++) {
-        const char *at = strstr(good.s, edits[i].from);
-        if (!at) {
+        char *text = replace_once(good.s, edits[i].from, edits[i].to);
+        if (!text) {
             check(0, edits[i].name, "the exported config.json has no '%s' to edit", edits[i].from);
             continue;
         }
-        JsonText t = {NULL, 0, 0};
-        json_text_append(&t, good.s, (size_t)(at - good.s));
-        json_text_printf(&t, "%s%s", edits[i].to, at + strlen(edits[i].from));
         char dir[HF_PATH_LEN];
         path_in_dir(dir, edits[i].name);
         make_variant(dir, &c, params, &plain);
-        write_config(dir, t.s);
-        json_text_free(&t);
+        write_config(dir, text);
+        free(text);
         expect_import_error(edits[i].name, dir, "config.json", edits[i].want);
     }
+    // transformers 5 writes theta and the scaling as one rope_parameters object: the same model
+    char *no_theta = replace_once(good.s, "  \"rope_theta\": 500000.0,\n", "");
+    const char *v5_scaling = "\"rope_parameters\": {\n    \"rope_theta\": 500000.0,";
+    char *v5 = no_theta ? replace_once(no_theta, "\"rope_scaling\": {", v5_scaling) : NULL;
+    char dir[HF_PATH_LEN], model[HF_PATH_LEN], back[HF_PATH_LEN];
+    path_in_dir(dir, "llama_rope_parameters");
+    path_in_dir(model, "llama_rope_parameters.bin");
+    path_in_dir(back, "llama_rope_parameters_back.bin");
+    model_file_write(model, &c, params);
+    make_variant(dir, &c, params, &plain);
+    if (v5) { write_config(dir, v5); }
+    int same = 0;
+    if (v5) {
+        hf_import(dir, back, 0);
+        same = files_equal(model, back);
+    }
+    check(v5 && same, "llama_config_rope_parameters", "%s", v5 ? "the import differs" : "no rope_theta to move");
+    free(no_theta);
+    free(v5);
     json_text_free(&good);
     free(params);
 }

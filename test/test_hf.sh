@@ -147,7 +147,8 @@ if run hf_llama_export export "$lmodel" "$tmp/lhf"; then
         cmp -s "$lmodel" "$tmp/lback.bin" && pass hf_llama_round_trip_identical ||
             fail_check hf_llama_round_trip_identical "the imported Llama differs from the trainer's $lmodel"
         # the options the import prints build the model it wrote
-        read -r -a opts <<<"$(sed -n 's/^train from it with: --init-from [^ ]* \(.*\) --seq-len <= [0-9]*$/\1/p' <<<"$out")"
+        pattern='s/^train from it with: --init-from [^ ]* \(.*\) --seq-len <= [0-9]*$/\1/p'
+        read -r -a opts <<<"$(sed -n "$pattern" <<<"$out")"
         if [ "${#opts[@]}" -gt 0 ] && timeout "$RUN_TIMEOUT" "$TRAIN" "${opts[@]}" --seq-len 64 --batch-size 4 \
             --total-batch-tokens 256 --precision fp32 --warmup-steps 0 --val-batches 1 --sample-every 0 \
             --train-data "$TRAIN_GLOB" \
