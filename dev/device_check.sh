@@ -22,7 +22,7 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
     LOG_DIR="$LOGS/gpu_tests" test/run_gpu_tests.sh > "$LOGS/gpu_tests.log" 2>&1 || status=1
 fi
 if [ "$what" = hf ] || [ "$what" = all ]; then
-    python3 dev/hf_check.py --work "$LOGS/hf_check" > "$LOGS/hf_check.log" 2>&1 || status=1
+    python3 dev/hf_check.py --part all --work "$LOGS/hf_check" > "$LOGS/hf_check.log" 2>&1 || status=1
 fi
 if [ "$what" = default ] || [ "$what" = all ]; then
     rm -rf runs/default

@@ -1,5 +1,7 @@
 /*
- * hf_gpt2.h: GPT-2 between llm.c model files and Hugging Face transformers' folders (GPT2LMHeadModel), both ways.
+ * hf_gpt2.h: GPT-2 and Llama between llm.c model files and Hugging Face transformers' folders (GPT2LMHeadModel,
+ * LlamaForCausalLM), both ways. One table per architecture names each HF tensor, its llm.c tensor and its shape in
+ * named sizes of the description (HfDim); everything else (reading, checking, sharding, writing) is shared.
  *
  * A Hugging Face GPT-2 folder holds model.safetensors (or shards model-0000k-of-0000n.safetensors that
  * model.safetensors.index.json's "weight_map" lists), config.json (the shape), generation_config.json, and the
@@ -17,6 +19,15 @@
  * head is tied to wte, so, as save_pretrained, export writes no lm_head.weight; import accepts one equal to wte.
  * Older checkpoints (the original "gpt2" repository) name tensors without "transformer." and carry the attention's
  * causal-mask buffers (h.i.attn.bias, h.i.attn.masked_bias): both are accepted, the buffers ignored.
+ *
+ * A Llama folder holds the same weights files and config.json (no tokenizer is written: train_gpt has none of
+ * Llama's). Tensors, block i, all Linear weights [out, in] as llm.c's, with HS = C / NH, KV key/value heads, F:
+ *   model.embed_tokens.weight [V, C]  model.layers.i.input_layernorm.weight [C]  ...post_attention_layernorm [C]
+ *   model.layers.i.self_attn.q_proj [NH HS, C], k_proj [KV HS, C], v_proj [KV HS, C] = qkvw's rows [q | k | v]
+ *   model.layers.i.self_attn.o_proj [C, C] = attprojw
+ *   model.layers.i.mlp.gate_proj [F, C], up_proj [F, C] = fcw's rows [gate | up]   mlp.down_proj [C, F] = fcprojw
+ *   model.norm.weight [C]   lm_head.weight [V, C] untied only (tied: absent, or accepted if equal to embed_tokens)
+ * HF's q and k rows are in the rotate-half order (pairs (j, j + HS/2)) that rope.h computes: no permutation.
  *
  * Nothing a user made is overwritten without force; every file is written atomically (utils.h's AtomicFile), and an
  * export writes config.json last, so an interrupted export is no loadable model.

@@ -1,5 +1,5 @@
 /*
- * test_hf.c: Hugging Face GPT-2 exchange (llmc/hf_gpt2.h) and safetensors files (llmc/safetensors.h).
+ * test_hf.c: Hugging Face GPT-2 and Llama exchange (llmc/hf_gpt2.h) and safetensors files (llmc/safetensors.h).
  * - 16-bit floats: bf16 rounding to nearest even (ties, overflow, NaNs) and f16 widening against known values;
  * - safetensors: a written file reads back (header 8-aligned, '{' first, offsets tiling the data); malformed files
  *   (header length too small, absurd or past the end, bad JSON, offsets past the end, overlapping, leaving a hole,
@@ -14,6 +14,12 @@
  *   vocabulary or activation), bad indexes (a path outside the folder, a tensor not in its shard, one in two);
  * - the exported folder: config.json's fields, vocab.json and merges.txt byte-equal to data/gpt2's; nothing is
  *   overwritten without force, and a forced export removes the weights files of the earlier one.
+ * - Llama: export -> import is the same file (tied and untied, grouped-query attention, rope scaling none and llama3),
+ *   config.json reads back as the same description, q/k/v and gate/up are the rows of qkvw and fcw (checked by hand),
+ *   no tokenizer is written; a sharded folder (two shards and an index) and transformers 5's rope_parameters import;
+ *   refused: another model type or class, rope scaling other than llama3, biases, head_dim, activation, key/value
+ *   heads that do not divide, a duplicate key, missing/extra tensors, a wrong shape, a tied config with another head;
+ *   the options the import prints.
  */
 #include "../llmc/cpu_model.h"
 #include "../llmc/hf_gpt2.h"
