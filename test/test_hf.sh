@@ -122,7 +122,7 @@ if run hf_export_bf16 export "$model" "$tmp/hf_bf16" --dtype bf16; then
 fi
 
 # --- a Llama the trainer wrote ------------------------------------------------------------------------------
-LLAMA=(--model llama-tiny --seq-len 64 --batch-size 4 --total-batch-tokens 256 --precision fp32 --warmup-steps 1
+LLAMA=(--model llama-tiny --seq-len 16 --batch-size 1 --total-batch-tokens 16 --precision fp32 --warmup-steps 1
        --val-batches 1 --sample-every 0 --train-data "$TRAIN_GLOB" --val-data "$VAL_GLOB")
 if ! timeout "$RUN_TIMEOUT" "$TRAIN" "${LLAMA[@]}" --steps 1 --out-dir "$tmp/lrun" >"$tmp/lrun.out" 2>&1; then
     fail_check hf_llama_train_tiny "$(tail -3 "$tmp/lrun.out")"
@@ -149,10 +149,10 @@ if run hf_llama_export export "$lmodel" "$tmp/lhf"; then
         # the options the import prints build the model it wrote
         pattern='s/^train from it with: --init-from [^ ]* \(.*\) --seq-len <= [0-9]*$/\1/p'
         read -r -a opts <<<"$(sed -n "$pattern" <<<"$out")"
-        if [ "${#opts[@]}" -gt 0 ] && timeout "$RUN_TIMEOUT" "$TRAIN" "${opts[@]}" --seq-len 64 --batch-size 4 \
-            --total-batch-tokens 256 --precision fp32 --warmup-steps 0 --val-batches 1 --sample-every 0 \
-            --train-data "$TRAIN_GLOB" \
-            --val-data "$VAL_GLOB" --steps 1 --init-from "$tmp/lback.bin" --out-dir "$tmp/lft" >"$tmp/lft.out" 2>&1 &&
+        if [ "${#opts[@]}" -gt 0 ] && timeout "$RUN_TIMEOUT" "$TRAIN" "${opts[@]}" --seq-len 16 --batch-size 1 \
+            --total-batch-tokens 16 --precision fp32 --warmup-steps 0 --val-batches 1 --sample-every 0 \
+            --train-data "$TRAIN_GLOB" --val-data "$VAL_GLOB" --steps 1 --init-from "$tmp/lback.bin" \
+            --out-dir "$tmp/lft" >"$tmp/lft.out" 2>&1 &&
             grep -q "initialized from model file '$tmp/lback.bin'" "$tmp/lft.out"; then
             pass hf_llama_imported_model_trains
         else
