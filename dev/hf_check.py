@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""hf_check.py: ./hf_gpt2 against Hugging Face transformers itself (the GPU machine: needs torch, transformers, numpy).
+"""hf_check.py: ./hf_model against Hugging Face transformers itself (the GPU machine: needs torch, transformers, numpy).
 
 GPT-2 (parts a and b):
 
-(a) export: train a small model briefly with ./train_gpt, export its last checkpoint with `./hf_gpt2 export`, load the
+(a) export: train a small model briefly with ./train_gpt, export its last checkpoint with `./hf_model export`, load the
     folder with GPT2LMHeadModel.from_pretrained (no missing or unexpected weights allowed) and its tokenizer with
     AutoTokenizer, and compute the validation loss on the tokens train_gpt validated on: the first
     min(windows, --val-batches x B) windows of T+1 tokens at offsets 0, T, 2T, ... of the validation shard, in order,
@@ -14,7 +14,7 @@ GPT-2 (parts a and b):
 (b) import: save_pretrained a randomly initialised GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=128, n_head=4,
     n_positions=256)), its weights redrawn with std WEIGHT_STD (GPT-2's 0.02 gives logits so flat that the loss is
     ln(50257) whatever the mapping; at 0.3 a transposed or misplaced tensor moves it by far more than the tolerance),
-    import it with `./hf_gpt2 import`, and evaluate it with ./train_gpt_cpu --init-from. train_gpt has no
+    import it with `./hf_model import`, and evaluate it with ./train_gpt_cpu --init-from. train_gpt has no
     evaluate-only mode (--steps is at least 1), so it runs one step with --lr 0: AdamW's update is lr x (mhat /
     (sqrt(vhat) + eps) + wd x p) = 0 exactly, the weights stay the imported ones, and the step-1 "val loss" is
     theirs. HF computes the loss of the same tokens in fp32 on the CPU; both are fp32, so TOLERANCE_B is rounding.
@@ -25,17 +25,17 @@ the head's 8 frequencies in all three bands, untied and tied, weights drawn with
 so a misplaced, transposed or missing tensor, a wrong rotation or a wrong scaling moves the loss far past the tolerance.
 Each direction is checked on fixed tokens (the validation windows of part b) in fp32 on both sides, so the tolerance
 LLAMA_TOLERANCE is rounding:
-(import) save_pretrained -> `./hf_gpt2 import` -> ./train_gpt_cpu --init-from with the options the import printed and
+(import) save_pretrained -> `./hf_model import` -> ./train_gpt_cpu --init-from with the options the import printed and
     --lr 0 (its step-1 "val loss" is the file's) against transformers' loss of the model it saved;
 (export) a random model file written here in config.h's layout (llmc/checkpoint.h: magic 20261201, the description in
     the header; HF's (out, in) weights as they are, q, k, v stacked into qkvw, gate and up into fcw, the vocabulary
-    padded with zero rows) -> `./hf_gpt2 export` -> LlamaForCausalLM.from_pretrained (no missing or unexpected
+    padded with zero rows) -> `./hf_model export` -> LlamaForCausalLM.from_pretrained (no missing or unexpected
     weights, every tensor equal to the one drawn) against ./train_gpt_cpu --lr 0 on the same file.
 The same model without rope scaling must give a loss further than SENSITIVITY x LLAMA_TOLERANCE away, or the check
 could not see the scaling.
 
-Exits non-zero on any mismatch. Run from the repository root after `make train_gpt train_gpt_cpu hf_gpt2` (part llama
-needs only `make train_gpt_cpu hf_gpt2`):
+Exits non-zero on any mismatch. Run from the repository root after `make train_gpt train_gpt_cpu hf_model` (part llama
+needs only `make train_gpt_cpu hf_model`):
     python3 dev/hf_check.py [--part a|b|both|llama|all] [--work /tmp/hf_check]
 """
 import argparse
@@ -126,7 +126,7 @@ def part_a(args):
                os.path.join(args.work, "a_train.log"))
     ours = last_val_loss(text, "train_gpt")
     model_file = os.path.join(run_dir, f"model_{args.steps:08d}.bin")
-    run([args.hf_gpt2, "export", model_file, hf_dir, "--force"], os.path.join(args.work, "a_export.log"))
+    run([args.hf_model, "export", model_file, hf_dir, "--force"], os.path.join(args.work, "a_export.log"))
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -162,7 +162,7 @@ def part_b(args):
             is_norm_gain = name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight"))
             p.normal_(1.0 if is_norm_gain else 0.0, WEIGHT_STD)
     model.save_pretrained(hf_dir)  # safetensors, the default
-    run([args.hf_gpt2, "import", hf_dir, model_file, "--force"], os.path.join(args.work, "b_import.log"))
+    run([args.hf_model, "import", hf_dir, model_file, "--force"], os.path.join(args.work, "b_import.log"))
 
     B, T, batches = 4, config.n_positions, 4
     text = run([args.train_gpt_cpu, "--init-from", model_file, "--depth", "2", "--width", "128", "--heads", "4",
@@ -280,7 +280,7 @@ def llama_import(args, tied, tokens):
     hf_dir, model_file = os.path.join(args.work, name + "_hf"), os.path.join(args.work, name + ".bin")
     model = random_llama(tied, args.seed + int(tied))
     model.save_pretrained(hf_dir)  # safetensors, the default
-    text = run([args.hf_gpt2, "import", hf_dir, model_file, "--force"], os.path.join(args.work, name + ".log"))
+    text = run([args.hf_model, "import", hf_dir, model_file, "--force"], os.path.join(args.work, name + ".log"))
     printed = re.search(r"^train from it with: --init-from \S+ (.*) --seq-len <= (\d+)$", text, re.M)
     if not printed:
         sys.exit(f"FAIL {name}: the import printed no train_gpt options:\n{text}")
@@ -308,7 +308,7 @@ def llama_export(args, tied, tokens):
     hf_dir, model_file = os.path.join(args.work, name + "_hf"), os.path.join(args.work, name + ".bin")
     drawn = random_llama(tied, args.seed + 2 + int(tied))
     write_model_file(drawn, tied, model_file)
-    run([args.hf_gpt2, "export", model_file, hf_dir], os.path.join(args.work, name + ".log"))
+    run([args.hf_model, "export", model_file, hf_dir], os.path.join(args.work, name + ".log"))
     model, info = LlamaForCausalLM.from_pretrained(hf_dir, torch_dtype=torch.float32, output_loading_info=True)
     missing = [k for k in info["missing_keys"] if not (tied and k == "lm_head.weight")]
     if missing or info["unexpected_keys"] or info["mismatched_keys"]:
@@ -343,7 +343,7 @@ def main():
     ap.add_argument("--work", default="/tmp/hf_check", help="scratch folder (emptied first)")
     ap.add_argument("--train-gpt", default="./train_gpt")
     ap.add_argument("--train-gpt-cpu", default="./train_gpt_cpu")
-    ap.add_argument("--hf-gpt2", default="./hf_gpt2")
+    ap.add_argument("--hf-model", default="./hf_model")
     ap.add_argument("--train-data", default="data/brown/brown_train_*.bin")
     ap.add_argument("--val-data", default="data/brown/brown_val_000000.bin", help="one validation shard")
     ap.add_argument("--precision", choices=sorted(TOLERANCE_A), default="fp32", help="train_gpt's, part a")

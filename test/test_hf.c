@@ -1,5 +1,5 @@
 /*
- * test_hf.c: Hugging Face GPT-2 and Llama exchange (llmc/hf_gpt2.h) and safetensors files (llmc/safetensors.h).
+ * test_hf.c: Hugging Face GPT-2 and Llama exchange (llmc/hf_model.h) and safetensors files (llmc/safetensors.h).
  * - 16-bit floats: bf16 rounding to nearest even (ties, overflow, NaNs) and f16 widening against known values;
  * - safetensors: a written file reads back (header 8-aligned, '{' first, offsets tiling the data); malformed files
  *   (header length too small, absurd or past the end, bad JSON, offsets past the end, overlapping, leaving a hole,
@@ -22,7 +22,7 @@
  *   the options the import prints.
  */
 #include "../llmc/cpu_model.h"
-#include "../llmc/hf_gpt2.h"
+#include "../llmc/hf_model.h"
 #include "../llmc/rng.h"
 #include "test_util.h"
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_hf.sh: ./hf_gpt2 from the outside, on models the CPU trainer wrote (GPT-2, and Llama: llama-tiny).
+# test_hf.sh: ./hf_model from the outside, on models the CPU trainer wrote (GPT-2, and Llama: llama-tiny).
 # - export -> import gives the trainer's model file back byte for byte, from one file and from shards; bf16 imports;
 # - the exported GPT-2 folder holds GPT-2's tokenizer files byte-equal and a GPT-2 config.json; the Llama folder a
 #   Llama config.json and no tokenizer;
@@ -7,11 +7,11 @@
 # - nothing is overwritten without --force; bad arguments and malformed files stop it with one line naming the tool
 #   and the problem, and a non-zero status.
 # (test/test_hf.c checks the mapping itself, bf16 rounding and every malformed input in detail.)
-# Needs ./hf_gpt2 and ./train_gpt_cpu (make) and the default shards (make data): without them this FAILS.
+# Needs ./hf_model and ./train_gpt_cpu (make) and the default shards (make data): without them this FAILS.
 set -u
 cd "$(dirname "$0")/.."
 source test/cli_lib.sh
-HF=./hf_gpt2
+HF=./hf_model
 TRAIN=./train_gpt_cpu
 TINY=(--depth 2 --width 64 --heads 4 --seq-len 64 --batch-size 4 --total-batch-tokens 512 --precision fp32
       --warmup-steps 1 --val-batches 2 --sample-every 0 --train-data "$TRAIN_GLOB" --val-data "$VAL_GLOB")
@@ -20,19 +20,19 @@ require_inputs hf_inputs "$HF" "$TRAIN"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# expect_error NAME TEXT ARGS...: ./hf_gpt2 ARGS exits non-zero with exactly one line on stderr, "[hf_gpt2] error: "
+# expect_error NAME TEXT ARGS...: ./hf_model ARGS exits non-zero with exactly one line on stderr, "[hf_model] error: "
 # and containing TEXT.
 expect_error() {
     local name=$1 want=$2
     shift 2
-    if fails_with_one_line "$want" "[hf_gpt2] error: " "$HF" "$@"; then
+    if fails_with_one_line "$want" "[hf_model] error: " "$HF" "$@"; then
         pass "$name"
     else
-        fail_check "$name" "status $RC, want one line '[hf_gpt2] error: ...$want...'; stderr: $ERR"
+        fail_check "$name" "status $RC, want one line '[hf_model] error: ...$want...'; stderr: $ERR"
     fi
 }
 
-# run NAME ARGS...: ./hf_gpt2 ARGS must succeed.
+# run NAME ARGS...: ./hf_model ARGS must succeed.
 run() {
     local name=$1 out rc
     shift

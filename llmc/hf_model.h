@@ -1,5 +1,5 @@
 /*
- * hf_gpt2.h: GPT-2 and Llama between llm.c model files and Hugging Face transformers' folders (GPT2LMHeadModel,
+ * hf_model.h: GPT-2 and Llama between llm.c model files and Hugging Face transformers' folders (GPT2LMHeadModel,
  * LlamaForCausalLM), both ways. One table per architecture names each HF tensor, its llm.c tensor and its shape in
  * named sizes of the description (HfDim); everything else (reading, checking, sharding, writing) is shared.
  *
@@ -32,8 +32,8 @@
  * Nothing a user made is overwritten without force; every file is written atomically (utils.h's AtomicFile), and an
  * export writes config.json last, so an interrupted export is no loadable model.
  */
-#ifndef LLMC_HF_GPT2_H
-#define LLMC_HF_GPT2_H
+#ifndef LLMC_HF_MODEL_H
+#define LLMC_HF_MODEL_H
 
 #include <dirent.h>
 
@@ -99,7 +99,7 @@ typedef struct {
     int rows, cols;   // HfDim: llm.c's shape of this part, [rows, cols]; [rows] where cols is HD_NONE
 } HfTensorSpec;
 
-static const HfTensorSpec HF_GPT2_TENSORS[] = {
+static const HfTensorSpec HF_MODEL_TENSORS[] = {
     {"wte.weight", HF_BEFORE_BLOCKS, 0, P_WTE, 0, HD_V, HD_C},
     {"wpe.weight", HF_BEFORE_BLOCKS, 0, P_WPE, 0, HD_POS, HD_C},
     {"ln_1.weight", HF_IN_BLOCK, 0, P_LN1W, 0, HD_C, HD_NONE},
@@ -147,8 +147,8 @@ typedef struct {
 } HfArch;
 
 static const HfArch HF_ARCHS[] = {
-    {ARCH_GPT2, "GPT-2", HF_MODEL_TYPE, HF_ARCHITECTURE, HF_PREFIX, "h.", HF_GPT2_TENSORS,
-     (int)(sizeof(HF_GPT2_TENSORS) / sizeof(HF_GPT2_TENSORS[0]))},
+    {ARCH_GPT2, "GPT-2", HF_MODEL_TYPE, HF_ARCHITECTURE, HF_PREFIX, "h.", HF_MODEL_TENSORS,
+     (int)(sizeof(HF_MODEL_TENSORS) / sizeof(HF_MODEL_TENSORS[0]))},
     {ARCH_LLAMA, "Llama", "llama", "LlamaForCausalLM", "model.", "layers.", HF_LLAMA_TENSORS,
      (int)(sizeof(HF_LLAMA_TENSORS) / sizeof(HF_LLAMA_TENSORS[0]))},
 };
@@ -1158,4 +1158,4 @@ static inline void hf_export(const HfExportOptions *o) {
     free(params);
 }
 
-#endif // LLMC_HF_GPT2_H
+#endif // LLMC_HF_MODEL_H
