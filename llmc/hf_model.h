@@ -42,7 +42,8 @@
 #include "safetensors.h"
 #include "tokenizer.h"
 
-#define HF_PREFIX "transformer."
+#define HF_GPT2_PREFIX "transformer." // the base model's prefix of every GPT-2 name
+#define HF_LLAMA_PREFIX "model."
 #define HF_LM_HEAD "lm_head.weight"
 #define HF_WEIGHTS_FILE "model.safetensors"
 #define HF_INDEX_FILE "model.safetensors.index.json"
@@ -55,8 +56,10 @@
 #define HF_MERGES_FILE "merges.txt"
 #define GPT2_ENCODER_FILE "encoder.json"
 #define GPT2_MERGES_FILE "vocab.bpe"
-#define HF_MODEL_TYPE "gpt2"
-#define HF_ARCHITECTURE "GPT2LMHeadModel"
+#define HF_GPT2_MODEL_TYPE "gpt2"
+#define HF_GPT2_CLASS "GPT2LMHeadModel"
+#define HF_LLAMA_MODEL_TYPE "llama"
+#define HF_LLAMA_CLASS "LlamaForCausalLM"
 #define HF_SAFETENSORS_FORMAT "pt" // the __metadata__ "format" transformers writes (and checks) for PyTorch weights
 #define HF_EOT_TEXT "<|endoftext|>"
 #define HF_LAYER_NORM_EPS 1e-5      // what both builds compute with (LAYERNORM_EPS of cpu_model.h and layernorm.cuh)
@@ -99,7 +102,7 @@ typedef struct {
     int rows, cols;   // HfDim: llm.c's shape of this part, [rows, cols]; [rows] where cols is HD_NONE
 } HfTensorSpec;
 
-static const HfTensorSpec HF_MODEL_TENSORS[] = {
+static const HfTensorSpec HF_GPT2_TENSORS[] = {
     {"wte.weight", HF_BEFORE_BLOCKS, 0, P_WTE, 0, HD_V, HD_C},
     {"wpe.weight", HF_BEFORE_BLOCKS, 0, P_WPE, 0, HD_POS, HD_C},
     {"ln_1.weight", HF_IN_BLOCK, 0, P_LN1W, 0, HD_C, HD_NONE},
@@ -147,9 +150,9 @@ typedef struct {
 } HfArch;
 
 static const HfArch HF_ARCHS[] = {
-    {ARCH_GPT2, "GPT-2", HF_MODEL_TYPE, HF_ARCHITECTURE, HF_PREFIX, "h.", HF_MODEL_TENSORS,
-     (int)(sizeof(HF_MODEL_TENSORS) / sizeof(HF_MODEL_TENSORS[0]))},
-    {ARCH_LLAMA, "Llama", "llama", "LlamaForCausalLM", "model.", "layers.", HF_LLAMA_TENSORS,
+    {ARCH_GPT2, "GPT-2", HF_GPT2_MODEL_TYPE, HF_GPT2_CLASS, HF_GPT2_PREFIX, "h.", HF_GPT2_TENSORS,
+     (int)(sizeof(HF_GPT2_TENSORS) / sizeof(HF_GPT2_TENSORS[0]))},
+    {ARCH_LLAMA, "Llama", HF_LLAMA_MODEL_TYPE, HF_LLAMA_CLASS, HF_LLAMA_PREFIX, "layers.", HF_LLAMA_TENSORS,
      (int)(sizeof(HF_LLAMA_TENSORS) / sizeof(HF_LLAMA_TENSORS[0]))},
 };
 #define HF_NUM_ARCHS ((int)(sizeof(HF_ARCHS) / sizeof(HF_ARCHS[0])))
@@ -526,8 +529,8 @@ static inline GPTConfig hf_config_read(const char *dir) {
         if (json_is_string(json_get(&cfg.file.root, "model_type"), HF_ARCHS[i].model_type)) { cfg.arch = &HF_ARCHS[i]; }
     }
     if (!cfg.arch) {
-        fail("'%s' has model_type %s, not \"" HF_MODEL_TYPE "\" or \"llama\": only GPT-2 and Llama models can be "
-             "imported", path, hf_json_shown(&cfg.file, "model_type", have));
+        fail("'%s' has model_type %s, not \"" HF_GPT2_MODEL_TYPE "\" or \"" HF_LLAMA_MODEL_TYPE "\": only GPT-2 and "
+             "Llama models can be imported", path, hf_json_shown(&cfg.file, "model_type", have));
     }
     const JsonValue *classes = json_get(&cfg.file.root, "architectures");
     if (classes && !(classes->type == JSON_ARRAY && classes->count == 1 &&
@@ -547,7 +550,7 @@ static inline void hf_config_json_gpt2(JsonText *t, const GPTConfig *c, const ch
                      "{\n"
                      "  \"activation_function\": \"gelu_new\",\n"
                      "  \"architectures\": [\n"
-                     "    \"" HF_ARCHITECTURE "\"\n"
+                     "    \"" HF_GPT2_CLASS "\"\n"
                      "  ],\n"
                      "  \"attn_pdrop\": 0.0,\n"
                      "  \"bos_token_id\": %d,\n"
@@ -555,7 +558,7 @@ static inline void hf_config_json_gpt2(JsonText *t, const GPTConfig *c, const ch
                      "  \"eos_token_id\": %d,\n"
                      "  \"initializer_range\": %g,\n"
                      "  \"layer_norm_epsilon\": %g,\n"
-                     "  \"model_type\": \"" HF_MODEL_TYPE "\",\n"
+                     "  \"model_type\": \"" HF_GPT2_MODEL_TYPE "\",\n"
                      "  \"n_ctx\": %d,\n"
                      "  \"n_embd\": %d,\n"
                      "  \"n_head\": %d,\n"
@@ -611,7 +614,7 @@ static inline void hf_config_json_llama(JsonText *t, const GPTConfig *c, const c
     json_text_printf(t,
                      "{\n"
                      "  \"architectures\": [\n"
-                     "    \"LlamaForCausalLM\"\n"
+                     "    \"" HF_LLAMA_CLASS "\"\n"
                      "  ],\n"
                      "  \"attention_bias\": false,\n"
                      "  \"attention_dropout\": 0.0,\n"
@@ -622,7 +625,7 @@ static inline void hf_config_json_llama(JsonText *t, const GPTConfig *c, const c
                      "  \"intermediate_size\": %d,\n"
                      "  \"max_position_embeddings\": %d,\n"
                      "  \"mlp_bias\": false,\n"
-                     "  \"model_type\": \"llama\",\n"
+                     "  \"model_type\": \"" HF_LLAMA_MODEL_TYPE "\",\n"
                      "  \"num_attention_heads\": %d,\n"
                      "  \"num_hidden_layers\": %d,\n"
                      "  \"num_key_value_heads\": %d,\n"

@@ -703,9 +703,9 @@ static void write_variant_weights(const char *dir, const char *file, const GPTCo
         for (int l = 0; l < c->num_layers; l++) {
             char name[HF_NAME_LEN];
             long long shape[4] = {1, 1, c->max_seq_len, c->max_seq_len};
-            snprintf(name, sizeof(name), "%sh.%d.attn.bias", v->no_prefix ? "" : HF_PREFIX, l);
+            snprintf(name, sizeof(name), "%sh.%d.attn.bias", v->no_prefix ? "" : HF_GPT2_PREFIX, l);
             entry_set(&es[ne++], name, ST_F32, 4, shape, mask, TT);
-            snprintf(name, sizeof(name), "%sh.%d.attn.masked_bias", v->no_prefix ? "" : HF_PREFIX, l);
+            snprintf(name, sizeof(name), "%sh.%d.attn.masked_bias", v->no_prefix ? "" : HF_GPT2_PREFIX, l);
             entry_set(&es[ne++], name, ST_F32, 0, shape, &fill, 1);
         }
         free(mask);
