@@ -320,8 +320,9 @@ def llama_export(args, tied, tokens):
     differ = [k for k in drawn_sd if k not in theirs_sd or not torch.equal(theirs_sd[k], drawn_sd[k])]
     is_tied = model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     tied_ok = is_tied == tied
-    print(f"{'PASS' if not differ and tied_ok else 'FAIL'} {name}_weights: {len(drawn_sd)} tensors as drawn but "
-          f"{differ}, lm_head {'tied' if is_tied else 'untied'} (want {'tied' if tied else 'untied'})", flush=True)
+    print(f"{'PASS' if not differ and tied_ok else 'FAIL'} {name}_weights: {len(drawn_sd) - len(differ)} of "
+          f"{len(drawn_sd)} tensors loaded as drawn{' (not ' + ', '.join(differ) + ')' if differ else ''}, lm_head "
+          f"{'tied' if is_tied else 'untied'} (want {'tied' if tied else 'untied'})", flush=True)
     ours = cpu_loss(args, model_file, llama_options(tied), name)
     theirs = hf_val_loss(model, tokens, LLAMA_B, LLAMA_T, LLAMA_BATCHES, "cpu")
     return compare(name + "_val_loss", ours, theirs, LLAMA_TOLERANCE) and not differ and tied_ok
