@@ -57,7 +57,7 @@ PCRE2_LIBS = -lpcre2-8
 HEADERS = $(wildcard llmc/*.h)
 CUDA_HEADERS = $(wildcard llmc/*.cuh)
 
-TARGETS = train_gpt_cpu tokenize hf_gpt2
+TARGETS = train_gpt_cpu tokenize hf_model
 ifneq ($(NVCC),)
 TARGETS += train_gpt
 endif
@@ -74,7 +74,7 @@ train_gpt: train_gpt.cu $(HEADERS) $(CUDA_HEADERS) $(CUDA_BUILD_STAMP)
 tokenize: data/tokenize.c data/bpe.h llmc/tokenizer.h $(HEADERS) $(CPU_BUILD_STAMP)
 	$(CC) $(ALL_CFLAGS) $< -o $@ $(PCRE2_LIBS) $(LDLIBS_CPU)
 
-hf_gpt2: data/hf_gpt2.c $(HEADERS) $(CPU_BUILD_STAMP)
+hf_model: data/hf_model.c $(HEADERS) $(CPU_BUILD_STAMP)
 	$(CC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS_CPU)
 
 # CPU tests: every test/test_X.c builds into test/bin/test_X; test/run_tests.sh runs those and test/test_*.sh.
@@ -152,4 +152,4 @@ data: tokenize
 	data/prepare_brown.sh
 
 clean:
-	rm -rf train_gpt train_gpt_cpu tokenize hf_gpt2 test/bin test/gpubin dev/bin
+	rm -rf train_gpt train_gpt_cpu tokenize hf_model test/bin test/gpubin dev/bin

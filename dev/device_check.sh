@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything a GPU machine should run, in one call: build, the GPU tests (parity against the CPU build in fp32, bf16
-# and fp8, kernels, resume, GTP on one rank, preemption), ./hf_gpt2 against transformers (dev/hf_check.py), the
+# and fp8, kernels, resume, GTP on one rank, preemption), ./hf_model against transformers (dev/hf_check.py), the
 # default run (./train_gpt with no options; its loss.svg is kept in $OUT), then the throughput benchmark beside
 # PyTorch. Logs under $OUT (or /tmp/device_check); the last lines are the summary tables.
 #   dev/device_check.sh [tests|hf|default|bench|racecheck|all]     (default all; racecheck, dev/racecheck_diag.sh, only
@@ -15,14 +15,14 @@ LOGS=${OUT:-/tmp/device_check}
 mkdir -p "$LOGS"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$LOGS/gpu.txt"
 # Only what runs on the GPU machine: its image has no PCRE2 headers for ./tokenize (shards travel with the call).
-make -j"$(nproc)" train_gpt train_gpt_cpu hf_gpt2 test/gpubin/test_gpu_parity test/gpubin/test_attention test/gpubin/test_fp8_kernels \
+make -j"$(nproc)" train_gpt train_gpt_cpu hf_model test/gpubin/test_gpu_parity test/gpubin/test_attention test/gpubin/test_fp8_kernels \
     > "$LOGS/build.log" 2>&1 || { tail -20 "$LOGS/build.log"; echo "build failed"; exit 1; }
 status=0
 if [ "$what" = tests ] || [ "$what" = all ]; then
     LOG_DIR="$LOGS/gpu_tests" test/run_gpu_tests.sh > "$LOGS/gpu_tests.log" 2>&1 || status=1
 fi
 if [ "$what" = hf ] || [ "$what" = all ]; then
-    python3 dev/hf_check.py --work "$LOGS/hf_check" > "$LOGS/hf_check.log" 2>&1 || status=1
+    python3 dev/hf_check.py --part all --work "$LOGS/hf_check" > "$LOGS/hf_check.log" 2>&1 || status=1
 fi
 if [ "$what" = default ] || [ "$what" = all ]; then
     rm -rf runs/default

@@ -1,5 +1,5 @@
 /*
- * test_hf.c: Hugging Face GPT-2 exchange (llmc/hf_gpt2.h) and safetensors files (llmc/safetensors.h).
+ * test_hf.c: Hugging Face GPT-2 and Llama exchange (llmc/hf_model.h) and safetensors files (llmc/safetensors.h).
  * - 16-bit floats: bf16 rounding to nearest even (ties, overflow, NaNs) and f16 widening against known values;
  * - safetensors: a written file reads back (header 8-aligned, '{' first, offsets tiling the data); malformed files
  *   (header length too small, absurd or past the end, bad JSON, offsets past the end, overlapping, leaving a hole,
@@ -14,9 +14,15 @@
  *   vocabulary or activation), bad indexes (a path outside the folder, a tensor not in its shard, one in two);
  * - the exported folder: config.json's fields, vocab.json and merges.txt byte-equal to data/gpt2's; nothing is
  *   overwritten without force, and a forced export removes the weights files of the earlier one.
+ * - Llama: export -> import is the same file (tied and untied, grouped-query attention, rope scaling none and llama3),
+ *   config.json reads back as the same description, q/k/v and gate/up are the rows of qkvw and fcw (checked by hand),
+ *   no tokenizer is written; a sharded folder (two shards and an index) and transformers 5's rope_parameters import;
+ *   refused: another model type or class, rope scaling other than llama3, biases, head_dim, activation, key/value
+ *   heads that do not divide, a duplicate key, missing/extra tensors, a wrong shape, a tied config with another head;
+ *   the options the import prints.
  */
 #include "../llmc/cpu_model.h"
-#include "../llmc/hf_gpt2.h"
+#include "../llmc/hf_model.h"
 #include "../llmc/rng.h"
 #include "test_util.h"
 
@@ -40,14 +46,19 @@ static GPTConfig tiny_config(void) {
 
 static void path_in_dir(char *out, const char *name) { snprintf(out, HF_PATH_LEN, "%s/%s", g_dir, name); }
 
-// Random parameters as a trained model has them: every tensor random (biases, LayerNorms too), wte's pad rows zero.
+// Random parameters as a trained model has them: every tensor random (biases, norms too), the vocabulary tensors'
+// pad rows zero.
 static float *random_params(const GPTConfig *c, uint32_t stream) {
     ParamLayout p;
     param_layout(c, &p);
     float *x = (float *)malloc_check(p.total * sizeof(float), "test params");
     for (size_t i = 0; i < p.total; i++) { x[i] = WEIGHT_STD * rng_normal(TEST_SEED, stream, i); }
-    size_t real = (size_t)c->vocab_size * c->channels, padded = (size_t)c->padded_vocab_size * c->channels;
-    memset(x + real, 0, (padded - real) * sizeof(float));
+    size_t real = (size_t)c->vocab_size * c->channels;
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+        if (param_is_vocab(t) && p.size[t] > 0) {
+            memset(x + p.offset[t] + real, 0, (p.size[t] - real) * sizeof(float));
+        }
+    }
     return x;
 }
 
@@ -607,6 +618,7 @@ typedef struct {
     const char *as_i32;     // label this tensor I32
     const char *nan_in;     // this tensor's element 3 is NaN
     const char *extra;      // add a [C] tensor of this name
+    const char *only;       // write this tensor alone
     int no_prefix;          // names without "transformer." (the original gpt2 repository's)
     int f16;                // every tensor F16 (the values must be exact in f16)
     int mask_buffers;       // add each block's attn.bias [1, 1, T, T] and attn.masked_bias [] buffers
@@ -673,7 +685,7 @@ static void write_variant_weights(const char *dir, const char *file, const GPTCo
     StDtype dtype = v->f16 ? ST_F16 : ST_F32;
     for (int i = 0; i < n; i++) {
         const HfTensor *h = &hts[i];
-        if (v->drop && strcmp(h->name, v->drop) == 0) { continue; }
+        if ((v->drop && strcmp(h->name, v->drop) == 0) || (v->only && strcmp(h->name, v->only) != 0)) { continue; }
         hf_gather(h, c, &p, params, buf);
         long long shape[2] = {h->shape[0], h->shape[1]};
         if (v->swap_shape && strcmp(h->name, v->swap_shape) == 0) { shape[0] = h->shape[1]; shape[1] = h->shape[0]; }
@@ -691,9 +703,9 @@ static void write_variant_weights(const char *dir, const char *file, const GPTCo
         for (int l = 0; l < c->num_layers; l++) {
             char name[HF_NAME_LEN];
             long long shape[4] = {1, 1, c->max_seq_len, c->max_seq_len};
-            snprintf(name, sizeof(name), "%sh.%d.attn.bias", v->no_prefix ? "" : HF_PREFIX, l);
+            snprintf(name, sizeof(name), "%sh.%d.attn.bias", v->no_prefix ? "" : HF_GPT2_PREFIX, l);
             entry_set(&es[ne++], name, ST_F32, 4, shape, mask, TT);
-            snprintf(name, sizeof(name), "%sh.%d.attn.masked_bias", v->no_prefix ? "" : HF_PREFIX, l);
+            snprintf(name, sizeof(name), "%sh.%d.attn.masked_bias", v->no_prefix ? "" : HF_GPT2_PREFIX, l);
             entry_set(&es[ne++], name, ST_F32, 0, shape, &fill, 1);
         }
         free(mask);
@@ -823,7 +835,8 @@ static void test_import_variants(void) {
     static const struct {
         const char *name, *config, *want;
     } configs[] = {
-        {"hf_config_not_gpt2", "{\"model_type\": \"llama\", \"n_layer\": 2}", "has model_type \"llama\", not \"gpt2\""},
+        {"hf_config_other_model_type", "{\"model_type\": \"mistral\", \"n_layer\": 2}",
+         "has model_type \"mistral\", not \"gpt2\" or \"llama\""},
         {"hf_config_no_model_type", "{\"n_layer\": 2}", "has model_type (none), not \"gpt2\""},
         {"hf_config_missing_n_head",
          "{\"model_type\": \"gpt2\", \"n_layer\": 2, \"n_embd\": 32, \"vocab_size\": 50257, \"n_positions\": 16}",
@@ -1021,6 +1034,266 @@ static void test_export_refusals(void) {
     free(params);
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// Llama
+
+#define LLAMA_TEST_ORIGINAL_POS 32 // llama3 scaling's original context, below the model's 64 positions
+
+// A tiny Llama with grouped-query attention: 2 layers of 32 channels, 4 query heads over 2 key/value heads (head
+// size 8), a SwiGLU MLP of 48, a vocabulary of 200 (padded to 256), 64 positions; tied or not, llama3 rope scaling
+// or none.
+static GPTConfig tiny_llama(int tied, int scaled) {
+    GPTConfig c = config_default(ARCH_LLAMA, 64, 2, 4, 32);
+    c.num_kv_heads = 2;
+    c.ffn_hidden = 48;
+    c.vocab_size = 200;
+    c.padded_vocab_size = padded_vocab(c.vocab_size);
+    c.tied = tied;
+    if (scaled) {
+        c.rope_scaling = llama3_rope_scaling(LLAMA31_ROPE_FACTOR);
+        c.rope_scaling.original_max_pos = LLAMA_TEST_ORIGINAL_POS;
+    }
+    config_validate(&c);
+    return c;
+}
+
+static void export_llama(const char *model, const char *out_dir) {
+    HfExportOptions o = {model, out_dir, NULL, 0, 0, 0};
+    hf_export(&o);
+}
+
+// HF tensor `name` of the folder's model.safetensors equals rows [row0, row0 + rows) of layer `layer` of llm.c's
+// tensor t: the mapping computed here by hand, not by the table.
+static int hf_tensor_is_rows(const char *dir, const char *name, const GPTConfig *c, const float *params, int t,
+                             int layer, size_t row0, size_t rows) {
+    char path[HF_PATH_LEN];
+    hf_path(path, dir, HF_WEIGHTS_FILE);
+    StFile f;
+    st_open(&f, path);
+    ParamLayout p;
+    param_layout(c, &p);
+    size_t cols = (size_t)c->channels;
+    if (t == P_FCPROJW) { cols = (size_t)c->ffn_hidden; }
+    const StTensor *st = st_find(&f, name);
+    int ok = st && st->ndim == 2 && (size_t)st->shape[0] == rows && (size_t)st->shape[1] == cols;
+    if (ok) {
+        float *x = load_tensor(&f, name);
+        const float *want = params + p.offset[t] + (size_t)layer * (p.size[t] / (size_t)c->num_layers) + row0 * cols;
+        ok = memcmp(x, want, rows * cols * sizeof(float)) == 0;
+        free(x);
+    }
+    st_close(&f);
+    return ok;
+}
+
+// Export then import gives the same file; the folder holds what transformers loads and no tokenizer.
+static void test_llama_round_trips(void) {
+    for (int tied = 0; tied <= 1; tied++) {
+        for (int scaled = 0; scaled <= 1; scaled++) {
+            GPTConfig c = tiny_llama(tied, scaled);
+            float *params = random_params(&c, 20 + (uint32_t)(2 * tied + scaled));
+            char model[HF_PATH_LEN], hf[HF_PATH_LEN], back[HF_PATH_LEN], path[HF_PATH_LEN], name[HF_NAME_LEN];
+            snprintf(name, sizeof(name), "llama_tied%d_scaled%d", tied, scaled);
+            path_in_dir(model, name);
+            strcat(model, ".bin");
+            path_in_dir(hf, name);
+            path_in_dir(back, name);
+            strcat(back, "_back.bin");
+            model_file_write(model, &c, params);
+            export_llama(model, hf);
+            GPTConfig read_back = hf_config_read(hf);
+            char what[HF_NAME_LEN + 32];
+            snprintf(what, sizeof(what), "%s_config_round_trip", name);
+            check(config_equal(&read_back, &c), what, "config.json does not describe the exported model");
+
+            hf_path(path, hf, HF_WEIGHTS_FILE);
+            StFile st;
+            st_open(&st, path);
+            snprintf(what, sizeof(what), "%s_tensors", name);
+            check(st.count == (size_t)hf_num_tensors(&c) && (st_find(&st, HF_LM_HEAD) != NULL) == !tied &&
+                      st.count == (size_t)(1 + 9 * c.num_layers + 1 + !tied),
+                  what, "%zu tensors, lm_head.weight %s", st.count, st_find(&st, HF_LM_HEAD) ? "present" : "absent");
+            st_close(&st);
+            // layer 1's k: rows C.. of qkvw (after the C rows of q); v after k's KV x HS; up after gate's F rows
+            size_t C = (size_t)c.channels, kv = (size_t)c.num_kv_heads * (size_t)config_head_size(&c);
+            size_t F = (size_t)c.ffn_hidden;
+            snprintf(what, sizeof(what), "%s_qkv_gate_up_rows", name);
+            check(hf_tensor_is_rows(hf, "model.layers.1.self_attn.q_proj.weight", &c, params, P_QKVW, 1, 0, C) &&
+                      hf_tensor_is_rows(hf, "model.layers.1.self_attn.k_proj.weight", &c, params, P_QKVW, 1, C, kv) &&
+                      hf_tensor_is_rows(hf, "model.layers.1.self_attn.v_proj.weight", &c, params, P_QKVW, 1, C + kv,
+                                        kv) &&
+                      hf_tensor_is_rows(hf, "model.layers.1.mlp.gate_proj.weight", &c, params, P_FCW, 1, 0, F) &&
+                      hf_tensor_is_rows(hf, "model.layers.1.mlp.up_proj.weight", &c, params, P_FCW, 1, F, F) &&
+                      hf_tensor_is_rows(hf, "model.layers.1.mlp.down_proj.weight", &c, params, P_FCPROJW, 1, 0, C),
+                  what, "a projection is not the rows of qkvw, fcw or fcprojw it should be");
+            hf_path(path, hf, HF_VOCAB_FILE);
+            char gen[HF_PATH_LEN];
+            hf_path(gen, hf, HF_GENERATION_FILE);
+            snprintf(what, sizeof(what), "%s_no_tokenizer", name);
+            check(!file_exists(path) && !file_exists(gen), what, "a Llama export wrote GPT-2's tokenizer files");
+
+            hf_import(hf, back, 0);
+            snprintf(what, sizeof(what), "%s_import_same_bytes", name);
+            check(files_equal(model, back), what, "'%s' differs from '%s'", back, model);
+            free(params);
+        }
+    }
+    // the options the import prints build the same description
+    GPTConfig c = tiny_llama(0, 1);
+    char options[1024];
+    hf_train_options(&c, options, sizeof(options));
+    const char *want = " --arch llama --depth 2 --width 32 --heads 4 --vocab-size 200 --kv-heads 2 --ffn 48 "
+                       "--rope-scaling llama3 --rope-factor 8 --rope-low-freq-factor 1 --rope-high-freq-factor 4 "
+                       "--rope-original-max-pos 32";
+    check(strcmp(options, want) == 0, "llama_train_options", "'%s', expected '%s'", options, want);
+}
+
+// A sharded checkpoint (two shards and their index, as Llama 3.1-8B ships four), and a tied head stored anyway.
+static void test_llama_import_variants(void) {
+    GPTConfig c = tiny_llama(0, 1);
+    float *params = random_params(&c, 30);
+    char model[HF_PATH_LEN], dir[HF_PATH_LEN], back[HF_PATH_LEN];
+    path_in_dir(model, "llama_variants.bin");
+    model_file_write(model, &c, params);
+    Variant no_norm = {.drop = "model.norm.weight"}, norm = {.only = "model.norm.weight"};
+    path_in_dir(dir, "llama_sharded");
+    make_dirs_named(dir, "test folder");
+    write_standard_config(dir, &c);
+    write_variant_weights(dir, "model-00001-of-00002.safetensors", &c, params, &no_norm);
+    write_variant_weights(dir, "model-00002-of-00002.safetensors", &c, params, &norm);
+    write_index(dir, &c, "model-00001-of-00002.safetensors", "model.norm.weight", "model-00002-of-00002.safetensors");
+    path_in_dir(back, "llama_sharded_back.bin");
+    hf_import(dir, back, 0);
+    check(files_equal(model, back), "llama_import_sharded_index", "'%s' differs from '%s'", back, model);
+
+    static const struct {
+        const char *name;
+        Variant v;
+        const char *want1, *want2;
+    } bad[] = {
+        {"llama_refuses_missing_tensor", {.drop = "model.layers.1.self_attn.v_proj.weight"},
+         "has no tensor 'model.layers.1.self_attn.v_proj.weight'", "not a complete Llama checkpoint"},
+        {"llama_refuses_missing_head", {.drop = HF_LM_HEAD}, "has no tensor 'lm_head.weight'", "Llama"},
+        {"llama_refuses_unknown_tensor", {.extra = "model.layers.0.self_attn.q_norm.weight"},
+         "holds tensor 'model.layers.0.self_attn.q_norm.weight', which Llama (LlamaForCausalLM) does not have", ""},
+        {"llama_refuses_wrong_shape", {.swap_shape = "model.layers.0.self_attn.k_proj.weight"},
+         "tensor 'model.layers.0.self_attn.k_proj.weight' has shape [32, 16]", "needs [16, 32]"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        path_in_dir(dir, bad[i].name);
+        make_variant(dir, &c, params, &bad[i].v);
+        expect_import_error(bad[i].name, dir, bad[i].want1, bad[i].want2);
+    }
+    free(params);
+
+    // tied: an lm_head.weight equal to the embedding is accepted, one an ulp away refused
+    GPTConfig t = tiny_llama(1, 0);
+    params = random_params(&t, 31);
+    path_in_dir(model, "llama_tied_variants.bin");
+    model_file_write(model, &t, params);
+    Variant head = {.lm_head = 1}, other_head = {.lm_head = 3};
+    path_in_dir(dir, "llama_tied_with_head");
+    make_variant(dir, &t, params, &head);
+    path_in_dir(back, "llama_tied_with_head.bin");
+    hf_import(dir, back, 0);
+    check(files_equal(model, back), "llama_tied_head_stored_accepted", "'%s' differs from '%s'", back, model);
+    path_in_dir(dir, "llama_tied_other_head");
+    make_variant(dir, &t, params, &other_head);
+    expect_import_error("llama_tied_config_other_head_refused", dir, "differs from the token embedding",
+                        "model.embed_tokens.weight");
+    free(params);
+}
+
+// text with its first `from` replaced by `to` (malloc'd), or NULL where it has none.
+static char *replace_once(const char *text, const char *from, const char *to) {
+    const char *at = strstr(text, from);
+    if (!at) { return NULL; }
+    JsonText t = {NULL, 0, 0};
+    json_text_append(&t, text, (size_t)(at - text));
+    json_text_printf(&t, "%s%s", to, at + strlen(from));
+    return t.s;
+}
+
+// config.json: the exported one with one edit (from -> to) each, refused with a line naming the value.
+static void test_llama_bad_configs(void) {
+    GPTConfig c = tiny_llama(0, 1);
+    float *params = random_params(&c, 32);
+    Variant plain = {.f16 = 0};
+    JsonText good = {NULL, 0, 0};
+    hf_config_json(&good, &c, "float32");
+    static const struct {
+        const char *name, *from, *to, *want;
+    } edits[] = {
+        {"llama_config_other_model_type", "\"model_type\": \"llama\"", "\"model_type\": \"mistral\"",
+         "has model_type \"mistral\""},
+        {"llama_config_other_class", "\"LlamaForCausalLM\"", "\"LlamaForSequenceClassification\"",
+         "\"LlamaForSequenceClassification\"   ], not [\"LlamaForCausalLM\"]: only the language model"},
+        {"llama_config_rope_scaling_linear", "\"rope_type\": \"llama3\"", "\"rope_type\": \"linear\"",
+         "has rope_scaling {"},
+        {"llama_config_rope_scaling_no_factor", "\"factor\": 8.0,", "", "has no factor"},
+        {"llama_config_attention_bias", "\"attention_bias\": false", "\"attention_bias\": true",
+         "has attention_bias = true"},
+        {"llama_config_mlp_bias", "\"mlp_bias\": false", "\"mlp_bias\": true", "has mlp_bias = true"},
+        {"llama_config_head_dim", "\"head_dim\": 8", "\"head_dim\": 16", "has head_dim 16"},
+        {"llama_config_activation", "\"silu\"", "\"gelu\"", "has hidden_act \"gelu\""},
+        {"llama_config_kv_heads_do_not_divide", "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3",
+         "--kv-heads 3 must be >= 1 and divide --heads 4"},
+        {"llama_config_duplicate_key", "\"vocab_size\": 200", "\"vocab_size\": 200, \"vocab_size\": 201",
+         "duplicate key \"vocab_size\""},
+        {"llama_config_eps_a_string", "\"rms_norm_eps\": 1e-05", "\"rms_norm_eps\": \"1e-5\"",
+         "rms_norm_eps is \"1e-5\", not a number"},
+    };
+    for (size_t i = 0; i < sizeof(edits) / sizeof(edits[0]); i++) {
+        char *text = replace_once(good.s, edits[i].from, edits[i].to);
+        if (!text) {
+            check(0, edits[i].name, "the exported config.json has no '%s' to edit", edits[i].from);
+            continue;
+        }
+        char dir[HF_PATH_LEN];
+        path_in_dir(dir, edits[i].name);
+        make_variant(dir, &c, params, &plain);
+        write_config(dir, text);
+        free(text);
+        expect_import_error(edits[i].name, dir, "config.json", edits[i].want);
+    }
+    // transformers 5 writes theta and the scaling as one rope_parameters object: the same model
+    char *no_theta = replace_once(good.s, "  \"rope_theta\": 500000.0,\n", "");
+    const char *v5_scaling = "\"rope_parameters\": {\n    \"rope_theta\": 500000.0,";
+    char *v5 = no_theta ? replace_once(no_theta, "\"rope_scaling\": {", v5_scaling) : NULL;
+    char dir[HF_PATH_LEN], model[HF_PATH_LEN], back[HF_PATH_LEN];
+    path_in_dir(dir, "llama_rope_parameters");
+    path_in_dir(model, "llama_rope_parameters.bin");
+    path_in_dir(back, "llama_rope_parameters_back.bin");
+    model_file_write(model, &c, params);
+    make_variant(dir, &c, params, &plain);
+    if (v5) { write_config(dir, v5); }
+    int same = 0;
+    if (v5) {
+        hf_import(dir, back, 0);
+        same = files_equal(model, back);
+    }
+    check(v5 && same, "llama_config_rope_parameters", "%s", v5 ? "the import differs" : "no rope_theta to move");
+    free(no_theta);
+    free(v5);
+    json_text_free(&good);
+    free(params);
+}
+
+// A Llama export takes no --vocab-dir (it writes no tokenizer), and refuses before creating anything.
+static void test_llama_export_refusals(void) {
+    GPTConfig c = tiny_llama(1, 0);
+    float *params = random_params(&c, 33);
+    ExportArgs a;
+    path_in_dir(a.model, "llama_export.bin");
+    model_file_write(a.model, &c, params);
+    snprintf(a.vocab, sizeof(a.vocab), VOCAB_DIR);
+    path_in_dir(a.out, "llama_export_vocab");
+    expect_child_error("llama_export_refuses_vocab_dir", export_child, &a, "--vocab-dir: a Llama export carries no "
+                       "tokenizer", "drop --vocab-dir");
+    check(!file_exists(a.out), "llama_export_refusal_creates_nothing", "the refused export made '%s'", a.out);
+    free(params);
+}
+
 int main(void) {
     if (!mkdtemp(g_dir)) {
         perror("mkdtemp");
@@ -1034,6 +1307,10 @@ int main(void) {
     test_import_variants();
     test_bad_indexes();
     test_export_refusals();
+    test_llama_round_trips();
+    test_llama_import_variants();
+    test_llama_bad_configs();
+    test_llama_export_refusals();
     char cmd[HF_PATH_LEN + 16];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_dir);
     if (system(cmd) != 0) { printf("note: could not remove %s\n", g_dir); }

@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# test_hf.sh: ./hf_gpt2 from the outside, on a model the CPU trainer wrote.
+# test_hf.sh: ./hf_model from the outside, on models the CPU trainer wrote (GPT-2, and Llama: llama-tiny).
 # - export -> import gives the trainer's model file back byte for byte, from one file and from shards; bf16 imports;
-# - the exported folder holds GPT-2's tokenizer files byte-equal and a GPT-2 config.json;
-# - an imported model starts ./train_gpt_cpu --init-from;
+# - the exported GPT-2 folder holds GPT-2's tokenizer files byte-equal and a GPT-2 config.json; the Llama folder a
+#   Llama config.json and no tokenizer;
+# - an imported model starts ./train_gpt_cpu --init-from (a Llama with the options the import prints);
 # - nothing is overwritten without --force; bad arguments and malformed files stop it with one line naming the tool
 #   and the problem, and a non-zero status.
 # (test/test_hf.c checks the mapping itself, bf16 rounding and every malformed input in detail.)
-# Needs ./hf_gpt2 and ./train_gpt_cpu (make) and the default shards (make data): without them this FAILS.
+# Needs ./hf_model and ./train_gpt_cpu (make) and the default shards (make data): without them this FAILS.
 set -u
 cd "$(dirname "$0")/.."
 source test/cli_lib.sh
-HF=./hf_gpt2
+HF=./hf_model
 TRAIN=./train_gpt_cpu
 TINY=(--depth 2 --width 64 --heads 4 --seq-len 64 --batch-size 4 --total-batch-tokens 512 --precision fp32
       --warmup-steps 1 --val-batches 2 --sample-every 0 --train-data "$TRAIN_GLOB" --val-data "$VAL_GLOB")
@@ -19,19 +20,19 @@ require_inputs hf_inputs "$HF" "$TRAIN"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# expect_error NAME TEXT ARGS...: ./hf_gpt2 ARGS exits non-zero with exactly one line on stderr, "[hf_gpt2] error: "
+# expect_error NAME TEXT ARGS...: ./hf_model ARGS exits non-zero with exactly one line on stderr, "[hf_model] error: "
 # and containing TEXT.
 expect_error() {
     local name=$1 want=$2
     shift 2
-    if fails_with_one_line "$want" "[hf_gpt2] error: " "$HF" "$@"; then
+    if fails_with_one_line "$want" "[hf_model] error: " "$HF" "$@"; then
         pass "$name"
     else
-        fail_check "$name" "status $RC, want one line '[hf_gpt2] error: ...$want...'; stderr: $ERR"
+        fail_check "$name" "status $RC, want one line '[hf_model] error: ...$want...'; stderr: $ERR"
     fi
 }
 
-# run NAME ARGS...: ./hf_gpt2 ARGS must succeed.
+# run NAME ARGS...: ./hf_model ARGS must succeed.
 run() {
     local name=$1 out rc
     shift
@@ -118,6 +119,53 @@ if run hf_export_bf16 export "$model" "$tmp/hf_bf16" --dtype bf16; then
         [ "$(stat -c %s "$tmp/back_bf16.bin")" = "$(stat -c %s "$model")" ] && ! cmp -s "$model" "$tmp/back_bf16.bin" &&
             pass hf_bf16_import_is_rounded || fail_check hf_bf16_import_is_rounded "size differs or nothing was rounded"
     fi
+fi
+
+# --- a Llama the trainer wrote ------------------------------------------------------------------------------
+LLAMA=(--model llama-tiny --seq-len 16 --batch-size 1 --total-batch-tokens 16 --precision fp32 --warmup-steps 1
+       --val-batches 1 --sample-every 0 --train-data "$TRAIN_GLOB" --val-data "$VAL_GLOB")
+if ! timeout "$RUN_TIMEOUT" "$TRAIN" "${LLAMA[@]}" --steps 1 --out-dir "$tmp/lrun" >"$tmp/lrun.out" 2>&1; then
+    fail_check hf_llama_train_tiny "$(tail -3 "$tmp/lrun.out")"
+    exit 1
+fi
+lmodel=$tmp/lrun/model_00000001.bin
+expect_error hf_llama_export_refuses_vocab_dir "--vocab-dir: a Llama export carries no tokenizer" \
+    export "$lmodel" "$tmp/lhf" --vocab-dir data/gpt2
+if run hf_llama_export export "$lmodel" "$tmp/lhf"; then
+    missing=""
+    for field in '"model_type": "llama"' '"LlamaForCausalLM"' '"hidden_size": 64' '"num_hidden_layers": 2' \
+        '"num_attention_heads": 4' '"num_key_value_heads": 2' '"head_dim": 16' '"intermediate_size": 192' \
+        '"vocab_size": 50257' '"max_position_embeddings": 8192' '"rope_theta": 500000.0' '"rope_type": "llama3"' \
+        '"factor": 8.0' '"original_max_position_embeddings": 8192' '"rms_norm_eps": 1e-05' \
+        '"tie_word_embeddings": false' '"torch_dtype": "float32"'; do
+        grep -qF -- "$field" "$tmp/lhf/config.json" || missing="$missing $field"
+    done
+    [ -z "$missing" ] && pass hf_llama_config_fields || fail_check hf_llama_config_fields "config.json lacks$missing"
+    [ ! -e "$tmp/lhf/vocab.json" ] && [ ! -e "$tmp/lhf/tokenizer_config.json" ] && pass hf_llama_no_tokenizer ||
+        fail_check hf_llama_no_tokenizer "a Llama export wrote tokenizer files: $(ls "$tmp/lhf")"
+    if out=$(timeout "$RUN_TIMEOUT" "$HF" import "$tmp/lhf" "$tmp/lback.bin" 2>&1); then
+        cmp -s "$lmodel" "$tmp/lback.bin" && pass hf_llama_round_trip_identical ||
+            fail_check hf_llama_round_trip_identical "the imported Llama differs from the trainer's $lmodel"
+        # the options the import prints build the model it wrote
+        pattern='s/^train from it with: --init-from [^ ]* \(.*\) --seq-len <= [0-9]*$/\1/p'
+        read -r -a opts <<<"$(sed -n "$pattern" <<<"$out")"
+        if [ "${#opts[@]}" -gt 0 ] && timeout "$RUN_TIMEOUT" "$TRAIN" "${opts[@]}" --seq-len 16 --batch-size 1 \
+            --total-batch-tokens 16 --precision fp32 --warmup-steps 0 --val-batches 1 --sample-every 0 \
+            --train-data "$TRAIN_GLOB" --val-data "$VAL_GLOB" --steps 1 --init-from "$tmp/lback.bin" \
+            --out-dir "$tmp/lft" >"$tmp/lft.out" 2>&1 &&
+            grep -q "initialized from model file '$tmp/lback.bin'" "$tmp/lft.out"; then
+            pass hf_llama_imported_model_trains
+        else
+            fail_check hf_llama_imported_model_trains "options '${opts[*]}': $(tail -3 "$tmp/lft.out" 2>/dev/null)"
+        fi
+    else
+        fail_check hf_llama_import "$out"
+    fi
+fi
+if run hf_llama_export_sharded export "$lmodel" "$tmp/lhf_sharded" --max-shard-mb 1; then
+    run hf_llama_import_sharded import "$tmp/lhf_sharded" "$tmp/lback_sharded.bin" &&
+        { cmp -s "$lmodel" "$tmp/lback_sharded.bin" && pass hf_llama_sharded_round_trip_identical ||
+            fail_check hf_llama_sharded_round_trip_identical "the Llama imported from shards differs from $lmodel"; }
 fi
 
 # --- malformed folders --------------------------------------------------------------------------------------

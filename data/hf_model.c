@@ -1,41 +1,43 @@
 /*
- * hf_gpt2: GPT-2 models between train_gpt (llm.c model files) and Hugging Face transformers (safetensors folders).
+ * hf_model: GPT-2 and Llama models between train_gpt (llm.c model files) and Hugging Face transformers (safetensors
+ * folders: GPT2LMHeadModel, LlamaForCausalLM).
  *
- *   ./hf_gpt2 export MODEL.bin OUT_DIR [--dtype fp32|bf16] [--vocab-dir D] [--max-shard-mb N] [--force]
- *   ./hf_gpt2 import HF_DIR MODEL.bin [--force]
+ *   ./hf_model export MODEL.bin OUT_DIR [--dtype fp32|bf16] [--vocab-dir D] [--max-shard-mb N] [--force]
+ *   ./hf_model import HF_DIR MODEL.bin [--force]
  *
- * The mapping, the checks and the file formats are in llmc/hf_gpt2.h, llmc/safetensors.h and llmc/json.h.
+ * The mapping, the checks and the file formats are in llmc/hf_model.h, llmc/safetensors.h and llmc/json.h.
  */
-#include "llmc/hf_gpt2.h"
+#include "llmc/hf_model.h"
 
-#define DEFAULT_VOCAB_DIR "data/gpt2"
 #define MAX_SHARD_MB_LIMIT 1000000000LL // a petabyte: larger is surely a typo
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage:\n"
-            "  ./hf_gpt2 export MODEL.bin OUT_DIR [--dtype fp32|bf16] [--vocab-dir D] [--max-shard-mb N] [--force]\n"
+            "  ./hf_model export MODEL.bin OUT_DIR [--dtype fp32|bf16] [--vocab-dir D] [--max-shard-mb N] [--force]\n"
             "      write the llm.c model file MODEL.bin (what train_gpt writes: out_dir/model_XXXXXXXX.bin) as a\n"
-            "      Hugging Face GPT-2 folder: model.safetensors, config.json, generation_config.json, vocab.json,\n"
-            "      merges.txt, tokenizer_config.json. Weights in fp32 (default) or bf16 (rounded to nearest even).\n"
-            "      --vocab-dir: GPT-2's encoder.json and vocab.bpe (default %s). --max-shard-mb N: split the\n"
+            "      Hugging Face folder: model.safetensors and config.json; a GPT-2 also generation_config.json and\n"
+            "      its tokenizer (vocab.json, merges.txt, tokenizer_config.json), a Llama no tokenizer. Weights in\n"
+            "      fp32 (default) or bf16 (rounded to nearest even). --vocab-dir (GPT-2 only): GPT-2's encoder.json\n"
+            "      and vocab.bpe (default %s). --max-shard-mb N: split the\n"
             "      weights into shards of at most N MB (10^6 bytes) with model.safetensors.index.json (default: one\n"
             "      file). OUT_DIR must be empty or absent unless --force.\n"
-            "  ./hf_gpt2 import HF_DIR MODEL.bin [--force]\n"
-            "      write the Hugging Face GPT-2 folder HF_DIR (config.json and model.safetensors, or shards listed by\n"
-            "      model.safetensors.index.json; F32, BF16 or F16) as an llm.c model file (fp32) for\n"
-            "      `train_gpt --init-from MODEL.bin`. An existing MODEL.bin is replaced only with --force.\n",
-            DEFAULT_VOCAB_DIR);
+            "  ./hf_model import HF_DIR MODEL.bin [--force]\n"
+            "      write the Hugging Face GPT-2 or Llama folder HF_DIR (config.json and model.safetensors, or shards\n"
+            "      listed by model.safetensors.index.json; F32, BF16 or F16) as an llm.c model file (fp32) for\n"
+            "      `train_gpt --init-from MODEL.bin`, and print the options that build its model. An existing\n"
+            "      MODEL.bin is replaced only with --force.\n",
+            HF_DEFAULT_VOCAB_DIR);
 }
 
 int main(int argc, char **argv) {
-    set_error_program("hf_gpt2");
+    set_error_program("hf_model");
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 1 : 0;
     }
     const char *cmd = argv[1], *args[2] = {NULL, NULL};
-    HfExportOptions o = {NULL, NULL, DEFAULT_VOCAB_DIR, 0, 0, 0};
+    HfExportOptions o = {NULL, NULL, NULL, 0, 0, 0};
     int n_args = 0;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
@@ -62,7 +64,7 @@ int main(int argc, char **argv) {
         hf_export(&o);
     } else if (strcmp(cmd, "import") == 0) {
         if (n_args != 2) { fail("import needs HF_DIR and MODEL.bin (see --help)"); }
-        if (o.bf16 || o.max_shard_bytes || strcmp(o.vocab_dir, DEFAULT_VOCAB_DIR) != 0) {
+        if (o.bf16 || o.max_shard_bytes || o.vocab_dir) {
             fail("import takes only --force; --dtype, --vocab-dir and --max-shard-mb are export's (see --help)");
         }
         hf_import(args[0], args[1], o.force);
