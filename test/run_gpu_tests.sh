@@ -9,8 +9,12 @@
 # (dev/gtp_check.sh, with compute-sanitizer memcheck and racecheck), the update in backward against the update after
 # it (dev/update_check.sh), and preemption (dev/preempt_check.sh, alone and under mpirun); ends with a summary table
 # and a non-zero exit on any failure. Logs go to $LOG_DIR (default: a fresh temporary folder).
+# GPU_ROWS: an extended regular expression over the rows' names (as the summary table prints them, e.g.
+# 'parity llama|resume'); only the rows it matches run (default: all), so that one device call can take a part.
 set -u
 cd "$(dirname "$0")/.."
+GPU_ROWS=${GPU_ROWS:-.}
+want() { [[ "$1" =~ $GPU_ROWS ]]; }
 LOG_DIR=${LOG_DIR:-$(mktemp -d)}
 mkdir -p "$LOG_DIR"
 make -s train_gpt_cpu train_gpt test/gpubin/test_gpu_parity test/gpubin/test_attention test/gpubin/test_fp8_kernels \
@@ -49,6 +53,10 @@ record() { # name, log, exit status
 
 for ref in "${REFS[@]}"; do
     IFS=: read -r name opts modes <<<"$ref"
+    wanted=""
+    for prec in $modes; do want "parity $name $prec" && wanted+=" $prec"; done
+    [ -n "$wanted" ] || continue
+    modes=$wanted
     file="$LOG_DIR/ref_$name.bin"
     # shellcheck disable=SC2086
     if ! ./train_gpt_cpu --ref-out "$file" $REF_COMMON $opts > "$LOG_DIR/ref_$name.log" 2>&1; then
@@ -65,60 +73,37 @@ for ref in "${REFS[@]}"; do
     rm -f "$file"
 done
 
-log="$LOG_DIR/attention.log"
-echo "== attention"
-test/gpubin/test_attention > "$log" 2>&1; rc=$?
-grep -v '^PASS ' "$log" | tail -20
-record "attention" "$log" "$rc"
+# kernel_row NAME PROGRAM [ARGS...]: a kernel test as one row
+kernel_row() {
+    local name=$1 log="$LOG_DIR/${1// /_}.log" rc
+    shift
+    want "$name" || return 0
+    echo "== $name"
+    "$@" > "$log" 2>&1; rc=$?
+    grep -v '^PASS \|^  attention_' "$log" | tail -20
+    record "$name" "$log" "$rc"
+}
+
+kernel_row attention test/gpubin/test_attention
 # the attention kernels alone under compute-sanitizer at small shapes, multi-head and grouped-query (GQA's dK/dV
 # blocks walk several query heads through the same shared-memory stages), both head sizes and precisions: the row
 # fails on any error or hazard the tool reports (its exit status) as on a failed check
 for tool in memcheck racecheck; do
-    log="$LOG_DIR/attention_$tool.log"
-    echo "== attention $tool"
-    compute-sanitizer --tool "$tool" --error-exitcode 9 test/gpubin/test_attention small > "$log" 2>&1; rc=$?
-    grep -v '^PASS \|^  attention_' "$log" | tail -5
-    record "attention small $tool" "$log" "$rc"
+    kernel_row "attention small $tool" compute-sanitizer --tool "$tool" --error-exitcode 9 test/gpubin/test_attention small
 done
-
-log="$LOG_DIR/adamw.log"
-echo "== adamw"
-test/gpubin/test_adamw > "$log" 2>&1; rc=$?
-grep -v '^PASS ' "$log" | tail -20
-record "adamw" "$log" "$rc"
-
-log="$LOG_DIR/fp8_kernels.log"
-echo "== fp8 kernels"
-test/gpubin/test_fp8_kernels > "$log" 2>&1; rc=$?
-grep -v '^PASS ' "$log" | tail -20
-record "fp8 kernels" "$log" "$rc"
-
-log="$LOG_DIR/layernorm.log"
-echo "== layernorm"
-test/gpubin/test_layernorm > "$log" 2>&1; rc=$?
-grep -v '^PASS ' "$log" | tail -20
-record "layernorm" "$log" "$rc"
+kernel_row adamw test/gpubin/test_adamw
+kernel_row "fp8 kernels" test/gpubin/test_fp8_kernels
+kernel_row layernorm test/gpubin/test_layernorm
 # the LayerNorm kernels' shared memory, barriers and row groups under compute-sanitizer (a few rows a shape):
 # the row fails on any error or hazard the tool reports (its exit status) as on a failed check
 for tool in memcheck racecheck; do
-    log="$LOG_DIR/layernorm_$tool.log"
-    echo "== layernorm $tool"
-    compute-sanitizer --tool "$tool" --error-exitcode 9 test/gpubin/test_layernorm small > "$log" 2>&1; rc=$?
-    grep -v '^PASS ' "$log" | tail -5
-    record "layernorm small $tool" "$log" "$rc"
+    kernel_row "layernorm small $tool" compute-sanitizer --tool "$tool" --error-exitcode 9 test/gpubin/test_layernorm small
 done
 
 # RoPE and SwiGLU (Llama's elementwise kernels): against fp64, then under memcheck (no shared memory to race on)
 for kernel in rope swiglu; do
-    for tool in "" memcheck; do
-        log="$LOG_DIR/$kernel${tool:+_$tool}.log"
-        echo "== $kernel${tool:+ $tool}"
-        run=("test/gpubin/test_$kernel")
-        [ -z "$tool" ] || run=(compute-sanitizer --tool "$tool" --error-exitcode 9 "${run[@]}")
-        "${run[@]}" > "$log" 2>&1; rc=$?
-        grep -v '^PASS ' "$log" | tail -20
-        record "$kernel${tool:+ $tool}" "$log" "$rc"
-    done
+    kernel_row "$kernel" "test/gpubin/test_$kernel"
+    kernel_row "$kernel memcheck" compute-sanitizer --tool memcheck --error-exitcode 9 "test/gpubin/test_$kernel"
 done
 
 # each row "NAME PRECISION [MODEL OPTIONS]": GPT-2 d12, and a Llama (untied LM head, grouped-query attention)
@@ -126,6 +111,7 @@ LLAMA_RESUME="--model llama-tiny --depth 2 --width 256 --heads 4 --kv-heads 1 --
 RESUMES=("bf16 bf16" "fp8 fp8" "llama_bf16 bf16 $LLAMA_RESUME" "llama_fp8 fp8 $LLAMA_RESUME")
 for r in "${RESUMES[@]}"; do
     read -r name prec model <<<"$r"
+    want "resume $name" || continue
     log="$LOG_DIR/resume_$name.log"
     echo "== resume $name"
     MODEL_OPTS=${model:---model d12} dev/resume_check.sh "$prec" > "$log" 2>&1; rc=$?
@@ -138,6 +124,7 @@ done
 variant_row() {
     local name=$1 log="$LOG_DIR/${1//[^A-Za-z0-9]/_}.log" opts=$2 tool=$3 rc
     shift 3
+    want "$name" || return 0
     echo "== $name"
     OPTS="$opts" SANITIZE="$tool" "$@" > "$log" 2>&1; rc=$?
     cat "$log"
@@ -172,6 +159,7 @@ done
 RACECHECK_SHAPES=("--width 128 --heads 2" "--width 256 --heads 2")
 for shape in "${RACECHECK_SHAPES[@]}"; do
     name="racecheck plain ${shape//--/}"
+    want "$name" || continue
     log="$LOG_DIR/racecheck_${shape//[- ]/_}.log"
     echo "== $name"
     rm -rf "$LOG_DIR/racecheck_run"
@@ -188,6 +176,7 @@ done
 PREEMPT_CHECKS=("direct")
 command -v mpirun > /dev/null && PREEMPT_CHECKS+=("mpirun 1")
 for c in "${PREEMPT_CHECKS[@]}"; do
+    want "preempt $c" || continue
     log="$LOG_DIR/preempt_${c// /_}.log"
     echo "== preempt $c"
     # shellcheck disable=SC2086
@@ -196,6 +185,7 @@ for c in "${PREEMPT_CHECKS[@]}"; do
     record "preempt $c" "$log" "$rc"
 done
 
+[ "${#rows[@]}" -gt 0 ] || { echo "FAIL no GPU test row matches GPU_ROWS='$GPU_ROWS'"; exit 1; }
 echo
 printf '%-44s %5s %5s  %s\n' "test" "pass" "fail" "worst errors"
 for r in "${rows[@]}"; do echo "$r"; done
