@@ -135,7 +135,7 @@ template <typename floatX> struct Activations {
     float *lnf_stats;              // (2, Ns)
     floatX *logits;                // (N, Vp/TP); backward overwrites it with its gradient
     float *losses;                 // (N)
-    float *vocab_stats;            // TP > 1: (TP, N, VOCAB_STATS) the classifier's row statistics of every rank
+    float *vocab_stats;            // TP > 1 or a row past shared memory: (TP, N, VOCAB_STATS) row statistics
     // scratch shared by all layers
     floatX *proj;                  // (N, C) a projection's output before its residual add; in backward the
                                    // gradient of a LayerNorm output or of the attention output
@@ -399,10 +399,10 @@ template <typename floatX> static void activations_alloc(GPT<floatX> *g) {
     a.lnf_stats = dev_alloc<float>(2 * Ns, "LayerNorm statistics");
     a.logits = dev_alloc<floatX>(N * Vl, "logits");
     a.losses = dev_alloc<float>(N, "per-token losses");
-    if (tp > 1) {
+    if (tp > 1 || !classifier_row_fits<floatX>(c->padded_vocab_size)) {
         a.vocab_stats = dev_alloc<float>(tp * N * VOCAB_STATS, "classifier row statistics");
-        g->row_gather = dev_alloc<floatX>(c->padded_vocab_size, "a gathered row of logits");
     }
+    if (tp > 1) { g->row_gather = dev_alloc<floatX>(c->padded_vocab_size, "a gathered row of logits"); }
     a.proj = dev_alloc<floatX>(N * C, "projection scratch");
     int recomputing = 0; // layers that recompute gelu(fch): they alternate between two buffers (layer_acts)
     for (int l = 0; l < (int)L; l++) { recomputing += recomputes_gelu(g, l); }

@@ -14,7 +14,8 @@
  * running (max, sum of exp) per thread over its packs, combined across the block, and pass 2 reads the row again
  * from shared memory and writes the gradient. A thread reads back only the packs it copied itself, so its own
  * cp.async wait is all pass 1 needs. Under tensor parallelism the row is split over the ranks and the two passes
- * become two kernels around an exchange of row statistics (below).
+ * become two kernels around an exchange of row statistics (below); a row wider than shared memory (a 128k
+ * vocabulary) takes those two kernels on one rank, without the exchange.
  */
 #ifndef LLMC_CLASSIFIER_CUH
 #define LLMC_CLASSIFIER_CUH
@@ -169,32 +170,38 @@ __global__ void __launch_bounds__(LOSS_SUM_THREADS) loss_sum_kernel(float *out, 
     if (threadIdx.x == 0) { out[0] = s; }
 }
 
+// Whether a row of Vp logits of type T fits one block's shared memory (the one-kernel path): GPT-2's 50304 do in
+// bf16 and fp32, Llama 3's 128256 only in neither (256 KB in bf16, past the 227 KB a block may take).
+template <typename T> static bool classifier_row_fits(int Vp) {
+    return (size_t)Vp * sizeof(T) <= g_cuda.props.sharedMemPerBlockOptin;
+}
+
 // losses[N] and, with write_grad, the gradient of dloss * sum of losses in place of the logits (N, Vp / TP). Under
 // TP (tp active) this rank's logits are the columns of its vocabulary rows, and stats holds (TP, N, VOCAB_STATS)
-// floats.
+// floats; a row too wide for shared memory (classifier_row_fits) takes the same two passes as one rank's whole row,
+// with no exchange between them (stats: N x VOCAB_STATS floats), reading the row from memory twice.
 template <typename T>
 static void fused_classifier(T *logits, float *losses, const int *targets, float dloss, int N, int V, int Vp,
                              int write_grad, TensorParallel *tp, float *stats, cudaStream_t stream) {
     if (Vp % Packed<T>::N != 0) { fail("padded vocabulary %d is not a multiple of %d", Vp, Packed<T>::N); }
-    if (tp_active(tp)) {
-        int Vl = Vp / tp->size, col0 = tp->rank * Vl;
+    if (tp_active(tp) || !classifier_row_fits<T>(Vp)) {
+        int ranks = tp_active(tp) ? tp->size : 1, rank = tp_active(tp) ? tp->rank : 0;
+        int Vl = Vp / ranks, col0 = rank * Vl;
         if (Vl % Packed<T>::N != 0) {
             fail("a tensor-parallel rank's %d vocabulary rows are not a multiple of %d", Vl, Packed<T>::N);
         }
-        classifier_stats_kernel<<<N, CLASSIFIER_THREADS, 0, stream>>>(
-            stats + (size_t)tp->rank * N * VOCAB_STATS, logits, targets, col0, Vl, V);
+        classifier_stats_kernel<<<N, CLASSIFIER_THREADS, 0, stream>>>(stats + (size_t)rank * N * VOCAB_STATS, logits,
+                                                                       targets, col0, Vl, V);
         cudaCheckLaunch();
-        const char *what = "the all-gather of the classifier's row statistics over the tensor-parallel ranks";
-        tp_all_gather_joined(tp, stats, (size_t)N * VOCAB_STATS, stream, what);
+        if (ranks > 1) {
+            const char *what = "the all-gather of the classifier's row statistics over the tensor-parallel ranks";
+            tp_all_gather_joined(tp, stats, (size_t)N * VOCAB_STATS, stream, what);
+        }
         classifier_finish_kernel<<<N, CLASSIFIER_THREADS, 0, stream>>>(logits, losses, stats, targets, dloss, col0, Vl,
-                                                                        V, N, tp->size, write_grad);
+                                                                        V, N, ranks, write_grad);
         cudaCheckLaunch();
     } else {
         int smem = Vp * (int)sizeof(T);
-        if (smem > (int)g_cuda.props.sharedMemPerBlockOptin) {
-            fail("a row of %d %s logits (%d bytes) does not fit the GPU's %zu bytes of shared memory per block", Vp,
-                 TypeInfo<T>::name, smem, g_cuda.props.sharedMemPerBlockOptin);
-        }
         cudaCheck(cudaFuncSetAttribute(fused_classifier_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         fused_classifier_kernel<<<N, CLASSIFIER_THREADS, smem, stream>>>(logits, losses, targets, dloss, V, Vp,
                                                                           write_grad);

@@ -26,7 +26,8 @@ make -s train_gpt_cpu train_gpt test/gpubin/test_gpu_parity test/gpubin/test_att
 # both ways (test_gpu_parity.cu: keep_gelu_layers); one without clipping, whose updates after the first start in the
 # backward; in fp8 the delayed recipe (its history shorter than the run in one), and the current one with a bf16
 # block at each end. Llama 3 (llama-tiny: GPT-2's vocabulary, llama3 rope scaling): grouped-query ratios 1 and 4,
-# head sizes 64 and 128, tied and untied LM heads, each fp8 recipe, and one sequence of T 2048 (few steps: its
+# head sizes 64 and 128, tied and untied LM heads, each fp8 recipe, Llama 3's vocabulary of 128256 (a row of logits
+# too wide for shared memory: the classifier's two-pass path), and one sequence of T 2048 (few steps: its
 # reference's logits are 2048 x Vp).
 REF_COMMON="--ref-steps 20 --seq-len 64 --batch-size 4 --total-batch-tokens 512 --sample-every 0"
 REFS=("d3_w128_hs64:--depth 3 --width 128 --heads 2:fp32 bf16"
@@ -40,6 +41,7 @@ REFS=("d3_w128_hs64:--depth 3 --width 128 --heads 2:fp32 bf16"
       "llama_hs128_gqa4_untied:--model llama-tiny --depth 2 --width 512 --heads 4 --kv-heads 1 --ffn 512:fp32 bf16"
       "llama_hs128_gqa1_tied_fp8:--model llama-tiny --depth 3 --width 256 --heads 2 --kv-heads 2 --ffn 512 --tie-embeddings 1 --precision fp8:fp8-fp32 fp8"
       "llama_hs64_gqa4_fp8cur:--model llama-tiny --depth 3 --width 256 --heads 4 --kv-heads 1 --ffn 384 --precision fp8 --fp8-recipe current --fp8-bf16-blocks 1 --fp8-margin 1:fp8-fp32 fp8"
+      "llama_vocab128k:--model llama-tiny --depth 1 --width 128 --heads 2 --kv-heads 1 --ffn 256 --vocab-size 128256:fp32 bf16"
       "llama_hs64_gqa2_T2048:--model llama-tiny --depth 2 --width 128 --heads 2 --kv-heads 1 --ffn 256 --seq-len 2048 --batch-size 1 --total-batch-tokens 2048 --ref-steps 4:fp32 bf16")
 
 rows=(); failed=0
