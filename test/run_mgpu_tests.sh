@@ -108,9 +108,9 @@ LAYOUTS=(
 TCP_LAYOUTS=(dp2 tp2)
 
 passed=0; failed=0; skipped=0; table=()
-# MGPU_PARTS: which of the sections below run (parity, twins = resume and the update in backward, faults), so that runs under a
-# time limit can take them in turns
-MGPU_PARTS=${MGPU_PARTS:-parity twins faults}
+# MGPU_PARTS: which of the sections below run (parity, llama = a Llama's DP=2 parity, twins = resume and the update in
+# backward, faults), so that runs under a time limit can take them in turns
+MGPU_PARTS=${MGPU_PARTS:-parity llama twins faults}
 part() { case " $MGPU_PARTS " in *" $1 "*) return 0 ;; esac; skip "$1: not in MGPU_PARTS ($MGPU_PARTS)"; return 1; }
 pass() { echo "PASS $1"; passed=$((passed + 1)); }
 fail_check() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
@@ -230,9 +230,11 @@ if part parity; then
             done
         done
     done
+fi
 
-    # a Llama (grouped-query attention, untied LM head) data-parallel with ZeRO-1 against one GPU: DP sums and ZeRO-1
-    # slices flat gradient spans, whatever tensors the model has
+# a Llama (grouped-query attention, untied LM head) data-parallel with ZeRO-1 against one GPU: DP sums and ZeRO-1
+# slices flat gradient spans, whatever tensors the model has
+if part llama; then
     LLAMA=(--model llama-tiny --kv-heads 1 --ffn 512)
     for prec in fp32 bf16; do
         ref="$LOG_DIR/llama_single_$prec"
@@ -246,7 +248,9 @@ if part parity; then
         fi
         run_layout "llama_dp2_zero1_$prec" 2 "$prec" "$ref" "$LAUNCH" "${LLAMA[@]}" --zero 1
     done
+fi
 
+if part parity; then
     # validation on every layout, from the one-GPU fp32 run's final weights (see the header and VAL_LOSS_TOL_FP32)
     model="$LOG_DIR/single_fp32/$(printf 'model_%08d.bin' "$STEPS")"
     VAL_RUN=(--init-from "$model" --lr 0 --val-every "$STEPS" --val-batches "$VAL_BATCHES")
