@@ -180,7 +180,8 @@ static std::vector<float> slice_heads(const std::vector<float> &a, size_t rows, 
 
 // The sums of each group of G consecutive heads of a (rows, NH, HS) tensor, as (rows, NH / G, HS): dK and dV of a KV
 // head from its query heads' parts.
-template <typename V> static std::vector<float> sum_groups(const std::vector<V> &a, size_t rows, int NH, int G, int HS) {
+template <typename V>
+static std::vector<float> sum_groups(const std::vector<V> &a, size_t rows, int NH, int G, int HS) {
     std::vector<float> s(rows * (NH / G) * HS);
     for (size_t r = 0; r < rows; r++) {
         for (int g = 0; g < NH / G; g++) {
@@ -398,21 +399,14 @@ static void backward_kv_not_dividing(void *) {
     attention_backward<bf16>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 8, 4, 3, 64, 0, 0);
 }
 
-static void check_fails(void (*fn)(void *), const char *name, const char *expect) {
-    Child c;
-    child_start(&c, fn, nullptr);
-    child_wait(&c, now_s() + 30.0);
-    check(c.status == 1 && strstr(c.err, expect) != nullptr, name, "exit %d, stderr: %s", c.status, c.err);
-}
-
 int main(int argc, char **argv) {
     const bool bench_only = argc > 1 && strcmp(argv[1], "--bench") == 0;
     const bool small = argc > 1 && strcmp(argv[1], "small") == 0;
     if (!small) { // (the children would only add noise to a compute-sanitizer run)
-        check_fails(forward_head_size_96, "attention_rejects_head_size_96", "head sizes 64 and 128");
-        check_fails(forward_misaligned, "attention_rejects_misaligned_buffer", "16-byte aligned");
-        check_fails(backward_kv_not_dividing, "attention_rejects_kv_heads_not_dividing",
-                    "multiple of the key/value heads");
+        expect_child_fails(forward_head_size_96, nullptr, "attention_rejects_head_size_96", "head sizes 64 and 128");
+        expect_child_fails(forward_misaligned, nullptr, "attention_rejects_misaligned_buffer", "16-byte aligned");
+        expect_child_fails(backward_kv_not_dividing, nullptr, "attention_rejects_kv_heads_not_dividing",
+                           "multiple of the key/value heads");
     }
     // B, T, NH, KV. Multi-head: 5 x 7 heads is more than one head group of the block schedule, the last one partial.
     // Grouped-query: ratios 4 (Llama 3's 32 / 8), 8 and 3 (not a power of two), T = 2048 as Llama 3 trains, T = 1000

@@ -160,16 +160,11 @@ static void bench(int B, int Tlen, int NH, int KV, int HS) {
 // bad arguments fail with one line, before any CUDA call (in a child, before this process touches CUDA)
 static void head_size_72_bf16(void *) { rope_forward<bf16>(nullptr, nullptr, nullptr, 8, 1, 8, 2, 2, 72, 0); }
 static void table_too_short(void *) { rope_forward<float>(nullptr, nullptr, nullptr, 7, 1, 8, 2, 2, 64, 0); }
-static void check_fails(void (*fn)(void *), const char *name, const char *expect) {
-    Child c;
-    child_start(&c, fn, nullptr);
-    child_wait(&c, now_s() + 30.0);
-    check(c.status == 1 && strstr(c.err, expect) != nullptr, name, "exit %d, stderr: %s", c.status, c.err);
-}
 
 int main(void) {
-    check_fails(head_size_72_bf16, "rope rejects head size 72 in bf16", "multiple of 16");
-    check_fails(table_too_short, "rope rejects tables shorter than the sequence", "cannot rotate sequences");
+    expect_child_fails(head_size_72_bf16, nullptr, "rope rejects head size 72 in bf16", "multiple of 16");
+    expect_child_fails(table_too_short, nullptr, "rope rejects tables shorter than the sequence",
+                       "cannot rotate sequences");
     cuda_context_init();
     // B, T, NH, KV: multi-head (GPT-2's layout), 4 query heads a KV head (Llama 3's ratio), 8 a KV head
     const int shapes[][4] = {{2, 2048, 4, 4}, {2, 2048, 8, 2}, {1, 2048, 8, 1}};

@@ -212,4 +212,13 @@ static int child_wait(Child *c, double deadline_s) {
     return c->status;
 }
 
+// Runs fn(arg) in a child and checks that it failed with status 1 and an error line holding `expect`: how a test shows
+// that bad input is refused with one line (the child, so that the refusal's exit does not end the test).
+static void expect_child_fails(void (*fn)(void *), void *arg, const char *name, const char *expect) {
+    Child c;
+    child_start(&c, fn, arg);
+    child_wait(&c, now_s() + 30.0);
+    check(c.status == 1 && strstr(c.err, expect) != NULL, name, "exit %d, stderr: %s", c.status, c.err);
+}
+
 #endif // TEST_UTIL_H
