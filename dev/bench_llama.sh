@@ -39,7 +39,9 @@ for prec in bf16 fp8; do
 done
 
 python3 - "$L" "$C" "$NH" "$KV" "$F" "$V" "$B" "$T" "$SKIP" "${rows[@]}" <<'EOF'
-import re, statistics, sys
+import os, sys
+sys.path.insert(0, os.path.join(os.getcwd(), "dev"))
+from bench_table import measure  # noqa: E402 (the same parsing as dev/bench.sh's table)
 L, C, NH, KV, F, V, B, T, skip = map(int, sys.argv[1:10])
 PEAK_BF16, PEAK_FP8 = 989e12, 1979e12
 QKV = (NH + 2 * KV) * (C // NH)
@@ -47,20 +49,10 @@ block = QKV * C + C * C + 2 * F * C + F * C           # the four block linears' 
 params = V * C + L * (block + 2 * C) + C              # tied: wte is the LM head too
 flops = 6 * params + 12 * L * C * T                   # a token's training FLOPs (llmc/config.h's flops_per_token)
 
-def measure(who, log):
-    text = open(log).read()
-    if who == "torch":
-        m = re.search(r"ms/step=([\d.]+) tok/s=(\d+).*peak_mem_GB=([\d.]+)", text)
-        return (float(m.group(1)), float(m.group(2)), float(m.group(3))) if m else (float("nan"),) * 3
-    steps = [float(x) for x in re.findall(r"^step\s+\d+/\d+ .*?\|\s*([\d.]+) ms", text, re.M)]
-    ms = statistics.median(steps[skip:]) if len(steps) > skip else float("nan")
-    mem = re.search(r"peak GPU memory[^\d]*([\d.]+) GB", text)
-    return ms, B * T / ms * 1e3, float(mem.group(1)) if mem else float("nan")
-
 res = {}
 for row in sys.argv[10:]:
     who, prec, log = row.split(":", 2)
-    ms, tok, mem = measure(who, log)
+    ms, tok, mem = measure("torch" if who == "torch" else "ours", log, B * T, skip)
     fp8 = 6 * L * block if prec == "fp8" else 0
     res[who] = (ms, tok, 100.0 * tok * (fp8 / PEAK_FP8 + (flops - fp8) / PEAK_BF16), mem)
 print(f"Llama-3.2-1B shape: {params / 1e6:.0f}M parameters, B {B} x T {T}, {flops / 1e9:.2f} GFLOP a token")

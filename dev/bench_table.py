@@ -28,7 +28,9 @@ def mfu(tok_s, L, C, precision):
     return 100.0 * tok_s * seconds
 
 
-def measure(kind, log, B, skip):
+# (ms/step, tokens/s, peak GB) of one run's log: torch_gpt.py's or torch_llama.py's summary line, or train_gpt's
+# step lines (the median after the first `skip`) and its peak memory line; `tokens` are a step's.
+def measure(kind, log, tokens, skip):
     text = open(log).read()
     if kind == "torch":
         m = re.search(r"ms/step=([\d.]+) tok/s=(\d+).*peak_mem_GB=([\d.]+)", text)
@@ -36,24 +38,25 @@ def measure(kind, log, B, skip):
     steps = [float(x) for x in re.findall(r"^step\s+\d+/\d+ .*?\|\s*([\d.]+) ms", text, re.M)]
     ms = statistics.median(steps[skip:]) if len(steps) > skip else float("nan")
     mem = re.search(r"peak GPU memory[^\d]*([\d.]+) GB", text)
-    return ms, B * T / ms * 1e3, float(mem.group(1)) if mem else float("nan")
+    return ms, tokens / ms * 1e3, float(mem.group(1)) if mem else float("nan")
 
 
-rows, ratios = {}, []
-args = sys.argv[1:]
-while args:
-    a = args.pop(0)
-    if a == "--ratio":
-        ratios.append(args.pop(0).split(":"))
-        continue
-    model, who, kind, precision, log, L, C, B, *skip = a.split(":")
-    ms, tok, mem = measure(kind, log, int(B), int(skip[0]) if skip else 5)
-    rows[(model, who)] = (ms, tok, mfu(tok, int(L), int(C), precision), mem)
+if __name__ == "__main__":  # dev/bench_llama.sh imports measure
+    rows, ratios = {}, []
+    args = sys.argv[1:]
+    while args:
+        a = args.pop(0)
+        if a == "--ratio":
+            ratios.append(args.pop(0).split(":"))
+            continue
+        model, who, kind, precision, log, L, C, B, *skip = a.split(":")
+        ms, tok, mem = measure(kind, log, int(B) * T, int(skip[0]) if skip else 5)
+        rows[(model, who)] = (ms, tok, mfu(tok, int(L), int(C), precision), mem)
 
-print(f"{'model':6} {'who':14} {'ms/step':>9} {'tok/s':>10} {'MFU%':>6} {'peak GB':>8}")
-for (model, who), (ms, tok, m, mem) in rows.items():
-    print(f"{model:6} {who:14} {ms:9.2f} {tok:10.0f} {m:6.1f} {mem:8.1f}")
-for model, who, base in ratios:
-    a, b = rows.get((model, who)), rows.get((model, base))
-    if a and b:
-        print(f"{model:6} {who + ' / ' + base:34} tokens/s {a[1] / b[1]:6.3f}x  peak memory {a[3] / b[3]:6.3f}x")
+    print(f"{'model':6} {'who':14} {'ms/step':>9} {'tok/s':>10} {'MFU%':>6} {'peak GB':>8}")
+    for (model, who), (ms, tok, m, mem) in rows.items():
+        print(f"{model:6} {who:14} {ms:9.2f} {tok:10.0f} {m:6.1f} {mem:8.1f}")
+    for model, who, base in ratios:
+        a, b = rows.get((model, who)), rows.get((model, base))
+        if a and b:
+            print(f"{model:6} {who + ' / ' + base:34} tokens/s {a[1] / b[1]:6.3f}x  peak memory {a[3] / b[3]:6.3f}x")
