@@ -47,6 +47,7 @@
 #include "llmc/comm.cuh"
 #include "llmc/data_parallel.cuh"
 #include "llmc/encoder.cuh"
+#include "llmc/gemm_algos.cuh"
 #include "llmc/gtp.cuh"
 #include "llmc/layernorm.cuh"
 #include "llmc/matmul.cuh"
@@ -1715,46 +1716,6 @@ template <typename floatX> static ModelOps gpt_ops(GPT<floatX> *g) {
         ops.set_fp8_history = op_set_fp8_history<floatX>;
     }
     return ops;
-}
-
-/*
- * Chooses the algorithm of every training GEMM (llmc/matmul.cuh): one forward and backward of a full micro-batch of
- * made-up tokens, during which each GEMM times its candidates; its gradients are then discarded (the pass is not a
- * last micro-step, so no rank reduces them). A resumed run loads the choices instead of timing, so that it uses the
- * same algorithms (the same summation order) and continues bit-exactly. The ranks of a TP group time their own
- * GEMMs (whose shapes can differ: 13 and 12 of 25 heads) and near-ties go either way, so each rank writes the
- * choices it used to a file of its own in out_dir (gemm_algos.txt for rank 0, gemm_algos.rank<r>.txt for rank r)
- * and loads its own; a rank without one reads rank 0's (a one-GPU run's choices copied in serve the same shapes).
- * Ranks that choose differently stay in step: what they share is summed over the ranks, the same on all of them.
- */
-#define GEMM_ALGOS_FILE "gemm_algos.txt"
-static void gemm_algos_path(char *path, size_t n, const char *out_dir, int rank) {
-    if (rank == 0) { snprintf(path, n, "%s/%s", out_dir, GEMM_ALGOS_FILE); }
-    else { snprintf(path, n, "%s/gemm_algos.rank%d.txt", out_dir, rank); }
-}
-
-static void choose_gemm_algos(ModelOps *ops, const GPTConfig *config, const char *out_dir, int rank, int B, int T,
-                              int search) {
-    char path[OPT_STR_LEN + 32];
-    gemm_algos_path(path, sizeof(path), out_dir, rank);
-    if (out_dir[0]) {
-        char shared[OPT_STR_LEN + 32];
-        gemm_algos_path(shared, sizeof(shared), out_dir, 0);
-        gemm_algos_load(access(path, F_OK) == 0 ? path : shared);
-    }
-    int N = B * T;
-    int *tokens = (int *)malloc_check((size_t)N * sizeof(int), "tuning tokens");
-    for (int i = 0; i < N; i++) { tokens[i] = i % config->vocab_size; }
-    gemm_tuning(search);
-    ops->zero_grad(ops->ctx);
-    ops->forward_backward(ops->ctx, tokens, tokens, B, T, 1.0f / N, NULL);
-    gemm_tuning(0);
-    ops->zero_grad(ops->ctx);
-    free(tokens);
-    if (out_dir[0]) {
-        make_dirs(out_dir); // rank 0 made it, but on another node a rank may see a folder of its own
-        gemm_algos_save(path);
-    }
 }
 
 // The model with its GEMM algorithms chosen; the tuning pass's FP8 amaxes are forgotten.

@@ -16,8 +16,8 @@
  * build). Row-major (N, F) is column-major (F, N), so y^T = W x^T is the column-major product with A = W transposed.
  * Algorithms: cuBLASLt's heuristic ranks candidates by a model, and its first is up to 20% slower than the best of
  * its first eight on some GPT-2 shapes (dev/log/2026-11-22.md). So GEMMs first run during a tuning pass
- * time each candidate and keep the fastest; as algorithms sum in different orders, the choices are saved
- * (gemm_algos_save) and a resumed run loads them (gemm_algos_load), so it computes the same bits.
+ * time each candidate and keep the fastest; as algorithms sum in different orders, the choices are saved and a
+ * resumed run loads them (llmc/gemm_algos.cuh), so it computes the same bits.
  * This is the seam for the parallel and low-precision variants: tensor-parallel splits do their collectives here
  * (llmc/tensor_parallel.cuh), and a Linear with FP8 state runs its three GEMMs in FP8 (llmc/fp8.cuh casts the
  * operands): forward x (E4M3) W (E4M3), input gradient dy (E5M2) W, weight gradient dy x, each summing in fp32 and
@@ -247,7 +247,7 @@ static GemmPlan g_gemm_plans[GEMM_PLANS_MAX];
 static int g_num_gemm_plans = 0;
 static int g_gemm_tuning = 0; // plans made while set time their candidates (gemm_tuning)
 
-// Choices read by gemm_algos_load: a plan's key as text and its algorithm.
+// Choices loaded from a previous run (llmc/gemm_algos.cuh: gemm_algos_load): a plan's key as text and its algorithm.
 #define GEMM_KEY_CHARS 160
 typedef struct {
     char key[GEMM_KEY_CHARS];
@@ -281,46 +281,6 @@ static void gemm_plan_key(const GemmPlan *p, char *out) {
 // Plans made from now until gemm_tuning(0) time the heuristic's candidates at their first call, on its operands.
 // The timed runs overwrite D (or add to it: beta = 1), so the caller's pass must be one whose results it discards.
 static void gemm_tuning(int on) { g_gemm_tuning = on; }
-
-// Reads the choices a previous run saved; a missing file is no error (nothing was saved yet).
-static void gemm_algos_load(const char *path) {
-    if (!file_exists(path)) { return; }
-    FILE *f = fopen_check(path, "r"); // a FIFO or folder of that name is refused, not opened (which could block)
-    char line[GEMM_KEY_CHARS + 2 * sizeof(cublasLtMatmulAlgo_t) + 8];
-    while (fgets(line, sizeof(line), f)) {
-        char *sep = strstr(line, " : ");
-        if (!sep || sep - line >= GEMM_KEY_CHARS || g_num_gemm_loaded == GEMM_PLANS_MAX) {
-            fail("'%s' is not a GEMM algorithm file", path);
-        }
-        GemmChoice *c = &g_gemm_loaded[g_num_gemm_loaded++];
-        memcpy(c->key, line, sep - line);
-        c->key[sep - line] = '\0';
-        unsigned char *bytes = (unsigned char *)&c->algo;
-        for (size_t i = 0; i < sizeof(c->algo); i++) {
-            unsigned v;
-            if (sscanf(sep + 3 + 2 * i, "%2x", &v) != 1) { fail("'%s': a truncated algorithm", path); }
-            bytes[i] = (unsigned char)v;
-        }
-    }
-    fclose(f);
-}
-
-// Writes the chosen algorithm of every timed or loaded plan, one line each: key " : " algorithm bytes in hex.
-static void gemm_algos_save(const char *path) {
-    AtomicFile af;
-    atomic_open(&af, path);
-    for (int i = 0; i < g_num_gemm_plans; i++) {
-        const GemmPlan *p = &g_gemm_plans[i];
-        if (!p->chosen) { continue; }
-        char key[GEMM_KEY_CHARS];
-        gemm_plan_key(p, key);
-        fprintf(af.f, "%s : ", key);
-        const unsigned char *bytes = (const unsigned char *)&p->algo;
-        for (size_t b = 0; b < sizeof(p->algo); b++) { fprintf(af.f, "%02x", bytes[b]); }
-        fprintf(af.f, "\n");
-    }
-    atomic_commit(&af);
-}
 
 static void gemm_plan_make(GemmPlan *p) {
     cublasOperation_t opa = p->transa ? CUBLAS_OP_T : CUBLAS_OP_N, opb = p->transb ? CUBLAS_OP_T : CUBLAS_OP_N;
