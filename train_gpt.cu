@@ -51,6 +51,7 @@
 #include "llmc/gtp.cuh"
 #include "llmc/layernorm.cuh"
 #include "llmc/matmul.cuh"
+#include "llmc/model_io.cuh"
 #include "llmc/params.cuh"
 #include "llmc/rope.cuh"
 #include "llmc/swiglu.cuh"
@@ -187,6 +188,7 @@ template <typename floatX> struct GPT {
                                    // grads holds stale values until then; grads_materialize makes it true
     floatX *weights;               // what the kernels read: params itself (fp32) or its bf16 copy
     DataParallel dp;               // the parameter groups, and with DP > 1 the ranks' collectives
+    ModelShards shards;            // the above as the host's copies of the model see them (llmc/model_io.cuh)
     int reduce_grads;              // this backward is the last micro-step's: sum each group over the DP ranks (DP > 1)
                                    // and, under SP, the replicated parameters' gradients over the TP ranks
     Linear<floatX> *linears;       // (L, BLOCK_LINEARS): every block's linear layers (block_linear)
@@ -509,6 +511,7 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, con
     gtp_init(&g->gtp, mesh, o->gtp_materialize, o->gtp_prefetch, gtp_buffer_bytes(config, mesh, fp8, sizeof(floatX)),
              gathered);
     dp_init(&g->dp, mesh, config, &g->layout, o->zero);
+    g->shards = {&g->config, &g->mesh, &g->tp, &g->gtp, &g->dp, g->layout.total, g->tp_layout.total};
     if (fp8) {
         g->fp8 = (Fp8Device *)calloc_check(1, sizeof(Fp8Device), "FP8 state");
         fp8_device_init(g->fp8, fp8, config->num_layers);
@@ -1467,22 +1470,7 @@ static double op_eval_loss(void *ctx, const int *inputs, const int *targets, int
     return g->host.scalars[0];
 }
 
-// n logits of type floatX on the device to fp32 on the host.
-template <typename floatX> static void copy_to_host_float(float *out, const floatX *src, size_t n) {
-    if constexpr (std::is_same<floatX, float>::value) {
-        cudaCheck(cudaMemcpyAsync(out, src, n * sizeof(float), cudaMemcpyDeviceToHost, g_cuda.stream));
-        comm_wait_stream(g_cuda.stream, "a copy to the host");
-    } else {
-        floatX *tmp = (floatX *)malloc_check(n * sizeof(floatX), "logits copy");
-        cudaCheck(cudaMemcpyAsync(tmp, src, n * sizeof(floatX), cudaMemcpyDeviceToHost, g_cuda.stream));
-        comm_wait_stream(g_cuda.stream, "a copy to the host");
-        for (size_t i = 0; i < n; i++) { out[i] = __bfloat162float(tmp[i]); }
-        free(tmp);
-    }
-}
-
-// Under TP a rank's logits are the columns of its vocabulary rows: the row is all-gathered over the TP group (rank
-// r's part is columns [r Vp/TP, (r+1) Vp/TP), so the gathered row is in vocabulary order) in the row_gather buffer.
+// Under TP a rank's logits are the columns of its vocabulary rows: the row is gathered in row_gather.
 template <typename floatX> static void op_logits_at(void *ctx, const int *tokens, int T, int pos, float *out) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     check_batch(g, 1, T);
@@ -1491,15 +1479,7 @@ template <typename floatX> static void op_logits_at(void *ctx, const int *tokens
     gpt_forward(g, 1, T);
     g->eval_B = 0;
     size_t Vp = g->config.padded_vocab_size, Vl = Vp / g->tp.size;
-    const floatX *row = g->acts.logits + (size_t)pos * Vl;
-    if (tp_active(&g->tp)) {
-        cudaCheck(cudaMemcpyAsync(g->row_gather + g->tp.rank * Vl, row, Vl * sizeof(floatX), cudaMemcpyDeviceToDevice,
-                                  g_cuda.stream));
-        const char *what = "the tensor-parallel all-gather of a row of logits";
-        tp_all_gather_joined(&g->tp, g->row_gather, Vl, g_cuda.stream, what);
-        row = g->row_gather;
-    }
-    copy_to_host_float(out, row, Vp);
+    logits_row_to_host(&g->tp, g->row_gather, g->acts.logits + (size_t)pos * Vl, Vp, out);
 }
 
 template <typename floatX> static void op_copy_logits(void *ctx, float *out) {
@@ -1507,110 +1487,6 @@ template <typename floatX> static void op_copy_logits(void *ctx, float *out) {
     if (g->eval_B == 0) { fail("copy_logits needs an eval_loss just before it"); }
     if (tp_active(&g->tp)) { fail("copy_logits (a test hook) is for one GPU; under --tp each rank holds a slice"); }
     copy_to_host_float(out, g->acts.logits, (size_t)g->eval_B * g->eval_T * g->config.padded_vocab_size);
-}
-
-static void copy_device_to_host(float *out, const float *src, size_t n) {
-    cudaCheck(cudaMemcpyAsync(out, src, n * sizeof(float), cudaMemcpyDeviceToHost, g_cuda.stream));
-    comm_wait_stream(g_cuda.stream, "a copy to the host");
-}
-static void copy_host_to_device(float *dst, const float *src, size_t n) {
-    cudaCheck(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, g_cuda.stream));
-    comm_wait_stream(g_cuda.stream, "a copy to the GPU");
-}
-
-/*
- * The host side of the model is whole (param_layout() order: model files, state files); a rank's device buffers hold
- * its tensors (layout: TP-local, llmc/tp_layout.h, with GTP's shards of the block weight matrices, llmc/gtp_plan.h).
- * gather_to_host: the whole tensors from every rank's buffer, first its GTP group's shards (all-gathered, assembled
- * into TP-local tensors on the host: gtp_gather_to_tp), then its TP group's slices (all-gathered TP_GATHER_CHUNK
- * floats at a time through a temporary buffer, then placed on the host: tp_gather_to_host); every rank of the groups
- * gets them. scatter_to_device: elements [begin, begin + count) of this rank's buffer, cut from whole tensors.
- */
-#define TP_GATHER_CHUNK ((size_t)1 << 25) // 128 MB of fp32 per rank and chunk
-
-// local: this rank's TP-local tensors (tp_layout) on the device.
-template <typename floatX> static void tp_gather_to_host(GPT<floatX> *g, const float *local, float *full) {
-    size_t P = g->tp_layout.total;
-    if (!tp_active(&g->tp)) {
-        copy_device_to_host(full, local, P);
-        return;
-    }
-    int tp = g->tp.size;
-    size_t chunk = P < TP_GATHER_CHUNK ? P : TP_GATHER_CHUNK;
-    float *host = (float *)malloc_check((size_t)tp * P * sizeof(float), "the gathered tensor-parallel parameters");
-    float *stage = NULL;
-    cudaCheck(cudaMalloc(&stage, (size_t)tp * chunk * sizeof(float)));
-    const char *what = "the tensor-parallel all-gather of the parameters or optimizer state";
-    for (size_t o = 0; o < P; o += chunk) {
-        size_t n = P - o < chunk ? P - o : chunk;
-        cudaCheck(cudaMemcpyAsync(stage + g->tp.rank * n, local + o, n * sizeof(float), cudaMemcpyDeviceToDevice,
-                                  g_cuda.stream));
-        tp_all_gather_joined(&g->tp, stage, n, g_cuda.stream, what);
-        for (int r = 0; r < tp; r++) {
-            cudaCheck(cudaMemcpyAsync(host + r * P + o, stage + r * n, n * sizeof(float), cudaMemcpyDeviceToHost,
-                                      g_cuda.stream));
-        }
-        comm_wait_stream(g_cuda.stream, what);
-    }
-    cudaCheck(cudaFree(stage));
-    const float **locals = (const float **)malloc_check(tp * sizeof(float *), "tensor-parallel buffers");
-    for (int r = 0; r < tp; r++) { locals[r] = host + r * P; }
-    param_gather_tp(&g->config, tp, locals, full);
-    free(locals);
-    free(host);
-}
-
-// The TP-local tensors (on the device, tp_layout) of this rank's GTP group, from the G ranks' buffers (local, layout).
-template <typename floatX> static float *gtp_gather_to_tp(GPT<floatX> *g, const float *local) {
-    size_t P = g->layout.total, Pt = g->tp_layout.total, G = (size_t)g->gtp.size;
-    const char *what = "the GTP all-gather of the parameters or optimizer state";
-    float *all = NULL, *tp = NULL;
-    cudaCheck(cudaMalloc(&all, G * P * sizeof(float)));
-    cudaCheck(cudaMalloc(&tp, Pt * sizeof(float)));
-    gtp_after_compute(&g->gtp, g_cuda.stream); // behind whatever wrote `local`
-    ncclCheck(ncclAllGather(local, all, P, ncclFloat32, comm_get(COMM_GTP), g->gtp.ag));
-    comm_settle(comm_get(COMM_GTP), what, g_comm.timeout_s);
-    float *host = (float *)malloc_check(G * P * sizeof(float), "the gathered GTP shards");
-    float *host_tp = (float *)malloc_check(Pt * sizeof(float), "the TP-local parameters");
-    cudaCheck(cudaMemcpyAsync(host, all, G * P * sizeof(float), cudaMemcpyDeviceToHost, g->gtp.ag));
-    comm_wait_stream(g->gtp.ag, what);
-    const float **parts = (const float **)malloc_check(G * sizeof(float *), "GTP buffers");
-    for (size_t r = 0; r < G; r++) { parts[r] = host + r * P; }
-    param_gather_gtp(&g->config, &g->mesh, parts, host_tp);
-    copy_host_to_device(tp, host_tp, Pt);
-    free(parts);
-    free(host_tp);
-    free(host);
-    cudaCheck(cudaFree(all));
-    return tp;
-}
-
-template <typename floatX> static void gather_to_host(GPT<floatX> *g, const float *local, float *full) {
-    if (g->gtp.size == 1) { // the layout is the TP-local one
-        tp_gather_to_host(g, local, full);
-        return;
-    }
-    float *tp = gtp_gather_to_tp(g, local);
-    tp_gather_to_host(g, tp, full);
-    cudaCheck(cudaFree(tp));
-}
-
-template <typename floatX>
-static void scatter_to_device(GPT<floatX> *g, const float *full, float *dst, size_t begin, size_t count) {
-    if (!tp_active(&g->tp) && g->gtp.size == 1) {
-        copy_host_to_device(dst, full + begin, count);
-        return;
-    }
-    float *tp = (float *)malloc_check(g->tp_layout.total * sizeof(float), "tensor-parallel parameters");
-    param_slice_tp(&g->config, &g->mesh, full, tp);
-    float *local = tp;
-    if (g->gtp.size > 1) {
-        local = (float *)malloc_check(g->layout.total * sizeof(float), "GTP shards");
-        param_slice_gtp(&g->config, &g->mesh, tp, local);
-    }
-    copy_host_to_device(dst, local + begin, count);
-    if (local != tp) { free(local); }
-    free(tp);
 }
 
 template <typename floatX> static void op_get_params(void *ctx, float *out) {
@@ -1621,12 +1497,12 @@ template <typename floatX> static void op_get_params(void *ctx, float *out) {
     if (g->dp.zero && !std::is_same<floatX, float>::value) {
         dp_all_gather(&g->dp, g->params, g_cuda.stream, "the all-gather of the master weights");
     }
-    gather_to_host(g, g->params, out);
+    gather_to_host(&g->shards, g->params, out);
 }
 template <typename floatX> static void op_set_params(void *ctx, const float *in) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     updated_join(g);
-    scatter_to_device(g, in, g->params, 0, g->layout.total);
+    scatter_to_device(&g->shards, in, g->params, 0, g->layout.total);
     if ((void *)g->weights != (void *)g->params) {
         convert_from_float(g->weights, g->params, g->layout.total, g_cuda.stream);
         comm_wait_stream(g_cuda.stream, "the conversion of the weights");
@@ -1638,30 +1514,18 @@ template <typename floatX> static void op_get_grads(void *ctx, float *out) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     updated_join(g);
     grads_materialize(g);
-    gather_to_host(g, g->grads, out);
+    gather_to_host(&g->shards, g->grads, out);
 }
-// Under ZeRO-1 each moment is gathered from the slices into the gradient buffer, which is free between an update
-// and the next zero_grad, so a checkpoint needs no extra GPU memory; the state file is the single-GPU one.
+// Under ZeRO-1 the moments are gathered through the gradient buffer, free between an update and the next zero_grad.
 template <typename floatX> static void op_get_opt_state(void *ctx, float *m, float *v) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     updated_join(g);
-    if (!g->dp.zero) {
-        gather_to_host(g, g->m, m);
-        gather_to_host(g, g->v, v);
-        return;
-    }
-    dp_gather_slices(&g->dp, g->m, g->grads, g_cuda.stream, "the all-gather of AdamW's first moments");
-    gather_to_host(g, g->grads, m);
-    dp_gather_slices(&g->dp, g->v, g->grads, g_cuda.stream, "the all-gather of AdamW's second moments");
-    gather_to_host(g, g->grads, v);
+    gather_opt_state_to_host(&g->shards, g->m, g->v, g->grads, m, v);
 }
-// Each rank keeps its own slice of the whole model's moments (its TP-local tensors, all of them without ZeRO-1).
 template <typename floatX> static void op_set_opt_state(void *ctx, const float *m, const float *v) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     updated_join(g);
-    Span owned = dp_owned(&g->dp);
-    scatter_to_device(g, m, g->m, owned.begin, owned.count);
-    scatter_to_device(g, v, g->v, owned.begin, owned.count);
+    scatter_opt_state_to_device(&g->shards, m, v, g->m, g->v);
 }
 
 // The time the compute stream waited for collectives since the last call (the log line's exposed communication);
