@@ -1492,9 +1492,10 @@ template <typename floatX> static void op_copy_logits(void *ctx, float *out) {
 template <typename floatX> static void op_get_params(void *ctx, float *out) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     updated_join(g);
-    // Under ZeRO-1 in bf16 mode only this rank's slice of the fp32 masters is current (the weights the GEMMs read
-    // were broadcast, the masters were not): gather them first. In fp32 mode the masters are those weights.
-    if (g->dp.zero && !std::is_same<floatX, float>::value) {
+    // Under ZeRO-1 with a copy of the weights beside the masters (bf16, or fp8 also with fp32 activations) only this
+    // rank's slice of the fp32 masters is current (the copy the GEMMs read was broadcast, the masters were not):
+    // gather them first. In fp32 mode the masters are the weights the GEMMs read.
+    if (g->dp.zero && (void *)g->weights != (void *)g->params) {
         dp_all_gather(&g->dp, g->params, g_cuda.stream, "the all-gather of the master weights");
     }
     gather_to_host(&g->shards, g->params, out);
