@@ -118,7 +118,9 @@ template <typename floatX> struct Activations {
     float *lse;                    // (L, B, NH/TP, T) log-sum-exp of each attention row
     floatX *fch;                   // (L, N, FC/TP) fc output before GELU or SwiGLU; SwiGLU's backward overwrites
                                    // a layer's with its gradient (fc's output gradient), which fc's backward reads
-    floatX *h4;                    // swiglu(fch): (L, N, F), every layer's kept for backward.
+    floatX *h4;                    // swiglu(fch): (L, N, F), every layer's kept for backward; in fp8 the bf16
+                                   // blocks' only, a slot each (an FP8 block's fc casts swiglu(fch) as the fc
+                                   // projection's FP8 input, kept transposed in Fp8Linear::x_t).
                                    // gelu(fch): (keep_gelu, N, 4C/TP) for the first layers, which keep it for
                                    // backward, then (N, 4C/TP) for the others, which recompute it there a layer
                                    // ahead (gelu_recompute): the highest (GPT::top_recompute) and every second one
@@ -142,7 +144,7 @@ template <typename floatX> struct Activations {
     floatX *dres;                  // (N, C) gradient of the residual stream (this rank's Ns tokens of it under SP,
                                    // gathered to all N where a row-parallel backward or the embedding needs them)
     floatX *dqkv;                  // (N, QKV/TP)
-    floatX *dfch;                  // (N, FC/TP) gradient of the fc output (SwiGLU: of its output, (N, F)): the
+    floatX *dfch;                  // (N, FC/TP) gradient of the fc output (SwiGLU: of its output, (N, F/TP)): the
                                    // logits' buffer, which backward no longer needs once the LM head's is done (its
                                    // own buffer were Vp < FC)
     void *attn_workspace;
@@ -313,7 +315,7 @@ template <typename floatX> static bool fp8_layer(const GPT<floatX> *g, int l) {
 
 // Whether layer l computes gelu(fch) again for its backward (gelu_recompute) rather than keeping it: past
 // --keep-gelu-layers; in fp8 that is the FP8 blocks' FP8 copy, and the bf16 blocks (few, at the ends) keep theirs.
-// A SwiGLU MLP keeps its output in every layer.
+// A SwiGLU MLP keeps its output in every layer (an FP8 block transposed in FP8: fp8_make).
 template <typename floatX> static bool recomputes_gelu(const GPT<floatX> *g, int l) {
     return g->config.mlp == MLP_GELU && l >= g->keep_gelu && (!g->fp8 || fp8_layer(g, l));
 }
@@ -349,10 +351,10 @@ template <typename floatX> static LayerActs<floatX> layer_acts(const GPT<floatX>
     x.atty = a.atty + l * N * A;
     x.fch = a.fch + l * N * M;
     int keep = g->keep_gelu;
-    if (g->config.mlp == MLP_SWIGLU) {
+    if (g->fp8) {
+        x.h4 = fp8_layer(g, l) ? NULL : a.h4 + slot * N * F;
+    } else if (g->config.mlp == MLP_SWIGLU) {
         x.h4 = a.h4 + l * N * F;
-    } else if (g->fp8) {
-        x.h4 = fp8_layer(g, l) ? NULL : a.h4 + slot * N * M;
     } else {
         x.h4 = l < keep ? a.h4 + l * N * M : (g->top_recompute - l) % 2 == 0 ? a.h4 + keep * N * M : a.h4_alt;
     }
@@ -406,7 +408,7 @@ template <typename floatX> static void activations_alloc(GPT<floatX> *g) {
     a.proj = dev_alloc<floatX>(N * C, "projection scratch");
     int recomputing = 0; // layers that recompute gelu(fch): they alternate between two buffers (layer_acts)
     for (int l = 0; l < (int)L; l++) { recomputing += recomputes_gelu(g, l); }
-    size_t h4_slots = c->mlp == MLP_SWIGLU ? L : g->fp8 ? bf16_blocks(g) : g->keep_gelu + (recomputing > 0);
+    size_t h4_slots = g->fp8 ? bf16_blocks(g) : c->mlp == MLP_SWIGLU ? L : g->keep_gelu + (recomputing > 0);
     a.h4 = dev_alloc<floatX>(h4_slots * N * F, "MLP activation outputs");
     a.dres = dev_alloc<floatX>(N * C, "residual gradient");
     a.dqkv = dev_alloc<floatX>(N * g->qkv, "QKV gradient");
@@ -581,12 +583,15 @@ template <typename floatX> static uint8_t *fp8_codes(const GPT<floatX> *g, int l
  * (the fc projection's in the layers that keep gelu(fch); the others recompute it into the alternating h4t buffers);
  * the row-major scratch of the inputs and output gradients every layer shares; and a transposed output gradient per
  * kind of layer (it lives from the input gradient to the weight gradient, and the backward interleaves a block's two
- * pairs of layers). The GELU coupling of fc and the fc projection is GPT-2's; SwiGLU's layers cast their own input
- * (its output, kept in h4) and output gradient (SwiGLU's input gradient) as the other layers do.
+ * pairs of layers). fc and the fc projection are coupled through the MLP's activation (Fp8Linear::act_consumer):
+ * fc's forward casts gelu(fch) or swiglu(fch) as the fc projection's input; with GELU the fc projection's
+ * input-gradient step casts fc's output gradient through gelu' (SwiGLU's layers cast theirs as the others do).
+ * SwiGLU's output is kept transposed in FP8 in every layer (N F bytes a layer, half of what its bf16 copy took):
+ * recasting it in the backward, as the GELU layers past --keep-gelu-layers do, would read fch again (4 bytes an
+ * element for every byte written) beside each layer's backward, and fp8's bar is speed.
  */
 template <typename floatX> static void fp8_make(GPT<floatX> *g) {
     int L = g->config.num_layers, M = g->mlp;
-    bool gelu = g->config.mlp == MLP_GELU;
     size_t N = (size_t)g->maxB * g->maxT;
     int in[BLOCK_LINEARS], out[BLOCK_LINEARS], widest = 0; // every layer's shape: layer 0's
     for (int k = 0; k < BLOCK_LINEARS; k++) {
@@ -601,6 +606,7 @@ template <typename floatX> static void fp8_make(GPT<floatX> *g) {
     uint8_t *x = (uint8_t *)cuda_alloc(N * widest, "FP8 inputs"), *dy = (uint8_t *)cuda_alloc(N * widest, "FP8 grads");
     uint8_t *dy_t[BLOCK_LINEARS];
     for (int k = 0; k < BLOCK_LINEARS; k++) { dy_t[k] = (uint8_t *)cuda_alloc(N * out[k], "FP8 output gradients"); }
+    bool gelu = g->config.mlp == MLP_GELU;
     float *dbias = gelu ? dev_alloc<float>(fp8_col_sums_floats((int)N, M), "fc bias gradient partial sums") : NULL;
     g->fp8_linears = (Fp8Linear *)calloc_check((size_t)L * BLOCK_LINEARS, sizeof(Fp8Linear), "FP8 linear layers");
     for (int l = 0; l < L; l++) {
@@ -622,14 +628,15 @@ template <typename floatX> static void fp8_make(GPT<floatX> *g) {
                                     : g->acts.h4t[(g->top_recompute - l) % 2];
             lin->fp8 = q;
         }
-        if (!gelu) { continue; }
         Fp8Linear *fc = &g->fp8_linears[l * BLOCK_LINEARS + LIN_FC];
         Fp8Linear *fcproj = &g->fp8_linears[l * BLOCK_LINEARS + LIN_FCPROJ];
-        fc->gelu_consumer = fcproj;
+        fc->act_consumer = fcproj;
+        fc->act = g->config.mlp;
+        fcproj->input_from_producer = 1;
+        if (!gelu) { continue; }
         fc->grad_from_consumer = 1;
         fc->dbias_partials = dbias;
-        fcproj->gelu_producer = fc;
-        fcproj->input_from_producer = 1;
+        fcproj->act_producer = fc;
     }
 }
 
@@ -876,9 +883,10 @@ template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T)
         for (int k = 0; k < K; k++) {
             ForwardChunk f = gpt_chunk(g, B, T, k);
             chunk_layernorm(g, f, x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, x.res_in, a.proj, w[P_LN2W], w[P_LN2B]);
-            // GELU is fc's epilogue (fch kept as its aux); SwiGLU a pass of its own over [gate | up]
+            // GELU is fc's epilogue (fch kept as its aux); SwiGLU a pass of its own over [gate | up] into h4, but in
+            // an FP8 block, whose fc casts either activation as the fc projection's input (x.h4 NULL)
             block_linear_forward(g, l, LIN_FC, swiglu ? x.fch : x.h4, x.ln2, swiglu ? (floatX *)NULL : x.fch, f, K);
-            if (swiglu) { swiglu_forward(x.h4 + (size_t)f.row * F, x.fch + (size_t)f.row * M, f.rows, F, s); }
+            if (swiglu && x.h4) { swiglu_forward(x.h4 + (size_t)f.row * F, x.fch + (size_t)f.row * M, f.rows, F, s); }
             block_linear_forward(g, l, LIN_FCPROJ, a.proj, x.h4, (floatX *)NULL, f, K);
         }
     }

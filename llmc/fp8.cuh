@@ -21,6 +21,7 @@
 
 #include "cuda_common.cuh"
 #include "fp8.h"
+#include "swiglu.cuh"
 
 // The first tensor (fp8_tensor) whose step amax was not finite, and that amax; tensor == tensors: none.
 typedef struct {
@@ -132,9 +133,9 @@ template <typename T> __device__ __forceinline__ void fp8_load(float *v, const T
     }
 }
 
-// What a cast reads, FP8_VEC consecutive values at element i of a row-major tensor at a time: a tensor itself, gelu of
-// it (fc's output, cast as the fc projection's input), or the GELU backward dy gelu'(pre) (the fc projection's input
-// gradient, cast as fc's output gradient).
+// What a cast reads, FP8_VEC consecutive values at element i of a row-major tensor at a time: a tensor itself, the MLP
+// activation of fc's output (cast as the fc projection's input): gelu of it, or SwiGLU of its [gate | up] halves; or
+// the GELU backward dy gelu'(pre) (the fc projection's input gradient, cast as fc's output gradient).
 template <typename T> struct Fp8Plain {
     const T *x;
     __device__ __forceinline__ void operator()(float *v, size_t i) const { fp8_load(v, x + i); }
@@ -155,6 +156,26 @@ template <typename T> struct Fp8DgeluOf {
         fp8_load(p, pre + i);
 #pragma unroll
         for (int j = 0; j < FP8_VEC; j++) { v[j] *= gelu_grad_fast(p[j]); }
+    }
+};
+
+// Row i / cols of a row-major tensor cols wide (32-bit division where i allows: a 64-bit one costs several times more).
+__device__ __forceinline__ size_t row_of(size_t i, int cols) {
+    return i <= UINT_MAX ? (size_t)((unsigned)i / (unsigned)cols) : i / (size_t)cols;
+}
+
+// h (rows, F) = silu(gate) * up of fch (rows, 2F) = [gate | up] (swiglu.cuh's arithmetic); i is h's element, F a
+// multiple of FP8_VEC, so a thread's values lie in one half.
+template <typename T> struct Fp8SwigluOf {
+    const T *fch;
+    int F;
+    __device__ __forceinline__ void operator()(float *v, size_t i) const {
+        const T *gate = fch + i + row_of(i, F) * F; // row r of h starts at 2F r in fch
+        float u[FP8_VEC];
+        fp8_load(v, gate);
+        fp8_load(u, gate + F);
+#pragma unroll
+        for (int j = 0; j < FP8_VEC; j++) { v[j] = swiglu_of(v[j], u[j]); }
     }
 };
 

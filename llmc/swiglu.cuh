@@ -6,9 +6,11 @@
  *   forward:  out = silu(gate) * up                                            (rows of F)
  *   backward: dgate = dout * up * silu'(gate), silu'(g) = s (1 + g (1 - s));  dup = dout * silu(gate)
  *             written as rows [dgate | dup] of 2F, the gate/up GEMM's output gradient.
- * fp32 math with the accurate expf (the CPU build's), stored as T. A thread takes a pack (16 bytes: 8 bf16 or 4 fp32
- * columns) of the gate half, the matching pack of the up half and of the output, so F must be a multiple of the pack.
- * Geometry: blocks take rows (grid-stride), threads the packs of a row.
+ * fp32 math with the accurate expf (the CPU build's), stored as T; swiglu_of and swiglu_grads are the arithmetic,
+ * which the FP8 cast that fuses SwiGLU (fp8.cuh: Fp8SwigluOf) shares, so a value is the same bits in either. A
+ * thread takes a pack (16 bytes: 8 bf16 or 4 fp32 columns) of the gate half, the matching pack of the up half and of
+ * the output, so F must be a multiple of the pack. Geometry: blocks take rows (grid-stride), threads the packs of a
+ * row. F is a parameter: under tensor parallelism a rank's F / TP local features.
  */
 #ifndef LLMC_SWIGLU_CUH
 #define LLMC_SWIGLU_CUH
@@ -19,6 +21,16 @@
 
 __device__ __forceinline__ float sigmoid_of(float g) { return 1.0f / (1.0f + expf(-g)); }
 
+// silu(g) u
+__device__ __forceinline__ float swiglu_of(float g, float u) { return g * sigmoid_of(g) * u; }
+
+// dgate and dup of dout dy at (g, u)
+__device__ __forceinline__ void swiglu_grads(float dy, float g, float u, float *dgate, float *dup) {
+    const float s = sigmoid_of(g);
+    *dgate = dy * u * (s * (1.0f + g * (1.0f - s)));
+    *dup = dy * (g * s);
+}
+
 // out (rows, F) = silu(gate) * up of inp (rows, 2F).
 template <typename T>
 __global__ void __launch_bounds__(SWIGLU_THREADS) swiglu_forward_kernel(T *out, const T *inp, int rows, int F) {
@@ -27,7 +39,7 @@ __global__ void __launch_bounds__(SWIGLU_THREADS) swiglu_forward_kernel(T *out, 
         const T *gate = inp + (size_t)row * 2 * F, *up = gate + F;
         for (int col = threadIdx.x * PN; col < F; col += blockDim.x * PN) {
             Packed<T> g = load_packed_cs(gate + col), u = load_packed_cs(up + col), o;
-            for (int j = 0; j < PN; j++) { o.set(j, g[j] * sigmoid_of(g[j]) * u[j]); }
+            for (int j = 0; j < PN; j++) { o.set(j, swiglu_of(g[j], u[j])); }
             store_packed(out + (size_t)row * F + col, o);
         }
     }
@@ -44,9 +56,10 @@ __global__ void __launch_bounds__(SWIGLU_THREADS)
             Packed<T> g = load_packed_cs(inp + base + col), u = load_packed_cs(inp + base + F + col);
             Packed<T> dy = load_packed_cs(dout + (size_t)row * F + col), dg, du;
             for (int j = 0; j < PN; j++) {
-                const float s = sigmoid_of(g[j]);
-                dg.set(j, dy[j] * u[j] * (s * (1.0f + g[j] * (1.0f - s))));
-                du.set(j, dy[j] * (g[j] * s));
+                float dgate, dup;
+                swiglu_grads(dy[j], g[j], u[j], &dgate, &dup);
+                dg.set(j, dgate);
+                du.set(j, dup);
             }
             store_packed(dinp + base + col, dg);
             store_packed(dinp + base + F + col, du);
