@@ -118,6 +118,7 @@ template <typename floatX> struct Activations {
     float *lse;                    // (L, B, NH/TP, T) log-sum-exp of each attention row
     floatX *fch;                   // (L, N, FC/TP) fc output before GELU or SwiGLU; SwiGLU's backward overwrites
                                    // a layer's with its gradient (fc's output gradient), which fc's backward reads
+                                   // (an FP8 block's backward casts that gradient instead: fch stays)
     floatX *h4;                    // swiglu(fch): (L, N, F), every layer's kept for backward; in fp8 the bf16
                                    // blocks' only, a slot each (an FP8 block's fc casts swiglu(fch) as the fc
                                    // projection's FP8 input, kept transposed in Fp8Linear::x_t).
@@ -584,11 +585,11 @@ template <typename floatX> static uint8_t *fp8_codes(const GPT<floatX> *g, int l
  * the row-major scratch of the inputs and output gradients every layer shares; and a transposed output gradient per
  * kind of layer (it lives from the input gradient to the weight gradient, and the backward interleaves a block's two
  * pairs of layers). fc and the fc projection are coupled through the MLP's activation (Fp8Linear::act_consumer):
- * fc's forward casts gelu(fch) or swiglu(fch) as the fc projection's input; with GELU the fc projection's
- * input-gradient step casts fc's output gradient through gelu' (SwiGLU's layers cast theirs as the others do).
- * SwiGLU's output is kept transposed in FP8 in every layer (N F bytes a layer, half of what its bf16 copy took):
- * recasting it in the backward, as the GELU layers past --keep-gelu-layers do, would read fch again (4 bytes an
- * element for every byte written) beside each layer's backward, and fp8's bar is speed.
+ * fc's forward casts gelu(fch) or swiglu(fch) as the fc projection's input, whose input-gradient step casts fc's
+ * output gradient through the activation's backward. SwiGLU's output is kept transposed in FP8 in every layer
+ * (N F bytes a layer, half of what its bf16 copy took): recasting it in the backward, as the GELU layers past
+ * --keep-gelu-layers do, would read fch again (4 bytes an element for every byte written) beside each layer's
+ * backward, and fp8's bar is speed.
  */
 template <typename floatX> static void fp8_make(GPT<floatX> *g) {
     int L = g->config.num_layers, M = g->mlp;
@@ -606,8 +607,8 @@ template <typename floatX> static void fp8_make(GPT<floatX> *g) {
     uint8_t *x = (uint8_t *)cuda_alloc(N * widest, "FP8 inputs"), *dy = (uint8_t *)cuda_alloc(N * widest, "FP8 grads");
     uint8_t *dy_t[BLOCK_LINEARS];
     for (int k = 0; k < BLOCK_LINEARS; k++) { dy_t[k] = (uint8_t *)cuda_alloc(N * out[k], "FP8 output gradients"); }
-    bool gelu = g->config.mlp == MLP_GELU;
-    float *dbias = gelu ? dev_alloc<float>(fp8_col_sums_floats((int)N, M), "fc bias gradient partial sums") : NULL;
+    float *dbias = g->config.bias ? dev_alloc<float>(fp8_col_sums_floats((int)N, M), "fc bias gradient partial sums")
+                                  : (float *)NULL;
     g->fp8_linears = (Fp8Linear *)calloc_check((size_t)L * BLOCK_LINEARS, sizeof(Fp8Linear), "FP8 linear layers");
     for (int l = 0; l < L; l++) {
         if (!fp8_layer(g, l)) { continue; }
@@ -632,11 +633,10 @@ template <typename floatX> static void fp8_make(GPT<floatX> *g) {
         Fp8Linear *fcproj = &g->fp8_linears[l * BLOCK_LINEARS + LIN_FCPROJ];
         fc->act_consumer = fcproj;
         fc->act = g->config.mlp;
-        fcproj->input_from_producer = 1;
-        if (!gelu) { continue; }
         fc->grad_from_consumer = 1;
         fc->dbias_partials = dbias;
         fcproj->act_producer = fc;
+        fcproj->input_from_producer = 1;
     }
 }
 
@@ -1121,10 +1121,10 @@ template <typename floatX> static void wgrad_overlap(GPT<floatX> *g, WgradQueue<
 // and its weight gradient deferred to the queue.
 template <typename floatX>
 static void block_input_grad(GPT<floatX> *g, WgradQueue<floatX> *q, int l, int k, floatX *dinp, const floatX *dout,
-                             const floatX *inp, const floatX *gelu_aux) {
+                             const floatX *inp, const floatX *act_aux) {
     const Linear<floatX> &lin = block_linear(g, l, k);
     gtp_acquire(g, l, k);
-    linear_backward_input(lin, dinp, dout, inp, gelu_aux, q->N, g_cuda.stream);
+    linear_backward_input(lin, dinp, dout, inp, act_aux, q->N, g_cuda.stream);
     gtp_done(g, l, k);
     wgrad_defer(q, k, lin, dout, inp);
 }
@@ -1153,13 +1153,15 @@ template <typename floatX> static void block_backward(GPT<floatX> *g, int l, int
     // MLP: a layer that did not keep h4 = gelu(fch) waits for its recompute (gelu_recompute); d fch goes to its own
     // buffer (a.dfch), once the layer above has summed its fc bias gradient there. SwiGLU: a.dfch takes the gradient
     // of h4 = swiglu(fch) instead, and swiglu_backward turns it into d fch in place of fch (which nothing reads
-    // after), where fc's input and weight gradients read it.
-    bool swiglu = c->mlp == MLP_SWIGLU;
+    // after), where fc's input and weight gradients read it. The fc projection's input gradient applies the
+    // activation's backward itself (act_aux) for GELU, and in an FP8 block for SwiGLU too: there its casts make fc's
+    // FP8 output gradient from fch, which stays.
+    bool swiglu = c->mlp == MLP_SWIGLU, act_in_fcproj = !swiglu || fp8_layer(g, l);
     floatX *dfch = swiglu ? x.fch : a.dfch;
     if (recomputes_gelu(g, l)) { cudaCheck(cudaStreamWaitEvent(s, g->gelu_recomputed, 0)); }
     cudaCheck(cudaStreamWaitEvent(s, g->fc_bias_done, 0));
-    block_input_grad(g, q, l, LIN_FCPROJ, a.dfch, a.dres, x.h4, swiglu ? (const floatX *)NULL : x.fch);
-    if (swiglu) { swiglu_backward(dfch, a.dfch, x.fch, N, g->ffn, s); }
+    block_input_grad(g, q, l, LIN_FCPROJ, a.dfch, a.dres, x.h4, act_in_fcproj ? x.fch : (const floatX *)NULL);
+    if (!act_in_fcproj) { swiglu_backward(dfch, a.dfch, x.fch, N, g->ffn, s); }
     fc_bias_backward(g, l, N, acc);
     if (l > 0 && recomputes_gelu(g, l - 1)) { gelu_recompute(g, l - 1, N); }
     block_input_grad(g, q, l, LIN_FC, a.proj, dfch, x.ln2, (const floatX *)NULL);

@@ -50,11 +50,11 @@ typedef struct Fp8Linear {
     uint8_t *dy, *dy_t;                // (N, out), (out, N)
     float *partials;                   // the compute stream's amax-pass scratch (Fp8Device::amax_blocks floats)
     // fc and the fc projection, whose input is the MLP's activation of fc's output (act: config.h's MlpKind, GELU or
-    // SwiGLU over its [gate | up] halves): fc casts that input (act_consumer), so the activation costs no pass of its
-    // own (SwiGLU's bf16 output would be written only to be read by the cast); with GELU the fc projection also casts
-    // fc's output gradient, its own input gradient times gelu' (act_producer), with the column sums that make fc's
-    // bias gradient (dbias_partials, fp8_col_sums_floats(N, out)), where cuBLASLt would run gelu' as a slow pass of
-    // its own after an FP8 GEMM
+    // SwiGLU over its [gate | up] halves): fc casts that input (act_consumer), and the fc projection casts fc's output
+    // gradient, its own input gradient through the activation's backward (act_producer), with the column sums that
+    // make fc's bias gradient where fc has one (dbias_partials, fp8_col_sums_floats(N, out)). The activation and its
+    // backward then cost no pass of their own (cuBLASLt would run gelu' after an FP8 GEMM as a slow one, and SwiGLU's
+    // bf16 output would be written only to be read by the cast)
     struct Fp8Linear *act_consumer, *act_producer;
     int act;
     int input_from_producer, grad_from_consumer;
@@ -593,11 +593,12 @@ static void linear_forward(const Linear<T> &lin, T *out, const T *inp, T *gelu_a
 
 /*
  * In FP8: dout cast first (for this GEMM, and transposed for the weight gradient), unless the layer above cast it
- * (fc: grad_from_consumer); the product, and for the fc projection (gelu_aux) gelu' of it cast as fc's output gradient
- * with the column sums of fc's bias gradient: dinp holds the product, not times gelu'.
+ * (fc: grad_from_consumer); the product, and for the fc projection (act_aux: fc's output, the activation's input) the
+ * activation's backward of it cast as fc's output gradient (gelu', with the column sums of fc's bias gradient; or
+ * SwiGLU's [dgate | dup], twice as wide): dinp holds the product, the gradient of the activation's output.
  */
 template <typename T>
-static void fp8_linear_dgrad(const Linear<T> &lin, T *dinp, const T *dout, const T *gelu_aux, int N,
+static void fp8_linear_dgrad(const Linear<T> &lin, T *dinp, const T *dout, const T *act_aux, int N,
                              cudaStream_t stream) {
     const Fp8Linear *q = lin.fp8;
     const Fp8Device *d = q->dev;
@@ -609,11 +610,17 @@ static void fp8_linear_dgrad(const Linear<T> &lin, T *dinp, const T *dout, const
     GemmOperand w = {q->w, q->w_t, CUDA_R_8F_E4M3, fp8_scale_inv(d, tw)};
     GemmOperand dy = {q->dy, q->dy_t, CUDA_R_8F_E5M2, fp8_scale_inv(d, tg)};
     gemm_lt(dinp, TypeInfo<T>::cuda, w, 0, lin.in, dy, 0, lin.out, lin.in, N, lin.out, 0.0f, GEMM_PLAIN, 0, stream);
-    if (gelu_aux) {
+    if (act_aux) {
         const Fp8Linear *p = q->act_producer;
         Fp8CastOut o = {p->dy, p->dy_t, N, 0, p->dbias_partials};
-        fp8_cast(d, fp8_tensor(p->layer, p->linear, FP8_GRAD), Fp8DgeluOf<T>{dinp, gelu_aux}, N, lin.in, o,
-                 d->recording, FP8_SCALE_RECIPE, q->partials, stream);
+        int tdfch = fp8_tensor(p->layer, p->linear, FP8_GRAD);
+        if (p->act == MLP_SWIGLU) {
+            fp8_cast(d, tdfch, Fp8DswigluOf<T>{dinp, act_aux, lin.in}, N, 2 * lin.in, o, d->recording,
+                     FP8_SCALE_RECIPE, q->partials, stream);
+        } else {
+            fp8_cast(d, tdfch, Fp8DgeluOf<T>{dinp, act_aux}, N, lin.in, o, d->recording, FP8_SCALE_RECIPE,
+                     q->partials, stream);
+        }
     }
 }
 

@@ -7,10 +7,10 @@
  *   backward: dgate = dout * up * silu'(gate), silu'(g) = s (1 + g (1 - s));  dup = dout * silu(gate)
  *             written as rows [dgate | dup] of 2F, the gate/up GEMM's output gradient.
  * fp32 math with the accurate expf (the CPU build's), stored as T; swiglu_of and swiglu_grads are the arithmetic,
- * which the FP8 cast that fuses SwiGLU (fp8.cuh: Fp8SwigluOf) shares, so a value is the same bits in either. A
- * thread takes a pack (16 bytes: 8 bf16 or 4 fp32 columns) of the gate half, the matching pack of the up half and of
- * the output, so F must be a multiple of the pack. Geometry: blocks take rows (grid-stride), threads the packs of a
- * row. F is a parameter: under tensor parallelism a rank's F / TP local features.
+ * which the FP8 casts that fuse SwiGLU (fp8.cuh: Fp8SwigluOf, Fp8DswigluOf) share, so a value is the same bits in
+ * either. A thread takes a pack (16 bytes: 8 bf16 or 4 fp32 columns) of the gate half, the matching pack of the up
+ * half and of the output, so F must be a multiple of the pack. Geometry: blocks take rows (grid-stride), threads the
+ * packs of a row. F is a parameter: under tensor parallelism a rank's F / TP local features.
  */
 #ifndef LLMC_SWIGLU_CUH
 #define LLMC_SWIGLU_CUH

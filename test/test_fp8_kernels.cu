@@ -3,12 +3,13 @@
  * - every bf16 value (a 256 x 256 tensor of all 65536 bit patterns, NaNs and infinities included) cast at scale 1
  *   gives exactly fp8_encode's byte, in both formats, row-major and transposed, and the recorded amax is NaN;
  * - casts of random fp32 and bf16 tensors, plain, through GELU and as a GELU backward (with its column sums, against
- *   fp64), through SwiGLU (h from fch = [gate | up]), at shapes that leave partial tiles, with the transposed copy at an unaligned column of a wider matrix and at an
+ *   fp64), through SwiGLU (h from fch = [gate | up]) and as SwiGLU's backward ([dgate | dup] from dh and fch), at
+ *   shapes that leave partial tiles, with the transposed copy at an unaligned column of a wider matrix and at an
  *   aligned one: every byte equals fp8_encode of the value times the scale the recipe gives (current scaling: the
  *   tensor's own amax through the amax pass; delayed scaling: a given amax; a cast again: the stored scale), the
  *   bytes around the written region are untouched, and the scale, scale_inv and recorded amax are the host's. The
  *   values are the activation's as the GPU computes them (a kernel through the same device functions), so the cast
- *   is checked exactly; the SwiGLU cast's codes are checked against fp64's SwiGLU as well: each is fp8_encode of the
+ *   is checked exactly; the SwiGLU casts' codes are checked against fp64's SwiGLU as well: each is fp8_encode of the
  *   fp64 value, or the code next to it where that value lies within fp32's rounding bound of the midpoint between
  *   the two (SWIGLU_ULPS);
  * - row_of (the casts' row of an element, 32-bit division below 2^32) against 64-bit division across 2^32;
@@ -176,22 +177,23 @@ static void test_every_bf16(void) {
 
 /*
  * One cast of a random (rows, cols) tensor of T, plain, through GELU, as the GELU backward of a second one (with the
- * column sums) or through SwiGLU (of a (rows, 2 cols) fch), in one of three ways (current: the tensor's amax; delayed: a given amax; again: a given scale), with the transposed copy at
+ * column sums), through SwiGLU (of a (rows, 2 cols) fch) or as its backward (of fch and a (rows, cols / 2) dh), in one
+ * of three ways (current: the tensor's amax; delayed: a given amax; again: a given scale), with the transposed copy at
  * column col0 of rows ld_t long.
  */
 typedef enum { CAST_CURRENT, CAST_DELAYED, CAST_AGAIN } CastWay;
 static const char *const WAY_NAMES[] = {"current", "delayed", "again"};
-typedef enum { SRC_PLAIN, SRC_GELU, SRC_DGELU, SRC_SWIGLU } SrcKind;
-static const char *const SRC_NAMES[] = {"", "_gelu", "_dgelu_colsums", "_swiglu"};
+typedef enum { SRC_PLAIN, SRC_GELU, SRC_DGELU, SRC_SWIGLU, SRC_DSWIGLU } SrcKind;
+static const char *const SRC_NAMES[] = {"", "_gelu", "_dgelu_colsums", "_swiglu", "_dswiglu"};
 
 template <typename T>
 static void check_cast(const char *what, int rows, int cols, int col0, int ld_t, Fp8Format f, CastWay way,
                        SrcKind kind, int margin) {
     size_t n = (size_t)rows * cols;
-    bool swiglu = kind == SRC_SWIGLU;
-    int F = cols; // SwiGLU's features: h's width
+    bool swiglu = kind == SRC_SWIGLU || kind == SRC_DSWIGLU;
+    int F = kind == SRC_SWIGLU ? cols : cols / 2; // SwiGLU's features: h's width
     // the inputs: the tensor, pre-activation or fch (na values), and the gradient a backward cast takes (nb)
-    size_t na = swiglu ? 2 * n : n, nb = n;
+    size_t na = kind == SRC_SWIGLU ? 2 * n : n, nb = kind == SRC_DSWIGLU ? n / 2 : n;
     std::vector<T> h(na), h2(nb);
     for (size_t i = 0; i < na; i++) { h[i] = to_type<T>(3.0f * rand_uniform()); }
     for (size_t i = 0; i < nb; i++) { h2[i] = to_type<T>(rand_uniform()); }
@@ -207,8 +209,8 @@ static void check_cast(const char *what, int rows, int cols, int col0, int ld_t,
         cudaCheck(cudaMalloc(&dg, n * sizeof(float)));
         if (swiglu) {
             swiglu_values_kernel<<<grid_for((size_t)rows * F, 256), 256, 0, g_cuda.stream>>>(
-                dg, dv, (float *)NULL, rows, F);
-            swiglu_f64(v, v2, rows, F, false, ref, bound);
+                dg, dv, kind == SRC_DSWIGLU ? dv2 : (float *)NULL, rows, F);
+            swiglu_f64(v, v2, rows, F, kind == SRC_DSWIGLU, ref, bound);
         } else {
             gelu_values_kernel<<<grid_for(n, 256), 256, 0, g_cuda.stream>>>(
                 dg, dv, kind == SRC_DGELU ? dv2 : (float *)NULL, n);
@@ -247,6 +249,7 @@ static void check_cast(const char *what, int rows, int cols, int col0, int ld_t,
     if (kind == SRC_GELU) { run_cast(&d, t, Fp8GeluOf<T>{src}, rows, cols, o, again, partials); }
     if (kind == SRC_DGELU) { run_cast(&d, t, Fp8DgeluOf<T>{src2, src}, rows, cols, o, again, partials); }
     if (kind == SRC_SWIGLU) { run_cast(&d, t, Fp8SwigluOf<T>{src, F}, rows, cols, o, again, partials); }
+    if (kind == SRC_DSWIGLU) { run_cast(&d, t, Fp8DswigluOf<T>{src2, src, F}, rows, cols, o, again, partials); }
     std::vector<uint8_t> qr = to_host(rows_out, n), qt = to_host(t_out, tbytes);
     long bad = 0, bad_t = 0, touched = 0, far = 0, off = 0;
     for (size_t i = 0; i < n; i++) {
@@ -304,11 +307,14 @@ static void test_casts(void) {
         check_cast<float>("fp32", sh[0], sh[1], sh[2], sh[3], FP8_E4M3, CAST_DELAYED, SRC_GELU, 2);
         check_cast<bf16>("bf16", sh[0], sh[1], sh[2], sh[3], FP8_E5M2, CAST_CURRENT, SRC_DGELU, 0);
         check_cast<float>("fp32", sh[0], sh[1], sh[2], sh[3], FP8_E5M2, CAST_DELAYED, SRC_DGELU, 0);
-        // SwiGLU's: h as the fc projection's E4M3 input
+        // SwiGLU's: h as the fc projection's E4M3 input, [dgate | dup] as fc's E5M2 output gradient (every width here
+        // is a multiple of 16, so the backward's F = cols / 2 is one of 8)
         for (int w = CAST_CURRENT; w <= CAST_AGAIN; w++) {
             check_cast<bf16>("bf16", sh[0], sh[1], sh[2], sh[3], FP8_E4M3, (CastWay)w, SRC_SWIGLU, 0);
+            check_cast<bf16>("bf16", sh[0], sh[1], sh[2], sh[3], FP8_E5M2, (CastWay)w, SRC_DSWIGLU, 0);
         }
         check_cast<float>("fp32", sh[0], sh[1], sh[2], sh[3], FP8_E4M3, CAST_DELAYED, SRC_SWIGLU, 2);
+        check_cast<float>("fp32", sh[0], sh[1], sh[2], sh[3], FP8_E5M2, CAST_CURRENT, SRC_DSWIGLU, 1);
     }
 }
 
