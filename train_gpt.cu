@@ -119,9 +119,12 @@ template <typename floatX> struct Activations {
     floatX *fch;                   // (L, N, FC/TP) fc output before GELU or SwiGLU; SwiGLU's backward overwrites
                                    // a layer's with its gradient (fc's output gradient), which fc's backward reads
                                    // (an FP8 block's backward casts that gradient instead: fch stays)
-    floatX *h4;                    // swiglu(fch): (L, N, F), every layer's kept for backward; in fp8 the bf16
-                                   // blocks' only, a slot each (an FP8 block's fc casts swiglu(fch) as the fc
-                                   // projection's FP8 input, kept transposed in Fp8Linear::x_t).
+    floatX *h4;                    // swiglu(fch): (N, F/TP) that every layer shares, where the forward writes it for
+                                   // the fc projection and the backward's SwiGLU writes it again for that layer's
+                                   // weight gradient (swiglu_backward; the weight gradient queue is empty between
+                                   // layers): inside the logits' buffer after d fch where it fits (see h4_alt), else
+                                   // its own; NULL in fp8 without bf16 blocks (an FP8 block's fc casts swiglu(fch)
+                                   // as the fc projection's FP8 input, kept transposed in Fp8Linear::x_t).
                                    // gelu(fch): (keep_gelu, N, 4C/TP) for the first layers, which keep it for
                                    // backward, then (N, 4C/TP) for the others, which recompute it there a layer
                                    // ahead (gelu_recompute): the highest (GPT::top_recompute) and every second one
@@ -316,7 +319,8 @@ template <typename floatX> static bool fp8_layer(const GPT<floatX> *g, int l) {
 
 // Whether layer l computes gelu(fch) again for its backward (gelu_recompute) rather than keeping it: past
 // --keep-gelu-layers; in fp8 that is the FP8 blocks' FP8 copy, and the bf16 blocks (few, at the ends) keep theirs.
-// A SwiGLU MLP keeps its output in every layer (an FP8 block transposed in FP8: fp8_make).
+// SwiGLU's output is written again by its backward instead (Activations::h4), and an FP8 block keeps it transposed
+// in FP8 (fp8_make).
 template <typename floatX> static bool recomputes_gelu(const GPT<floatX> *g, int l) {
     return g->config.mlp == MLP_GELU && l >= g->keep_gelu && (!g->fp8 || fp8_layer(g, l));
 }
@@ -340,7 +344,7 @@ template <typename floatX> struct LayerActs {
 template <typename floatX> static LayerActs<floatX> layer_acts(const GPT<floatX> *g, int l) {
     const Activations<floatX> &a = g->acts;
     size_t N = (size_t)g->maxB * g->maxT, Ns = tp_local_tokens(&g->tp, (int)N), C = g->config.channels;
-    size_t A = g->attn, M = g->mlp, F = g->ffn;
+    size_t A = g->attn, M = g->mlp;
     LayerActs<floatX> x;
     x.res_in = a.res + l * Ns * C;
     x.res_out = a.res + (l + 1) * Ns * C;
@@ -352,10 +356,10 @@ template <typename floatX> static LayerActs<floatX> layer_acts(const GPT<floatX>
     x.atty = a.atty + l * N * A;
     x.fch = a.fch + l * N * M;
     int keep = g->keep_gelu;
-    if (g->fp8) {
-        x.h4 = fp8_layer(g, l) ? NULL : a.h4 + slot * N * F;
-    } else if (g->config.mlp == MLP_SWIGLU) {
-        x.h4 = a.h4 + l * N * F;
+    if (g->config.mlp == MLP_SWIGLU) {
+        x.h4 = fp8_layer(g, l) ? NULL : a.h4;
+    } else if (g->fp8) {
+        x.h4 = fp8_layer(g, l) ? NULL : a.h4 + slot * N * M;
     } else {
         x.h4 = l < keep ? a.h4 + l * N * M : (g->top_recompute - l) % 2 == 0 ? a.h4 + keep * N * M : a.h4_alt;
     }
@@ -407,23 +411,33 @@ template <typename floatX> static void activations_alloc(GPT<floatX> *g) {
     }
     if (tp > 1) { g->row_gather = dev_alloc<floatX>(c->padded_vocab_size, "a gathered row of logits"); }
     a.proj = dev_alloc<floatX>(N * C, "projection scratch");
-    int recomputing = 0; // layers that recompute gelu(fch): they alternate between two buffers (layer_acts)
-    for (int l = 0; l < (int)L; l++) { recomputing += recomputes_gelu(g, l); }
-    size_t h4_slots = g->fp8 ? bf16_blocks(g) : c->mlp == MLP_SWIGLU ? L : g->keep_gelu + (recomputing > 0);
-    a.h4 = dev_alloc<floatX>(h4_slots * N * F, "MLP activation outputs");
     a.dres = dev_alloc<floatX>(N * C, "residual gradient");
     a.dqkv = dev_alloc<floatX>(N * g->qkv, "QKV gradient");
     a.dfch = Vl >= M ? a.logits : dev_alloc<floatX>(N * M, "MLP gradient");
-    size_t elem = g->fp8 ? 1 : sizeof(floatX), bytes = N * M * elem; // an FP8 recompute is FP8 bytes
-    if (g->fp8 && recomputing > 0) { a.h4t[0] = (uint8_t *)cuda_alloc(bytes, "FP8 GELU outputs"); }
-    if (recomputing > 1) {
-        size_t after_dfch = (N * M * sizeof(floatX) + SLICE_ALIGN - 1) / SLICE_ALIGN * SLICE_ALIGN;
+    // `bytes` in the logits' buffer after d fch where they fit (the logits are dead from the end of the LM head's
+    // backward to the next forward's LM head, and the layers of a forward come before it), else their own allocation
+    size_t after_dfch = (N * M * sizeof(floatX) + SLICE_ALIGN - 1) / SLICE_ALIGN * SLICE_ALIGN;
+    auto after_dfch_or_own = [&](size_t bytes, const char *what) -> void * {
         bool fits = a.dfch == a.logits && after_dfch + bytes <= N * Vl * sizeof(floatX);
-        void *second = fits ? (void *)((char *)a.logits + after_dfch) : cuda_alloc(bytes, "GELU outputs");
-        if (g->fp8) {
-            a.h4t[1] = (uint8_t *)second;
-        } else {
-            a.h4_alt = (floatX *)second;
+        return fits ? (void *)((char *)a.logits + after_dfch) : cuda_alloc(bytes, what);
+    };
+    if (c->mlp == MLP_SWIGLU) { // one (N, F) buffer, for the layers that are not FP8 blocks (layer_acts)
+        bool unfused = !g->fp8 || bf16_blocks(g) > 0;
+        a.h4 = unfused ? (floatX *)after_dfch_or_own(N * F * sizeof(floatX), "SwiGLU outputs") : (floatX *)NULL;
+    } else {
+        int recomputing = 0; // layers that recompute gelu(fch): they alternate between two buffers (layer_acts)
+        for (int l = 0; l < (int)L; l++) { recomputing += recomputes_gelu(g, l); }
+        size_t h4_slots = g->fp8 ? bf16_blocks(g) : g->keep_gelu + (recomputing > 0);
+        a.h4 = dev_alloc<floatX>(h4_slots * N * F, "MLP activation outputs");
+        size_t elem = g->fp8 ? 1 : sizeof(floatX), bytes = N * M * elem; // an FP8 recompute is FP8 bytes
+        if (g->fp8 && recomputing > 0) { a.h4t[0] = (uint8_t *)cuda_alloc(bytes, "FP8 GELU outputs"); }
+        if (recomputing > 1) {
+            void *second = after_dfch_or_own(bytes, "GELU outputs");
+            if (g->fp8) {
+                a.h4t[1] = (uint8_t *)second;
+            } else {
+                a.h4_alt = (floatX *)second;
+            }
         }
     }
     a.attn_workspace = cuda_alloc(attention_backward_workspace_bytes<floatX>(g->maxB, g->maxT, (int)NHl, g->kv_heads,
@@ -883,8 +897,8 @@ template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T)
         for (int k = 0; k < K; k++) {
             ForwardChunk f = gpt_chunk(g, B, T, k);
             chunk_layernorm(g, f, x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, x.res_in, a.proj, w[P_LN2W], w[P_LN2B]);
-            // GELU is fc's epilogue (fch kept as its aux); SwiGLU a pass of its own over [gate | up] into h4, but in
-            // an FP8 block, whose fc casts either activation as the fc projection's input (x.h4 NULL)
+            // GELU is fc's epilogue (fch kept as its aux); SwiGLU a pass of its own over [gate | up] into the shared
+            // h4, but in an FP8 block, whose fc casts either activation as the fc projection's input (x.h4 NULL)
             block_linear_forward(g, l, LIN_FC, swiglu ? x.fch : x.h4, x.ln2, swiglu ? (floatX *)NULL : x.fch, f, K);
             if (swiglu && x.h4) { swiglu_forward(x.h4 + (size_t)f.row * F, x.fch + (size_t)f.row * M, f.rows, F, s); }
             block_linear_forward(g, l, LIN_FCPROJ, a.proj, x.h4, (floatX *)NULL, f, K);
@@ -1153,15 +1167,17 @@ template <typename floatX> static void block_backward(GPT<floatX> *g, int l, int
     // MLP: a layer that did not keep h4 = gelu(fch) waits for its recompute (gelu_recompute); d fch goes to its own
     // buffer (a.dfch), once the layer above has summed its fc bias gradient there. SwiGLU: a.dfch takes the gradient
     // of h4 = swiglu(fch) instead, and swiglu_backward turns it into d fch in place of fch (which nothing reads
-    // after), where fc's input and weight gradients read it. The fc projection's input gradient applies the
-    // activation's backward itself (act_aux) for GELU, and in an FP8 block for SwiGLU too: there its casts make fc's
-    // FP8 output gradient from fch, which stays.
+    // after), where fc's input and weight gradients read it, and writes h4 again into the buffer every layer shares
+    // for the fc projection's weight gradient, queued before and run after it (the queue is empty at the end of the
+    // layer above, so no weight gradient of that layer is left to read the buffer). The fc projection's input
+    // gradient applies the activation's backward itself (act_aux) for GELU, and in an FP8 block for SwiGLU too:
+    // there its casts make fc's FP8 output gradient from fch, which stays.
     bool swiglu = c->mlp == MLP_SWIGLU, act_in_fcproj = !swiglu || fp8_layer(g, l);
     floatX *dfch = swiglu ? x.fch : a.dfch;
     if (recomputes_gelu(g, l)) { cudaCheck(cudaStreamWaitEvent(s, g->gelu_recomputed, 0)); }
     cudaCheck(cudaStreamWaitEvent(s, g->fc_bias_done, 0));
     block_input_grad(g, q, l, LIN_FCPROJ, a.dfch, a.dres, x.h4, act_in_fcproj ? x.fch : (const floatX *)NULL);
-    if (!act_in_fcproj) { swiglu_backward(dfch, a.dfch, x.fch, N, g->ffn, s); }
+    if (!act_in_fcproj) { swiglu_backward(dfch, x.h4, a.dfch, x.fch, N, g->ffn, s); }
     fc_bias_backward(g, l, N, acc);
     if (l > 0 && recomputes_gelu(g, l - 1)) { gelu_recompute(g, l - 1, N); }
     block_input_grad(g, q, l, LIN_FC, a.proj, dfch, x.ln2, (const floatX *)NULL);
