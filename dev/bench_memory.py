@@ -16,12 +16,14 @@ The parts, per rank (N = B T tokens, x = 2 bytes in bf16 and fp8, 4 in fp32):
              wte, lmhead and the norms stay whole.
   gtp        G > 1: the pool of prefetch + 1 gathered weights (the largest, x an element) and two whole fp32
              gradients of it for the reduce-scatters.
-  activations per layer and token 5C + QKV + 3F elements (residual stream twice, both norm outputs, attention
-             output; q/k/v; fc's gate and up; SwiGLU's output) and 4 (NH + 4) bytes (log-sum-exps, norm statistics);
-             fp8: the FP8 copies of the four linears' inputs (3C + F bytes), one norm output slot for all layers.
-  head       the logits (N x padded vocabulary, x each; d fch reuses them), per-token scratch, the cuBLASLt workspace.
-Validated against the measured Llama-3.2-1B shape on one H100 (B 4, T 2048): bf16 34.5 GB, fp8 35.9 GB
-(dev/results/llama_gpu_h100_3969a4f.txt); this gives 34.5 and 35.9.
+  activations per layer and token 5C + QKV + 2F elements (residual stream twice, both norm outputs, attention
+             output; q/k/v; fc's gate and up) and 4 (NH + 4) bytes (log-sum-exps, norm statistics); fp8: the FP8
+             copies of the four linears' inputs (3C + F bytes), one norm output slot for all layers.
+  head       the logits (N x padded vocabulary, x each; d fch and the (N, F) SwiGLU output the layers share lie in
+             them where they fit), per-token scratch, the cuBLASLt workspace.
+Validated against the measured Llama-3.2-1B shape on one H100 (B 4, T 2048; dev/results/llama_gpu_h100_3969a4f.txt):
+bf16 34.5 GB, fp8 35.9 GB, when every layer kept its SwiGLU output (L x N x F elements more, 2.15 GB); with those
+this gives 34.5 and 35.9, and for today's tree 32.4 and 33.7.
 HEADROOM_GIB: what the GPU holds beside train_gpt's own allocations: measured 2.95 GiB on an H100 under DP=2 (79.65
 GiB in nvidia-smi, 79.18 of them free to CUDA, 2.48 of those taken by the context, cuBLAS and NCCL's communicators:
 dev/results/mgpu_2xh100_2026-11-25.txt, big_dp2), and 2 GiB more for allocator rounding and other layouts'
@@ -38,6 +40,7 @@ HEADROOM_GIB = 5.0
 GTP_PREFETCH = 2           # --gtp-prefetch's default: a pool of three gathered weights
 GTP_RS_BUFFERS = 2         # llmc/gtp.cuh
 CUBLASLT_WORKSPACE = 32 << 20
+SLICE_ALIGN = 256          # train_gpt.cu: buffers that share an allocation start at this alignment
 SMEM_ROW_BYTES = 232448    # H100/H200's opt-in shared memory a block: a logits row wider than this takes row stats
 VOCAB_STATS = 3            # llmc/classifier.cuh
 GiB = 1 << 30
@@ -63,15 +66,18 @@ def estimate(s, B, T, dp=1, gtp=1, zero=False, precision="bf16"):  # {part: byte
         parts["gtp"] = (GTP_PREFETCH + 1) * largest * x + GTP_RS_BUFFERS * largest * 4
     fp8 = precision == "fp8"
     norm_slots = 1 if fp8 else L  # fp8 (no bf16 blocks): the FP8 blocks share one slot of each norm output
-    # residual stream (L + 1, and L after attention), attention output, q/k/v, fc's gate and up, SwiGLU's output,
-    # both norm outputs
-    per_token = ((2 * L + 1) * C + L * C + L * QKV + 3 * L * s.F + 2 * norm_slots * C) * x
+    # residual stream (L + 1, and L after attention), attention output, q/k/v, fc's gate and up, both norm outputs
+    per_token = ((2 * L + 1) * C + L * C + L * QKV + 2 * L * s.F + 2 * norm_slots * C) * x
     per_token += L * 4 * (s.NH + 4) + (3 * C + s.F) * L * fp8  # lse, norm stats; FP8 inputs of the four linears
     parts["activations"] = N * per_token
     # the logits; the final norm's output, proj, dres, dqkv; losses, tokens and targets, token buckets, lnf stats
     head = N * Vp * x + N * (3 * C + QKV) * x + N * (4 + 8 + 12 + 8)
-    if 2 * s.F > Vp:  # d fch needs its own buffer where the logits are narrower than fc's output
+    dfch_in_logits = Vp >= 2 * s.F  # else d fch has a buffer of its own
+    if not dfch_in_logits:
         head += N * 2 * s.F * x
+    after_dfch = ceil_div(N * 2 * s.F * x, SLICE_ALIGN) * SLICE_ALIGN
+    if not fp8 and not (dfch_in_logits and after_dfch + N * s.F * x <= N * Vp * x):  # SwiGLU's output, where the
+        head += N * s.F * x                                                        # logits cannot hold it
     if Vp * x > SMEM_ROW_BYTES:
         head += N * VOCAB_STATS * 4
     if fp8:  # the FP8 input and gradient scratch (widest: fc's output) and each linear's output gradient

@@ -13,22 +13,24 @@
 #   8 per data rank each) and torch FSDP on 4 GPUs
 # llama (T=2048, bf16; Llama 3's shapes, --model as llmc/config.h names them):
 #   Llama-3.2-3B (28 x 3072, 24/8 heads, F 8192, tied): ours DP=2 | ours GTP=2 | torch FSDP2 on 2 GPUs
-#                (torch_llama.py --mode fsdp), batch 3 per GPU each; on 4 GPUs ours DP=4 and GTP=4, batch 3 per GPU
+#                (torch_llama.py --mode fsdp), batch 4 per GPU each (BENCH_3B_BATCH sets it); on 4 GPUs ours DP=4 and
+#                GTP=4, the same batch per GPU
 #   Llama-3.1-8B (32 x 4096, 32/8 heads, F 14336, untied): ours GTP=2 (batch 1 per GPU), beside 8Bfit_dp2: the 8B
 #                shape cut to the most layers DP=2 holds on this machine's GPUs (bench_memory.py picks the depth from
 #                nvidia-smi's memory.total; BENCH_FIT_DEPTH sets it); on 4 GPUs ours GTP=4 (batch 1 per GPU)
-#   Why batch 3 for 3B: DP=2 holds every parameter whole on each GPU, 18 bytes a parameter (fp32 master, gradient and
-#   two AdamW moments, the bf16 copy): 57.8 GB, and each sequence of 2048 tokens 5.8 GB of activations and logits
-#   (dev/bench_memory.py, which gives the measured 34.5 GB of the 1B shape on one H100). B 3 is 75.2 GB, B 4 80.9 GB,
-#   against an 80 GB H100's 85.5 GB of which 3.2 GB are the CUDA context's, NCCL's and the driver's (measured under
-#   DP=2): B 4 would leave 1.4 GB, too little for allocator rounding, so B 3 (7 GB to spare). GTP=2 at B 3: 50.5 GB
-#   (0.67x).
+#   Why batch 4 for 3B: DP=2 holds every parameter whole on each GPU, 18 bytes a parameter (fp32 master, gradient and
+#   two AdamW moments, the bf16 copy): 57.8 GB, and each sequence of 2048 tokens 4.8 GB of activations and logits
+#   (dev/bench_memory.py, which gave the measured 34.5 GB of the 1B shape on one H100 when every layer kept its SwiGLU
+#   output). B 4 is 77.2 GB, B 5 82.0 GB, against an 80 GB H100's 85.5 GB of which 3.2 GB are the CUDA context's,
+#   NCCL's and the driver's (measured under DP=2): B 5 would leave 0.3 GB, B 4 leaves 5.1 GB, so B 4. (Before
+#   SwiGLU's output stopped being kept, B 4 was 80.9 GB and B 3 the choice: BENCH_3B_BATCH=3 if B 4 fails to
+#   allocate.) GTP=2 at B 4: 52.5 GB (0.68x).
 #   Where 8B fits, at B 1, T 2048 (dev/bench_memory.py): GTP=2 keeps half of the block weights (6.98B parameters,
-#   sharded) and wte, lmhead and the norms whole (1.05B): 81.7 GB of parameter state, plus 9.8 GB of activations and
-#   logits and 1.6 GB of GTP's gathered weights and their gradients: 93.2 GB a GPU. That is more than an 80 GB H100
-#   holds, so 8B_gtp2 needs 141 GB H200s. DP=2 needs 154.3 GB a GPU for 8B (with ZeRO-1 122.2), so on H200s DP=2's
-#   largest is the 8B shape cut to 29 of its 32 layers (141.7 GB, 7.4B parameters); on H100s to 14. GTP=4 at B 1 is
-#   61.8 GB: 8B_gtp4 runs on H100s.
+#   sharded) and wte, lmhead and the norms whole (1.05B): 81.7 GB of parameter state, plus 7.9 GB of activations and
+#   logits and 1.6 GB of GTP's gathered weights and their gradients: 91.3 GB a GPU. That is more than an 80 GB H100
+#   holds, so 8B_gtp2 needs 141 GB H200s. DP=2 needs 152.5 GB a GPU for 8B (with ZeRO-1 120.3), so on H200s DP=2's
+#   largest is the 8B shape cut to 30 of its 32 layers (144.1 GB, 7.6B parameters); on H100s to 14 (77.7 GB, 4.1B).
+#   GTP=4 at B 1 is 59.9 GB: 8B_gtp4 runs on H100s.
 #
 # ms/step is the median of the steps after WARMUP_STEPS (the baseline takes the same median itself); tokens/s counts all
 # GPUs; MFU is per GPU, as train_gpt and dev/bench_table.py count it (the model's FLOPs over the dense bf16 peak, 989
@@ -262,20 +264,21 @@ BIG_MODEL=(--depth 48 --width 2816 --heads 22)
 row gpt2 ours big_dp2 "ours DP=2" "$NP" d48 4 "$STEPS_BIG" --keep-gelu-layers 0 "${BIG_MODEL[@]}"
 row gpt2 ours big_gtp2 "ours GTP=2" "$NP" d48 4 "$STEPS_BIG" --keep-gelu-layers 0 --gtp "$NP" "${BIG_MODEL[@]}"
 # Llama (the header says why these batches): ours first, as above.
-row llama ours 3B_dp2 "ours DP=2" "$NP" llama3.2-3b 3 "$STEPS_LARGE"
-row llama ours 3B_gtp2 "ours GTP=2" "$NP" llama3.2-3b 3 "$STEPS_LARGE" --gtp "$NP"
+B3=${BENCH_3B_BATCH:-4}
+row llama ours 3B_dp2 "ours DP=2" "$NP" llama3.2-3b "$B3" "$STEPS_LARGE"
+row llama ours 3B_gtp2 "ours GTP=2" "$NP" llama3.2-3b "$B3" "$STEPS_LARGE" --gtp "$NP"
 row llama ours 8B_gtp2 "ours GTP=2" "$NP" llama3.1-8b 1 "$STEPS_BIG" --gtp "$NP"
 row llama ours_fit 8Bfit_dp2 "ours DP=2" "$NP" llama3.1-8b 1 "$STEPS_BIG"
 row gpt2 torch_run 124M_ddp "torch DDP" ddp d12 32 "$STEPS_SMALL"
 row gpt2 torch_run 1558M_fsdp "torch FSDP" fsdp d48 8 "$STEPS_LARGE"
-row llama torch_run 3B_fsdp "torch FSDP" fsdp llama3.2-3b 3 "$STEPS_LARGE"
+row llama torch_run 3B_fsdp "torch FSDP" fsdp llama3.2-3b "$B3" "$STEPS_LARGE"
 # 4 GPUs: GTP over all four, and GTP=2 inside each of two data-parallel pairs, beside plain DP=4.
 row gpt2 ours 124M_dp4 "ours DP=4" 4 d12 32 "$STEPS_SMALL" --keep-gelu-layers 12
 row gpt2 ours 1558M_dp4 "ours DP=4" 4 d48 8 "$STEPS_LARGE" --keep-gelu-layers 12
 row gpt2 ours 1558M_gtp4 "ours GTP=4" 4 d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --gtp 4
 row gpt2 ours 1558M_dp2_gtp2 "ours DP2xGTP2" 4 d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --gtp 2
-row llama ours 3B_dp4 "ours DP=4" 4 llama3.2-3b 3 "$STEPS_LARGE"
-row llama ours 3B_gtp4 "ours GTP=4" 4 llama3.2-3b 3 "$STEPS_LARGE" --gtp 4
+row llama ours 3B_dp4 "ours DP=4" 4 llama3.2-3b "$B3" "$STEPS_LARGE"
+row llama ours 3B_gtp4 "ours GTP=4" 4 llama3.2-3b "$B3" "$STEPS_LARGE" --gtp 4
 row llama ours 8B_gtp4 "ours GTP=4" 4 llama3.1-8b 1 "$STEPS_BIG" --gtp 4
 row gpt2 torch_run 1558M_fsdp4 "torch FSDP" fsdp d48 8 "$STEPS_LARGE" 4
 
