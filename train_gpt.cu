@@ -34,6 +34,7 @@
 
 #include "llmc/config.h"
 #include "llmc/cuda_common.cuh"
+#include "llmc/head_chunks.h"
 #include "llmc/init.h"
 #include "llmc/model_ops.h"
 #include "llmc/options.h"
@@ -124,18 +125,20 @@ template <typename floatX> struct Activations {
                                    // ahead (gelu_recompute): the highest (GPT::top_recompute) and every second one
                                    // below use this slot, the others h4_alt
     floatX *h4_alt;                // (N, 4C/TP) the second buffer of the layers that recompute gelu(fch), so that
-                                   // one layer's is written while the layer above still reads its own: inside the
-                                   // logits' buffer after d fch where it fits (the logits are dead from the end of
-                                   // the LM head's backward to the next forward's LM head), else its own
+                                   // one layer's is written while the layer above still reads its own: in the
+                                   // logits' buffer after d fch (the logits are dead from the end of the LM head's
+                                   // backward to the next forward's LM head)
                                    // fp8: gelu(fch) is the fc projection's FP8 input; the bf16 blocks keep theirs in
                                    // h4 (a slot each), the FP8 ones keep it transposed in FP8 (Fp8Linear::x_t) or
                                    // recompute it into h4t[0] / h4t[1] (the same two places, as FP8 bytes)
     uint8_t *h4t[2];               // fp8: (4C/TP, N) FP8 gelu(fch) of the layers that recompute it
     floatX *lnf;                   // (N, C)
     float *lnf_stats;              // (2, Ns)
-    floatX *logits;                // (N, Vp/TP); backward overwrites it with its gradient
+    floatX *logits;                // (R, Vp/TP) one chunk of R = GPT::head_rows rows of logits (gpt_head), which
+                                   // the classifier overwrites with their gradient; the backward after the LM head
+                                   // keeps d fch and h4_alt here, so it is as large as the larger use
     float *losses;                 // (N)
-    float *vocab_stats;            // TP > 1 or a row past shared memory: (TP, N, VOCAB_STATS) row statistics
+    float *vocab_stats;            // TP > 1 or a row past shared memory: (TP, R, VOCAB_STATS) row statistics
     // scratch shared by all layers
     floatX *proj;                  // (N, C) a projection's output before its residual add; in backward the
                                    // gradient of a LayerNorm output or of the attention output
@@ -143,8 +146,7 @@ template <typename floatX> struct Activations {
                                    // gathered to all N where a row-parallel backward or the embedding needs them)
     floatX *dqkv;                  // (N, QKV/TP)
     floatX *dfch;                  // (N, FC/TP) gradient of the fc output (SwiGLU: of its output, (N, F)): the
-                                   // logits' buffer, which backward no longer needs once the LM head's is done (its
-                                   // own buffer were Vp < FC)
+                                   // logits' buffer, which backward no longer needs once the LM head's is done
     void *attn_workspace;
     float *reduce_scratch;         // partial sums of the column reductions (bias and LayerNorm gradients)
     float *sums_scratch;           // the same for the fc bias sums on g_cuda.sums (fc_bias_backward)
@@ -179,6 +181,8 @@ template <typename floatX> struct GPT {
     Precision precision;
     int maxB, maxT;
     int keep_gelu;                 // --keep-gelu-layers (at most L): see Activations::h4
+    int head_rows;                 // the most rows of logits a chunk of the LM head holds (--logits-mib of them,
+                                   // whole rows of the padded vocabulary: llmc/head_chunks.h), at most maxB x maxT
     int top_recompute;             // the highest layer that recomputes gelu(fch) (recomputes_gelu), or -1: it and
                                    // every second one below use the first of the two buffers, the others the second
     float *params, *grads, *m, *v; // fp32, param_layout() order (m, v: this rank's ZeRO-1 slice only)
@@ -397,10 +401,10 @@ template <typename floatX> static void activations_alloc(GPT<floatX> *g) {
     a.fch = dev_alloc<floatX>(L * N * M, "MLP activations");
     a.lnf = dev_alloc<floatX>(N * C, "final LayerNorm output");
     a.lnf_stats = dev_alloc<float>(2 * Ns, "LayerNorm statistics");
-    a.logits = dev_alloc<floatX>(N * Vl, "logits");
     a.losses = dev_alloc<float>(N, "per-token losses");
+    size_t R = g->head_rows;
     if (tp > 1 || !classifier_row_fits<floatX>(c->padded_vocab_size)) {
-        a.vocab_stats = dev_alloc<float>(tp * N * VOCAB_STATS, "classifier row statistics");
+        a.vocab_stats = dev_alloc<float>(tp * R * VOCAB_STATS, "classifier row statistics");
     }
     if (tp > 1) { g->row_gather = dev_alloc<floatX>(c->padded_vocab_size, "a gathered row of logits"); }
     a.proj = dev_alloc<floatX>(N * C, "projection scratch");
@@ -410,13 +414,16 @@ template <typename floatX> static void activations_alloc(GPT<floatX> *g) {
     a.h4 = dev_alloc<floatX>(h4_slots * N * F, "MLP activation outputs");
     a.dres = dev_alloc<floatX>(N * C, "residual gradient");
     a.dqkv = dev_alloc<floatX>(N * g->qkv, "QKV gradient");
-    a.dfch = Vl >= M ? a.logits : dev_alloc<floatX>(N * M, "MLP gradient");
+    // The logits' buffer: a chunk of the LM head's logits, then d fch and after it the second GELU buffer
     size_t elem = g->fp8 ? 1 : sizeof(floatX), bytes = N * M * elem; // an FP8 recompute is FP8 bytes
+    size_t after_dfch = (N * M * sizeof(floatX) + SLICE_ALIGN - 1) / SLICE_ALIGN * SLICE_ALIGN;
+    size_t logits_bytes = R * Vl * sizeof(floatX), backward_bytes = after_dfch + (recomputing > 1 ? bytes : 0);
+    a.logits = (floatX *)cuda_alloc(logits_bytes > backward_bytes ? logits_bytes : backward_bytes,
+                                    "logits (a chunk of rows) and the MLP gradient");
+    a.dfch = a.logits;
     if (g->fp8 && recomputing > 0) { a.h4t[0] = (uint8_t *)cuda_alloc(bytes, "FP8 GELU outputs"); }
     if (recomputing > 1) {
-        size_t after_dfch = (N * M * sizeof(floatX) + SLICE_ALIGN - 1) / SLICE_ALIGN * SLICE_ALIGN;
-        bool fits = a.dfch == a.logits && after_dfch + bytes <= N * Vl * sizeof(floatX);
-        void *second = fits ? (void *)((char *)a.logits + after_dfch) : cuda_alloc(bytes, "GELU outputs");
+        void *second = (char *)a.logits + after_dfch;
         if (g->fp8) {
             a.h4t[1] = (uint8_t *)second;
         } else {
@@ -487,6 +494,9 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, con
     g->maxB = B;
     g->maxT = T;
     g->keep_gelu = o->keep_gelu_layers < config->num_layers ? o->keep_gelu_layers : config->num_layers;
+    int head_rows = head_chunk_rows_max((size_t)o->logits_mib * HEAD_CHUNK_MIB, config->padded_vocab_size,
+                                        sizeof(floatX));
+    g->head_rows = head_rows < B * T ? head_rows : B * T;
     g->update_in_backward = o->update_in_backward;
     g->mesh = *mesh;
     tp_init(&g->tp, mesh, o->sequence_parallel);
@@ -832,10 +842,11 @@ static void block_linear_forward(GPT<floatX> *g, int l, int k, floatX *out, cons
     if (f.k == K - 1) { gtp_done(g, l, k); }
 }
 
-// Logits of B x T tokens (already on the GPU) into acts.logits. The micro-batch runs in chunks of whole sequences
-// (llmc/forward_chunks.h); each half-block (attention, MLP) runs chunk after chunk and begins, once the chunk's
-// last TP sum is in, with the residual add of the half-block below fused into its LayerNorm. A chunk's row-parallel
-// sum (linear_forward) then runs beside the other chunks' work.
+// The blocks' forward over B x T tokens (already on the GPU), up to the last block's output, whose final norm the LM
+// head takes (gpt_head). The micro-batch runs in chunks of whole sequences (llmc/forward_chunks.h); each half-block
+// (attention, MLP) runs chunk after chunk and begins, once the chunk's last TP sum is in, with the residual add of
+// the half-block below fused into its LayerNorm. A chunk's row-parallel sum (linear_forward) then runs beside the
+// other chunks' work.
 template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T) {
     const GPTConfig *c = &g->config;
     int L = c->num_layers, A = g->attn, M = g->mlp;
@@ -882,24 +893,72 @@ template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T)
             block_linear_forward(g, l, LIN_FCPROJ, a.proj, x.h4, (floatX *)NULL, f, K);
         }
     }
-    LayerActs<floatX> top = layer_acts(g, L - 1);
+    g->update_pending = 0; // every group was waited for
+}
+
+/*
+ * The final norm, then the LM head a chunk of whole rows at a time (llmc/head_chunks.h), so that the logits of one
+ * chunk exist at once, never the micro-batch's (N, Vp). Chunk c: its logits = lnf[c] W^T (W: wte or lmhead, this
+ * rank's vocabulary rows under TP) into acts.logits; with HEAD_LOSS the classifier's per-token losses; with
+ * HEAD_TRAIN also their gradient dloss (softmax - onehot) in place, and the head's backward for those rows right
+ * there: dlnf[c] = dlogits W into acts.proj and dW += dlogits^T lnf[c] (written, beta 0, on the first chunk of an
+ * optimizer step's first micro-step). The chunks run in a fixed order, so dW sums alike every time. Under TP each
+ * rank holds its columns of a chunk, the classifier exchanges the chunk's row statistics (llmc/classifier.cuh), and
+ * dlnf's sum over the group, which needs every row, starts before the last chunk's dW, which runs beside it
+ * (gpt_backward joins it). The final norm runs forward chunk after forward chunk (llmc/forward_chunks.h: whole
+ * sequences; head chunks end anywhere), and a chunk's logits GEMM takes its rows as their norm is done, so under TP
+ * the logits of the first forward chunk's rows are made beside the last forward chunk's sum. HEAD_NORM: the final
+ * norm only (op_logits_at makes the chunk it needs).
+ */
+typedef enum { HEAD_NORM, HEAD_LOSS, HEAD_TRAIN } HeadWork;
+
+// Rows [r0, r1) of chunk c's logits into their rows of acts.logits.
+template <typename floatX> static void head_logits(GPT<floatX> *g, HeadChunk c, int r0, int r1) {
+    const floatX *x = g->acts.lnf + (size_t)r0 * g->config.channels;
+    floatX *out = g->acts.logits + (size_t)(r0 - c.row) * g->head.out;
+    linear_rows_forward(g->head, (const floatX *)NULL, out, x, 0, r1 - r0, (floatX *)NULL, g_cuda.stream);
+}
+
+// Chunk c of a pass of N rows, its logits made, whose targets are the second half of d_tokens: the classifier, and
+// in training the head's backward.
+template <typename floatX> static void head_chunk_finish(GPT<floatX> *g, HeadChunk c, int N, HeadWork work,
+                                                         float dloss) {
+    const Activations<floatX> &a = g->acts;
+    size_t C = g->config.channels;
+    cudaStream_t s = g_cuda.stream;
+    fused_classifier(a.logits, a.losses + c.row, g->d_tokens + N + c.row, dloss, c.rows, g->config.vocab_size,
+                     g->config.padded_vocab_size, work == HEAD_TRAIN, &g->tp, a.vocab_stats, s);
+    if (work != HEAD_TRAIN) { return; }
+    linear_dgrad(g->head, a.proj + c.row * C, a.logits, (const floatX *)NULL, c.rows, s);
+    if (c.row + c.rows == N) { linear_backward_input_sum(g->head, a.proj, N, s); } // every row's dlnf is in
+    linear_backward_weight(g->head, a.logits, a.lnf + c.row * C, c.rows, !g->grads_zero || c.k > 0, s);
+}
+
+template <typename floatX> static void gpt_head(GPT<floatX> *g, int B, int T, HeadWork work, float dloss) {
+    const Activations<floatX> &a = g->acts;
+    int N = B * T, ns = tp_local_tokens(&g->tp, N), K = forward_chunks(&g->mesh, g->tp.sp, B, gpt_most_chunks(g));
+    int chunks = work == HEAD_NORM ? 0 : head_chunks(N, g->head_rows), next = 0, made = 0; // made: rows of chunk next
+    LayerActs<floatX> top = layer_acts(g, g->config.num_layers - 1);
     ParamView<const floatX> w = weights_of(g, MODEL_TENSORS);
-    int ns = tp_local_tokens(&g->tp, B * T);
     for (int k = 0; k < K; k++) {
         ForwardChunk f = gpt_chunk(g, B, T, k);
         chunk_layernorm(g, f, a.lnf, a.lnf_stats, a.lnf_stats + ns, top.res_out, top.res2, a.proj, w[P_LNFW],
                         w[P_LNFB]);
-        linear_forward(g->head, a.logits, a.lnf, (floatX *)NULL, f, s);
+        for (; next < chunks; next++, made = 0) {
+            HeadChunk c = head_chunk(N, g->head_rows, next);
+            int ready = c.row + c.rows < f.row + f.rows ? c.row + c.rows : f.row + f.rows;
+            head_logits(g, c, c.row + made, ready);
+            made = ready - c.row;
+            if (made < c.rows) { break; } // its other rows after the next forward chunk's norm
+            head_chunk_finish(g, c, N, work, dloss);
+        }
     }
-    g->update_pending = 0; // every group was waited for
 }
 
-// Per-token losses of the last forward's N tokens (gradient in place of the logits when write_grad); the sum of the
-// first `counted` goes to host.scalars[0], ready once scalars_ready has fired.
-template <typename floatX> static void gpt_loss(GPT<floatX> *g, int N, int counted, float dloss, int write_grad) {
+// The sum of the first `counted` per-token losses of the last gpt_head to host.scalars[0], ready once scalars_ready
+// has fired.
+template <typename floatX> static void gpt_loss_sum(GPT<floatX> *g, int counted) {
     const Activations<floatX> &a = g->acts;
-    fused_classifier(a.logits, a.losses, g->d_tokens + N, dloss, N, g->config.vocab_size, g->config.padded_vocab_size,
-                     write_grad, &g->tp, a.vocab_stats, g_cuda.stream);
     loss_sum_kernel<<<1, LOSS_SUM_THREADS, 0, g_cuda.stream>>>(a.scalars, a.losses, counted);
     cudaCheckLaunch();
     cudaCheck(cudaMemcpyAsync(g->host.scalars, a.scalars, sizeof(float), cudaMemcpyDeviceToHost, g_cuda.stream));
@@ -1182,11 +1241,24 @@ template <typename floatX> static void block_backward(GPT<floatX> *g, int l, int
     grads_final(g, l);
 }
 
-// Gradients of the last forward's loss (whose gradient gpt_loss left in the logits) are added to g->grads, or
-// written there when they are zero (g->grads_zero: the first micro-step of an optimizer step), which saves a pass
-// that zeroes them. The last micro-step (the one the caller passes the update's arguments) takes the norm's partial
-// sums group by group as the gradients become final (grads_final); the others' would be thrown away (accumulating at
-// 1558M, 8 micro-steps: 1.29 -> 1.27 s a step). Without those arguments gpt_update takes them instead.
+// What the backward queues before the LM head's (gpt_head), to run beside it: the GTP backward chain's first gathers
+// and layer L-1's GELU recompute (its buffer is not the logits': no need to wait for the head).
+template <typename floatX> static void gpt_backward_begin(GPT<floatX> *g, int N) {
+    int L = g->config.num_layers;
+    gtp_pass_start(g, GTP_BACKWARD);
+    if (recomputes_gelu(g, L - 1)) {
+        cudaCheck(cudaEventRecord(g->forward_done, g_cuda.stream));
+        cudaCheck(cudaStreamWaitEvent(g_cuda.sums, g->forward_done, 0));
+        gelu_recompute(g, L - 1, N);
+    }
+}
+
+// Gradients of the last forward's loss (the LM head's backward ran in gpt_head, leaving the final norm's output
+// gradient in acts.proj) are added to g->grads, or written there when they are zero (g->grads_zero: the first
+// micro-step of an optimizer step), which saves a pass that zeroes them. The last micro-step (the one the caller
+// passes the update's arguments) takes the norm's partial sums group by group as the gradients become final
+// (grads_final); the others' would be thrown away (accumulating at 1558M, 8 micro-steps: 1.29 -> 1.27 s a step).
+// Without those arguments gpt_update takes them instead.
 template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T) {
     const GPTConfig *c = &g->config;
     int C = c->channels, L = c->num_layers, N = B * T, acc = !g->grads_zero, ns = tp_local_tokens(&g->tp, N);
@@ -1196,17 +1268,11 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
     ParamView<const floatX> w = weights_of(g, MODEL_TENSORS);
     ParamView<float> dw = grads_of(g, MODEL_TENSORS);
 
-    gtp_pass_start(g, GTP_BACKWARD); // its first gathers run beside the LM head's backward
     if (g->fp8_transposes_pending) { // the first input gradients read the FP8 weights' transposes
         cudaCheck(cudaStreamWaitEvent(s, g->fp8_transposed, 0));
         g->fp8_transposes_pending = 0;
     }
-    if (recomputes_gelu(g, L - 1)) { // its buffer is not the logits': no need to wait for the LM head's backward
-        cudaCheck(cudaEventRecord(g->forward_done, s));
-        cudaCheck(cudaStreamWaitEvent(g_cuda.sums, g->forward_done, 0));
-        gelu_recompute(g, L - 1, N);
-    }
-    linear_backward(g->head, a.proj, a.logits, a.lnf, (const floatX *)NULL, N, acc, s);
+    linear_backward_join(g->head, s); // the TP sum of the final norm's output gradient
     cudaCheck(cudaMemsetAsync(a.dres, 0, (size_t)N * C * sizeof(floatX), s));
     // Each LayerNorm backward also sums the residual gradient it leaves: the bias gradient of the projection below.
     norm_backward_of(g, a.dres + t0, dw[P_LNFW], dw[P_LNFB], grads_of(g, L - 1)[P_FCPROJB], a.proj + t0,
@@ -1434,17 +1500,19 @@ static float op_forward_backward(void *ctx, const int *inputs, const int *target
     if (g->fp8) { g->fp8->recording = 1; } // a training pass: its FP8 casts record their amax
     gpt_load_tokens(g, inputs, targets, N);
     gpt_forward(g, B, T);
+    gpt_backward_begin(g, N);
+    gpt_head(g, B, T, HEAD_TRAIN, loss_scale);
     // Built while the GPU runs the forward; copied ahead of the loss, like the tokens, so the staging buffer is
     // free again once the loss has been read.
     token_buckets_build(&g->buckets, g->host.buckets, g->host.bucket_count, inputs, N, g->config.vocab_size, g->emb);
     cudaCheck(cudaMemcpyAsync(g->d_buckets, g->host.buckets, g->buckets.ints * sizeof(int), cudaMemcpyHostToDevice,
                               g_cuda.stream));
-    gpt_loss(g, N, N, loss_scale, 1);
+    gpt_loss_sum(g, N);
     gpt_backward(g, B, T);
     if (g->fp8) { g->fp8->recording = 0; }
     // Backward is queued behind the loss; wait only for the loss, so the GPU runs on while the host goes ahead.
     comm_wait_event(g->scalars_ready, "the loss");
-    g->eval_B = 0; // the logits now hold gradients
+    g->eval_B = 0; // the final norm's output is this pass's
     return g->host.scalars[0] / (float)N;
 }
 
@@ -1459,7 +1527,8 @@ static double op_eval_loss(void *ctx, const int *inputs, const int *targets, int
     if (rows < 0 || rows > B) { fail("internal error: eval_loss counts %d sequences of a micro-batch of %d", rows, B); }
     gpt_load_tokens(g, inputs, targets, B * T);
     gpt_forward(g, B, T);
-    gpt_loss(g, B * T, rows * T, 0.0f, 0);
+    gpt_head(g, B, T, HEAD_LOSS, 0.0f);
+    gpt_loss_sum(g, rows * T);
     comm_wait_event(g->scalars_ready, "the validation loss");
     g->eval_B = B;
     g->eval_T = T;
@@ -1480,17 +1549,22 @@ template <typename floatX> static void copy_to_host_float(float *out, const floa
     }
 }
 
-// Under TP a rank's logits are the columns of its vocabulary rows: the row is all-gathered over the TP group (rank
-// r's part is columns [r Vp/TP, (r+1) Vp/TP), so the gathered row is in vocabulary order) in the row_gather buffer.
+// The logits of the head chunk that holds position pos (the rows the training passes' head GEMMs take). Under TP a
+// rank's logits are the columns of its vocabulary rows: the row is all-gathered over the TP group (rank r's part is
+// columns [r Vp/TP, (r+1) Vp/TP), so the gathered row is in vocabulary order) in the row_gather buffer.
 template <typename floatX> static void op_logits_at(void *ctx, const int *tokens, int T, int pos, float *out) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     check_batch(g, 1, T);
     if (pos < 0 || pos >= T) { fail("logits_at: position %d is outside [0, %d)", pos, T); }
     gpt_load_tokens(g, tokens, (const int *)NULL, T);
     gpt_forward(g, 1, T);
+    gpt_head(g, 1, T, HEAD_NORM, 0.0f);
     g->eval_B = 0;
+    HeadChunk c = head_chunk(T, g->head_rows, 0);
+    for (int k = 1; c.row + c.rows <= pos; k++) { c = head_chunk(T, g->head_rows, k); }
+    head_logits(g, c, c.row, c.row + c.rows);
     size_t Vp = g->config.padded_vocab_size, Vl = Vp / g->tp.size;
-    const floatX *row = g->acts.logits + (size_t)pos * Vl;
+    const floatX *row = g->acts.logits + (size_t)(pos - c.row) * Vl;
     if (tp_active(&g->tp)) {
         cudaCheck(cudaMemcpyAsync(g->row_gather + g->tp.rank * Vl, row, Vl * sizeof(floatX), cudaMemcpyDeviceToDevice,
                                   g_cuda.stream));
@@ -1501,11 +1575,19 @@ template <typename floatX> static void op_logits_at(void *ctx, const int *tokens
     copy_to_host_float(out, row, Vp);
 }
 
+// The logits of the last eval_loss, made again chunk by chunk from its final norm's output: the same GEMMs on the
+// same rows, so the same bits.
 template <typename floatX> static void op_copy_logits(void *ctx, float *out) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     if (g->eval_B == 0) { fail("copy_logits needs an eval_loss just before it"); }
     if (tp_active(&g->tp)) { fail("copy_logits (a test hook) is for one GPU; under --tp each rank holds a slice"); }
-    copy_to_host_float(out, g->acts.logits, (size_t)g->eval_B * g->eval_T * g->config.padded_vocab_size);
+    int N = g->eval_B * g->eval_T;
+    size_t Vp = g->config.padded_vocab_size;
+    for (int k = 0; k < head_chunks(N, g->head_rows); k++) {
+        HeadChunk c = head_chunk(N, g->head_rows, k);
+        head_logits(g, c, c.row, c.row + c.rows);
+        copy_to_host_float(out + (size_t)c.row * Vp, g->acts.logits, (size_t)c.rows * Vp);
+    }
 }
 
 static void copy_device_to_host(float *out, const float *src, size_t n) {
