@@ -151,7 +151,8 @@ template <typename floatX> struct Activations {
     float *reduce_scratch;         // partial sums of the column reductions (bias and LayerNorm gradients)
     float *sums_scratch;           // the same for the fc bias sums on g_cuda.sums (fc_bias_backward)
     float *norm_scratch;           // partial sums of the gradient norm, all groups (GPT::norm_groups)
-    double *sum_squares;           // ZeRO-1 or TP > 1: the squared norm of this rank's part, then of all
+    double *norm_fold;             // their folds (grad_sum_partials)
+    double *sum_squares;           // the squared norm (of this rank's part, then of all where it is split)
     float *scalars;                // [0] mean loss, [1] gradient norm, [2] clip factor
 };
 
@@ -376,12 +377,6 @@ template <typename T> static T *dev_alloc(size_t count, const char *what) {
 // (pointer_alignment), so a GEMM on a slice runs the same algorithm as on a buffer of its own.
 #define SLICE_ALIGN 256
 
-// Whether this rank's gradients are a part of the model's (ZeRO-1 slices, TP slices, GTP shards), whose squared norm
-// is summed over the ranks.
-template <typename floatX> static bool norm_is_split(const GPT<floatX> *g) {
-    return g->dp.zero || tp_active(&g->tp) || g->gtp.size > 1;
-}
-
 template <typename floatX> static void activations_alloc(GPT<floatX> *g) {
     const GPTConfig *c = &g->config;
     size_t N = (size_t)g->maxB * g->maxT, C = c->channels, L = c->num_layers, tp = g->tp.size;
@@ -439,7 +434,8 @@ template <typename floatX> static void activations_alloc(GPT<floatX> *g) {
     a.reduce_scratch = dev_alloc<float>(reduce > ln ? reduce : ln, "reduction scratch");
     a.sums_scratch = dev_alloc<float>(reduce, "fc bias reduction scratch");
     a.norm_scratch = dev_alloc<float>(g->norm_first[L + 1], "gradient norm scratch");
-    if (norm_is_split(g)) { a.sum_squares = dev_alloc<double>(1, "squared gradient norm"); }
+    a.norm_fold = dev_alloc<double>(norm_folds(g->norm_first[L + 1]), "gradient norm scratch");
+    a.sum_squares = dev_alloc<double>(1, "squared gradient norm");
     a.scalars = dev_alloc<float>(3, "loss and norm");
 }
 
@@ -979,13 +975,15 @@ template <typename floatX> static void gpt_loss_sum(GPT<floatX> *g, int counted)
  * micro-step they are first summed over the TP group (on the TP stream; wpe's gradient is taken from all tokens,
  * gathered, so it is whole already). grads_final_join makes the compute stream wait for all of it (so for the
  * reductions too), before anything reads the norm or writes the gradients again. When the update starts during the
- * backward (update_starts_early), the group's AdamW follows on the update stream, which the compute stream waits for
- * only in the next forward.
+ * backward (update_starts_early), the group's AdamW follows on the update stream instead of the side stream's pass,
+ * and writes the group's partial sums of squares itself, the same bits (llmc/adamw.cuh), reading the gradients once
+ * where the pass read them a second time; the compute stream waits for the update stream only in gpt_update (for
+ * the last group's AdamW, before the norm) and in the next forward.
  */
 static bool sp_partial_gradient(int t) { return param_tp_split(t) == TP_REPLICATED && t != P_WPE; }
 
 template <typename floatX>
-static void update_group_adamw(GPT<floatX> *g, int k, const UpdateArgs *u, const float *clip_factor);
+static void update_group_adamw(GPT<floatX> *g, int k, const UpdateArgs *u, const float *clip_factor, int norm);
 
 template <typename floatX> static cudaEvent_t sp_sum_replicated(GPT<floatX> *g, int group, cudaEvent_t ready) {
     TensorParallel *tp = &g->tp;
@@ -1017,13 +1015,12 @@ template <typename floatX> static void grads_final(GPT<floatX> *g, int group) {
     if (g->reduce_grads && g->tp.sp) { ready = sp_sum_replicated(g, group, ready); }
     if (g->reduce_grads && g->mesh.data_size > 1) { ready = dp_reduce_group(&g->dp, group, g->grads, ready); }
     cudaCheck(cudaStreamWaitEvent(g_cuda.side, ready, 0));
-    if (g->norm_in_backward) {
-        grad_norm_partials(g->acts.norm_scratch + g->norm_first[group], &g->norm_groups[group], g_cuda.side);
-    }
-    if (g->update_started) {
+    if (g->update_started) { // AdamW takes the norm's partial sums as it reads the gradients
         cudaCheck(cudaStreamWaitEvent(g_cuda.update, ready, 0));
-        update_group_adamw(g, group, &g->update_args, (const float *)NULL);
+        update_group_adamw(g, group, &g->update_args, (const float *)NULL, 1);
         g->update_pending = 1;
+    } else if (g->norm_in_backward) {
+        grad_norm_partials(g->acts.norm_scratch + g->norm_first[group], &g->norm_groups[group], g_cuda.side);
     }
 }
 
@@ -1310,11 +1307,7 @@ template <typename floatX> static void grad_norm(GPT<floatX> *g, float grad_clip
     cudaStream_t s = g_cuda.stream;
     const Activations<floatX> &a = g->acts;
     int parts = g->norm_first[g->config.num_layers + 1];
-    if (!norm_is_split(g)) {
-        grad_norm_finish(a.scalars + 1, a.norm_scratch, parts, grad_clip, s);
-        return;
-    }
-    grad_sum_partials(a.sum_squares, a.norm_scratch, parts, s);
+    grad_sum_partials(a.sum_squares, a.norm_scratch, parts, a.norm_fold, s);
     if (g->dp.zero) { dp_sum_on_device(&g->dp, a.sum_squares, 1, s); }
     if (tp_active(&g->tp)) { tp_sum_on_device(&g->tp, a.sum_squares, 1, s); }
     if (g->gtp.size > 1) {
@@ -1333,7 +1326,11 @@ template <typename floatX> static void grad_norm(GPT<floatX> *g, float grad_clip
  * - During the backward (update_starts_early): without clipping a group's update needs nothing but its own final
  *   gradients, so grads_final queues it there, layers L-1 ... 0 and then the rest, beside the backward of the layers
  *   below; nothing reads a layer's weights again in that backward. The next forward then waits only for what is
- *   still running. FP8 keeps the first order: its weights' codes take scales from the step's amaxes (fp8_end_step).
+ *   still running. Each group's AdamW also writes its partial sums for the norm (it reads every gradient anyway), so
+ *   the side stream reads none a second time; the norm, and the host, then wait for the last group (the rest:
+ *   wte, ...), which the next forward's embedding waits for anyway. FP8 keeps the first order: its weights' codes
+ *   take scales from the step's amaxes (fp8_end_step), and there the next forward overlaps the layers' updates, so
+ *   a norm behind them all would hold it back.
  * The same AdamW either way, so the same bits. With DP > 1 the gradients were summed over the ranks in backward
  * (grads_final); under ZeRO-1 each rank updates the part of each group it owns, then broadcasts it (dp_gather_group,
  * queued in forward order by gpt_update, so that no broadcast waits in the DP stream ahead of a backward's sums)
@@ -1361,10 +1358,11 @@ template <typename floatX> static bool fp8_codes_by_adamw(const GPT<floatX> *g) 
  * AdamW of the part of group k this rank owns (all of it without ZeRO-1), on the update stream (whose caller made it
  * wait for the group's gradients and, with clipping, the clip factor: clip_factor, NULL when not clipping), then its
  * event. FP8 weights get no compute-precision copy: under delayed scaling AdamW writes their codes, otherwise
- * update_group_publish casts them.
+ * update_group_publish casts them. With norm (the update in backward), it also writes the group's partial sums of
+ * squares for the gradient norm, where grad_norm_partials would.
  */
 template <typename floatX>
-static void update_group_adamw(GPT<floatX> *g, int k, const UpdateArgs *u, const float *clip_factor) {
+static void update_group_adamw(GPT<floatX> *g, int k, const UpdateArgs *u, const float *clip_factor, int norm) {
     AdamWStep step = {u->lr, u->beta1, u->beta2, (float)(1.0 - pow(u->beta1, u->t)),
                       (float)(1.0 - pow(u->beta2, u->t)), u->eps};
     floatX *copy = (void *)g->weights == (void *)g->params ? NULL : g->weights;
@@ -1374,9 +1372,10 @@ static void update_group_adamw(GPT<floatX> *g, int k, const UpdateArgs *u, const
     memset(&f8, 0, sizeof(f8));
     if (g->fp8) { f8 = adamw_fp8_of(g->fp8); }
     ParamGroup own = dp_owned_group(&g->dp, k);
+    const NormGroup *ng = &g->norm_groups[k];
     AdamWGroup grp;
     memset(&grp, 0, sizeof(grp));
-    for (int i = 0; i < own.count; i++) {
+    for (int i = 0, slice = 0; i < own.count; i++) {
         size_t o = own.span[i].begin;
         int t = own.tensor[i];
         adamw_group_add(&grp, o, o - moments_begin, own.span[i].count, param_is_decayed(t) ? u->weight_decay : 0.0f,
@@ -1384,8 +1383,16 @@ static void update_group_adamw(GPT<floatX> *g, int k, const UpdateArgs *u, const
         if (fused_fp8 && fp8_weight(g, k, t)) {
             adamw_group_fp8(&grp, fp8_code(g, k, t, o), fp8_tensor(k, block_linear_of_weight(t), FP8_WEIGHT));
         }
+        if (norm && norm_counts_tensor(&g->mesh, t)) { // the norm group's next slice (norm_groups_make): this span
+            if (slice == ng->count || ng->p[slice] != g->grads + o || ng->n[slice] != own.span[i].count) {
+                fail("internal error: group %d's AdamW span %d is not its gradient-norm slice %d", k, i, slice);
+            }
+            adamw_group_norm(&grp, g->norm_first[k] + (slice ? ng->chunk_end[slice - 1] : 0));
+            slice++;
+        }
     }
-    adamw_update(g->params, copy, g->grads, g->m, g->v, &grp, step, clip_factor, f8, g_cuda.update);
+    adamw_update(g->params, copy, g->grads, g->m, g->v, &grp, step, clip_factor, f8,
+                 norm ? g->acts.norm_scratch : (float *)NULL, g_cuda.update);
     cudaCheck(cudaEventRecord(g->updated[k], g_cuda.update));
     g->update_last = k;
 }
@@ -1442,6 +1449,10 @@ template <typename floatX> static float gpt_update(GPT<floatX> *g, const UpdateA
     if (!g->norm_ready) { // not taken in backward (none since zero_grad, or no arguments passed): the same sums here
         for (int k = 0; k <= L; k++) { grad_norm_partials(a.norm_scratch + g->norm_first[k], &g->norm_groups[k], s); }
     }
+    // Started in backward, AdamW wrote the partial sums: the norm waits for the last group's, which follows the others
+    // on the update stream. The host, which waits for the norm below, so waits for the whole update; but the next
+    // forward waits for that last group (wte: updated_wait(g, L)) before its first kernel anyway.
+    if (started) { cudaCheck(cudaStreamWaitEvent(s, g->updated[g->update_last], 0)); }
     if (g->fp8) { // the step's amaxes, the largest over every rank (each holds parts, or other data), into the history
         if (g_comm.connected) {
             comm_world_reduce_on_device(g->fp8->amax_step, (size_t)g->fp8->tensors, ncclUint32, ncclMax, s,
@@ -1459,7 +1470,7 @@ template <typename floatX> static float gpt_update(GPT<floatX> *g, const UpdateA
     const float *clip_factor = u->grad_clip > 0.0f ? a.scalars + 2 : NULL;
     for (int i = 0; i <= L; i++) {
         int k = i == 0 ? L : i - 1; // the rest first, then the layers in forward order
-        if (!started) { update_group_adamw(g, k, u, clip_factor); }
+        if (!started) { update_group_adamw(g, k, u, clip_factor, 0); }
         update_group_publish(g, k);
     }
     if (fp8_codes_by_adamw(g) && !g->gtp.active) {

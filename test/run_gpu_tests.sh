@@ -3,7 +3,8 @@
 # writes the CPU build's reference state for small GPT-2 and Llama 3 models (head sizes 64 and 128; in fp32, and in
 # fp8 with each scaling recipe), runs the parity test against each (fp32 and bf16; fp8 with fp32 and with bf16
 # activations), the FP8 kernel test, the attention kernel test (multi-head and grouped-query; plain, and its small
-# shapes under memcheck and racecheck), the AdamW kernel test (its update against fp64), the LM head in chunks of rows against all rows at once (GPT-2 and a
+# shapes under memcheck and racecheck), the AdamW kernel test (its update against fp64, the norm's partial sums it
+# writes against the norm's own pass bit for bit), the LM head in chunks of rows against all rows at once (GPT-2 and a
 # Llama with a 128256 vocabulary, fp32: losses, gradients, logits to fp32 rounding), the LayerNorm and RMSNorm
 # kernel test (plain, memcheck, racecheck), the RoPE and SwiGLU kernel tests (plain, memcheck), resume bit-exactness
 # in bf16 and fp8 (GPT-2 and Llama), and the GTP path on one rank against the plain path in fp32, bf16 and fp8
