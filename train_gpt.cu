@@ -121,7 +121,13 @@ template <typename floatX> struct Activations {
     float *lse;                    // (L, B, NH/TP, T) log-sum-exp of each attention row
     floatX *fch;                   // (L, N, FC/TP) fc output before GELU or SwiGLU; SwiGLU's backward overwrites
                                    // a layer's with its gradient (fc's output gradient), which fc's backward reads
-    floatX *h4;                    // swiglu(fch): (L, N, F), every layer's kept for backward.
+                                   // (an FP8 block's backward casts that gradient instead: fch stays)
+    floatX *h4;                    // swiglu(fch): (N, F/TP) that every layer shares, where the forward writes it for
+                                   // the fc projection and the backward's SwiGLU writes it again for that layer's
+                                   // weight gradient (swiglu_backward; the weight gradient queue is empty between
+                                   // layers): in the logits' buffer after d fch (see h4_alt); NULL in fp8 without
+                                   // bf16 blocks (an FP8 block's fc casts swiglu(fch) as the fc projection's FP8
+                                   // input, kept transposed in Fp8Linear::x_t).
                                    // gelu(fch): (keep_gelu, N, 4C/TP) for the first layers, which keep it for
                                    // backward, then (N, 4C/TP) for the others, which recompute it there a layer
                                    // ahead (gelu_recompute): the highest (GPT::top_recompute) and every second one
@@ -147,7 +153,7 @@ template <typename floatX> struct Activations {
     floatX *dres;                  // (N, C) gradient of the residual stream (this rank's Ns tokens of it under SP,
                                    // gathered to all N where a row-parallel backward or the embedding needs them)
     floatX *dqkv;                  // (N, QKV/TP)
-    floatX *dfch;                  // (N, FC/TP) gradient of the fc output (SwiGLU: of its output, (N, F)): the
+    floatX *dfch;                  // (N, FC/TP) gradient of the fc output (SwiGLU: of its output, (N, F/TP)): the
                                    // logits' buffer, which backward no longer needs once the LM head's is done
     void *attn_workspace;
     float *reduce_scratch;         // partial sums of the column reductions (bias and LayerNorm gradients)
@@ -321,7 +327,8 @@ template <typename floatX> static bool fp8_layer(const GPT<floatX> *g, int l) {
 
 // Whether layer l computes gelu(fch) again for its backward (gelu_recompute) rather than keeping it: past
 // --keep-gelu-layers; in fp8 that is the FP8 blocks' FP8 copy, and the bf16 blocks (few, at the ends) keep theirs.
-// A SwiGLU MLP keeps its output in every layer.
+// SwiGLU's output is written again by its backward instead (Activations::h4), and an FP8 block keeps it transposed
+// in FP8 (fp8_make).
 template <typename floatX> static bool recomputes_gelu(const GPT<floatX> *g, int l) {
     return g->config.mlp == MLP_GELU && l >= g->keep_gelu && (!g->fp8 || fp8_layer(g, l));
 }
@@ -345,7 +352,7 @@ template <typename floatX> struct LayerActs {
 template <typename floatX> static LayerActs<floatX> layer_acts(const GPT<floatX> *g, int l) {
     const Activations<floatX> &a = g->acts;
     size_t N = (size_t)g->maxB * g->maxT, Ns = tp_local_tokens(&g->tp, (int)N), C = g->config.channels;
-    size_t A = g->attn, M = g->mlp, F = g->ffn;
+    size_t A = g->attn, M = g->mlp;
     LayerActs<floatX> x;
     x.res_in = a.res + l * Ns * C;
     x.res_out = a.res + (l + 1) * Ns * C;
@@ -358,7 +365,7 @@ template <typename floatX> static LayerActs<floatX> layer_acts(const GPT<floatX>
     x.fch = a.fch + l * N * M;
     int keep = g->keep_gelu;
     if (g->config.mlp == MLP_SWIGLU) {
-        x.h4 = a.h4 + l * N * F;
+        x.h4 = fp8_layer(g, l) ? NULL : a.h4;
     } else if (g->fp8) {
         x.h4 = fp8_layer(g, l) ? NULL : a.h4 + slot * N * M;
     } else {
@@ -406,26 +413,34 @@ template <typename floatX> static void activations_alloc(GPT<floatX> *g) {
     }
     if (tp > 1) { g->row_gather = dev_alloc<floatX>(c->padded_vocab_size, "a gathered row of logits"); }
     a.proj = dev_alloc<floatX>(N * C, "projection scratch");
-    int recomputing = 0; // layers that recompute gelu(fch): they alternate between two buffers (layer_acts)
-    for (int l = 0; l < (int)L; l++) { recomputing += recomputes_gelu(g, l); }
-    size_t h4_slots = c->mlp == MLP_SWIGLU ? L : g->fp8 ? bf16_blocks(g) : g->keep_gelu + (recomputing > 0);
-    a.h4 = dev_alloc<floatX>(h4_slots * N * F, "MLP activation outputs");
     a.dres = dev_alloc<floatX>(N * C, "residual gradient");
     a.dqkv = dev_alloc<floatX>(N * g->qkv, "QKV gradient");
-    // The logits' buffer: a chunk of the LM head's logits, then d fch and after it the second GELU buffer
-    size_t elem = g->fp8 ? 1 : sizeof(floatX), bytes = N * M * elem; // an FP8 recompute is FP8 bytes
+    // The logits' buffer: a chunk of the LM head's logits (gpt_head); in the backward, which is done with them, d fch
+    // and after it SwiGLU's output that every layer shares or the second buffer of the layers that recompute
+    // gelu(fch); as large as the larger use. A forward's layers use those before its LM head writes the logits.
+    int recomputing = 0; // layers that recompute gelu(fch): they alternate between two buffers (layer_acts)
+    for (int l = 0; l < (int)L; l++) { recomputing += recomputes_gelu(g, l); }
+    bool swiglu_out = c->mlp == MLP_SWIGLU && (!g->fp8 || bf16_blocks(g) > 0); // not FP8 blocks only (layer_acts)
+    size_t elem = g->fp8 ? 1 : sizeof(floatX), bytes = N * M * elem;                // an FP8 recompute is FP8 bytes
     size_t after_dfch = (N * M * sizeof(floatX) + SLICE_ALIGN - 1) / SLICE_ALIGN * SLICE_ALIGN;
-    size_t logits_bytes = R * Vl * sizeof(floatX), backward_bytes = after_dfch + (recomputing > 1 ? bytes : 0);
+    size_t second_bytes = swiglu_out ? N * F * sizeof(floatX) : recomputing > 1 ? bytes : 0;
+    size_t logits_bytes = R * Vl * sizeof(floatX), backward_bytes = after_dfch + second_bytes;
     a.logits = (floatX *)cuda_alloc(logits_bytes > backward_bytes ? logits_bytes : backward_bytes,
                                     "logits (a chunk of rows) and the MLP gradient");
     a.dfch = a.logits;
-    if (g->fp8 && recomputing > 0) { a.h4t[0] = (uint8_t *)cuda_alloc(bytes, "FP8 GELU outputs"); }
-    if (recomputing > 1) {
-        void *second = (char *)a.logits + after_dfch;
-        if (g->fp8) {
-            a.h4t[1] = (uint8_t *)second;
-        } else {
-            a.h4_alt = (floatX *)second;
+    void *second = (char *)a.logits + after_dfch;
+    if (c->mlp == MLP_SWIGLU) {
+        a.h4 = swiglu_out ? (floatX *)second : (floatX *)NULL;
+    } else {
+        size_t h4_slots = g->fp8 ? bf16_blocks(g) : g->keep_gelu + (recomputing > 0);
+        a.h4 = dev_alloc<floatX>(h4_slots * N * F, "MLP activation outputs");
+        if (g->fp8 && recomputing > 0) { a.h4t[0] = (uint8_t *)cuda_alloc(bytes, "FP8 GELU outputs"); }
+        if (recomputing > 1) {
+            if (g->fp8) {
+                a.h4t[1] = (uint8_t *)second;
+            } else {
+                a.h4_alt = (floatX *)second;
+            }
         }
     }
     a.attn_workspace = cuda_alloc(attention_backward_workspace_bytes<floatX>(g->maxB, g->maxT, (int)NHl, g->kv_heads,
@@ -591,12 +606,15 @@ template <typename floatX> static uint8_t *fp8_codes(const GPT<floatX> *g, int l
  * (the fc projection's in the layers that keep gelu(fch); the others recompute it into the alternating h4t buffers);
  * the row-major scratch of the inputs and output gradients every layer shares; and a transposed output gradient per
  * kind of layer (it lives from the input gradient to the weight gradient, and the backward interleaves a block's two
- * pairs of layers). The GELU coupling of fc and the fc projection is GPT-2's; SwiGLU's layers cast their own input
- * (its output, kept in h4) and output gradient (SwiGLU's input gradient) as the other layers do.
+ * pairs of layers). fc and the fc projection are coupled through the MLP's activation (Fp8Linear::act_consumer):
+ * fc's forward casts gelu(fch) or swiglu(fch) as the fc projection's input, whose input-gradient step casts fc's
+ * output gradient through the activation's backward. SwiGLU's output is kept transposed in FP8 in every layer
+ * (N F bytes a layer, half of what its bf16 copy took): recasting it in the backward, as the GELU layers past
+ * --keep-gelu-layers do, would read fch again (4 bytes an element for every byte written) beside each layer's
+ * backward, and fp8's bar is speed.
  */
 template <typename floatX> static void fp8_make(GPT<floatX> *g) {
     int L = g->config.num_layers, M = g->mlp;
-    bool gelu = g->config.mlp == MLP_GELU;
     size_t N = (size_t)g->maxB * g->maxT;
     int in[BLOCK_LINEARS], out[BLOCK_LINEARS], widest = 0; // every layer's shape: layer 0's
     for (int k = 0; k < BLOCK_LINEARS; k++) {
@@ -611,7 +629,8 @@ template <typename floatX> static void fp8_make(GPT<floatX> *g) {
     uint8_t *x = (uint8_t *)cuda_alloc(N * widest, "FP8 inputs"), *dy = (uint8_t *)cuda_alloc(N * widest, "FP8 grads");
     uint8_t *dy_t[BLOCK_LINEARS];
     for (int k = 0; k < BLOCK_LINEARS; k++) { dy_t[k] = (uint8_t *)cuda_alloc(N * out[k], "FP8 output gradients"); }
-    float *dbias = gelu ? dev_alloc<float>(fp8_col_sums_floats((int)N, M), "fc bias gradient partial sums") : NULL;
+    float *dbias = g->config.bias ? dev_alloc<float>(fp8_col_sums_floats((int)N, M), "fc bias gradient partial sums")
+                                  : (float *)NULL;
     g->fp8_linears = (Fp8Linear *)calloc_check((size_t)L * BLOCK_LINEARS, sizeof(Fp8Linear), "FP8 linear layers");
     for (int l = 0; l < L; l++) {
         if (!fp8_layer(g, l)) { continue; }
@@ -632,13 +651,13 @@ template <typename floatX> static void fp8_make(GPT<floatX> *g) {
                                     : g->acts.h4t[(g->top_recompute - l) % 2];
             lin->fp8 = q;
         }
-        if (!gelu) { continue; }
         Fp8Linear *fc = &g->fp8_linears[l * BLOCK_LINEARS + LIN_FC];
         Fp8Linear *fcproj = &g->fp8_linears[l * BLOCK_LINEARS + LIN_FCPROJ];
-        fc->gelu_consumer = fcproj;
+        fc->act_consumer = fcproj;
+        fc->act = g->config.mlp;
         fc->grad_from_consumer = 1;
         fc->dbias_partials = dbias;
-        fcproj->gelu_producer = fc;
+        fcproj->act_producer = fc;
         fcproj->input_from_producer = 1;
     }
 }
@@ -887,9 +906,10 @@ template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T)
         for (int k = 0; k < K; k++) {
             ForwardChunk f = gpt_chunk(g, B, T, k);
             chunk_layernorm(g, f, x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, x.res_in, a.proj, w[P_LN2W], w[P_LN2B]);
-            // GELU is fc's epilogue (fch kept as its aux); SwiGLU a pass of its own over [gate | up]
+            // GELU is fc's epilogue (fch kept as its aux); SwiGLU a pass of its own over [gate | up] into the shared
+            // h4, but in an FP8 block, whose fc casts either activation as the fc projection's input (x.h4 NULL)
             block_linear_forward(g, l, LIN_FC, swiglu ? x.fch : x.h4, x.ln2, swiglu ? (floatX *)NULL : x.fch, f, K);
-            if (swiglu) { swiglu_forward(x.h4 + (size_t)f.row * F, x.fch + (size_t)f.row * M, f.rows, F, s); }
+            if (swiglu && x.h4) { swiglu_forward(x.h4 + (size_t)f.row * F, x.fch + (size_t)f.row * M, f.rows, F, s); }
             block_linear_forward(g, l, LIN_FCPROJ, a.proj, x.h4, (floatX *)NULL, f, K);
         }
     }
@@ -1074,8 +1094,8 @@ static void fc_bias_backward(GPT<floatX> *g, int l, int N, int accumulate) {
  * (below). The bias sum goes first, so fc_bias_done never waits for a recompute, and the next bias sum is not held
  * back by this one either (it starts after layer l's fc2 input gradient, which waits for gelu_recomputed); the
  * recompute has the rest of layer l + 1's backward (~2.5 ms at 1558M) to finish in. Layer L - 1 has no layer
- * ahead: gpt_backward queues it first, beside the LM head's backward. The layers that recompute alternate between
- * two buffers (layer_acts: layer l + 1's is the other one). Writers and readers, and what orders them:
+ * ahead: gpt_backward_begin queues it before the LM head, beside which it runs. The layers that recompute alternate
+ * between two buffers (layer_acts: layer l + 1's is the other one). Writers and readers, and what orders them:
  *   h4 of layer l: written here (sums); read by layer l's fc2 weight gradient (compute), which waits for
  *     gelu_recomputed (one event for all layers: that wait is queued before layer l - 1's recompute records it
  *     again). The buffer held layer l + 2's h4, last read by that layer's fc2 weight gradient (compute),
@@ -1084,8 +1104,8 @@ static void fc_bias_backward(GPT<floatX> *g, int l, int N, int accumulate) {
  *     stream waits for forward_done.
  *   fch of layer l: written by the forward only (before forward_done and every dfch_ready); read here and by the
  *     DGELU of layer l's fc2 input gradient.
- *   the logits' buffer, where h4_alt may lie after d fch (disjoint): the classifier and the LM head's backward
- *     (compute) use it before layer L - 1's dfch_ready, which precedes every recompute into h4_alt. The next
+ *   the logits' buffer, where h4_alt lies after d fch (disjoint): the LM head's chunks (compute) use it before
+ *     layer L - 1's dfch_ready, which precedes every recompute into h4_alt. The next
  *     forward writes both buffers after grads_final_join, which is behind all the sums stream's work, and its
  *     LM head the logits after the layers have read h4_alt.
  * gelu_forward is elementwise: the same bits as in line. In fp8 the FP8 blocks recompute their fc projection's
@@ -1173,10 +1193,10 @@ template <typename floatX> static void wgrad_overlap(GPT<floatX> *g, WgradQueue<
 // and its weight gradient deferred to the queue.
 template <typename floatX>
 static void block_input_grad(GPT<floatX> *g, WgradQueue<floatX> *q, int l, int k, floatX *dinp, const floatX *dout,
-                             const floatX *inp, const floatX *gelu_aux) {
+                             const floatX *inp, const floatX *act_aux) {
     const Linear<floatX> &lin = block_linear(g, l, k);
     gtp_acquire(g, l, k);
-    linear_backward_input(lin, dinp, dout, inp, gelu_aux, q->N, g_cuda.stream);
+    linear_backward_input(lin, dinp, dout, inp, act_aux, q->N, g_cuda.stream);
     gtp_done(g, l, k);
     wgrad_defer(q, k, lin, dout, inp);
 }
@@ -1205,13 +1225,17 @@ template <typename floatX> static void block_backward(GPT<floatX> *g, int l, int
     // MLP: a layer that did not keep h4 = gelu(fch) waits for its recompute (gelu_recompute); d fch goes to its own
     // buffer (a.dfch), once the layer above has summed its fc bias gradient there. SwiGLU: a.dfch takes the gradient
     // of h4 = swiglu(fch) instead, and swiglu_backward turns it into d fch in place of fch (which nothing reads
-    // after), where fc's input and weight gradients read it.
-    bool swiglu = c->mlp == MLP_SWIGLU;
+    // after), where fc's input and weight gradients read it, and writes h4 again into the buffer every layer shares
+    // for the fc projection's weight gradient, queued before and run after it (the queue is empty at the end of the
+    // layer above, so no weight gradient of that layer is left to read the buffer). The fc projection's input
+    // gradient applies the activation's backward itself (act_aux) for GELU, and in an FP8 block for SwiGLU too:
+    // there its casts make fc's FP8 output gradient from fch, which stays.
+    bool swiglu = c->mlp == MLP_SWIGLU, act_in_fcproj = !swiglu || fp8_layer(g, l);
     floatX *dfch = swiglu ? x.fch : a.dfch;
     if (recomputes_gelu(g, l)) { cudaCheck(cudaStreamWaitEvent(s, g->gelu_recomputed, 0)); }
     cudaCheck(cudaStreamWaitEvent(s, g->fc_bias_done, 0));
-    block_input_grad(g, q, l, LIN_FCPROJ, a.dfch, a.dres, x.h4, swiglu ? (const floatX *)NULL : x.fch);
-    if (swiglu) { swiglu_backward(dfch, a.dfch, x.fch, N, g->ffn, s); }
+    block_input_grad(g, q, l, LIN_FCPROJ, a.dfch, a.dres, x.h4, act_in_fcproj ? x.fch : (const floatX *)NULL);
+    if (!act_in_fcproj) { swiglu_backward(dfch, x.h4, a.dfch, x.fch, N, g->ffn, s); }
     fc_bias_backward(g, l, N, acc);
     if (l > 0 && recomputes_gelu(g, l - 1)) { gelu_recompute(g, l - 1, N); }
     block_input_grad(g, q, l, LIN_FC, a.proj, dfch, x.ln2, (const floatX *)NULL);
