@@ -143,8 +143,8 @@ template <typename floatX> struct Activations {
     floatX *lnf;                   // (N, C)
     float *lnf_stats;              // (2, Ns)
     floatX *logits;                // (R, Vp/TP) one chunk of R = GPT::head_rows rows of logits (gpt_head), which
-                                   // the classifier overwrites with their gradient; the backward after the LM head
-                                   // keeps d fch and h4_alt here, so it is as large as the larger use
+                                   // the classifier overwrites with their gradient; the layers keep d fch and after
+                                   // it SwiGLU's shared output or h4_alt here, so it is as large as the larger use
     float *losses;                 // (N)
     float *vocab_stats;            // TP > 1 or a row past shared memory: (TP, R, VOCAB_STATS) row statistics
     // scratch shared by all layers
@@ -1105,9 +1105,9 @@ static void fc_bias_backward(GPT<floatX> *g, int l, int N, int accumulate) {
  *   fch of layer l: written by the forward only (before forward_done and every dfch_ready); read here and by the
  *     DGELU of layer l's fc2 input gradient.
  *   the logits' buffer, where h4_alt lies after d fch (disjoint): the LM head's chunks (compute) use it before
- *     layer L - 1's dfch_ready, which precedes every recompute into h4_alt. The next
- *     forward writes both buffers after grads_final_join, which is behind all the sums stream's work, and its
- *     LM head the logits after the layers have read h4_alt.
+ *     layer L - 1's dfch_ready, which precedes every recompute into h4_alt. The next forward writes both buffers
+ *     after grads_final_join, which is behind all the sums stream's work, and its LM head the logits after the
+ *     layers have read h4_alt.
  * gelu_forward is elementwise: the same bits as in line. In fp8 the FP8 blocks recompute their fc projection's
  * transposed FP8 input instead (the forward's cast again, by the scale it stored: the same bytes), into h4t[0] and
  * h4t[1], which stand where h4's last slot and h4_alt do, in the same order; the bf16 blocks keep their h4.
