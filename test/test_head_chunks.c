@@ -8,6 +8,7 @@
 
 #define BF16_BYTES 2
 #define FP32_BYTES 4
+#define SHOWN_FAILURES 10 // failing cases printed before the count
 
 // The chunks of N rows under `most`: in order, covering [0, N) once, each of 1..most rows, all within one row of
 // each other, and no fewer could hold N.
@@ -26,11 +27,11 @@ static int check_chunks(int N, int most) {
 }
 
 static void test_head_chunks(void) {
-    int bad = 0;
+    int bad = 0, cases = 0;
     for (int N = 1; N <= 600; N++) {
         for (int most = 1; most <= N + 2; most++) {
             int b = check_chunks(N, most);
-            if (b) { printf("  N %d, at most %d rows: %d errors\n", N, most, b); }
+            if (b && cases++ < SHOWN_FAILURES) { printf("  N %d, at most %d rows: %d errors\n", N, most, b); }
             bad += b;
         }
     }
@@ -40,10 +41,13 @@ static void test_head_chunks(void) {
     // The rows a budget holds: at least one; no budget is no limit.
     size_t gib = (size_t)HEAD_CHUNK_BUDGET_MIB * HEAD_CHUNK_MIB;
     int llama = head_chunk_rows_max(gib, 128256, BF16_BYTES), gpt2 = head_chunk_rows_max(gib, 50304, BF16_BYTES);
-    int ok = llama == 4185 && gpt2 == 10672 && head_chunk_rows_max(gib, 50304, FP32_BYTES) == 5336;
-    ok = ok && head_chunk_rows_max(0, 128256, BF16_BYTES) == INT_MAX && head_chunk_rows_max(1, 128256, BF16_BYTES) == 1;
-    ok = ok && head_chunk_rows_max(128256 * BF16_BYTES, 128256, BF16_BYTES) == 1;
-    check(ok, "head chunk rows of a budget", "Llama 3 %d (want 4185), GPT-2 %d (want 10672)", llama, gpt2);
+    int fp32 = head_chunk_rows_max(gib, 50304, FP32_BYTES), none = head_chunk_rows_max(0, 128256, BF16_BYTES);
+    int byte = head_chunk_rows_max(1, 128256, BF16_BYTES);
+    int row = head_chunk_rows_max(128256 * BF16_BYTES, 128256, BF16_BYTES);
+    int ok = llama == 4185 && gpt2 == 10672 && fp32 == 5336 && none == INT_MAX && byte == 1 && row == 1;
+    check(ok, "head chunk rows of a budget",
+          "Llama 3 %d (want 4185), GPT-2 %d (10672), in fp32 %d (5336), no budget %d (INT_MAX), 1 byte %d (1), one row "
+          "%d (1)", llama, gpt2, fp32, none, byte, row);
 
     // The benchmarks: Llama-3.2-1B at B 4 x T 2048 in two chunks of 4096 rows, GPT-2 124M at B 32 x T 1024 in four
     // of 8192; an uneven split, 10 rows at most 4 a chunk: 3 chunks of 3, 3 and 4 rows; no budget: one chunk.
