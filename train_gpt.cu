@@ -1276,9 +1276,17 @@ template <typename floatX> static uint8_t *fp8_code(GPT<floatX> *g, int k, int t
     return fp8_codes(g, k, block_linear_of_weight(tensor)) + (e - param_view_begin(g, tensor, k));
 }
 
-// Under delayed scaling AdamW writes the FP8 weights' codes itself (their scale is the history's).
+/*
+ * Who writes an update's FP8 weight codes. AdamW itself under delayed scaling where it updates every weight whole on
+ * this rank (not ZeRO-1, where a rank that owns no part of a weight would never set its scale): the scale is the
+ * history's, so it writes the codes (a byte a weight), and the transposes follow on the sums stream (2 more).
+ * Otherwise update_group_publish casts the updated masters (fp8_cast_layer_weights: reads 4 bytes a weight, writes
+ * the codes and their transpose in one pass): under current scaling, whose scale is the new weight's own amax; under
+ * ZeRO-1, from the masters the owners broadcast. Either way the same fp32 master times the same scale, rounded alike,
+ * and the same amax of the new weights recorded into the next step: the same bits.
+ */
 template <typename floatX> static bool fp8_codes_by_adamw(const GPT<floatX> *g) {
-    return g->fp8 && !fp8_scales_current(g->fp8);
+    return g->fp8 && !g->dp.zero && !fp8_scales_current(g->fp8);
 }
 
 /*
@@ -1325,19 +1333,18 @@ static void update_group_adamw(GPT<floatX> *g, int k, const UpdateArgs *u, const
 
 /*
  * What the next forward needs of group k besides its AdamW: under ZeRO-1 the owners' parts, broadcast; FP8 weights
- * under current scaling cast from their masters (under ZeRO-1 gathered first), scale and all, and under delayed
- * scaling their transposes, which only the backward reads, made on the sums stream, idle until then
- * (fp8_transposed). Under GTP a rank writes the codes of its shards, and each gather makes the transposes
- * (gtp_issue). In fp8 the update stream closes every group, so the last group's event still follows all the others
- * (updated_join).
+ * whose codes AdamW did not write (fp8_codes_by_adamw) cast from their masters (under ZeRO-1 broadcast first), scale
+ * and all, codes and transposes in one pass; where AdamW wrote them, their transposes, which only the backward reads,
+ * made on the sums stream, idle until then (fp8_transposed). Under GTP a rank writes the codes of its shards, and
+ * each gather makes the transposes (gtp_issue). In fp8 the update stream closes every group, so the last group's
+ * event still follows all the others (updated_join).
  */
 template <typename floatX> static void update_group_publish(GPT<floatX> *g, int k) {
     bool fused_fp8 = fp8_codes_by_adamw(g);
     if (g->dp.zero) {
         dp_gather_group(&g->dp, k, [&](Span part, int tensor) -> DpPart {
             if (!fp8_weight(g, k, tensor)) { return {g->weights + part.begin, NcclType<floatX>::id}; }
-            if (fused_fp8) { return {fp8_code(g, k, tensor, part.begin), ncclUint8}; }
-            return {g->params + part.begin, ncclFloat32};
+            return {g->params + part.begin, ncclFloat32}; // the ranks cast them (fp8_codes_by_adamw)
         }, g->sched.updated[k]);
         updated_recorded(&g->sched, k);
     }

@@ -51,6 +51,8 @@
 #    straight through; across layouts (fp32): a GTP=2 checkpoint resumed on one GPU and the other way round end
 #    within the fp32 parity tolerances. The update in backward (bf16, --grad-clip 0): DP=2, DP=2+ZeRO-1, TP=2+SP,
 #    GTP=2 and (4 GPUs) DP=2 x GTP=2+ZeRO-1 end with the same step-20 model file as with --update-in-backward 0.
+#    ZeRO-1 (fp8, --grad-clip 0, the update after the backward): DP=2 and (4 GPUs) DP=2 x GTP=2 end with the same
+#    step-20 model file as without it: the same updates, whoever owns them (every rank sets every FP8 weight's scale).
 # 3. faults (2 ranks): kill -9 of one rank mid-run (rank 1, then rank 0): the other exits with status 1 within
 #    FAULT_LIMIT_S with an error line naming the failure; SIGSTOP of rank 1 mid-run (alive but silent): rank 0
 #    exits with status 1 and a line naming the collective it waited for; a rank missing at start-up, a port in
@@ -110,8 +112,8 @@ LAYOUTS=(
 TCP_LAYOUTS=(dp2 tp2)
 
 passed=0; failed=0; skipped=0; table=()
-# MGPU_PARTS: which of the sections below run (parity, llama = a Llama's DP=2 parity, twins = resume and the update in
-# backward, faults), so that runs under a time limit can take them in turns
+# MGPU_PARTS: which of the sections below run (parity, llama = a Llama's DP=2 parity, twins = resume, the update in
+# backward and ZeRO-1 against plain DP, faults), so that runs under a time limit can take them in turns
 MGPU_PARTS=${MGPU_PARTS:-parity llama twins faults}
 part() { case " $MGPU_PARTS " in *" $1 "*) return 0 ;; esac; skip "$1: not in MGPU_PARTS ($MGPU_PARTS)"; return 1; }
 pass() { echo "PASS $1"; passed=$((passed + 1)); }
@@ -274,7 +276,7 @@ if part parity; then
     fi
 fi
 
-# --- 2. resume on parallel layouts, and the update in backward ------------------------------------------------
+# --- 2. resume on parallel layouts, the update in backward, ZeRO-1 against plain DP -----------------------------
 # A run checkpointed at step RESUME_AT and resumed from there must end with the same bits as the same run straight
 # through: the layout's checkpoint gathers its shards (TP slices, ZeRO-1 moments) and the resume scatters them back.
 # Without clipping the update starts in the backward, each group's AdamW behind that layout's own events for it (the
@@ -285,16 +287,23 @@ RESUME_LAYOUTS=("tp2|2|--tp 2" "tp2_sp|2|--tp 2 --sequence-parallel 1" "dp2_zero
                 "dp2_gtp2_zero1|4|--gtp 2 --zero 1")
 EARLY_LAYOUTS=("dp2|2|--zero 0" "dp2_zero1|2|--zero 1" "tp2_sp|2|--tp 2 --sequence-parallel 1" "gtp2|2|--gtp 2"
                "dp2_gtp2_zero1|4|--gtp 2 --zero 1")
-twin_test() { # resume|early NAME NP OPTIONS...: two bf16 runs under mpirun that must end with the same model file
+# ZeRO-1 against plain DP: without clipping (the norm over the owners' slices may differ in its last bits, and would
+# change the clip factor) each parameter's update is the same arithmetic on the same summed gradient, so the models
+# must match bit for bit. In fp8 after the backward plain DP's AdamW writes the FP8 codes itself, and ZeRO-1's ranks
+# cast the masters the owners broadcast: the same codes and scales on every rank (a rank that owned none of a weight
+# once kept its old scale).
+ZERO_LAYOUTS=("dp2_fp8|2|--precision fp8" "dp2_gtp2_fp8|4|--gtp 2 --precision fp8")
+twin_test() { # resume|early|zero NAME NP OPTIONS...: two runs (bf16 unless OPTIONS say) under mpirun that must end
+              # with the same model file
     local kind=$1 name="$1_$2" np=$3 d s final runs
     shift 3
     d="$LOG_DIR/$name"
     local args=("${COMMON[@]}" --precision bf16 "$@")
-    if [ "$kind" = resume ]; then
-        runs=(straight resumed); args+=(--checkpoint-every "$RESUME_AT")
-    else
-        runs=(after during); args+=(--grad-clip 0)
-    fi
+    case $kind in
+        resume) runs=(straight resumed); args+=(--checkpoint-every "$RESUME_AT") ;;
+        early) runs=(after during); args+=(--grad-clip 0) ;;
+        zero) runs=(plain zero1); args+=(--grad-clip 0 --update-in-backward 0) ;;
+    esac
     mkdir -p "$d/${runs[0]}" "$d/${runs[1]}"
     final=$(printf 'model_%08d.bin' "$STEPS")
     for s in "${runs[@]}"; do
@@ -307,6 +316,7 @@ twin_test() { # resume|early NAME NP OPTIONS...: two bf16 runs under mpirun that
         fi
         [ "$s" = after ] && more=(--update-in-backward 0)
         [ "$s" = during ] && cp "$d/after/"$GEMM_ALGOS_GLOB "$d/during/"
+        [ "$s" = zero1 ] && more=(--zero 1) && cp "$d/plain/"$GEMM_ALGOS_GLOB "$d/zero1/"
         if ! timeout "$RUN_TIMEOUT_S" mpirun --allow-run-as-root -np "$np" --bind-to none -x NCCL_NVLS_ENABLE \
             ./train_gpt "${args[@]}" "${more[@]}" --out-dir "$d/$s" > "$d/$s.out" 2>&1; then
             fail_check "$name" "the $s run failed (see $d/$s.out)"; return
@@ -316,8 +326,10 @@ twin_test() { # resume|early NAME NP OPTIONS...: two bf16 runs under mpirun that
         fail_check "$name" "the step-$STEPS models of the ${runs[0]} and the ${runs[1]} run differ ($d)"
     elif [ "$kind" = resume ]; then
         pass "$name: resumed at step $RESUME_AT, step-$STEPS model bit-identical to the straight run"
-    else
+    elif [ "$kind" = early ]; then
         pass "$name: update during the backward, step-$STEPS model bit-identical to the update after it"
+    else
+        pass "$name: ZeRO-1, step-$STEPS model bit-identical to the run without it"
     fi
 }
 # Checkpoints are the whole model, so a run may resume on another layout: a GTP=2 run's step-RESUME_AT checkpoint
@@ -349,8 +361,12 @@ cross_resume() { # NAME FROM_NP TO_NP "FROM OPTIONS" "TO OPTIONS"
 }
 
 if part twins; then
-    for kind in resume early; do
-        if [ "$kind" = resume ]; then layouts=("${RESUME_LAYOUTS[@]}"); else layouts=("${EARLY_LAYOUTS[@]}"); fi
+    for kind in resume early zero; do
+        case $kind in
+            resume) layouts=("${RESUME_LAYOUTS[@]}") ;;
+            early) layouts=("${EARLY_LAYOUTS[@]}") ;;
+            zero) layouts=("${ZERO_LAYOUTS[@]}") ;;
+        esac
         for entry in "${layouts[@]}"; do
             IFS='|' read -r name np opt_text <<<"$entry"
             read -r -a opts <<<"$opt_text"
