@@ -964,7 +964,8 @@ template <typename floatX> static void gpt_loss_sum(GPT<floatX> *g, int counted)
 static bool sp_partial_gradient(int t) { return param_tp_split(t) == TP_REPLICATED && t != P_WPE; }
 
 template <typename floatX>
-static void update_group_adamw(GPT<floatX> *g, int k, const UpdateArgs *u, const float *clip_factor, int norm);
+static void update_group_adamw(GPT<floatX> *g, int k, const UpdateArgs *u, const float *clip_factor,
+                               bool in_backward);
 
 template <typename floatX> static cudaEvent_t sp_sum_replicated(GPT<floatX> *g, int group, cudaEvent_t ready) {
     TensorParallel *tp = &g->tp;
@@ -994,7 +995,7 @@ template <typename floatX> static void grads_final(GPT<floatX> *g, int group) {
     side_wait(ready);
     if (sc->update_started) { // AdamW takes the norm's partial sums as it reads the gradients
         update_wait_ready(sc, ready);
-        update_group_adamw(g, group, &sc->update_args, (const float *)NULL, 1);
+        update_group_adamw(g, group, &sc->update_args, (const float *)NULL, true);
     } else if (sc->norm_in_backward) {
         grad_norm_partials(g->acts.norm_scratch + g->norm_first[group], &g->norm_groups[group], g_cuda.side);
     }
@@ -1258,13 +1259,15 @@ template <typename floatX> static void grad_norm(GPT<floatX> *g, float grad_clip
  *   below; nothing reads a layer's weights again in that backward. The next forward then waits only for what is
  *   still running. Each group's AdamW also writes its partial sums for the norm (it reads every gradient anyway), so
  *   the side stream reads none a second time; the norm, and the host, then wait for the last group (the rest:
- *   wte, ...), which the next forward's embedding waits for anyway. FP8 keeps the first order: its weights' codes
- *   take scales from the step's amaxes (fp8_end_step), and there the next forward overlaps the layers' updates, so
- *   a norm behind them all would hold it back.
- * The same AdamW either way, so the same bits. With DP > 1 the gradients were summed over the ranks in backward
- * (grads_final); under ZeRO-1 each rank updates the part of each group it owns, then broadcasts it (dp_gather_group,
- * queued in forward order by gpt_update, so that no broadcast waits in the DP stream ahead of a backward's sums)
- * before that group's event fires. The stream and event protocol is llmc/step_schedule.cuh's.
+ *   wte, ...), which the next forward's embedding waits for anyway. In fp8 AdamW then writes the masters only: the
+ *   FP8 weights' codes scale by the history, which takes the step's amaxes after the backward (fp8_end_step), so
+ *   gpt_update casts them from the masters behind it, group by group in forward order, and the next forward waits
+ *   for each layer's cast (~6 bytes a weight) where it waited for its AdamW (~30).
+ * The same AdamW and the same FP8 codes either way (fp8_codes_by_adamw), so the same bits. With DP > 1 the
+ * gradients were summed over the ranks in backward (grads_final); under ZeRO-1 each rank updates the part of each
+ * group it owns, then broadcasts it (dp_gather_group, queued in forward order by gpt_update, so that no broadcast
+ * waits in the DP stream ahead of a backward's sums) before that group's event fires. The stream and event protocol
+ * is llmc/step_schedule.cuh's.
  */
 
 template <typename floatX> static bool fp8_weight(const GPT<floatX> *g, int k, int tensor) {
@@ -1277,32 +1280,35 @@ template <typename floatX> static uint8_t *fp8_code(GPT<floatX> *g, int k, int t
 }
 
 /*
- * Who writes an update's FP8 weight codes. AdamW itself under delayed scaling where it updates every weight whole on
- * this rank (not ZeRO-1, where a rank that owns no part of a weight would never set its scale): the scale is the
+ * Who writes an update's FP8 weight codes. AdamW itself where it runs after the step's amaxes entered the history
+ * (delayed scaling, the update after the backward) and updates every weight whole on this rank (not ZeRO-1, where a
+ * rank that owns no part of a weight would never set its scale): it has the new weight in hand and the scale is the
  * history's, so it writes the codes (a byte a weight), and the transposes follow on the sums stream (2 more).
  * Otherwise update_group_publish casts the updated masters (fp8_cast_layer_weights: reads 4 bytes a weight, writes
- * the codes and their transpose in one pass): under current scaling, whose scale is the new weight's own amax; under
- * ZeRO-1, from the masters the owners broadcast. Either way the same fp32 master times the same scale, rounded alike,
- * and the same amax of the new weights recorded into the next step: the same bits.
+ * the codes and their transpose in one pass), behind the history: under current scaling, whose scale is the new
+ * weight's own amax; under ZeRO-1, from the masters the owners broadcast; and after the update in backward, which ran
+ * before the step's amaxes were in. Either way the same fp32 master times the same scale, rounded alike, and the same
+ * amax of the new weights recorded into the next step: the same bits.
  */
-template <typename floatX> static bool fp8_codes_by_adamw(const GPT<floatX> *g) {
-    return g->fp8 && !g->dp.zero && !fp8_scales_current(g->fp8);
+template <typename floatX> static bool fp8_codes_by_adamw(const GPT<floatX> *g, bool in_backward) {
+    return g->fp8 && !in_backward && !g->dp.zero && !fp8_scales_current(g->fp8);
 }
 
 /*
  * AdamW of the part of group k this rank owns (all of it without ZeRO-1), on the update stream (whose caller made it
  * wait for the group's gradients and, with clipping, the clip factor: clip_factor, NULL when not clipping), then its
- * event. FP8 weights get no compute-precision copy: under delayed scaling AdamW writes their codes, otherwise
- * update_group_publish casts them. With norm (the update in backward), it also writes the group's partial sums of
- * squares for the gradient norm, where grad_norm_partials would.
+ * event. FP8 weights get no compute-precision copy: AdamW writes their codes or update_group_publish casts them
+ * (fp8_codes_by_adamw). In the backward (the update in backward) it also writes the group's partial sums of squares
+ * for the gradient norm, where grad_norm_partials would.
  */
 template <typename floatX>
-static void update_group_adamw(GPT<floatX> *g, int k, const UpdateArgs *u, const float *clip_factor, int norm) {
+static void update_group_adamw(GPT<floatX> *g, int k, const UpdateArgs *u, const float *clip_factor,
+                               bool in_backward) {
     AdamWStep step = {u->lr, u->beta1, u->beta2, (float)(1.0 - pow(u->beta1, u->t)),
                       (float)(1.0 - pow(u->beta2, u->t)), u->eps};
     floatX *copy = (void *)g->weights == (void *)g->params ? NULL : g->weights;
     size_t moments_begin = dp_owned(&g->dp).begin; // the moments hold the owned span only
-    bool fused_fp8 = fp8_codes_by_adamw(g);
+    bool fused_fp8 = fp8_codes_by_adamw(g, in_backward);
     AdamWFp8 f8;
     memset(&f8, 0, sizeof(f8));
     if (g->fp8) { f8 = adamw_fp8_of(g->fp8); }
@@ -1318,7 +1324,7 @@ static void update_group_adamw(GPT<floatX> *g, int k, const UpdateArgs *u, const
         if (fused_fp8 && fp8_weight(g, k, t)) {
             adamw_group_fp8(&grp, fp8_code(g, k, t, o), fp8_tensor(k, block_linear_of_weight(t), FP8_WEIGHT));
         }
-        if (norm && norm_counts_tensor(&g->mesh, t)) { // the norm group's next slice (norm_groups_make): this span
+        if (in_backward && norm_counts_tensor(&g->mesh, t)) { // the norm group's next slice (norm_groups_make)
             if (slice == ng->count || ng->p[slice] != g->grads + o || ng->n[slice] != own.span[i].count) {
                 fail("internal error: group %d's AdamW span %d is not its gradient-norm slice %d", k, i, slice);
             }
@@ -1327,20 +1333,19 @@ static void update_group_adamw(GPT<floatX> *g, int k, const UpdateArgs *u, const
         }
     }
     adamw_update(g->params, copy, g->grads, g->m, g->v, &grp, step, clip_factor, f8,
-                 norm ? g->acts.norm_scratch : (float *)NULL, g_cuda.update);
+                 in_backward ? g->acts.norm_scratch : (float *)NULL, g_cuda.update);
     updated_record(&g->sched, k);
 }
 
 /*
- * What the next forward needs of group k besides its AdamW: under ZeRO-1 the owners' parts, broadcast; FP8 weights
- * whose codes AdamW did not write (fp8_codes_by_adamw) cast from their masters (under ZeRO-1 broadcast first), scale
- * and all, codes and transposes in one pass; where AdamW wrote them, their transposes, which only the backward reads,
- * made on the sums stream, idle until then (fp8_transposed). Under GTP a rank writes the codes of its shards, and
- * each gather makes the transposes (gtp_issue). In fp8 the update stream closes every group, so the last group's
- * event still follows all the others (updated_join).
+ * What the next forward needs of group k besides its AdamW (codes_by_adamw: fp8_codes_by_adamw of it): under ZeRO-1
+ * the owners' parts, broadcast; FP8 weights whose codes AdamW did not write cast from their masters (under ZeRO-1
+ * broadcast first), scale and all, codes and transposes in one pass; where AdamW wrote them, their transposes, which
+ * only the backward reads, made on the sums stream, idle until then (fp8_transposed). Under GTP a rank writes the
+ * codes of its shards, and each gather makes the transposes (gtp_issue). In fp8 the update stream closes every group,
+ * so the last group's event still follows all the others (updated_join).
  */
-template <typename floatX> static void update_group_publish(GPT<floatX> *g, int k) {
-    bool fused_fp8 = fp8_codes_by_adamw(g);
+template <typename floatX> static void update_group_publish(GPT<floatX> *g, int k, bool codes_by_adamw) {
     if (g->dp.zero) {
         dp_gather_group(&g->dp, k, [&](Span part, int tensor) -> DpPart {
             if (!fp8_weight(g, k, tensor)) { return {g->weights + part.begin, NcclType<floatX>::id}; }
@@ -1350,9 +1355,9 @@ template <typename floatX> static void update_group_publish(GPT<floatX> *g, int 
     }
     if (!g->fp8) { return; }
     updated_wait_on(&g->sched, k, g_cuda.update);
-    if (!fused_fp8 && fp8_layer(g, k)) { fp8_cast_layer_weights(g, k, g->fp8_partials[1], g_cuda.update); }
+    if (!codes_by_adamw && fp8_layer(g, k)) { fp8_cast_layer_weights(g, k, g->fp8_partials[1], g_cuda.update); }
     updated_record(&g->sched, k);
-    if (fused_fp8 && !g->gtp.active && k < g->config.num_layers && fp8_layer(g, k)) {
+    if (codes_by_adamw && !g->gtp.active && k < g->config.num_layers && fp8_layer(g, k)) {
         updated_wait_on(&g->sched, k, g_cuda.sums);
         for (int j = 0; j < BLOCK_LINEARS; j++) {
             const Linear<floatX> &lin = block_linear(g, k, j);
@@ -1375,31 +1380,42 @@ template <typename floatX> static float gpt_update(GPT<floatX> *g, const UpdateA
     if (!g->sched.norm_ready) { // not taken in backward (none since zero_grad, or no arguments passed): the same here
         for (int k = 0; k <= L; k++) { grad_norm_partials(a.norm_scratch + g->norm_first[k], &g->norm_groups[k], s); }
     }
-    // Started in backward, AdamW wrote the partial sums: the norm waits for the last group's. The host, which waits for
-    // the norm below, so waits for the whole update; but the next forward waits for that last group (wte) before its
-    // first kernel anyway.
-    if (started) { norm_wait_update(&g->sched); }
-    if (g->fp8) { // the step's amaxes, the largest over every rank (each holds parts, or other data), into the history
+    // The step's amaxes, the largest over every rank (each holds parts, or other data), into the history. An update
+    // that started in the backward records none (fp8_codes_by_adamw), so this need not wait for it.
+    if (g->fp8) {
         if (g_comm.connected) {
             comm_world_reduce_on_device(g->fp8->amax_step, (size_t)g->fp8->tensors, ncclUint32, ncclMax, s,
                                         "the all-reduce of the FP8 amaxes");
         }
         fp8_end_step(g->fp8, s);
+        fp8_history_record(&g->sched);
     }
+    // Started in backward, AdamW wrote the partial sums: the norm waits for the last group's. The host, which waits for
+    // the norm below, so waits for the whole update; but the next forward waits for that last group (wte) before its
+    // first kernel anyway.
+    if (started) { norm_wait_update(&g->sched); }
     grad_norm(g, u->grad_clip);
     g->sched.norm_ready = 0;
     norm_done_record(&g->sched);
     cudaCheck(cudaMemcpyAsync(g->host.scalars + 1, a.scalars + 1, sizeof(float), cudaMemcpyDeviceToHost, s));
     scalars_record(&g->sched, s);
 
-    if (!started) { update_wait_norm(&g->sched); }
+    // The update stream waits for what it reads next: AdamW the clip factor (norm_done, which follows the history its
+    // FP8 codes may scale by); after the update in backward only the FP8 weights' casts are left, which need the
+    // history alone.
+    if (!started) {
+        update_wait_norm(&g->sched);
+    } else if (g->fp8) {
+        fp8_history_wait(&g->sched);
+    }
     const float *clip_factor = u->grad_clip > 0.0f ? a.scalars + 2 : NULL;
+    bool codes_by_adamw = fp8_codes_by_adamw(g, started);
     for (int i = 0; i <= L; i++) {
         int k = i == 0 ? L : i - 1; // the rest first, then the layers in forward order
-        if (!started) { update_group_adamw(g, k, u, clip_factor, 0); }
-        update_group_publish(g, k);
+        if (!started) { update_group_adamw(g, k, u, clip_factor, false); }
+        update_group_publish(g, k, codes_by_adamw);
     }
-    if (fp8_codes_by_adamw(g) && !g->gtp.active) { fp8_transposed_record(&g->sched); }
+    if (codes_by_adamw && !g->gtp.active) { fp8_transposed_record(&g->sched); }
     g->sched.update_pending = 1;
     scalars_wait(&g->sched, "the gradient norm");
     if (g->fp8) { fp8_check_step(g->fp8, u->t); }
@@ -1426,7 +1442,7 @@ static float op_forward_backward(void *ctx, const int *inputs, const int *target
                                  const UpdateArgs *last) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     check_batch(g, B, T);
-    step_schedule_micro_step(&g->sched, last, last && (g->mesh.data_size > 1 || g->tp.sp), g->fp8 != NULL);
+    step_schedule_micro_step(&g->sched, last, last && (g->mesh.data_size > 1 || g->tp.sp));
     int N = B * T;
     if (g->fp8) { g->fp8->recording = 1; } // a training pass: its FP8 casts record their amax
     gpt_load_tokens(g, inputs, targets, N);

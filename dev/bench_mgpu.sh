@@ -46,7 +46,7 @@
 # tokens/s and peak memory, GTP=4 / torch FSDP on 4 GPUs, their exposed communication, 8B's GTP=4 / GTP=2 tokens/s.
 # Note: FSDP at batch 8 per GPU runs 16 sequences a step where TP=2 runs 8; compare them by tokens/s. Ours trains as
 # the baseline does, without clipping the gradient norm (--grad-clip 0; the baselines clip nothing), so that its
-# update starts in the backward where the layout allows it (not fp8: --update-in-backward).
+# update starts in the backward (--update-in-backward).
 #   dev/bench_mgpu.sh [TORCH_SCRIPT] [SHARD] [TORCH_LLAMA_SCRIPT]
 # BENCH_ROWS="124M_1gpu 124M_dp2 ..." runs only the rows named (a ratio none of whose rows was asked for is left out);
 # a group's name runs all of its rows ("llama" on a 2-GPU machine: its 2-GPU rows, the 4-GPU ones skipped).

@@ -203,10 +203,11 @@ typedef struct {
 } AdamWGroup;
 
 /*
- * The FP8 side of an update under delayed scaling (llmc/fp8.cuh): a weight's scale is its history's, known before the
- * update, so AdamW writes the E4M3 codes of the updated weights as it goes (the bytes fp8_cast would write from the
- * masters: the same product and conversion), records their amax, and sets the tensor's scale; the transposed copy is
- * made later (fp8_transpose), where the backward needs it.
+ * The FP8 side of an update under delayed scaling (llmc/fp8.cuh), where it runs after the history took the step's
+ * amaxes (the caller decides: train_gpt.cu's fp8_codes_by_adamw): a weight's scale is then known before the update, so
+ * AdamW writes the E4M3 codes of the updated weights as it goes (the bytes fp8_cast would write from the masters: the
+ * same product and conversion), records their amax, and sets the tensor's scale; the transposed copy is made later
+ * (fp8_transpose), where the backward needs it.
  */
 typedef struct {
     const float *amax_scale;

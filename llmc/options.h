@@ -195,8 +195,8 @@ static const OptionSpec OPTION_SPECS[] = {
      "GPU build: 1 = time cuBLASLt's candidate algorithms of each GEMM at start-up and keep the fastest (saved in "
      "gemm_algos.txt); 0 = take cuBLASLt's first choice (compute-sanitizer's racecheck faults in some candidates)"},
     {"update-in-backward", OPT_INT, OPT_FIELD(update_in_backward), "1", 0, 1, NULL,
-     "GPU build, with --grad-clip 0 and not fp8: 1 = update each layer's parameters as soon as its gradients are "
-     "final, beside the rest of the backward; 0 = after the backward, as with clipping (the same numbers either way)"},
+     "GPU build, with --grad-clip 0: 1 = update each layer's parameters as soon as its gradients are final, beside the "
+     "rest of the backward; 0 = after the backward, as with clipping (the same numbers either way)"},
     {"logits-mib", OPT_INT, OPT_FIELD(logits_mib), OPT_STRINGIFY(HEAD_CHUNK_BUDGET_MIB), 0, 1 << 22, NULL,
      "GPU build: the most MiB of logits (rows of the padded vocabulary) held at once: the LM head and the classifier "
      "run in chunks of whole rows within it, each chunk's head weight gradient adding to the fp32 gradient once "

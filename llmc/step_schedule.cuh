@@ -19,17 +19,18 @@
  *   writes d fch again; fp8_transposed before the first FP8 input gradient; rs_done[b] before an RS buffer takes
  *   another gradient; side_done at the end of the backward (grads_final_join); under the update in backward, the last
  *   group's updated[k] before the norm's finish (AdamW wrote the partial sums: norm_wait_update). Records
- *   grads_final_event, dfch_ready, forward_done, norm_done, scalars_ready.
+ *   grads_final_event, dfch_ready, forward_done, fp8_history_done, norm_done, scalars_ready.
  * side (one below highest): the gradient norm's partial sums per group, on the update's last micro-step, unless
  *   AdamW runs in the backward and writes them itself. Waits for the group's ready point: sums_final, or behind it
  *   SP's TP sum and the DP sum (reduced[k]). Records side_done.
- * sums (one below highest): the fc bias gradient's column sums; the GELU recompute a layer ahead; under delayed FP8
- *   the weights' transposes; the join point of a group's final gradients. Waits for dfch_ready; forward_done (layer
- *   L-1's recompute); updated[k] (transposes); grads_final_event and GTP's rs_mark. Records fc_bias_done,
- *   gelu_recomputed, fp8_transposed, sums_final.
- * update (lowest): AdamW group by group (in the backward also the norm's partial sums); under current FP8 scaling
- *   the weight casts. Waits for norm_done (update after the backward), or the group's ready point (update in
- *   backward). Records updated[k].
+ * sums (one below highest): the fc bias gradient's column sums; the GELU recompute a layer ahead; the FP8 weights'
+ *   transposes where AdamW wrote their codes (delayed scaling, the update after the backward); the join point of a
+ *   group's final gradients. Waits for dfch_ready; forward_done (layer L-1's recompute); updated[k] (transposes);
+ *   grads_final_event and GTP's rs_mark. Records fc_bias_done, gelu_recomputed, fp8_transposed, sums_final.
+ * update (lowest): AdamW group by group (in the backward also the norm's partial sums); the FP8 weights' casts from
+ *   the updated masters where AdamW did not write their codes (current scaling, ZeRO-1, the update in backward).
+ *   Waits for norm_done (update after the backward), or the group's ready point (update in backward) and then
+ *   fp8_history_done before the casts. Records updated[k].
  * DP (g_comm.dp_stream, highest): the gradient sums of each group over DP/data ranks; ZeRO-1's reduce onto owners
  *   and per-group broadcasts; the loss and stop-flag all-reduces; the fp8 amax all-reduce; the barrier. Waits for
  *   the group's ready point; updated[k] before a broadcast, after which it records updated[k] again.
@@ -69,8 +70,9 @@ typedef struct {
     cudaEvent_t grads_final_event, side_done;
     cudaEvent_t dfch_ready, fc_bias_done, sums_final; // the fc bias sum and grads_final
     cudaEvent_t forward_done, gelu_recomputed;        // the GELU recompute
-    cudaEvent_t fp8_transposed;    // the FP8 weights' transposes of the last update are made (delayed scaling)
+    cudaEvent_t fp8_transposed;    // the FP8 weights' transposes of the last update are made (codes by AdamW)
     int fp8_transposes_pending;    // and the next backward waits for them
+    cudaEvent_t fp8_history_done;  // the step's FP8 amaxes are in the history, by which the weights' casts scale
     // parameters updated: AdamW runs group by group on the update stream, the next forward waits for each group just
     // before it reads it
     cudaEvent_t norm_done;         // the clip factor AdamW reads is ready
@@ -89,7 +91,7 @@ static void step_schedule_init(StepSchedule *s, int num_layers, int update_in_ba
     cudaCheck(cudaEventCreateWithFlags(&s->grads_final_event, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&s->side_done, cudaEventDisableTiming));
     for (cudaEvent_t *e : {&s->dfch_ready, &s->fc_bias_done, &s->sums_final, &s->forward_done, &s->gelu_recomputed,
-                           &s->fp8_transposed}) {
+                           &s->fp8_transposed, &s->fp8_history_done}) {
         cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
     }
     cudaCheck(cudaEventCreateWithFlags(&s->norm_done, cudaEventDisableTiming));
@@ -104,19 +106,21 @@ static void step_schedule_init(StepSchedule *s, int num_layers, int update_in_ba
 
 /*
  * AdamW of a group may start in the backward (grads_final) when nothing but the group's own final gradients decides
- * it: no clipping (the clip factor needs every group's gradients) and not FP8 (its weights' codes take scales from
- * the step's amaxes). The same AdamW either way, so the same bits.
+ * it: no clipping (the clip factor needs every group's gradients). In fp8 it then writes the masters only: the FP8
+ * weights' codes take their scale from the history, which takes this step's amaxes only after the backward, so they
+ * are cast from the masters after it (fp8_history_wait), on every layout. The same AdamW and the same casts either
+ * way, so the same bits.
  */
-static bool update_starts_early(const StepSchedule *s, const UpdateArgs *last, bool fp8) {
-    return last && s->update_in_backward && last->grad_clip == 0.0f && !fp8;
+static bool update_starts_early(const StepSchedule *s, const UpdateArgs *last) {
+    return last && s->update_in_backward && last->grad_clip == 0.0f;
 }
 
 // What a micro-step's backward does beside its gradients: the last one of an update (last: the update's arguments)
 // takes the norm's partial sums, sums the groups over ranks when `reduce`, and starts AdamW when it may.
-static void step_schedule_micro_step(StepSchedule *s, const UpdateArgs *last, bool reduce, bool fp8) {
+static void step_schedule_micro_step(StepSchedule *s, const UpdateArgs *last, bool reduce) {
     s->reduce_grads = reduce;
     s->norm_in_backward = last != NULL;
-    s->update_started = update_starts_early(s, last, fp8);
+    s->update_started = update_starts_early(s, last);
     if (s->update_started) { s->update_args = *last; }
 }
 
@@ -171,6 +175,17 @@ static void norm_done_record(StepSchedule *s) { cudaCheck(cudaEventRecord(s->nor
 
 static void update_wait_norm(StepSchedule *s) { cudaCheck(cudaStreamWaitEvent(g_cuda.update, s->norm_done, 0)); }
 
+// The step's FP8 amaxes are in the history (fp8_end_step on the compute stream). The weights' casts after an update
+// that ran in the backward scale by it and record the new weights' amaxes into the next step: the update stream waits
+// for it (after the backward it waits for norm_done, which follows).
+static void fp8_history_record(StepSchedule *s) {
+    cudaCheck(cudaEventRecord(s->fp8_history_done, g_cuda.stream));
+}
+
+static void fp8_history_wait(StepSchedule *s) {
+    cudaCheck(cudaStreamWaitEvent(g_cuda.update, s->fp8_history_done, 0));
+}
+
 // The update after the norm takes over an update that the last micro-step's backward started, which must have been
 // given the same arguments; returns whether it started.
 static bool update_take_started(StepSchedule *s, const UpdateArgs *u) {
@@ -184,8 +199,8 @@ static bool update_take_started(StepSchedule *s, const UpdateArgs *u) {
     return started;
 }
 
-// Under delayed FP8 scaling the weights' transposes are made on the sums stream; the next backward's first FP8 input
-// gradient waits for them.
+// Where AdamW wrote the FP8 weights' codes the weights' transposes are made on the sums stream; the next backward's
+// first FP8 input gradient waits for them.
 static void fp8_transposed_record(StepSchedule *s) {
     cudaCheck(cudaEventRecord(s->fp8_transposed, g_cuda.sums));
     s->fp8_transposes_pending = 1;

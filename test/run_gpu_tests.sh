@@ -9,7 +9,7 @@
 # kernel test (plain, memcheck, racecheck), the RoPE and SwiGLU kernel tests (plain, memcheck), resume bit-exactness
 # in bf16 and fp8 (GPT-2 and Llama), and the GTP path on one rank against the plain path in fp32, bf16 and fp8
 # (dev/gtp_check.sh, with compute-sanitizer memcheck and racecheck), the update in backward against the update after
-# it (dev/update_check.sh), and preemption (dev/preempt_check.sh, alone and under mpirun); ends with a summary table
+# it in fp32, bf16 and fp8 (dev/update_check.sh), and preemption (dev/preempt_check.sh, alone and under mpirun); ends with a summary table
 # and a non-zero exit on any failure. Logs go to $LOG_DIR (default: a fresh temporary folder).
 # GPU_ROWS: an extended regular expression over the rows' names (as the summary table prints them, e.g.
 # 'parity llama|resume'); only the rows it matches run (default: all), so that one device call can take a part.
@@ -140,9 +140,10 @@ variant_row() {
 # the GTP path through communicators of one rank against the plain path, bit for bit, with compute-sanitizer: each
 # row "PRECISION PREFETCH [TOOL][|OPTIONS]" (dev/gtp_check.sh's OPTS). fp8: delayed scaling, every block gathering FP8
 # codes; current scaling with a bf16 block at each end (the shards' amaxes maxed over the group before each cast,
-# bf16 and FP8 weights through one pool); bf16 without clipping: the update in backward, on the shards.
+# bf16 and FP8 weights through one pool); without clipping: the update in backward, on the shards (in fp8 the
+# shards' codes cast after the history, which the forward's gathers wait for).
 GTP_CHECKS=("fp32 1" "bf16 2 memcheck" "bf16 3 racecheck" "fp8 2 memcheck"
-            "fp8 1|--fp8-recipe current --fp8-bf16-blocks 1" "bf16 2|--grad-clip 0")
+            "fp8 1|--fp8-recipe current --fp8-bf16-blocks 1" "bf16 2|--grad-clip 0" "fp8 1|--grad-clip 0")
 for c in "${GTP_CHECKS[@]}"; do
     IFS='|' read -r spec opts <<<"$c"
     read -r prec depth tool <<<"$spec"
@@ -152,8 +153,13 @@ done
 
 # the update in backward (--grad-clip 0) against the update after it, bit for bit: each row "PRECISION [TOOL][|OPTIONS]"
 # (dev/update_check.sh's OPTS); one micro-step a step too (the gradients written, not added to, before AdamW reads them),
-# and the LM head in chunks of a few rows (their weight gradients summed in order, bit for bit again on resume)
-UPDATE_CHECKS=("fp32" "bf16 memcheck" "bf16|--total-batch-tokens 256" "bf16|--logits-mib 1")
+# and the LM head in chunks of a few rows (their weight gradients summed in order, bit for bit again on resume). fp8:
+# in the backward AdamW writes the masters only and the FP8 weights are cast after the history, where after the
+# backward AdamW writes their codes itself (delayed scaling, every block FP8; a history of 2 steps, which the 6 steps
+# roll over; a Llama, whose fc casts SwiGLU), or casts them too (current scaling, a bf16 block at each end).
+UPDATE_CHECKS=("fp32" "bf16 memcheck" "bf16|--total-batch-tokens 256" "bf16|--logits-mib 1" "fp8 memcheck"
+               "fp8|--fp8-amax-history 2" "fp8|--model llama-tiny --kv-heads 1 --ffn 512"
+               "fp8|--fp8-recipe current --fp8-bf16-blocks 1")
 for c in "${UPDATE_CHECKS[@]}"; do
     IFS='|' read -r spec opts <<<"$c"
     read -r prec tool <<<"$spec"

@@ -50,9 +50,11 @@
 #    checkpointed at step 10 and resumed must end with the same step-20 model file, byte for byte, as the same run
 #    straight through; across layouts (fp32): a GTP=2 checkpoint resumed on one GPU and the other way round end
 #    within the fp32 parity tolerances. The update in backward (bf16, --grad-clip 0): DP=2, DP=2+ZeRO-1, TP=2+SP,
-#    GTP=2 and (4 GPUs) DP=2 x GTP=2+ZeRO-1 end with the same step-20 model file as with --update-in-backward 0.
-#    ZeRO-1 (fp8, --grad-clip 0, the update after the backward): DP=2 and (4 GPUs) DP=2 x GTP=2 end with the same
-#    step-20 model file as without it: the same updates, whoever owns them (every rank sets every FP8 weight's scale).
+#    GTP=2 and (4 GPUs) DP=2 x GTP=2+ZeRO-1 end with the same step-20 model file as with --update-in-backward 0; in
+#    fp8 (delayed) DP=2+ZeRO-1, TP=2+SP and GTP=2 too (the weights' codes cast after the history there, written by
+#    AdamW after the backward, or cast from the broadcast masters under ZeRO-1). ZeRO-1 (fp8, --grad-clip 0, the
+#    update after the backward): DP=2 and (4 GPUs) DP=2 x GTP=2 end with the same step-20 model file as without it:
+#    the same updates, whoever owns them (every rank sets every FP8 weight's scale).
 # 3. faults (2 ranks): kill -9 of one rank mid-run (rank 1, then rank 0): the other exits with status 1 within
 #    FAULT_LIMIT_S with an error line naming the failure; SIGSTOP of rank 1 mid-run (alive but silent): rank 0
 #    exits with status 1 and a line naming the collective it waited for; a rank missing at start-up, a port in
@@ -286,7 +288,8 @@ RESUME_AT=10
 RESUME_LAYOUTS=("tp2|2|--tp 2" "tp2_sp|2|--tp 2 --sequence-parallel 1" "dp2_zero1|2|--zero 1" "gtp2|2|--gtp 2"
                 "dp2_gtp2_zero1|4|--gtp 2 --zero 1")
 EARLY_LAYOUTS=("dp2|2|--zero 0" "dp2_zero1|2|--zero 1" "tp2_sp|2|--tp 2 --sequence-parallel 1" "gtp2|2|--gtp 2"
-               "dp2_gtp2_zero1|4|--gtp 2 --zero 1")
+               "dp2_gtp2_zero1|4|--gtp 2 --zero 1" "dp2_zero1_fp8|2|--zero 1 --precision fp8"
+               "tp2_sp_fp8|2|--tp 2 --sequence-parallel 1 --precision fp8" "gtp2_fp8|2|--gtp 2 --precision fp8")
 # ZeRO-1 against plain DP: without clipping (the norm over the owners' slices may differ in its last bits, and would
 # change the clip factor) each parameter's update is the same arithmetic on the same summed gradient, so the models
 # must match bit for bit. In fp8 after the backward plain DP's AdamW writes the FP8 codes itself, and ZeRO-1's ranks
