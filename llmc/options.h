@@ -194,7 +194,9 @@ static const OptionSpec OPTION_SPECS[] = {
     {"update-in-backward", OPT_INT, OPT_FIELD(update_in_backward), "1", 0, 1, NULL,
      "GPU build, with --grad-clip 0 and not fp8: 1 = update each layer's parameters as soon as its gradients are "
      "final, beside the rest of the backward; 0 = after the backward, as with clipping (the same numbers either way)"},
-    {"tp", OPT_INT, OPT_FIELD(tp), "1", 1, 1024, NULL, "tensor-parallel degree"},
+    {"tp", OPT_INT, OPT_FIELD(tp), "1", 1, 1024, NULL,
+     "tensor-parallel degree: at most the model's key/value heads (its heads for GPT-2), dividing its MLP width and "
+     "padded vocabulary"},
     {"gtp", OPT_INT, OPT_FIELD(gtp), "1", 1, 1024, NULL,
      "weight-sharding (GTP) degree: the block weight matrices, their gradients and AdamW state split over this many "
      "ranks (which read different tokens), gathered just before use"},
