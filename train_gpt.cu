@@ -47,9 +47,11 @@
 #include "llmc/comm.cuh"
 #include "llmc/data_parallel.cuh"
 #include "llmc/encoder.cuh"
+#include "llmc/gemm_algos.cuh"
 #include "llmc/gtp.cuh"
 #include "llmc/layernorm.cuh"
 #include "llmc/matmul.cuh"
+#include "llmc/model_io.cuh"
 #include "llmc/params.cuh"
 #include "llmc/rope.cuh"
 #include "llmc/swiglu.cuh"
@@ -187,6 +189,7 @@ template <typename floatX> struct GPT {
                                    // grads holds stale values until then; grads_materialize makes it true
     floatX *weights;               // what the kernels read: params itself (fp32) or its bf16 copy
     DataParallel dp;               // the parameter groups, and with DP > 1 the ranks' collectives
+    ModelShards shards;            // the above as the host's copies of the model see them (llmc/model_io.cuh)
     int reduce_grads;              // this backward is the last micro-step's: sum each group over the DP ranks (DP > 1)
                                    // and, under SP, the replicated parameters' gradients over the TP ranks
     Linear<floatX> *linears;       // (L, BLOCK_LINEARS): every block's linear layers (block_linear)
@@ -513,6 +516,7 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, con
     gtp_init(&g->gtp, mesh, o->gtp_materialize, o->gtp_prefetch, gtp_buffer_bytes(config, mesh, fp8, sizeof(floatX)),
              gathered);
     dp_init(&g->dp, mesh, config, &g->layout, o->zero);
+    g->shards = {&g->config, &g->mesh, &g->tp, &g->gtp, &g->dp, g->layout.total, g->tp_layout.total};
     if (fp8) {
         g->fp8 = (Fp8Device *)calloc_check(1, sizeof(Fp8Device), "FP8 state");
         fp8_device_init(g->fp8, fp8, config->num_layers);
@@ -1471,22 +1475,7 @@ static double op_eval_loss(void *ctx, const int *inputs, const int *targets, int
     return g->host.scalars[0];
 }
 
-// n logits of type floatX on the device to fp32 on the host.
-template <typename floatX> static void copy_to_host_float(float *out, const floatX *src, size_t n) {
-    if constexpr (std::is_same<floatX, float>::value) {
-        cudaCheck(cudaMemcpyAsync(out, src, n * sizeof(float), cudaMemcpyDeviceToHost, g_cuda.stream));
-        comm_wait_stream(g_cuda.stream, "a copy to the host");
-    } else {
-        floatX *tmp = (floatX *)malloc_check(n * sizeof(floatX), "logits copy");
-        cudaCheck(cudaMemcpyAsync(tmp, src, n * sizeof(floatX), cudaMemcpyDeviceToHost, g_cuda.stream));
-        comm_wait_stream(g_cuda.stream, "a copy to the host");
-        for (size_t i = 0; i < n; i++) { out[i] = __bfloat162float(tmp[i]); }
-        free(tmp);
-    }
-}
-
-// Under TP a rank's logits are the columns of its vocabulary rows: the row is all-gathered over the TP group (rank
-// r's part is columns [r Vp/TP, (r+1) Vp/TP), so the gathered row is in vocabulary order) in the row_gather buffer.
+// Under TP a rank's logits are the columns of its vocabulary rows: the row is gathered in row_gather.
 template <typename floatX> static void op_logits_at(void *ctx, const int *tokens, int T, int pos, float *out) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     check_batch(g, 1, T);
@@ -1495,15 +1484,7 @@ template <typename floatX> static void op_logits_at(void *ctx, const int *tokens
     gpt_forward(g, 1, T);
     g->eval_B = 0;
     size_t Vp = g->config.padded_vocab_size, Vl = Vp / g->tp.size;
-    const floatX *row = g->acts.logits + (size_t)pos * Vl;
-    if (tp_active(&g->tp)) {
-        cudaCheck(cudaMemcpyAsync(g->row_gather + g->tp.rank * Vl, row, Vl * sizeof(floatX), cudaMemcpyDeviceToDevice,
-                                  g_cuda.stream));
-        const char *what = "the tensor-parallel all-gather of a row of logits";
-        tp_all_gather_joined(&g->tp, g->row_gather, Vl, g_cuda.stream, what);
-        row = g->row_gather;
-    }
-    copy_to_host_float(out, row, Vp);
+    logits_row_to_host(&g->tp, g->row_gather, g->acts.logits + (size_t)pos * Vl, Vp, out);
 }
 
 template <typename floatX> static void op_copy_logits(void *ctx, float *out) {
@@ -1513,124 +1494,21 @@ template <typename floatX> static void op_copy_logits(void *ctx, float *out) {
     copy_to_host_float(out, g->acts.logits, (size_t)g->eval_B * g->eval_T * g->config.padded_vocab_size);
 }
 
-static void copy_device_to_host(float *out, const float *src, size_t n) {
-    cudaCheck(cudaMemcpyAsync(out, src, n * sizeof(float), cudaMemcpyDeviceToHost, g_cuda.stream));
-    comm_wait_stream(g_cuda.stream, "a copy to the host");
-}
-static void copy_host_to_device(float *dst, const float *src, size_t n) {
-    cudaCheck(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, g_cuda.stream));
-    comm_wait_stream(g_cuda.stream, "a copy to the GPU");
-}
-
-/*
- * The host side of the model is whole (param_layout() order: model files, state files); a rank's device buffers hold
- * its tensors (layout: TP-local, llmc/tp_layout.h, with GTP's shards of the block weight matrices, llmc/gtp_plan.h).
- * gather_to_host: the whole tensors from every rank's buffer, first its GTP group's shards (all-gathered, assembled
- * into TP-local tensors on the host: gtp_gather_to_tp), then its TP group's slices (all-gathered TP_GATHER_CHUNK
- * floats at a time through a temporary buffer, then placed on the host: tp_gather_to_host); every rank of the groups
- * gets them. scatter_to_device: elements [begin, begin + count) of this rank's buffer, cut from whole tensors.
- */
-#define TP_GATHER_CHUNK ((size_t)1 << 25) // 128 MB of fp32 per rank and chunk
-
-// local: this rank's TP-local tensors (tp_layout) on the device.
-template <typename floatX> static void tp_gather_to_host(GPT<floatX> *g, const float *local, float *full) {
-    size_t P = g->tp_layout.total;
-    if (!tp_active(&g->tp)) {
-        copy_device_to_host(full, local, P);
-        return;
-    }
-    int tp = g->tp.size;
-    size_t chunk = P < TP_GATHER_CHUNK ? P : TP_GATHER_CHUNK;
-    float *host = (float *)malloc_check((size_t)tp * P * sizeof(float), "the gathered tensor-parallel parameters");
-    float *stage = NULL;
-    cudaCheck(cudaMalloc(&stage, (size_t)tp * chunk * sizeof(float)));
-    const char *what = "the tensor-parallel all-gather of the parameters or optimizer state";
-    for (size_t o = 0; o < P; o += chunk) {
-        size_t n = P - o < chunk ? P - o : chunk;
-        cudaCheck(cudaMemcpyAsync(stage + g->tp.rank * n, local + o, n * sizeof(float), cudaMemcpyDeviceToDevice,
-                                  g_cuda.stream));
-        tp_all_gather_joined(&g->tp, stage, n, g_cuda.stream, what);
-        for (int r = 0; r < tp; r++) {
-            cudaCheck(cudaMemcpyAsync(host + r * P + o, stage + r * n, n * sizeof(float), cudaMemcpyDeviceToHost,
-                                      g_cuda.stream));
-        }
-        comm_wait_stream(g_cuda.stream, what);
-    }
-    cudaCheck(cudaFree(stage));
-    const float **locals = (const float **)malloc_check(tp * sizeof(float *), "tensor-parallel buffers");
-    for (int r = 0; r < tp; r++) { locals[r] = host + r * P; }
-    param_gather_tp(&g->config, tp, locals, full);
-    free(locals);
-    free(host);
-}
-
-// The TP-local tensors (on the device, tp_layout) of this rank's GTP group, from the G ranks' buffers (local, layout).
-template <typename floatX> static float *gtp_gather_to_tp(GPT<floatX> *g, const float *local) {
-    size_t P = g->layout.total, Pt = g->tp_layout.total, G = (size_t)g->gtp.size;
-    const char *what = "the GTP all-gather of the parameters or optimizer state";
-    float *all = NULL, *tp = NULL;
-    cudaCheck(cudaMalloc(&all, G * P * sizeof(float)));
-    cudaCheck(cudaMalloc(&tp, Pt * sizeof(float)));
-    gtp_after_compute(&g->gtp, g_cuda.stream); // behind whatever wrote `local`
-    ncclCheck(ncclAllGather(local, all, P, ncclFloat32, comm_get(COMM_GTP), g->gtp.ag));
-    comm_settle(comm_get(COMM_GTP), what, g_comm.timeout_s);
-    float *host = (float *)malloc_check(G * P * sizeof(float), "the gathered GTP shards");
-    float *host_tp = (float *)malloc_check(Pt * sizeof(float), "the TP-local parameters");
-    cudaCheck(cudaMemcpyAsync(host, all, G * P * sizeof(float), cudaMemcpyDeviceToHost, g->gtp.ag));
-    comm_wait_stream(g->gtp.ag, what);
-    const float **parts = (const float **)malloc_check(G * sizeof(float *), "GTP buffers");
-    for (size_t r = 0; r < G; r++) { parts[r] = host + r * P; }
-    param_gather_gtp(&g->config, &g->mesh, parts, host_tp);
-    copy_host_to_device(tp, host_tp, Pt);
-    free(parts);
-    free(host_tp);
-    free(host);
-    cudaCheck(cudaFree(all));
-    return tp;
-}
-
-template <typename floatX> static void gather_to_host(GPT<floatX> *g, const float *local, float *full) {
-    if (g->gtp.size == 1) { // the layout is the TP-local one
-        tp_gather_to_host(g, local, full);
-        return;
-    }
-    float *tp = gtp_gather_to_tp(g, local);
-    tp_gather_to_host(g, tp, full);
-    cudaCheck(cudaFree(tp));
-}
-
-template <typename floatX>
-static void scatter_to_device(GPT<floatX> *g, const float *full, float *dst, size_t begin, size_t count) {
-    if (!tp_active(&g->tp) && g->gtp.size == 1) {
-        copy_host_to_device(dst, full + begin, count);
-        return;
-    }
-    float *tp = (float *)malloc_check(g->tp_layout.total * sizeof(float), "tensor-parallel parameters");
-    param_slice_tp(&g->config, &g->mesh, full, tp);
-    float *local = tp;
-    if (g->gtp.size > 1) {
-        local = (float *)malloc_check(g->layout.total * sizeof(float), "GTP shards");
-        param_slice_gtp(&g->config, &g->mesh, tp, local);
-    }
-    copy_host_to_device(dst, local + begin, count);
-    if (local != tp) { free(local); }
-    free(tp);
-}
-
 template <typename floatX> static void op_get_params(void *ctx, float *out) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     updated_join(g);
-    // Under ZeRO-1 in bf16 mode only this rank's slice of the fp32 masters is current (the weights the GEMMs read
-    // were broadcast, the masters were not): gather them first. In fp32 mode the masters are those weights.
-    if (g->dp.zero && !std::is_same<floatX, float>::value) {
+    // Under ZeRO-1 with a copy of the weights beside the masters (bf16, or fp8 also with fp32 activations) only this
+    // rank's slice of the fp32 masters is current (the copy the GEMMs read was broadcast, the masters were not):
+    // gather them first. In fp32 mode the masters are the weights the GEMMs read.
+    if (g->dp.zero && (void *)g->weights != (void *)g->params) {
         dp_all_gather(&g->dp, g->params, g_cuda.stream, "the all-gather of the master weights");
     }
-    gather_to_host(g, g->params, out);
+    gather_to_host(&g->shards, g->params, out);
 }
 template <typename floatX> static void op_set_params(void *ctx, const float *in) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     updated_join(g);
-    scatter_to_device(g, in, g->params, 0, g->layout.total);
+    scatter_to_device(&g->shards, in, g->params, 0, g->layout.total);
     if ((void *)g->weights != (void *)g->params) {
         convert_from_float(g->weights, g->params, g->layout.total, g_cuda.stream);
         comm_wait_stream(g_cuda.stream, "the conversion of the weights");
@@ -1642,30 +1520,18 @@ template <typename floatX> static void op_get_grads(void *ctx, float *out) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     updated_join(g);
     grads_materialize(g);
-    gather_to_host(g, g->grads, out);
+    gather_to_host(&g->shards, g->grads, out);
 }
-// Under ZeRO-1 each moment is gathered from the slices into the gradient buffer, which is free between an update
-// and the next zero_grad, so a checkpoint needs no extra GPU memory; the state file is the single-GPU one.
+// Under ZeRO-1 the moments are gathered through the gradient buffer, free between an update and the next zero_grad.
 template <typename floatX> static void op_get_opt_state(void *ctx, float *m, float *v) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     updated_join(g);
-    if (!g->dp.zero) {
-        gather_to_host(g, g->m, m);
-        gather_to_host(g, g->v, v);
-        return;
-    }
-    dp_gather_slices(&g->dp, g->m, g->grads, g_cuda.stream, "the all-gather of AdamW's first moments");
-    gather_to_host(g, g->grads, m);
-    dp_gather_slices(&g->dp, g->v, g->grads, g_cuda.stream, "the all-gather of AdamW's second moments");
-    gather_to_host(g, g->grads, v);
+    gather_opt_state_to_host(&g->shards, g->m, g->v, g->grads, m, v);
 }
-// Each rank keeps its own slice of the whole model's moments (its TP-local tensors, all of them without ZeRO-1).
 template <typename floatX> static void op_set_opt_state(void *ctx, const float *m, const float *v) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     updated_join(g);
-    Span owned = dp_owned(&g->dp);
-    scatter_to_device(g, m, g->m, owned.begin, owned.count);
-    scatter_to_device(g, v, g->v, owned.begin, owned.count);
+    scatter_opt_state_to_device(&g->shards, m, v, g->m, g->v);
 }
 
 // The time the compute stream waited for collectives since the last call (the log line's exposed communication);
@@ -1720,46 +1586,6 @@ template <typename floatX> static ModelOps gpt_ops(GPT<floatX> *g) {
         ops.set_fp8_history = op_set_fp8_history<floatX>;
     }
     return ops;
-}
-
-/*
- * Chooses the algorithm of every training GEMM (llmc/matmul.cuh): one forward and backward of a full micro-batch of
- * made-up tokens, during which each GEMM times its candidates; its gradients are then discarded (the pass is not a
- * last micro-step, so no rank reduces them). A resumed run loads the choices instead of timing, so that it uses the
- * same algorithms (the same summation order) and continues bit-exactly. The ranks of a TP group time their own
- * GEMMs (whose shapes can differ: 13 and 12 of 25 heads) and near-ties go either way, so each rank writes the
- * choices it used to a file of its own in out_dir (gemm_algos.txt for rank 0, gemm_algos.rank<r>.txt for rank r)
- * and loads its own; a rank without one reads rank 0's (a one-GPU run's choices copied in serve the same shapes).
- * Ranks that choose differently stay in step: what they share is summed over the ranks, the same on all of them.
- */
-#define GEMM_ALGOS_FILE "gemm_algos.txt"
-static void gemm_algos_path(char *path, size_t n, const char *out_dir, int rank) {
-    if (rank == 0) { snprintf(path, n, "%s/%s", out_dir, GEMM_ALGOS_FILE); }
-    else { snprintf(path, n, "%s/gemm_algos.rank%d.txt", out_dir, rank); }
-}
-
-static void choose_gemm_algos(ModelOps *ops, const GPTConfig *config, const char *out_dir, int rank, int B, int T,
-                              int search) {
-    char path[OPT_STR_LEN + 32];
-    gemm_algos_path(path, sizeof(path), out_dir, rank);
-    if (out_dir[0]) {
-        char shared[OPT_STR_LEN + 32];
-        gemm_algos_path(shared, sizeof(shared), out_dir, 0);
-        gemm_algos_load(access(path, F_OK) == 0 ? path : shared);
-    }
-    int N = B * T;
-    int *tokens = (int *)malloc_check((size_t)N * sizeof(int), "tuning tokens");
-    for (int i = 0; i < N; i++) { tokens[i] = i % config->vocab_size; }
-    gemm_tuning(search);
-    ops->zero_grad(ops->ctx);
-    ops->forward_backward(ops->ctx, tokens, tokens, B, T, 1.0f / N, NULL);
-    gemm_tuning(0);
-    ops->zero_grad(ops->ctx);
-    free(tokens);
-    if (out_dir[0]) {
-        make_dirs(out_dir); // rank 0 made it, but on another node a rank may see a folder of its own
-        gemm_algos_save(path);
-    }
 }
 
 // The model with its GEMM algorithms chosen; the tuning pass's FP8 amaxes are forgotten.

@@ -29,7 +29,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "options.h"
+#include "config.h"
 #include "utils.h"
 
 typedef enum { FP8_E4M3, FP8_E5M2 } Fp8Format;
@@ -122,17 +122,6 @@ typedef struct {
     int bf16_blocks;    // the first and the last this many blocks run in bf16
     int fast_accum;     // GPU: forward GEMMs with cuBLASLt's fast (non-split) FP8 accumulation
 } Fp8Recipe;
-
-static inline Fp8Recipe fp8_recipe_from_options(const Options *o) {
-    Fp8Recipe r;
-    r.scaling = strcmp(o->fp8_recipe, "current") == 0 ? FP8_CURRENT : FP8_DELAYED;
-    r.history = o->fp8_amax_history;
-    r.margin = o->fp8_margin;
-    r.margin_scale = ldexpf(1.0f, -o->fp8_margin);
-    r.bf16_blocks = o->fp8_bf16_blocks;
-    r.fast_accum = o->fp8_fast_accum;
-    return r;
-}
 
 // Whether block `layer` of L runs its linear layers in FP8.
 static inline int fp8_block(const Fp8Recipe *r, int layer, int L) {

@@ -16,24 +16,26 @@
  * build). Row-major (N, F) is column-major (F, N), so y^T = W x^T is the column-major product with A = W transposed.
  * Algorithms: cuBLASLt's heuristic ranks candidates by a model, and its first is up to 20% slower than the best of
  * its first eight on some GPT-2 shapes (dev/log/2026-11-22.md). So GEMMs first run during a tuning pass
- * time each candidate and keep the fastest; as algorithms sum in different orders, the choices are saved
- * (gemm_algos_save) and a resumed run loads them (gemm_algos_load), so it computes the same bits.
- * This is the seam for the parallel and low-precision variants: tensor-parallel splits do their collectives here
- * (llmc/tensor_parallel.cuh), and a Linear with FP8 state runs its three GEMMs in FP8 (llmc/fp8.cuh casts the
- * operands): forward x (E4M3) W (E4M3), input gradient dy (E5M2) W, weight gradient dy x, each summing in fp32 and
- * scaled by its operands' scale_inv; the callers are the same in every precision. The GTP shard gather before a
- * weight is used will change what linear_forward / linear_backward_* do the same way.
+ * time each candidate and keep the fastest; as algorithms sum in different orders, the choices are saved and a
+ * resumed run loads them (llmc/gemm_algos.cuh), so it computes the same bits.
+ * A Linear with FP8 state runs its three GEMMs in FP8 (llmc/fp8.cuh casts the operands): forward x (E4M3) W (E4M3),
+ * input gradient dy (E5M2) W, weight gradient dy x, each summing in fp32 and scaled by its operands' scale_inv; the
+ * callers are the same in every precision. No collective runs here: a linear layer runs through
+ * llmc/tensor_parallel.cuh's linear_forward / linear_backward_*, which issue a split layer's collectives around the
+ * GEMMs here (one GPU: none); under GTP the caller points the Linear at its gathered weight first.
  */
 #ifndef LLMC_MATMUL_CUH
 #define LLMC_MATMUL_CUH
 
 #include "cuda_common.cuh"
 #include "fp8.cuh"
-#include "tensor_parallel.cuh"
 
-// How a Linear is split over the TP group (llmc/tensor_parallel.cuh): column-parallel ranks hold rows of W (output
-// features), row-parallel ranks columns (input features; the replicated bias is added by TP rank 0 only).
+// How a Linear is split over the TP group: column-parallel ranks hold rows of W (output features), row-parallel ranks
+// columns (input features; the replicated bias is added by TP rank 0 only). The split and the group are the layer's
+// description, which llmc/tensor_parallel.cuh's linear_forward / linear_backward_* read to issue its collectives
+// around the GEMMs here; nothing in this file reads them.
 typedef enum { LINEAR_WHOLE, LINEAR_COLUMN, LINEAR_ROW } LinearSplit;
+typedef struct TensorParallel TensorParallel;
 
 /*
  * A linear layer's FP8 operands (llmc/fp8.cuh), its three tensors fp8_tensor(layer, linear, role): the weight in E4M3
@@ -71,10 +73,6 @@ template <typename T> struct Linear {
 
 template <typename T> static int fp8_tensor_of(const Linear<T> &lin, int role) {
     return fp8_tensor(lin.fp8->layer, lin.fp8->linear, role);
-}
-
-template <typename T> static bool linear_is(const Linear<T> &lin, LinearSplit split) {
-    return lin.split == split && tp_active(lin.tp);
 }
 
 // ----------------------------------------------------------------------------------------------------------------
@@ -247,7 +245,7 @@ static GemmPlan g_gemm_plans[GEMM_PLANS_MAX];
 static int g_num_gemm_plans = 0;
 static int g_gemm_tuning = 0; // plans made while set time their candidates (gemm_tuning)
 
-// Choices read by gemm_algos_load: a plan's key as text and its algorithm.
+// Choices loaded from a previous run (llmc/gemm_algos.cuh: gemm_algos_load): a plan's key as text and its algorithm.
 #define GEMM_KEY_CHARS 160
 typedef struct {
     char key[GEMM_KEY_CHARS];
@@ -281,46 +279,6 @@ static void gemm_plan_key(const GemmPlan *p, char *out) {
 // Plans made from now until gemm_tuning(0) time the heuristic's candidates at their first call, on its operands.
 // The timed runs overwrite D (or add to it: beta = 1), so the caller's pass must be one whose results it discards.
 static void gemm_tuning(int on) { g_gemm_tuning = on; }
-
-// Reads the choices a previous run saved; a missing file is no error (nothing was saved yet).
-static void gemm_algos_load(const char *path) {
-    if (!file_exists(path)) { return; }
-    FILE *f = fopen_check(path, "r"); // a FIFO or folder of that name is refused, not opened (which could block)
-    char line[GEMM_KEY_CHARS + 2 * sizeof(cublasLtMatmulAlgo_t) + 8];
-    while (fgets(line, sizeof(line), f)) {
-        char *sep = strstr(line, " : ");
-        if (!sep || sep - line >= GEMM_KEY_CHARS || g_num_gemm_loaded == GEMM_PLANS_MAX) {
-            fail("'%s' is not a GEMM algorithm file", path);
-        }
-        GemmChoice *c = &g_gemm_loaded[g_num_gemm_loaded++];
-        memcpy(c->key, line, sep - line);
-        c->key[sep - line] = '\0';
-        unsigned char *bytes = (unsigned char *)&c->algo;
-        for (size_t i = 0; i < sizeof(c->algo); i++) {
-            unsigned v;
-            if (sscanf(sep + 3 + 2 * i, "%2x", &v) != 1) { fail("'%s': a truncated algorithm", path); }
-            bytes[i] = (unsigned char)v;
-        }
-    }
-    fclose(f);
-}
-
-// Writes the chosen algorithm of every timed or loaded plan, one line each: key " : " algorithm bytes in hex.
-static void gemm_algos_save(const char *path) {
-    AtomicFile af;
-    atomic_open(&af, path);
-    for (int i = 0; i < g_num_gemm_plans; i++) {
-        const GemmPlan *p = &g_gemm_plans[i];
-        if (!p->chosen) { continue; }
-        char key[GEMM_KEY_CHARS];
-        gemm_plan_key(p, key);
-        fprintf(af.f, "%s : ", key);
-        const unsigned char *bytes = (const unsigned char *)&p->algo;
-        for (size_t b = 0; b < sizeof(p->algo); b++) { fprintf(af.f, "%02x", bytes[b]); }
-        fprintf(af.f, "\n");
-    }
-    atomic_commit(&af);
-}
 
 static void gemm_plan_make(GemmPlan *p) {
     cublasOperation_t opa = p->transa ? CUBLAS_OP_T : CUBLAS_OP_N, opb = p->transb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -508,10 +466,45 @@ static void linear_gemm_bias(const Linear<T> &lin, T *out, GemmOperand w, GemmOp
     cudaCheckLaunch();
 }
 
-// Rows [r0, r1) of out = inp W^T + bias (bias may be NULL), through gelu_aux as linear_forward says.
+/*
+ * Rows [row, row + rows) of the N rows of out = inp W^T + bias in FP8 (lin.fp8): the input cast to E4M3 (row-major
+ * into the shared scratch, and into the kept transposed copy at the rows' columns), unless fc cast it already, then
+ * the GEMM. With gelu_aux (fc), the GEMM writes the pre-GELU activation there, and gelu of it is cast as the fc
+ * projection's input; out is not written.
+ */
 template <typename T>
-static void linear_rows_forward(const Linear<T> &lin, const T *bias, T *out, const T *inp, int r0, int r1,
+static void fp8_linear_rows_forward(const Linear<T> &lin, const T *bias, T *out, const T *inp, T *gelu_aux,
+                                    int row, int rows, int N, cudaStream_t stream) {
+    Fp8Linear *q = lin.fp8;
+    const Fp8Device *d = q->dev;
+    size_t r0 = (size_t)row;
+    int tx = fp8_tensor_of(lin, FP8_INPUT), tw = fp8_tensor_of(lin, FP8_WEIGHT);
+    if (!q->input_from_producer) {
+        Fp8CastOut o = {q->x + r0 * lin.in, q->keeps_input ? q->x_t : NULL, N, row, NULL};
+        fp8_cast(d, tx, Fp8Plain<T>{inp + r0 * lin.in}, rows, lin.in, o, d->recording, FP8_SCALE_RECIPE,
+                 q->partials, stream);
+    }
+    GemmOperand w = {q->w, q->w_t, CUDA_R_8F_E4M3, fp8_scale_inv(d, tw)};
+    GemmOperand x = {q->x + r0 * lin.in, NULL, CUDA_R_8F_E4M3, fp8_scale_inv(d, tx)};
+    T *y = (gelu_aux ? gelu_aux : out) + r0 * lin.out;
+    linear_gemm_bias(lin, y, w, x, bias, rows, d->recipe.fast_accum, stream);
+    if (gelu_aux) {
+        const Fp8Linear *c = q->gelu_consumer;
+        Fp8CastOut o = {c->x + r0 * lin.out, c->keeps_input ? c->x_t : NULL, N, row, NULL};
+        fp8_cast(d, fp8_tensor(c->layer, c->linear, FP8_INPUT), Fp8GeluOf<T>{y}, rows, lin.out, o, d->recording,
+                 FP8_SCALE_RECIPE, q->partials, stream);
+    }
+}
+
+// Rows [r0, r1) of the N rows of out = inp W^T + bias (bias may be NULL); with gelu_aux: gelu_aux = that, and
+// out = gelu(that) (but in FP8: fp8_linear_rows_forward).
+template <typename T>
+static void linear_rows_forward(const Linear<T> &lin, const T *bias, T *out, const T *inp, int r0, int r1, int N,
                                 T *gelu_aux, cudaStream_t stream) {
+    if (lin.fp8) {
+        fp8_linear_rows_forward(lin, bias, out, inp, gelu_aux, r0, r1 - r0, N, stream);
+        return;
+    }
     cudaDataType_t t = TypeInfo<T>::cuda;
     int n = r1 - r0;
     if (n <= 0) { return; }
@@ -526,58 +519,6 @@ static void linear_rows_forward(const Linear<T> &lin, const T *bias, T *out, con
         return;
     }
     linear_gemm_bias(lin, out, w, x, bias, n, 0, stream);
-}
-
-/*
- * The same in FP8 (lin.fp8), chunk f's rows: the input cast to E4M3 (row-major into the shared scratch, and into the
- * kept transposed copy at the chunk's columns), unless fc cast it already, then the GEMM. With gelu_aux (fc), the
- * GEMM writes the pre-GELU activation there, and gelu of it is cast as the fc projection's input; out is not written.
- */
-template <typename T>
-static void fp8_linear_rows_forward(const Linear<T> &lin, const T *bias, T *out, const T *inp, T *gelu_aux,
-                                    const ForwardChunk &f, cudaStream_t stream) {
-    Fp8Linear *q = lin.fp8;
-    const Fp8Device *d = q->dev;
-    size_t r0 = (size_t)f.row;
-    int tx = fp8_tensor_of(lin, FP8_INPUT), tw = fp8_tensor_of(lin, FP8_WEIGHT);
-    if (!q->input_from_producer) {
-        Fp8CastOut o = {q->x + r0 * lin.in, q->keeps_input ? q->x_t : NULL, f.tokens, f.row, NULL};
-        fp8_cast(d, tx, Fp8Plain<T>{inp + r0 * lin.in}, f.rows, lin.in, o, d->recording, FP8_SCALE_RECIPE,
-                 q->partials, stream);
-    }
-    GemmOperand w = {q->w, q->w_t, CUDA_R_8F_E4M3, fp8_scale_inv(d, tw)};
-    GemmOperand x = {q->x + r0 * lin.in, NULL, CUDA_R_8F_E4M3, fp8_scale_inv(d, tx)};
-    T *y = (gelu_aux ? gelu_aux : out) + r0 * lin.out;
-    linear_gemm_bias(lin, y, w, x, bias, f.rows, d->recipe.fast_accum, stream);
-    if (gelu_aux) {
-        const Fp8Linear *c = q->gelu_consumer;
-        Fp8CastOut o = {c->x + r0 * lin.out, c->keeps_input ? c->x_t : NULL, f.tokens, f.row, NULL};
-        fp8_cast(d, fp8_tensor(c->layer, c->linear, FP8_INPUT), Fp8GeluOf<T>{y}, f.rows, lin.out, o, d->recording,
-                 FP8_SCALE_RECIPE, q->partials, stream);
-    }
-}
-
-/*
- * Rows [f.row, f.row + f.rows) of forward chunk f (llmc/forward_chunks.h): out = inp W^T + b; with gelu_aux:
- * gelu_aux = that, and out = gelu(that). inp must hold those rows whole on every rank (under SP the caller gathered
- * them: tp_chunk_gather). Row-parallel: TP rank 0 adds the bias, and the sum over the TP group is started on the TP
- * stream and marked as the chunk's collective (tp_chunk_sum); the caller waits for it (tp_chunk_wait) before it reads
- * out. Under SP it goes onto the rows' owners: then only this rank's tokens of out are valid.
- */
-template <typename T>
-static void linear_forward(const Linear<T> &lin, T *out, const T *inp, T *gelu_aux, const ForwardChunk &f,
-                           cudaStream_t stream) {
-    bool row_parallel = linear_is(lin, LINEAR_ROW);
-    const T *bias = row_parallel && lin.tp->rank != 0 ? NULL : lin.b;
-    if (lin.fp8) {
-        fp8_linear_rows_forward(lin, bias, out, inp, gelu_aux, f, stream);
-    } else {
-        linear_rows_forward(lin, bias, out, inp, f.row, f.row + f.rows, gelu_aux, stream);
-    }
-    if (row_parallel) {
-        const char *what = "the tensor-parallel sum of a row-parallel layer's output";
-        tp_chunk_sum(lin.tp, out, (T *)NULL, lin.out, f, stream, what);
-    }
 }
 
 /*
@@ -628,52 +569,8 @@ static void linear_dgrad(const Linear<T> &lin, T *dinp, const T *dout, const T *
     }
 }
 
-/*
- * Backward, given dout (N, lin.out), in parts, so that a caller can run weight gradients beside a collective:
- *   linear_backward_gather: row-parallel under SP, dout holds this rank's tokens only: starts their all-gather (in
- *     place) on the TP stream; dout must stay unchanged until linear_backward_weight. Nothing otherwise.
- *   linear_backward_input:  dinp = dout W (times gelu'(gelu_aux) when given: inp was gelu(gelu_aux)), once the
- *     gather is in. Column-parallel under TP, dinp is then summed over the TP group (reduce-scattered under SP: only
- *     this rank's tokens of dinp are valid) on the TP stream, started and not waited for.
- *   linear_backward_weight: lin.dw += dout^T inp (written rather than added to when not accumulate).
- *   linear_backward_join:   the compute stream waits for the sum the input part started (column-parallel, TP).
- * dinp must not alias inp, which the weight gradient reads afterwards.
- */
-template <typename T> static bool linear_gathers_output_grad(const Linear<T> &lin) {
-    return linear_is(lin, LINEAR_ROW) && lin.tp->sp;
-}
-
-template <typename T> static void linear_backward_gather(const Linear<T> &lin, T *dout, int N, cudaStream_t stream) {
-    if (!linear_gathers_output_grad(lin)) { return; }
-    TensorParallel *tp = lin.tp;
-    tp_gather_start(tp, dout, (size_t)(N / tp->size) * lin.out, stream,
-                    "the tensor-parallel all-gather of a row-parallel layer's output gradient");
-    tp->gather_pending = 1;
-}
-
-template <typename T>
-static void linear_backward_input(const Linear<T> &lin, T *dinp, const T *dout, const T *inp, const T *gelu_aux, int N,
-                                  cudaStream_t stream) {
-    if (dinp == inp) { fail("linear_backward_input: dinp must not alias inp (the weight gradient reads it later)"); }
-    TensorParallel *tp = lin.tp;
-    if (linear_gathers_output_grad(lin)) {
-        if (!tp->gather_pending) { fail("linear_backward_input: the output gradient was not gathered first"); }
-        tp_join(tp, stream, "the tensor-parallel all-gather of a row-parallel layer's output gradient");
-        tp->gather_pending = 0;
-    }
-    linear_dgrad(lin, dinp, dout, gelu_aux, N, stream);
-    if (linear_is(lin, LINEAR_COLUMN)) {
-        const char *what = "the tensor-parallel sum of a column-parallel layer's input gradient";
-        tp_fork(tp, stream);
-        if (tp->sp) {
-            size_t mine = (size_t)(N / tp->size) * lin.in;
-            tp_reduce_scatter(tp, dinp, dinp + tp->rank * mine, mine, what);
-        } else {
-            tp_all_reduce(tp, dinp, (size_t)N * lin.in, what);
-        }
-    }
-}
-
+// lin.dw += dout^T inp (written rather than added to when not accumulate): the part of a linear layer's backward
+// that no collective touches (the parts in order: llmc/tensor_parallel.cuh, linear_backward).
 template <typename T>
 static void linear_backward_weight(const Linear<T> &lin, const T *dout, const T *inp, int N, int accumulate,
                                    cudaStream_t stream) {
@@ -686,22 +583,6 @@ static void linear_backward_weight(const Linear<T> &lin, const T *dout, const T 
     }
     gemm_lt(lin.dw, CUDA_R_32F, x, 0, lin.in, dy, 1, lin.out, lin.in, lin.out, N, accumulate ? 1.0f : 0.0f,
             GEMM_PLAIN, 0, stream);
-}
-
-template <typename T> static void linear_backward_join(const Linear<T> &lin, cudaStream_t stream) {
-    if (linear_is(lin, LINEAR_COLUMN)) {
-        tp_join(lin.tp, stream, "the tensor-parallel sum of a column-parallel layer's input gradient");
-    }
-}
-
-// All parts in order: the input gradient's TP sum runs beside the layer's own weight gradient.
-template <typename T>
-static void linear_backward(const Linear<T> &lin, T *dinp, const T *dout, const T *inp, const T *gelu_aux, int N,
-                            int accumulate, cudaStream_t stream) {
-    linear_backward_gather(lin, (T *)dout, N, stream);
-    linear_backward_input(lin, dinp, dout, inp, gelu_aux, N, stream);
-    linear_backward_weight(lin, dout, inp, N, accumulate, stream);
-    linear_backward_join(lin, stream);
 }
 
 #endif // LLMC_MATMUL_CUH

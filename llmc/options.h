@@ -16,6 +16,7 @@
 #include <stddef.h>
 
 #include "config.h"
+#include "fp8.h"
 
 #define OPT_STR_LEN 1024
 
@@ -441,6 +442,18 @@ static inline void options_validate_fp8(const Options *o) {
              "reads rows of one per token); change --batch-size or --seq-len",
              o->batch_size, o->seq_len, FP8_ALIGN);
     }
+}
+
+// The FP8 recipe (llmc/fp8.h) the options describe.
+static inline Fp8Recipe fp8_recipe_from_options(const Options *o) {
+    Fp8Recipe r;
+    r.scaling = strcmp(o->fp8_recipe, "current") == 0 ? FP8_CURRENT : FP8_DELAYED;
+    r.history = o->fp8_amax_history;
+    r.margin = o->fp8_margin;
+    r.margin_scale = ldexpf(1.0f, -o->fp8_margin);
+    r.bf16_blocks = o->fp8_bf16_blocks;
+    r.fast_accum = o->fp8_fast_accum;
+    return r;
 }
 
 // Cross-option checks, before any work: fail() with one line on the first problem.

@@ -1,5 +1,6 @@
 /*
- * tensor_parallel.cuh: the collectives of a tensor-parallel (TP) group on activations (Megatron-style).
+ * tensor_parallel.cuh: the collectives of a tensor-parallel (TP) group on activations (Megatron-style), and the
+ * linear layers split over it.
  *
  * The TP ranks of a group hold slices of every block's weights (llmc/mesh.h) and see the same tokens. A
  * column-parallel Linear (qkv, fc, the LM head) needs its whole input on every rank and leaves each rank a slice of
@@ -11,8 +12,9 @@
  *     LayerNorms): rank r owns tokens [r N/TP, (r+1) N/TP) of a micro-batch. All-gather them before a
  *     column-parallel forward (and the residual gradient before a row-parallel backward), reduce-scatter after a
  *     row-parallel forward and a column-parallel dgrad.
- * llmc/matmul.cuh's Linear runs them all but the forward's gathers, which gpt_forward's LayerNorms do
- * (tp_chunk_gather), so callers see whole activations.
+ * A linear layer's functions at the end of this file (linear_forward, linear_backward_*) run them all around
+ * llmc/matmul.cuh's GEMMs, but the forward's gathers, which gpt_forward's LayerNorms do (tp_chunk_gather), so
+ * callers see whole activations.
  * Collectives run on the TP stream (high priority), ordered after the compute stream's work by an event (tp_fork);
  * the compute stream waits for them through comm_compute_wait (tp_join, tp_chunk_wait), which times how long it
  * stood still: the exposed communication the log line reports. Overlap comes from the callers' order:
@@ -23,18 +25,19 @@
  *     GEMMs and attention.
  *   backward: each collective runs beside weight-gradient GEMMs that gpt_backward puts off until then (the sum of a
  *     column-parallel input gradient, and under SP the all-gather of the residual gradient for a row-parallel one).
- * TP = 1: no stream, no event, no collective; every function here returns at once.
+ * TP = 1: no stream, no event, no collective: the collectives return at once, and a linear layer is its GEMMs.
  */
 #ifndef LLMC_TENSOR_PARALLEL_CUH
 #define LLMC_TENSOR_PARALLEL_CUH
 
 #include "comm.cuh"
 #include "forward_chunks.h"
+#include "matmul.cuh"
 
-typedef struct {
+typedef struct TensorParallel {
     int size, rank;     // the TP group
     int sp;             // sequence parallelism
-    int gather_pending; // an output-gradient all-gather was started for the next row-parallel backward (matmul.cuh)
+    int gather_pending; // an output-gradient all-gather was started for the next row-parallel backward
     cudaStream_t stream;
     cudaEvent_t compute_mark, tp_mark;
     cudaEvent_t chunk_done[TP_SEQUENCE_CHUNKS]; // the last collective queued for each chunk of the forward
@@ -158,6 +161,94 @@ static void tp_sum_on_device(TensorParallel *tp, double *x, int n, cudaStream_t 
     tp_fork(tp, compute);
     tp_all_reduce(tp, x, (size_t)n, what);
     tp_join(tp, compute, what);
+}
+
+// ----------------------------------------------------------------------------------------------------------------
+// a linear layer split over the TP group (llmc/matmul.cuh's Linear: split, tp): its GEMMs and their collectives
+
+template <typename T> static bool linear_is(const Linear<T> &lin, LinearSplit split) {
+    return lin.split == split && tp_active(lin.tp);
+}
+
+/*
+ * Rows [f.row, f.row + f.rows) of forward chunk f (llmc/forward_chunks.h): out = inp W^T + b; with gelu_aux:
+ * gelu_aux = that, and out = gelu(that). inp must hold those rows whole on every rank (under SP the caller gathered
+ * them: tp_chunk_gather). Row-parallel: TP rank 0 adds the bias, and the sum over the TP group is started on the TP
+ * stream and marked as the chunk's collective (tp_chunk_sum); the caller waits for it (tp_chunk_wait) before it reads
+ * out. Under SP it goes onto the rows' owners: then only this rank's tokens of out are valid.
+ */
+template <typename T>
+static void linear_forward(const Linear<T> &lin, T *out, const T *inp, T *gelu_aux, const ForwardChunk &f,
+                           cudaStream_t stream) {
+    bool row_parallel = linear_is(lin, LINEAR_ROW);
+    const T *bias = row_parallel && lin.tp->rank != 0 ? NULL : lin.b;
+    linear_rows_forward(lin, bias, out, inp, f.row, f.row + f.rows, f.tokens, gelu_aux, stream);
+    if (row_parallel) {
+        const char *what = "the tensor-parallel sum of a row-parallel layer's output";
+        tp_chunk_sum(lin.tp, out, (T *)NULL, lin.out, f, stream, what);
+    }
+}
+
+/*
+ * Backward, given dout (N, lin.out), in parts, so that a caller can run weight gradients beside a collective:
+ *   linear_backward_gather: row-parallel under SP, dout holds this rank's tokens only: starts their all-gather (in
+ *     place) on the TP stream; dout must stay unchanged until linear_backward_weight. Nothing otherwise.
+ *   linear_backward_input:  dinp = dout W (times gelu'(gelu_aux) when given: inp was gelu(gelu_aux)), once the
+ *     gather is in. Column-parallel under TP, dinp is then summed over the TP group (reduce-scattered under SP: only
+ *     this rank's tokens of dinp are valid) on the TP stream, started and not waited for.
+ *   linear_backward_weight: lin.dw += dout^T inp (written rather than added to when not accumulate; llmc/matmul.cuh).
+ *   linear_backward_join:   the compute stream waits for the sum the input part started (column-parallel, TP).
+ * dinp must not alias inp, which the weight gradient reads afterwards.
+ */
+template <typename T> static bool linear_gathers_output_grad(const Linear<T> &lin) {
+    return linear_is(lin, LINEAR_ROW) && lin.tp->sp;
+}
+
+template <typename T> static void linear_backward_gather(const Linear<T> &lin, T *dout, int N, cudaStream_t stream) {
+    if (!linear_gathers_output_grad(lin)) { return; }
+    TensorParallel *tp = lin.tp;
+    tp_gather_start(tp, dout, (size_t)(N / tp->size) * lin.out, stream,
+                    "the tensor-parallel all-gather of a row-parallel layer's output gradient");
+    tp->gather_pending = 1;
+}
+
+template <typename T>
+static void linear_backward_input(const Linear<T> &lin, T *dinp, const T *dout, const T *inp, const T *gelu_aux, int N,
+                                  cudaStream_t stream) {
+    if (dinp == inp) { fail("linear_backward_input: dinp must not alias inp (the weight gradient reads it later)"); }
+    TensorParallel *tp = lin.tp;
+    if (linear_gathers_output_grad(lin)) {
+        if (!tp->gather_pending) { fail("linear_backward_input: the output gradient was not gathered first"); }
+        tp_join(tp, stream, "the tensor-parallel all-gather of a row-parallel layer's output gradient");
+        tp->gather_pending = 0;
+    }
+    linear_dgrad(lin, dinp, dout, gelu_aux, N, stream);
+    if (linear_is(lin, LINEAR_COLUMN)) {
+        const char *what = "the tensor-parallel sum of a column-parallel layer's input gradient";
+        tp_fork(tp, stream);
+        if (tp->sp) {
+            size_t mine = (size_t)(N / tp->size) * lin.in;
+            tp_reduce_scatter(tp, dinp, dinp + tp->rank * mine, mine, what);
+        } else {
+            tp_all_reduce(tp, dinp, (size_t)N * lin.in, what);
+        }
+    }
+}
+
+template <typename T> static void linear_backward_join(const Linear<T> &lin, cudaStream_t stream) {
+    if (linear_is(lin, LINEAR_COLUMN)) {
+        tp_join(lin.tp, stream, "the tensor-parallel sum of a column-parallel layer's input gradient");
+    }
+}
+
+// All parts in order: the input gradient's TP sum runs beside the layer's own weight gradient.
+template <typename T>
+static void linear_backward(const Linear<T> &lin, T *dinp, const T *dout, const T *inp, const T *gelu_aux, int N,
+                            int accumulate, cudaStream_t stream) {
+    linear_backward_gather(lin, (T *)dout, N, stream);
+    linear_backward_input(lin, dinp, dout, inp, gelu_aux, N, stream);
+    linear_backward_weight(lin, dout, inp, N, accumulate, stream);
+    linear_backward_join(lin, stream);
 }
 
 #endif // LLMC_TENSOR_PARALLEL_CUH

@@ -86,7 +86,7 @@ FAULT_LIMIT_S=60
 STUCK_TIMEOUT_S=10   # TRAIN_GPT_NCCL_TIMEOUT of the fault runs: a peer waits this long for a stopped rank
 RUN_TIMEOUT_S=600
 PORT_BASE=${PORT_BASE:-29600}
-GEMM_ALGOS=gemm_algos.txt          # rank 0's GEMM choices (choose_gemm_algos in train_gpt.cu)
+GEMM_ALGOS=gemm_algos.txt          # rank 0's GEMM choices (choose_gemm_algos in llmc/gemm_algos.cuh)
 GEMM_ALGOS_GLOB='gemm_algos*.txt' # every rank's
 # Global batch 1024 tokens = B 4 x T 64 x accum x DP: 4 micro-steps on one GPU or a TP group, 2 per DP=2 rank.
 COMMON=(--depth 2 --width 256 --heads 4 --seq-len 64 --batch-size 4 --total-batch-tokens 1024 --steps "$STEPS"

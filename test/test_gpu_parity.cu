@@ -37,6 +37,14 @@
  * average over every token, stays within 2e-5..1.2e-4 (fp32 activations) and 1.4e-4..3.2e-4 (bf16) over 20 steps, and
  * the gradient norm within 1.7e-3 and 4.5e-3: those are the sharp checks here, as tight as bf16's or tighter. A
  * wrong layout, scale or operand shows as O(1) in all of them (test_fp8_kernels checks each GEMM layout to 5e-4).
+ *
+ * The gradient norm's tolerance in fp8 is set against how far the CPU build's own FP8 emulation moves it when only
+ * the order of its sums changes (micro-batches of 4 against 2 sequences, the same global batch, 20 steps, seeds 1-4;
+ * dev/results/fp8_norm_reorder_drift_cpu.txt): GPT-2's rows move by up to 6.5e-3, so 1e-2 / 1.5e-2 is 1.5-2.3x
+ * that. The Llama rows move by up to 6.3e-2 (the SwiGLU product carries the rounding noise of two FP8 GEMMs into
+ * every element, and a small model's norm swings as its loss does: the largest parts come at steps 15-18 and fade
+ * again), so the same ratio gives 1e-1 for them. Their loss keeps GPT-2's tolerances: the reorder moves it by at most
+ * 2.5e-4 (GPT-2's rows: 9.2e-5).
  */
 #define TESTING
 #include "../train_gpt.cu"
@@ -57,6 +65,7 @@ static const Tolerances TOL_FP32 = {1e-4, 1e-4, 1e-4, 1e-4, 1e-4, FLIP_FRACTION_
 static const Tolerances TOL_BF16 = {3e-2, 3e-2, 1e-2, 3e-2, 1e-2, FLIP_FRACTION_BF16};
 static const Tolerances TOL_FP8_FP32 = {1e-1, 1.5e-1, 5e-4, 1e-2, 2e-1, FLIP_FRACTION_BF16};
 static const Tolerances TOL_FP8 = {1e-1, 2e-1, 1e-3, 1.5e-2, 3e-1, FLIP_FRACTION_BF16};
+#define FP8_NORM_TOL_LLAMA 1e-1 // the norm's reorder drift of the Llama rows, 6.3e-2, times GPT-2's margin (above)
 
 static double g_worst_logits = 0, g_worst_grads = 0, g_worst_loss = 0, g_worst_params = 0;
 
@@ -150,6 +159,12 @@ int main(int argc, char **argv) {
                             : strcmp(mode, "fp8") == 0  ? &TOL_FP8
                                                         : &TOL_FP8_FP32;
     GPTConfig config = h->config;
+    Tolerances llama_fp8;
+    if (fp8 && config.arch == ARCH_LLAMA) {
+        llama_fp8 = *tol;
+        llama_fp8.norm = FP8_NORM_TOL_LLAMA;
+        tol = &llama_fp8;
+    }
     ParamLayout layout;
     param_layout(&config, &layout);
     size_t P = layout.total, n = refstate_tokens(h), Vp = config.padded_vocab_size;
