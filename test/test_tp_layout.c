@@ -8,6 +8,9 @@
  * - local initialization equals the slice of the single-GPU initialization bitwise;
  * - a rank's local QKV weight and bias are a fused QKV of its key/value heads and their groups' query heads, and a
  *   Llama's local fc weight is [gate; up] of its features (rows rebuilt from the head and feature counts);
+ * - a block's attention (RoPE, grouped-query heads) and MLP (GELU, SwiGLU) computed by cpu_model.h's kernels on each
+ *   rank's local tensors with its local head and feature counts, the row-parallel outputs summed over the ranks,
+ *   equal the whole block (double): the local tensors are a model of their own that the unchanged kernels run;
  * - the vocab-parallel cross-entropy over tp in {1, 2, 4, 8} ranks equals cpu_model.h's unsplit one (double),
  *   with padded columns excluded (they hold huge logits here) and ranks that hold padding only.
  */
@@ -319,6 +322,111 @@ static void test_qkv_and_fc(void) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// A block on the ranks' local tensors against the whole block.
+
+#define BLOCK_B 2
+#define BLOCK_T 8
+#define BLOCK_TOL 1e-12 // double; only the order of the row-parallel sums differs
+
+// Layer 0's tensor t of a flat buffer of layout p.
+static double *layer0(double *base, const ParamLayout *p, int t) { return base + p->offset[t]; }
+
+/*
+ * The attention half-block (qkv, RoPE where the model has it, causal grouped-query attention, the projection) and the
+ * MLP half-block (fc, GELU or SwiGLU, the fc projection) of layer 0 on input x, computed whole, and on each TP rank
+ * with its local tensors and its local counts (heads, key/value heads, MLP features: the description as the rank's
+ * kernels see it), the row-parallel outputs summed over the ranks. Returns the worse relative error of the two sums.
+ */
+static double block_error(const GPTConfig *c, int tp) {
+    int N = BLOCK_B * BLOCK_T, C = c->channels, HS = C / c->num_heads;
+    ParamLayout g;
+    param_layout(c, &g);
+    float *full = random_params(&g);
+    for (size_t i = 0; i < g.total; i++) { full[i] -= 0.5f; } // centred, so sums cancel as in a model
+    double *w = (double *)malloc_check(g.total * sizeof(double), "weights");
+    for (size_t i = 0; i < g.total; i++) { w[i] = full[i]; }
+    size_t widest = (size_t)config_qkv_rows(c) > (size_t)config_fc_rows(c) ? (size_t)config_qkv_rows(c)
+                                                                            : (size_t)config_fc_rows(c);
+    double *x = (double *)malloc_check((size_t)N * C * sizeof(double), "input");
+    for (size_t i = 0; i < (size_t)N * C; i++) { x[i] = 2.0 * rng_uniform(TEST_SEED, TEST_STREAM + 2, i) - 1.0; }
+    double *qkv = (double *)malloc_check((size_t)N * widest * sizeof(double), "qkv or fc outputs");
+    double *att = (double *)malloc_check((size_t)BLOCK_B * c->num_heads * BLOCK_T * BLOCK_T * sizeof(double), "att");
+    double *mid = (double *)malloc_check((size_t)N * (C > c->ffn_hidden ? C : c->ffn_hidden) * sizeof(double), "mid");
+    double *wt = (double *)malloc_check(widest * (C > c->ffn_hidden ? C : c->ffn_hidden) * sizeof(double), "wt");
+    double *want[2], *sum[2], *part = (double *)malloc_check((size_t)N * C * sizeof(double), "a rank's part");
+    float *cos_table = (float *)malloc_check((size_t)BLOCK_T * HS * sizeof(float), "rope tables");
+    float *sin_table = cos_table + (size_t)BLOCK_T * HS / 2;
+    if (c->pos == POS_ROPE) { rope_tables(c, BLOCK_T, cos_table, sin_table); }
+    for (int half = 0; half < 2; half++) {
+        want[half] = (double *)calloc_check((size_t)N * C, sizeof(double), "whole output");
+        sum[half] = (double *)calloc_check((size_t)N * C, sizeof(double), "summed output");
+    }
+    float **local = alloc_locals(c, tp);
+    param_scatter_tp(c, tp, full, local);
+    for (int r = -1; r < tp; r++) { // -1: the whole block
+        GPTConfig lc = *c; // the description as this rank's kernels see it
+        const double *wq, *bq, *wo, *wfc, *bfc, *wproj;
+        double *lw = NULL;
+        ParamLayout p = g;
+        if (r >= 0) {
+            Mesh m = mesh_make(tp, r, tp, 1);
+            lc.num_heads = (int)tp_heads(&m, c).count;
+            lc.num_kv_heads = (int)tp_kv_heads(&m, c).count;
+            lc.channels = lc.num_heads * HS; // the attention's width (head size as the model's)
+            lc.ffn_hidden = (int)tp_mlp_features(&m, c).count;
+            param_layout_local(c, &m, &p);
+            lw = (double *)malloc_check(p.total * sizeof(double), "local weights");
+            for (size_t i = 0; i < p.total; i++) { lw[i] = local[r][i]; }
+        }
+        double *base = r >= 0 ? lw : w;
+        wq = layer0(base, &p, P_QKVW);
+        bq = p.size[P_QKVB] ? layer0(base, &p, P_QKVB) : NULL;
+        wo = layer0(base, &p, P_ATTPROJW);
+        wfc = layer0(base, &p, P_FCW);
+        bfc = p.size[P_FCB] ? layer0(base, &p, P_FCB) : NULL;
+        wproj = layer0(base, &p, P_FCPROJW);
+        int qkv_rows = config_qkv_rows(&lc), A = lc.num_heads * HS, fc_rows = config_fc_rows(&lc);
+        matmul_forward(qkv, x, wq, bq, wt, N, C, qkv_rows);
+        if (c->pos == POS_ROPE) {
+            rope_rotate(qkv, cos_table, sin_table, BLOCK_B, BLOCK_T, lc.num_heads, lc.num_kv_heads, HS, 1);
+        }
+        attention_forward(mid, att, qkv, BLOCK_B, BLOCK_T, lc.num_heads, lc.num_kv_heads, HS);
+        matmul_forward(r >= 0 ? part : want[0], mid, wo, NULL, wt, N, A, C);
+        if (r >= 0) { for (size_t i = 0; i < (size_t)N * C; i++) { sum[0][i] += part[i]; } }
+        matmul_forward(qkv, x, wfc, bfc, wt, N, C, fc_rows);
+        mlp_act_forward(&lc, mid, qkv, N);
+        matmul_forward(r >= 0 ? part : want[1], mid, wproj, NULL, wt, N, lc.ffn_hidden, C);
+        if (r >= 0) { for (size_t i = 0; i < (size_t)N * C; i++) { sum[1][i] += part[i]; } }
+        free(lw);
+    }
+    double err = 0.0;
+    for (int half = 0; half < 2; half++) {
+        double e = max_rel_err_f64(sum[half], want[half], (size_t)N * C);
+        if (!(e <= err)) { err = e; }
+        free(want[half]);
+        free(sum[half]);
+    }
+    free_locals(local, tp);
+    free(full); free(w); free(x); free(qkv); free(att); free(mid); free(wt); free(part); free(cos_table);
+    return err;
+}
+
+static void test_block_on_ranks(void) {
+    double worst = 0.0;
+    for (int i = 0; i < NUM_LAYOUT_CASES; i++) {
+        LayoutCase lc = layout_case(i);
+        for (int j = 0; j < lc.num_tps; j++) {
+            double e = block_error(&lc.c, lc.tps[j]);
+            if (!(e <= BLOCK_TOL)) { printf("  %s tp %d: relative error %.3g\n", lc.name, lc.tps[j], e); }
+            if (!(e <= worst)) { worst = e; }
+        }
+    }
+    check(worst <= BLOCK_TOL, "a block on the ranks' local tensors and counts, row-parallel outputs summed, equals "
+          "the whole block (attention with rope and grouped-query heads, gelu and swiglu MLPs)",
+          "relative error %.3g (tol %.0e)", worst, BLOCK_TOL);
+}
+
+// ---------------------------------------------------------------------------------------------------------
 // Vocab-parallel cross-entropy against the unsplit one.
 
 #define CE_TOKENS 64
@@ -434,6 +542,7 @@ int main(void) {
     test_gather_scatter();
     test_local_init();
     test_qkv_and_fc();
+    test_block_on_ranks();
     test_vocab_parallel_ce();
     return test_exit();
 }
