@@ -6,7 +6,8 @@
  * Reads top to bottom: the run-time precision, the model (parameters, activations), forward, backward, the
  * update, and the ModelOps table through which the training loop shared with the CPU build (llmc/trainer.h)
  * drives it. The kernels live in the llmc/ .cuh headers, one concern each; every linear layer goes through
- * llmc/matmul.cuh.
+ * llmc/matmul.cuh; every wait and record between the step's streams through llmc/step_schedule.cuh, whose table says
+ * which stream runs what behind which event.
  *
  * Precision: master weights, gradients and AdamW moments are fp32 always. Activations and the weights the
  * kernels read are of type floatX: float in fp32 mode (the GEMMs read the masters directly; CUBLAS_COMPUTE_32F, no
@@ -54,6 +55,7 @@
 #include "llmc/model_io.cuh"
 #include "llmc/params.cuh"
 #include "llmc/rope.cuh"
+#include "llmc/step_schedule.cuh"
 #include "llmc/swiglu.cuh"
 #include "llmc/tensor_parallel.cuh"
 
@@ -121,7 +123,13 @@ template <typename floatX> struct Activations {
     float *lse;                    // (L, B, NH/TP, T) log-sum-exp of each attention row
     floatX *fch;                   // (L, N, FC/TP) fc output before GELU or SwiGLU; SwiGLU's backward overwrites
                                    // a layer's with its gradient (fc's output gradient), which fc's backward reads
-    floatX *h4;                    // swiglu(fch): (L, N, F), every layer's kept for backward.
+                                   // (an FP8 block's backward casts that gradient instead: fch stays)
+    floatX *h4;                    // swiglu(fch): (N, F/TP) that every layer shares, where the forward writes it for
+                                   // the fc projection and the backward's SwiGLU writes it again for that layer's
+                                   // weight gradient (swiglu_backward; the weight gradient queue is empty between
+                                   // layers): inside the logits' buffer after d fch where it fits (see h4_alt), else
+                                   // its own; NULL in fp8 without bf16 blocks (an FP8 block's fc casts swiglu(fch)
+                                   // as the fc projection's FP8 input, kept transposed in Fp8Linear::x_t).
                                    // gelu(fch): (keep_gelu, N, 4C/TP) for the first layers, which keep it for
                                    // backward, then (N, 4C/TP) for the others, which recompute it there a layer
                                    // ahead (gelu_recompute): the highest (GPT::top_recompute) and every second one
@@ -145,7 +153,7 @@ template <typename floatX> struct Activations {
     floatX *dres;                  // (N, C) gradient of the residual stream (this rank's Ns tokens of it under SP,
                                    // gathered to all N where a row-parallel backward or the embedding needs them)
     floatX *dqkv;                  // (N, QKV/TP)
-    floatX *dfch;                  // (N, FC/TP) gradient of the fc output (SwiGLU: of its output, (N, F)): the
+    floatX *dfch;                  // (N, FC/TP) gradient of the fc output (SwiGLU: of its output, (N, F/TP)): the
                                    // logits' buffer, which backward no longer needs once the LM head's is done (its
                                    // own buffer were Vp < FC)
     void *attn_workspace;
@@ -190,39 +198,21 @@ template <typename floatX> struct GPT {
     floatX *weights;               // what the kernels read: params itself (fp32) or its bf16 copy
     DataParallel dp;               // the parameter groups, and with DP > 1 the ranks' collectives
     ModelShards shards;            // the above as the host's copies of the model see them (llmc/model_io.cuh)
-    int reduce_grads;              // this backward is the last micro-step's: sum each group over the DP ranks (DP > 1)
-                                   // and, under SP, the replicated parameters' gradients over the TP ranks
     Linear<floatX> *linears;       // (L, BLOCK_LINEARS): every block's linear layers (block_linear)
     Linear<floatX> head;           // the LM head
     Fp8Device *fp8;                // --precision fp8: the recipe's state (llmc/fp8.cuh); NULL otherwise
     Fp8Linear *fp8_linears;        // (L, BLOCK_LINEARS): the FP8 blocks' (Linear::fp8 points here)
     float *fp8_partials[2];        // amax-pass scratch of the compute stream and of the update stream (weight casts),
                                    // BLOCK_LINEARS x Fp8Device::amax_blocks floats each: a layer's weights at once
-    cudaEvent_t fp8_transposed;    // the FP8 weights' transposes of the last update are made (gpt_update)
-    int fp8_transposes_pending;    // and the next backward waits for them
     Activations<floatX> acts;
     int *d_tokens;                 // inputs (N) then targets (N)
     int *d_buckets;
     TokenBuckets buckets;
     HostStaging host;
-    cudaEvent_t scalars_ready;
-    // gradients final (see grads_final): groups 0 .. L-1 are the layers' gradients, group L the rest
+    // the norm's groups (see grads_final): groups 0 .. L-1 are the layers' gradients, group L the rest
     NormGroup *norm_groups;        // L + 1: the part of each group this rank owns (all of it without ZeRO-1)
     int *norm_first;               // L + 2: group k's partial sums start at norm_scratch + norm_first[k]
-    int norm_ready;                // the last backward left every group's partial sums in norm_scratch
-    int norm_in_backward;          // this backward is an update's last micro-step: it takes the partial sums
-    cudaEvent_t grads_final_event, side_done;
-    cudaEvent_t dfch_ready, fc_bias_done, sums_final; // fc_bias_backward and grads_final
-    cudaEvent_t forward_done, gelu_recomputed;        // gelu_recompute
-    // parameters updated (see gpt_update): AdamW runs group by group on the update stream, the next forward waits
-    // for each group just before it reads it
-    cudaEvent_t norm_done;         // the clip factor AdamW reads is ready
-    cudaEvent_t *updated;          // L + 1: group k's parameters are updated
-    int update_last;               // the group whose event was recorded last: it follows all the others
-    int update_pending;            // AdamW was queued and the compute stream has not waited for all of it
-    int update_in_backward;        // --update-in-backward
-    int update_started;            // the last micro-step's backward queues AdamW group by group (update_starts_early)
-    UpdateArgs update_args;        // with these arguments, which the gpt_update after it must be given
+    StepSchedule sched;            // the step's streams and events (llmc/step_schedule.cuh)
     int eval_B, eval_T;            // shape of the logits the last eval_loss left
     floatX *row_gather;            // TP > 1: one row of logits, all-gathered (op_logits_at)
     char device_name[256];
@@ -317,7 +307,8 @@ template <typename floatX> static bool fp8_layer(const GPT<floatX> *g, int l) {
 
 // Whether layer l computes gelu(fch) again for its backward (gelu_recompute) rather than keeping it: past
 // --keep-gelu-layers; in fp8 that is the FP8 blocks' FP8 copy, and the bf16 blocks (few, at the ends) keep theirs.
-// A SwiGLU MLP keeps its output in every layer.
+// SwiGLU's output is written again by its backward instead (Activations::h4), and an FP8 block keeps it transposed
+// in FP8 (fp8_make).
 template <typename floatX> static bool recomputes_gelu(const GPT<floatX> *g, int l) {
     return g->config.mlp == MLP_GELU && l >= g->keep_gelu && (!g->fp8 || fp8_layer(g, l));
 }
@@ -341,7 +332,7 @@ template <typename floatX> struct LayerActs {
 template <typename floatX> static LayerActs<floatX> layer_acts(const GPT<floatX> *g, int l) {
     const Activations<floatX> &a = g->acts;
     size_t N = (size_t)g->maxB * g->maxT, Ns = tp_local_tokens(&g->tp, (int)N), C = g->config.channels;
-    size_t A = g->attn, M = g->mlp, F = g->ffn;
+    size_t A = g->attn, M = g->mlp;
     LayerActs<floatX> x;
     x.res_in = a.res + l * Ns * C;
     x.res_out = a.res + (l + 1) * Ns * C;
@@ -354,7 +345,7 @@ template <typename floatX> static LayerActs<floatX> layer_acts(const GPT<floatX>
     x.fch = a.fch + l * N * M;
     int keep = g->keep_gelu;
     if (g->config.mlp == MLP_SWIGLU) {
-        x.h4 = a.h4 + l * N * F;
+        x.h4 = fp8_layer(g, l) ? NULL : a.h4;
     } else if (g->fp8) {
         x.h4 = fp8_layer(g, l) ? NULL : a.h4 + slot * N * M;
     } else {
@@ -408,23 +399,33 @@ template <typename floatX> static void activations_alloc(GPT<floatX> *g) {
     }
     if (tp > 1) { g->row_gather = dev_alloc<floatX>(c->padded_vocab_size, "a gathered row of logits"); }
     a.proj = dev_alloc<floatX>(N * C, "projection scratch");
-    int recomputing = 0; // layers that recompute gelu(fch): they alternate between two buffers (layer_acts)
-    for (int l = 0; l < (int)L; l++) { recomputing += recomputes_gelu(g, l); }
-    size_t h4_slots = c->mlp == MLP_SWIGLU ? L : g->fp8 ? bf16_blocks(g) : g->keep_gelu + (recomputing > 0);
-    a.h4 = dev_alloc<floatX>(h4_slots * N * F, "MLP activation outputs");
     a.dres = dev_alloc<floatX>(N * C, "residual gradient");
     a.dqkv = dev_alloc<floatX>(N * g->qkv, "QKV gradient");
     a.dfch = Vl >= M ? a.logits : dev_alloc<floatX>(N * M, "MLP gradient");
-    size_t elem = g->fp8 ? 1 : sizeof(floatX), bytes = N * M * elem; // an FP8 recompute is FP8 bytes
-    if (g->fp8 && recomputing > 0) { a.h4t[0] = (uint8_t *)cuda_alloc(bytes, "FP8 GELU outputs"); }
-    if (recomputing > 1) {
-        size_t after_dfch = (N * M * sizeof(floatX) + SLICE_ALIGN - 1) / SLICE_ALIGN * SLICE_ALIGN;
+    // `bytes` in the logits' buffer after d fch where they fit (the logits are dead from the end of the LM head's
+    // backward to the next forward's LM head, and the layers of a forward come before it), else their own allocation
+    size_t after_dfch = (N * M * sizeof(floatX) + SLICE_ALIGN - 1) / SLICE_ALIGN * SLICE_ALIGN;
+    auto after_dfch_or_own = [&](size_t bytes, const char *what) -> void * {
         bool fits = a.dfch == a.logits && after_dfch + bytes <= N * Vl * sizeof(floatX);
-        void *second = fits ? (void *)((char *)a.logits + after_dfch) : cuda_alloc(bytes, "GELU outputs");
-        if (g->fp8) {
-            a.h4t[1] = (uint8_t *)second;
-        } else {
-            a.h4_alt = (floatX *)second;
+        return fits ? (void *)((char *)a.logits + after_dfch) : cuda_alloc(bytes, what);
+    };
+    if (c->mlp == MLP_SWIGLU) { // one (N, F) buffer, for the layers that are not FP8 blocks (layer_acts)
+        bool unfused = !g->fp8 || bf16_blocks(g) > 0;
+        a.h4 = unfused ? (floatX *)after_dfch_or_own(N * F * sizeof(floatX), "SwiGLU outputs") : (floatX *)NULL;
+    } else {
+        int recomputing = 0; // layers that recompute gelu(fch): they alternate between two buffers (layer_acts)
+        for (int l = 0; l < (int)L; l++) { recomputing += recomputes_gelu(g, l); }
+        size_t h4_slots = g->fp8 ? bf16_blocks(g) : g->keep_gelu + (recomputing > 0);
+        a.h4 = dev_alloc<floatX>(h4_slots * N * F, "MLP activation outputs");
+        size_t elem = g->fp8 ? 1 : sizeof(floatX), bytes = N * M * elem; // an FP8 recompute is FP8 bytes
+        if (g->fp8 && recomputing > 0) { a.h4t[0] = (uint8_t *)cuda_alloc(bytes, "FP8 GELU outputs"); }
+        if (recomputing > 1) {
+            void *second = after_dfch_or_own(bytes, "GELU outputs");
+            if (g->fp8) {
+                a.h4t[1] = (uint8_t *)second;
+            } else {
+                a.h4_alt = (floatX *)second;
+            }
         }
     }
     a.attn_workspace = cuda_alloc(attention_backward_workspace_bytes<floatX>(g->maxB, g->maxT, (int)NHl, g->kv_heads,
@@ -492,7 +493,6 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, con
     g->maxB = B;
     g->maxT = T;
     g->keep_gelu = o->keep_gelu_layers < config->num_layers ? o->keep_gelu_layers : config->num_layers;
-    g->update_in_backward = o->update_in_backward;
     g->mesh = *mesh;
     tp_init(&g->tp, mesh, o->sequence_parallel);
     Span vocab = tp_vocab_rows(mesh, config);
@@ -557,18 +557,7 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, con
     cudaCheck(cudaMallocHost(&g->host.buckets, (3 * N + 1) * sizeof(int)));
     cudaCheck(cudaMallocHost(&g->host.scalars, 3 * sizeof(float)));
     g->host.bucket_count = (int *)malloc_check(V * sizeof(int), "token counts");
-    cudaCheck(cudaEventCreateWithFlags(&g->scalars_ready, cudaEventDisableTiming));
-    cudaCheck(cudaEventCreateWithFlags(&g->grads_final_event, cudaEventDisableTiming));
-    cudaCheck(cudaEventCreateWithFlags(&g->side_done, cudaEventDisableTiming));
-    for (cudaEvent_t *e : {&g->dfch_ready, &g->fc_bias_done, &g->sums_final, &g->forward_done, &g->gelu_recomputed,
-                           &g->fp8_transposed}) {
-        cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
-    }
-    cudaCheck(cudaEventCreateWithFlags(&g->norm_done, cudaEventDisableTiming));
-    g->updated = (cudaEvent_t *)malloc_check((config->num_layers + 1) * sizeof(cudaEvent_t), "update events");
-    for (int k = 0; k <= config->num_layers; k++) {
-        cudaCheck(cudaEventCreateWithFlags(&g->updated[k], cudaEventDisableTiming));
-    }
+    step_schedule_init(&g->sched, config->num_layers, o->update_in_backward);
     snprintf(g->device_name, sizeof(g->device_name), "%s", g_cuda.props.name);
     cudaCheck(cudaStreamSynchronize(s));
     return g;
@@ -590,12 +579,15 @@ template <typename floatX> static uint8_t *fp8_codes(const GPT<floatX> *g, int l
  * (the fc projection's in the layers that keep gelu(fch); the others recompute it into the alternating h4t buffers);
  * the row-major scratch of the inputs and output gradients every layer shares; and a transposed output gradient per
  * kind of layer (it lives from the input gradient to the weight gradient, and the backward interleaves a block's two
- * pairs of layers). The GELU coupling of fc and the fc projection is GPT-2's; SwiGLU's layers cast their own input
- * (its output, kept in h4) and output gradient (SwiGLU's input gradient) as the other layers do.
+ * pairs of layers). fc and the fc projection are coupled through the MLP's activation (Fp8Linear::act_consumer):
+ * fc's forward casts gelu(fch) or swiglu(fch) as the fc projection's input, whose input-gradient step casts fc's
+ * output gradient through the activation's backward. SwiGLU's output is kept transposed in FP8 in every layer
+ * (N F bytes a layer, half of what its bf16 copy took): recasting it in the backward, as the GELU layers past
+ * --keep-gelu-layers do, would read fch again (4 bytes an element for every byte written) beside each layer's
+ * backward, and fp8's bar is speed.
  */
 template <typename floatX> static void fp8_make(GPT<floatX> *g) {
     int L = g->config.num_layers, M = g->mlp;
-    bool gelu = g->config.mlp == MLP_GELU;
     size_t N = (size_t)g->maxB * g->maxT;
     int in[BLOCK_LINEARS], out[BLOCK_LINEARS], widest = 0; // every layer's shape: layer 0's
     for (int k = 0; k < BLOCK_LINEARS; k++) {
@@ -610,7 +602,8 @@ template <typename floatX> static void fp8_make(GPT<floatX> *g) {
     uint8_t *x = (uint8_t *)cuda_alloc(N * widest, "FP8 inputs"), *dy = (uint8_t *)cuda_alloc(N * widest, "FP8 grads");
     uint8_t *dy_t[BLOCK_LINEARS];
     for (int k = 0; k < BLOCK_LINEARS; k++) { dy_t[k] = (uint8_t *)cuda_alloc(N * out[k], "FP8 output gradients"); }
-    float *dbias = gelu ? dev_alloc<float>(fp8_col_sums_floats((int)N, M), "fc bias gradient partial sums") : NULL;
+    float *dbias = g->config.bias ? dev_alloc<float>(fp8_col_sums_floats((int)N, M), "fc bias gradient partial sums")
+                                  : (float *)NULL;
     g->fp8_linears = (Fp8Linear *)calloc_check((size_t)L * BLOCK_LINEARS, sizeof(Fp8Linear), "FP8 linear layers");
     for (int l = 0; l < L; l++) {
         if (!fp8_layer(g, l)) { continue; }
@@ -631,13 +624,13 @@ template <typename floatX> static void fp8_make(GPT<floatX> *g) {
                                     : g->acts.h4t[(g->top_recompute - l) % 2];
             lin->fp8 = q;
         }
-        if (!gelu) { continue; }
         Fp8Linear *fc = &g->fp8_linears[l * BLOCK_LINEARS + LIN_FC];
         Fp8Linear *fcproj = &g->fp8_linears[l * BLOCK_LINEARS + LIN_FCPROJ];
-        fc->gelu_consumer = fcproj;
+        fc->act_consumer = fcproj;
+        fc->act = g->config.mlp;
         fc->grad_from_consumer = 1;
         fc->dbias_partials = dbias;
-        fcproj->gelu_producer = fc;
+        fcproj->act_producer = fc;
         fcproj->input_from_producer = 1;
     }
 }
@@ -674,21 +667,6 @@ template <typename floatX> static void fp8_cast_layer_weights(GPT<floatX> *g, in
 }
 
 // ----------------------------------------------------------------------------------------------------------------
-// parameters updated
-
-// The compute stream waits until group k's parameters are updated (gpt_update), if an update is pending.
-template <typename floatX> static void updated_wait(GPT<floatX> *g, int group) {
-    if (g->update_pending) { cudaCheck(cudaStreamWaitEvent(g_cuda.stream, g->updated[group], 0)); }
-}
-
-// The compute stream waits for the whole pending update: for whatever reads or writes the parameters, moments or
-// gradients other than the forward, which waits group by group.
-template <typename floatX> static void updated_join(GPT<floatX> *g) {
-    updated_wait(g, g->update_last);
-    g->update_pending = 0;
-}
-
-// ----------------------------------------------------------------------------------------------------------------
 // GTP: the prefetch chain (llmc/gtp_plan.h) over the block linear layers' weights (llmc/gtp.cuh)
 
 /*
@@ -707,7 +685,7 @@ template <typename floatX> static void gtp_issue(GPT<floatX> *g, int i) {
     size_t bytes = gtp_shard_bytes(&g->config, g->fp8 ? &g->fp8->recipe : NULL, u.layer, &sh, sizeof(floatX));
     GtpTransposed t = {(int)sh.rows, (int)sh.cols, gtp_transposed_at(&sh)};
     bool transpose = fp8_layer(g, u.layer) && g->gtp.pass == GTP_BACKWARD;
-    cudaEvent_t after = g->gtp.pass == GTP_FORWARD && g->update_pending ? g->updated[u.layer] : (cudaEvent_t)NULL;
+    cudaEvent_t after = g->gtp.pass == GTP_FORWARD ? updated_if_pending(&g->sched, u.layer) : (cudaEvent_t)NULL;
     char what[TRACKED_WHAT_LEN];
     snprintf(what, sizeof(what), "the GTP all-gather of layer %d's %s", u.layer,
              PARAM_NAMES[BLOCK_LINEAR_WEIGHT[u.linear]]);
@@ -861,13 +839,13 @@ template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T)
         g->fp8->weights_stale = 0;
         if (g->gtp.active) { gtp_after_compute(&g->gtp, s); } // the gathers take the codes just cast
     }
-    updated_wait(g, L);
+    updated_wait(&g->sched, L);
     gtp_pass_start(g, GTP_FORWARD);
     for (int k = 0; k < K; k++) { gpt_embed(g, T, gpt_chunk(g, B, T, k)); }
     for (int l = 0; l < L; l++) {
         LayerActs<floatX> x = layer_acts(g, l), below = layer_acts(g, l > 0 ? l - 1 : 0);
         ParamView<const floatX> w = weights_of(g, l);
-        updated_wait(g, l);
+        updated_wait(&g->sched, l);
         for (int k = 0; k < K; k++) {
             ForwardChunk f = gpt_chunk(g, B, T, k);
             size_t r = f.row; // lse is (B, NH/TP, T): the chunk's sequences start at r NH/TP
@@ -885,9 +863,10 @@ template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T)
         for (int k = 0; k < K; k++) {
             ForwardChunk f = gpt_chunk(g, B, T, k);
             chunk_layernorm(g, f, x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, x.res_in, a.proj, w[P_LN2W], w[P_LN2B]);
-            // GELU is fc's epilogue (fch kept as its aux); SwiGLU a pass of its own over [gate | up]
+            // GELU is fc's epilogue (fch kept as its aux); SwiGLU a pass of its own over [gate | up] into the shared
+            // h4, but in an FP8 block, whose fc casts either activation as the fc projection's input (x.h4 NULL)
             block_linear_forward(g, l, LIN_FC, swiglu ? x.fch : x.h4, x.ln2, swiglu ? (floatX *)NULL : x.fch, f, K);
-            if (swiglu) { swiglu_forward(x.h4 + (size_t)f.row * F, x.fch + (size_t)f.row * M, f.rows, F, s); }
+            if (swiglu && x.h4) { swiglu_forward(x.h4 + (size_t)f.row * F, x.fch + (size_t)f.row * M, f.rows, F, s); }
             block_linear_forward(g, l, LIN_FCPROJ, a.proj, x.h4, (floatX *)NULL, f, K);
         }
     }
@@ -900,7 +879,7 @@ template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T)
                         w[P_LNFB]);
         linear_forward(g->head, a.logits, a.lnf, (floatX *)NULL, f, s);
     }
-    g->update_pending = 0; // every group was waited for
+    g->sched.update_pending = 0; // every group was waited for
 }
 
 // Per-token losses of the last forward's N tokens (gradient in place of the logits when write_grad); the sum of the
@@ -912,7 +891,7 @@ template <typename floatX> static void gpt_loss(GPT<floatX> *g, int N, int count
     loss_sum_kernel<<<1, LOSS_SUM_THREADS, 0, g_cuda.stream>>>(a.scalars, a.losses, counted);
     cudaCheckLaunch();
     cudaCheck(cudaMemcpyAsync(g->host.scalars, a.scalars, sizeof(float), cudaMemcpyDeviceToHost, g_cuda.stream));
-    cudaCheck(cudaEventRecord(g->scalars_ready, g_cuda.stream));
+    scalars_record(&g->sched, g_cuda.stream);
 }
 
 // ----------------------------------------------------------------------------------------------------------------
@@ -956,35 +935,20 @@ template <typename floatX> static cudaEvent_t sp_sum_replicated(GPT<floatX> *g, 
 }
 
 template <typename floatX> static void grads_final(GPT<floatX> *g, int group) {
-    cudaCheck(cudaEventRecord(g->grads_final_event, g_cuda.stream));
+    StepSchedule *sc = &g->sched;
     // The group's fc bias gradient comes from the sums stream (fc_bias_backward), under GTP its weight gradients from
     // the RS stream: final where all streams are.
-    cudaCheck(cudaStreamWaitEvent(g_cuda.sums, g->grads_final_event, 0));
-    cudaEvent_t scattered = gtp_rs_mark(&g->gtp);
-    if (scattered) { cudaCheck(cudaStreamWaitEvent(g_cuda.sums, scattered, 0)); }
-    cudaCheck(cudaEventRecord(g->sums_final, g_cuda.sums));
-    cudaEvent_t ready = g->sums_final;
-    if (g->reduce_grads && g->tp.sp) { ready = sp_sum_replicated(g, group, ready); }
-    if (g->reduce_grads && g->mesh.data_size > 1) { ready = dp_reduce_group(&g->dp, group, g->grads, ready); }
-    cudaCheck(cudaStreamWaitEvent(g_cuda.side, ready, 0));
-    if (g->norm_in_backward) {
+    cudaEvent_t ready = grads_final_point(sc, &g->gtp);
+    if (sc->reduce_grads && g->tp.sp) { ready = sp_sum_replicated(g, group, ready); }
+    if (sc->reduce_grads && g->mesh.data_size > 1) { ready = dp_reduce_group(&g->dp, group, g->grads, ready); }
+    side_wait(ready);
+    if (sc->norm_in_backward) {
         grad_norm_partials(g->acts.norm_scratch + g->norm_first[group], &g->norm_groups[group], g_cuda.side);
     }
-    if (g->update_started) {
-        cudaCheck(cudaStreamWaitEvent(g_cuda.update, ready, 0));
-        update_group_adamw(g, group, &g->update_args, (const float *)NULL);
-        g->update_pending = 1;
+    if (sc->update_started) {
+        update_wait_ready(sc, ready);
+        update_group_adamw(g, group, &sc->update_args, (const float *)NULL);
     }
-}
-
-template <typename floatX> static void grads_final_join(GPT<floatX> *g) {
-    cudaCheck(cudaEventRecord(g->side_done, g_cuda.side));
-    if (g->reduce_grads) { // behind the reductions: count the wait as exposed communication
-        comm_compute_wait(g_cuda.stream, g->side_done);
-    } else {
-        cudaCheck(cudaStreamWaitEvent(g_cuda.stream, g->side_done, 0));
-    }
-    g->norm_ready = g->norm_in_backward;
 }
 
 // ----------------------------------------------------------------------------------------------------------------
@@ -1003,8 +967,7 @@ template <typename floatX>
 static void fc_bias_backward(GPT<floatX> *g, int l, int N, int accumulate) {
     float *db = grads_of(g, l)[P_FCB];
     if (!db) { return; } // a model without biases
-    cudaCheck(cudaEventRecord(g->dfch_ready, g_cuda.stream));
-    cudaCheck(cudaStreamWaitEvent(g_cuda.sums, g->dfch_ready, 0));
+    dfch_to_sums(&g->sched);
     const Fp8Linear *fc = block_linear(g, l, LIN_FC).fp8;
     if (fc) { // the column sums come from the cast of d fch (fp8_linear_dgrad): their rows, in order
         PartialSumDsts dst = {{db}};
@@ -1012,7 +975,7 @@ static void fc_bias_backward(GPT<floatX> *g, int l, int N, int accumulate) {
     } else {
         column_sum(db, g->acts.sums_scratch, g->acts.dfch, N, g->mlp, accumulate, g_cuda.sums);
     }
-    cudaCheck(cudaEventRecord(g->fc_bias_done, g_cuda.sums));
+    fc_bias_done_record(&g->sched);
 }
 
 /*
@@ -1051,43 +1014,16 @@ template <typename floatX> static void gelu_recompute(GPT<floatX> *g, int l, int
     } else {
         gelu_forward(x.h4, x.fch, (size_t)N * g->mlp, g_cuda.sums);
     }
-    cudaCheck(cudaEventRecord(g->gelu_recomputed, g_cuda.sums));
+    gelu_recomputed_record(&g->sched);
 }
 
-/*
- * Weight gradients wait in a queue from their layer's input gradient until a collective is in flight, and run beside
- * it: they are the backward's only GEMMs that nothing later in the block reads, so they are what fills the time of
- * the TP sums and gathers (and, with GTP, of weight gathers and gradient reduce-scatters). wgrad_overlap runs the
- * oldest `most` of them at each such point (the point is the same without TP, where no collective runs). A deferred
- * GEMM reads its dout and inp when it runs, so every point where one of those buffers is written again comes after
- * a point that drains the queue (block_backward says which).
- */
-#define WGRAD_ALL BLOCK_LINEARS
 static const char *const EMBEDDINGS_GATHER = "the tensor-parallel all-gather of the embeddings' gradient";
 
-template <typename floatX> struct WgradQueue {
-    int linear[BLOCK_LINEARS]; // config.h's LIN_*
-    const Linear<floatX> *lin[BLOCK_LINEARS];
-    const floatX *dout[BLOCK_LINEARS], *inp[BLOCK_LINEARS];
-    int count, N, accumulate;
-};
-
-template <typename floatX>
-static void wgrad_defer(WgradQueue<floatX> *q, int linear, const Linear<floatX> &lin, const floatX *dout,
-                        const floatX *inp) {
-    if (q->count == BLOCK_LINEARS) { fail("wgrad_defer: more than %d weight gradients deferred", BLOCK_LINEARS); }
-    q->linear[q->count] = linear;
-    q->lin[q->count] = &lin;
-    q->dout[q->count] = dout;
-    q->inp[q->count] = inp;
-    q->count++;
-}
-
 /*
- * One deferred weight gradient. Under GTP the GEMM writes the whole gradient into an RS buffer, which is
- * reduce-scattered into this rank's shard of lin.dw; on the micro-steps after the first it adds (as the plain path's
- * GEMM adds to lin.dw) to the shard so far that gtp_rs_buffer placed at the shard's rows. With one rank the GEMM is
- * the plain path's, beta and C included, and the reduce-scatter a copy: the same bits.
+ * One deferred weight gradient (llmc/step_schedule.cuh: WgradQueue). Under GTP the GEMM writes the whole gradient
+ * into an RS buffer, which is reduce-scattered into this rank's shard of lin.dw; on the micro-steps after the first it
+ * adds (as the plain path's GEMM adds to lin.dw) to the shard so far that gtp_rs_buffer placed at the shard's rows.
+ * With one rank the GEMM is the plain path's, beta and C included, and the reduce-scatter a copy: the same bits.
  */
 template <typename floatX>
 static void wgrad_run(GPT<floatX> *g, int linear, const Linear<floatX> &lin, const floatX *dout, const floatX *inp,
@@ -1106,26 +1042,21 @@ static void wgrad_run(GPT<floatX> *g, int linear, const Linear<floatX> &lin, con
     gtp_reduce_scatter(&g->gtp, lin.dw, sh.shard_rows * sh.cols, s, what);
 }
 
+// The oldest `most` deferred weight gradients, beside the collective in flight.
 template <typename floatX> static void wgrad_overlap(GPT<floatX> *g, WgradQueue<floatX> *q, int most) {
-    int n = q->count < most ? q->count : most;
-    for (int i = 0; i < n; i++) { wgrad_run(g, q->linear[i], *q->lin[i], q->dout[i], q->inp[i], q->N, q->accumulate); }
-    for (int i = n; i < q->count; i++) {
-        q->linear[i - n] = q->linear[i];
-        q->lin[i - n] = q->lin[i];
-        q->dout[i - n] = q->dout[i];
-        q->inp[i - n] = q->inp[i];
-    }
-    q->count -= n;
+    wgrad_take(q, most, [&](int linear, const Linear<floatX> &lin, const floatX *dout, const floatX *inp) {
+        wgrad_run(g, linear, lin, dout, inp, q->N, q->accumulate);
+    });
 }
 
 // Layer l's linear layer k's input gradient (linear_backward_input; under GTP with its weight materialized for it),
 // and its weight gradient deferred to the queue.
 template <typename floatX>
 static void block_input_grad(GPT<floatX> *g, WgradQueue<floatX> *q, int l, int k, floatX *dinp, const floatX *dout,
-                             const floatX *inp, const floatX *gelu_aux) {
+                             const floatX *inp, const floatX *act_aux) {
     const Linear<floatX> &lin = block_linear(g, l, k);
     gtp_acquire(g, l, k);
-    linear_backward_input(lin, dinp, dout, inp, gelu_aux, q->N, g_cuda.stream);
+    linear_backward_input(lin, dinp, dout, inp, act_aux, q->N, g_cuda.stream);
     gtp_done(g, l, k);
     wgrad_defer(q, k, lin, dout, inp);
 }
@@ -1154,13 +1085,17 @@ template <typename floatX> static void block_backward(GPT<floatX> *g, int l, int
     // MLP: a layer that did not keep h4 = gelu(fch) waits for its recompute (gelu_recompute); d fch goes to its own
     // buffer (a.dfch), once the layer above has summed its fc bias gradient there. SwiGLU: a.dfch takes the gradient
     // of h4 = swiglu(fch) instead, and swiglu_backward turns it into d fch in place of fch (which nothing reads
-    // after), where fc's input and weight gradients read it.
-    bool swiglu = c->mlp == MLP_SWIGLU;
+    // after), where fc's input and weight gradients read it, and writes h4 again into the buffer every layer shares
+    // for the fc projection's weight gradient, queued before and run after it (the queue is empty at the end of the
+    // layer above, so no weight gradient of that layer is left to read the buffer). The fc projection's input
+    // gradient applies the activation's backward itself (act_aux) for GELU, and in an FP8 block for SwiGLU too:
+    // there its casts make fc's FP8 output gradient from fch, which stays.
+    bool swiglu = c->mlp == MLP_SWIGLU, act_in_fcproj = !swiglu || fp8_layer(g, l);
     floatX *dfch = swiglu ? x.fch : a.dfch;
-    if (recomputes_gelu(g, l)) { cudaCheck(cudaStreamWaitEvent(s, g->gelu_recomputed, 0)); }
-    cudaCheck(cudaStreamWaitEvent(s, g->fc_bias_done, 0));
-    block_input_grad(g, q, l, LIN_FCPROJ, a.dfch, a.dres, x.h4, swiglu ? (const floatX *)NULL : x.fch);
-    if (swiglu) { swiglu_backward(dfch, a.dfch, x.fch, N, g->ffn, s); }
+    if (recomputes_gelu(g, l)) { gelu_recomputed_wait(&g->sched); }
+    fc_bias_done_wait(&g->sched);
+    block_input_grad(g, q, l, LIN_FCPROJ, a.dfch, a.dres, x.h4, act_in_fcproj ? x.fch : (const floatX *)NULL);
+    if (!act_in_fcproj) { swiglu_backward(dfch, x.h4, a.dfch, x.fch, N, g->ffn, s); }
     fc_bias_backward(g, l, N, acc);
     if (l > 0 && recomputes_gelu(g, l - 1)) { gelu_recompute(g, l - 1, N); }
     block_input_grad(g, q, l, LIN_FC, a.proj, dfch, x.ln2, (const floatX *)NULL);
@@ -1206,13 +1141,9 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
     ParamView<float> dw = grads_of(g, MODEL_TENSORS);
 
     gtp_pass_start(g, GTP_BACKWARD); // its first gathers run beside the LM head's backward
-    if (g->fp8_transposes_pending) { // the first input gradients read the FP8 weights' transposes
-        cudaCheck(cudaStreamWaitEvent(s, g->fp8_transposed, 0));
-        g->fp8_transposes_pending = 0;
-    }
+    fp8_transposed_wait(&g->sched); // the first input gradients read the FP8 weights' transposes
     if (recomputes_gelu(g, L - 1)) { // its buffer is not the logits': no need to wait for the LM head's backward
-        cudaCheck(cudaEventRecord(g->forward_done, s));
-        cudaCheck(cudaStreamWaitEvent(g_cuda.sums, g->forward_done, 0));
+        forward_to_sums(&g->sched);
         gelu_recompute(g, L - 1, N);
     }
     linear_backward(g->head, a.proj, a.logits, a.lnf, (const floatX *)NULL, N, acc, s);
@@ -1221,10 +1152,7 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
     norm_backward_of(g, a.dres + t0, dw[P_LNFW], dw[P_LNFB], grads_of(g, L - 1)[P_FCPROJB], a.proj + t0,
                      layer_acts(g, L - 1).res_out, w[P_LNFW], a.lnf_stats, a.lnf_stats + ns, ns, acc, s);
     linear_backward_gather(block_linear(g, L - 1, LIN_FCPROJ), a.dres, N, s);
-    WgradQueue<floatX> q;
-    memset(&q, 0, sizeof(q));
-    q.N = N;
-    q.accumulate = acc;
+    WgradQueue<floatX> q = wgrad_queue<floatX>(N, acc);
     for (int l = L - 1; l >= 0; l--) { block_backward(g, l, B, T, &q); }
     if (g->tp.sp) { tp_join(&g->tp, s, EMBEDDINGS_GATHER); }
     // The encoder backward adds to dwte what the LM head's weight gradient wrote there; an untied head wrote lmhead's
@@ -1232,7 +1160,7 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
     encoder_backward(dw[P_WTE], dw[P_WPE], a.dres, &g->buckets, g->d_buckets, B, T,
                      c->pos == POS_LEARNED ? c->max_seq_len : 0, C, acc, s);
     grads_final(g, L);
-    grads_final_join(g);
+    grads_final_join(&g->sched);
     g->grads_zero = 0;
 }
 
@@ -1280,11 +1208,8 @@ template <typename floatX> static void grad_norm(GPT<floatX> *g, float grad_clip
  * The same AdamW either way, so the same bits. With DP > 1 the gradients were summed over the ranks in backward
  * (grads_final); under ZeRO-1 each rank updates the part of each group it owns, then broadcasts it (dp_gather_group,
  * queued in forward order by gpt_update, so that no broadcast waits in the DP stream ahead of a backward's sums)
- * before that group's event fires.
+ * before that group's event fires. The stream and event protocol is llmc/step_schedule.cuh's.
  */
-template <typename floatX> static bool update_starts_early(const GPT<floatX> *g, const UpdateArgs *last) {
-    return last && g->update_in_backward && last->grad_clip == 0.0f && !g->fp8;
-}
 
 template <typename floatX> static bool fp8_weight(const GPT<floatX> *g, int k, int tensor) {
     return k < g->config.num_layers && fp8_layer(g, k) && block_linear_of_weight(tensor) >= 0;
@@ -1329,8 +1254,7 @@ static void update_group_adamw(GPT<floatX> *g, int k, const UpdateArgs *u, const
         }
     }
     adamw_update(g->params, copy, g->grads, g->m, g->v, &grp, step, clip_factor, f8, g_cuda.update);
-    cudaCheck(cudaEventRecord(g->updated[k], g_cuda.update));
-    g->update_last = k;
+    updated_record(&g->sched, k);
 }
 
 /*
@@ -1348,16 +1272,15 @@ template <typename floatX> static void update_group_publish(GPT<floatX> *g, int 
             if (!fp8_weight(g, k, tensor)) { return {g->weights + part.begin, NcclType<floatX>::id}; }
             if (fused_fp8) { return {fp8_code(g, k, tensor, part.begin), ncclUint8}; }
             return {g->params + part.begin, ncclFloat32};
-        }, g->updated[k]);
-        g->update_last = k;
+        }, g->sched.updated[k]);
+        updated_recorded(&g->sched, k);
     }
     if (!g->fp8) { return; }
-    cudaCheck(cudaStreamWaitEvent(g_cuda.update, g->updated[k], 0));
+    updated_wait_on(&g->sched, k, g_cuda.update);
     if (!fused_fp8 && fp8_layer(g, k)) { fp8_cast_layer_weights(g, k, g->fp8_partials[1], g_cuda.update); }
-    cudaCheck(cudaEventRecord(g->updated[k], g_cuda.update));
-    g->update_last = k;
+    updated_record(&g->sched, k);
     if (fused_fp8 && !g->gtp.active && k < g->config.num_layers && fp8_layer(g, k)) {
-        cudaCheck(cudaStreamWaitEvent(g_cuda.sums, g->updated[k], 0));
+        updated_wait_on(&g->sched, k, g_cuda.sums);
         for (int j = 0; j < BLOCK_LINEARS; j++) {
             const Linear<floatX> &lin = block_linear(g, k, j);
             fp8_transpose(lin.fp8->w, lin.fp8->w_t, lin.out, lin.in, g_cuda.sums);
@@ -1371,18 +1294,12 @@ template <typename floatX> static float gpt_update(GPT<floatX> *g, const UpdateA
     cudaStream_t s = g_cuda.stream;
     const Activations<floatX> &a = g->acts;
     int L = g->config.num_layers;
-    int started = g->update_started;
-    if (started && memcmp(&g->update_args, u, sizeof(*u)) != 0) {
-        fail("the update's arguments (step %d, lr %g) are not the ones its last micro-step was given (step %d, lr %g), "
-             "with which that backward already started it; pass forward_backward the update's own arguments",
-             u->t, u->lr, g->update_args.t, g->update_args.lr);
-    }
-    g->update_started = 0;
+    bool started = update_take_started(&g->sched, u);
     if (!started) { // the update in flight, if any, is the last step's
-        updated_join(g);
+        updated_join(&g->sched);
         grads_materialize(g);
     }
-    if (!g->norm_ready) { // not taken in backward (none since zero_grad, or no arguments passed): the same sums here
+    if (!g->sched.norm_ready) { // not taken in backward (none since zero_grad, or no arguments passed): the same here
         for (int k = 0; k <= L; k++) { grad_norm_partials(a.norm_scratch + g->norm_first[k], &g->norm_groups[k], s); }
     }
     if (g->fp8) { // the step's amaxes, the largest over every rank (each holds parts, or other data), into the history
@@ -1393,24 +1310,21 @@ template <typename floatX> static float gpt_update(GPT<floatX> *g, const UpdateA
         fp8_end_step(g->fp8, s);
     }
     grad_norm(g, u->grad_clip);
-    g->norm_ready = 0;
-    cudaCheck(cudaEventRecord(g->norm_done, s));
+    g->sched.norm_ready = 0;
+    norm_done_record(&g->sched);
     cudaCheck(cudaMemcpyAsync(g->host.scalars + 1, a.scalars + 1, sizeof(float), cudaMemcpyDeviceToHost, s));
-    cudaCheck(cudaEventRecord(g->scalars_ready, s));
+    scalars_record(&g->sched, s);
 
-    if (!started) { cudaCheck(cudaStreamWaitEvent(g_cuda.update, g->norm_done, 0)); }
+    if (!started) { update_wait_norm(&g->sched); }
     const float *clip_factor = u->grad_clip > 0.0f ? a.scalars + 2 : NULL;
     for (int i = 0; i <= L; i++) {
         int k = i == 0 ? L : i - 1; // the rest first, then the layers in forward order
         if (!started) { update_group_adamw(g, k, u, clip_factor); }
         update_group_publish(g, k);
     }
-    if (fp8_codes_by_adamw(g) && !g->gtp.active) {
-        cudaCheck(cudaEventRecord(g->fp8_transposed, g_cuda.sums));
-        g->fp8_transposes_pending = 1;
-    }
-    g->update_pending = 1;
-    comm_wait_event(g->scalars_ready, "the gradient norm");
+    if (fp8_codes_by_adamw(g) && !g->gtp.active) { fp8_transposed_record(&g->sched); }
+    g->sched.update_pending = 1;
+    scalars_wait(&g->sched, "the gradient norm");
     if (g->fp8) { fp8_check_step(g->fp8, u->t); }
     return g->host.scalars[1];
 }
@@ -1427,18 +1341,15 @@ template <typename floatX> static void check_batch(const GPT<floatX> *g, int B, 
 template <typename floatX> static void op_zero_grad(void *ctx) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     g->grads_zero = 1;
-    g->norm_ready = 0;
+    g->sched.norm_ready = 0;
 }
 
 template <typename floatX>
 static float op_forward_backward(void *ctx, const int *inputs, const int *targets, int B, int T, float loss_scale,
                                  const UpdateArgs *last) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
-    g->reduce_grads = last && (g->mesh.data_size > 1 || g->tp.sp);
-    g->norm_in_backward = last != NULL;
     check_batch(g, B, T);
-    g->update_started = update_starts_early(g, last);
-    if (g->update_started) { g->update_args = *last; }
+    step_schedule_micro_step(&g->sched, last, last && (g->mesh.data_size > 1 || g->tp.sp), g->fp8 != NULL);
     int N = B * T;
     if (g->fp8) { g->fp8->recording = 1; } // a training pass: its FP8 casts record their amax
     gpt_load_tokens(g, inputs, targets, N);
@@ -1452,7 +1363,7 @@ static float op_forward_backward(void *ctx, const int *inputs, const int *target
     gpt_backward(g, B, T);
     if (g->fp8) { g->fp8->recording = 0; }
     // Backward is queued behind the loss; wait only for the loss, so the GPU runs on while the host goes ahead.
-    comm_wait_event(g->scalars_ready, "the loss");
+    scalars_wait(&g->sched, "the loss");
     g->eval_B = 0; // the logits now hold gradients
     return g->host.scalars[0] / (float)N;
 }
@@ -1469,7 +1380,7 @@ static double op_eval_loss(void *ctx, const int *inputs, const int *targets, int
     gpt_load_tokens(g, inputs, targets, B * T);
     gpt_forward(g, B, T);
     gpt_loss(g, B * T, rows * T, 0.0f, 0);
-    comm_wait_event(g->scalars_ready, "the validation loss");
+    scalars_wait(&g->sched, "the validation loss");
     g->eval_B = B;
     g->eval_T = T;
     return g->host.scalars[0];
@@ -1496,7 +1407,7 @@ template <typename floatX> static void op_copy_logits(void *ctx, float *out) {
 
 template <typename floatX> static void op_get_params(void *ctx, float *out) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
-    updated_join(g);
+    updated_join(&g->sched);
     // Under ZeRO-1 with a copy of the weights beside the masters (bf16, or fp8 also with fp32 activations) only this
     // rank's slice of the fp32 masters is current (the copy the GEMMs read was broadcast, the masters were not):
     // gather them first. In fp32 mode the masters are the weights the GEMMs read.
@@ -1507,7 +1418,7 @@ template <typename floatX> static void op_get_params(void *ctx, float *out) {
 }
 template <typename floatX> static void op_set_params(void *ctx, const float *in) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
-    updated_join(g);
+    updated_join(&g->sched);
     scatter_to_device(&g->shards, in, g->params, 0, g->layout.total);
     if ((void *)g->weights != (void *)g->params) {
         convert_from_float(g->weights, g->params, g->layout.total, g_cuda.stream);
@@ -1518,19 +1429,19 @@ template <typename floatX> static void op_set_params(void *ctx, const float *in)
 // Under ZeRO-1, only this rank's slice holds gradients summed over the ranks (and get_opt_state reuses the buffer).
 template <typename floatX> static void op_get_grads(void *ctx, float *out) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
-    updated_join(g);
+    updated_join(&g->sched);
     grads_materialize(g);
     gather_to_host(&g->shards, g->grads, out);
 }
 // Under ZeRO-1 the moments are gathered through the gradient buffer, free between an update and the next zero_grad.
 template <typename floatX> static void op_get_opt_state(void *ctx, float *m, float *v) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
-    updated_join(g);
+    updated_join(&g->sched);
     gather_opt_state_to_host(&g->shards, g->m, g->v, g->grads, m, v);
 }
 template <typename floatX> static void op_set_opt_state(void *ctx, const float *m, const float *v) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
-    updated_join(g);
+    updated_join(&g->sched);
     scatter_opt_state_to_device(&g->shards, m, v, g->m, g->v);
 }
 
@@ -1544,13 +1455,13 @@ template <typename floatX> static double op_exposed_comm_ms(void *ctx) {
 // The FP8 amax history (the same on every rank: the step's amaxes are reduced over all of them).
 template <typename floatX> static void op_get_fp8_history(void *ctx, Fp8History *h) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
-    updated_join(g);
+    updated_join(&g->sched);
     fp8_history_get(g->fp8, h, g_cuda.stream);
     comm_wait_stream(g_cuda.stream, "the copy of the FP8 amax history");
 }
 template <typename floatX> static void op_set_fp8_history(void *ctx, const Fp8History *h) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
-    updated_join(g);
+    updated_join(&g->sched);
     fp8_history_set(g->fp8, h, g_cuda.stream);
 }
 

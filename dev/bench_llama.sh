@@ -6,9 +6,9 @@
 #   dev/bench_llama.sh [TORCH_SCRIPT] [SHARD]        BENCH_STEPS (30), BENCH_TORCH (1)
 # Ours trains as the baseline does, without clipping (--grad-clip 0; the update starts in the backward). The GPT-2
 # shards are valid tokens for Llama 3's vocabulary (ids below 50257), and the baseline takes them modulo its own.
-# MFU counts as train_gpt does (llmc/config.h's flops_per_token): 6 x the parameters a token meets in a GEMM (the
-# tied wte once, as the LM head) + 12 L C T for attention, over the dense peak (989 TFLOP/s bf16 on H100/H200); in
-# fp8 the four block linears' FLOPs count at the fp8 peak (1979) and the rest at bf16's.
+# MFU counts as train_gpt does (dev/bench_table.py's mfu, llmc/config.h's flops_per_token): 6 x the parameters a token
+# meets in a GEMM (the tied wte once, as the LM head) + 12 L C T for attention, over the dense peak (989 TFLOP/s bf16 on
+# H100/H200); in fp8 the four block linears' FLOPs count at the fp8 peak (1979) and the rest at bf16's.
 # Needs: python3 with torch, one training shard. Builds ./train_gpt first (a fresh device machine has none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,27 +38,22 @@ for prec in bf16 fp8; do
     rows+=("ours_$prec:$prec:$log")
 done
 
-python3 - "$L" "$C" "$NH" "$KV" "$F" "$V" "$B" "$T" "$SKIP" "${rows[@]}" <<'EOF'
+python3 - "llama:$L:$C:$NH:$KV:$F:$V:1" "$B" "$T" "$SKIP" "${rows[@]}" <<'EOF'
 import os, sys
 sys.path.insert(0, os.path.join(os.getcwd(), "dev"))
-from bench_table import measure  # noqa: E402 (the same parsing as dev/bench.sh's table)
-L, C, NH, KV, F, V, B, T, skip = map(int, sys.argv[1:10])
-PEAK_BF16, PEAK_FP8 = 989e12, 1979e12
-QKV = (NH + 2 * KV) * (C // NH)
-block = QKV * C + C * C + 2 * F * C + F * C           # the four block linears' weights
-params = V * C + L * (block + 2 * C) + C              # tied: wte is the LM head too
-flops = 6 * params + 12 * L * C * T                   # a token's training FLOPs (llmc/config.h's flops_per_token)
+from bench_table import flops_per_token, measure, mfu, params_of, shape_of  # noqa: E402 (dev/bench.sh's parsing)
+shape, B, T, skip = shape_of(sys.argv[1]), *map(int, sys.argv[2:5])
 
 res = {}
-for row in sys.argv[10:]:
+for row in sys.argv[5:]:
     who, prec, log = row.split(":", 2)
-    ms, tok, mem = measure("torch" if who == "torch" else "ours", log, B * T, skip)
-    fp8 = 6 * L * block if prec == "fp8" else 0
-    res[who] = (ms, tok, 100.0 * tok * (fp8 / PEAK_FP8 + (flops - fp8) / PEAK_BF16), mem)
-print(f"Llama-3.2-1B shape: {params / 1e6:.0f}M parameters, B {B} x T {T}, {flops / 1e9:.2f} GFLOP a token")
+    ms, tok, mem, _ = measure("torch" if who == "torch" else "ours", log, B * T, skip)
+    res[who] = (ms, tok, mfu(tok, shape, T, prec), mem)
+print(f"Llama-3.2-1B shape: {params_of(shape, T) / 1e6:.0f}M parameters, B {B} x T {T}, "
+      f"{flops_per_token(shape, T) / 1e9:.2f} GFLOP a token")
 print(f"{'who':10} {'ms/step':>9} {'tok/s':>10} {'MFU%':>6} {'peak GB':>8}")
-for who, (ms, tok, mfu, mem) in res.items():
-    print(f"{who:10} {ms:9.2f} {tok:10.0f} {mfu:6.1f} {mem:8.1f}")
+for who, (ms, tok, m, mem) in res.items():
+    print(f"{who:10} {ms:9.2f} {tok:10.0f} {m:6.1f} {mem:8.1f}")
 for who, base in (("ours_bf16", "torch"), ("ours_fp8", "torch"), ("ours_fp8", "ours_bf16")):
     a, b = res.get(who), res.get(base)
     if a and b:

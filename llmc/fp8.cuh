@@ -21,6 +21,7 @@
 
 #include "cuda_common.cuh"
 #include "fp8.h"
+#include "swiglu.cuh"
 
 // The first tensor (fp8_tensor) whose step amax was not finite, and that amax; tensor == tensors: none.
 typedef struct {
@@ -132,9 +133,10 @@ template <typename T> __device__ __forceinline__ void fp8_load(float *v, const T
     }
 }
 
-// What a cast reads, FP8_VEC consecutive values at element i of a row-major tensor at a time: a tensor itself, gelu of
-// it (fc's output, cast as the fc projection's input), or the GELU backward dy gelu'(pre) (the fc projection's input
-// gradient, cast as fc's output gradient).
+// What a cast reads, FP8_VEC consecutive values at element i of a row-major tensor at a time: a tensor itself, the MLP
+// activation of fc's output (cast as the fc projection's input): gelu of it, or SwiGLU of its [gate | up] halves; or
+// the activation's backward from the fc projection's input gradient (cast as fc's output gradient): dy gelu'(pre),
+// or SwiGLU's [dgate | dup].
 template <typename T> struct Fp8Plain {
     const T *x;
     __device__ __forceinline__ void operator()(float *v, size_t i) const { fp8_load(v, x + i); }
@@ -155,6 +157,50 @@ template <typename T> struct Fp8DgeluOf {
         fp8_load(p, pre + i);
 #pragma unroll
         for (int j = 0; j < FP8_VEC; j++) { v[j] *= gelu_grad_fast(p[j]); }
+    }
+};
+
+// Row i / cols of a row-major tensor cols wide (32-bit division where i allows: a 64-bit one costs several times more).
+__device__ __forceinline__ size_t row_of(size_t i, int cols) {
+    return i <= UINT_MAX ? (size_t)((unsigned)i / (unsigned)cols) : i / (size_t)cols;
+}
+
+// h (rows, F) = silu(gate) * up of fch (rows, 2F) = [gate | up] (swiglu.cuh's arithmetic); i is h's element, F a
+// multiple of FP8_VEC, so a thread's values lie in one half.
+template <typename T> struct Fp8SwigluOf {
+    const T *fch;
+    int F;
+    __device__ __forceinline__ void operator()(float *v, size_t i) const {
+        const T *gate = fch + i + row_of(i, F) * F; // row r of h starts at 2F r in fch
+        float u[FP8_VEC];
+        fp8_load(v, gate);
+        fp8_load(u, gate + F);
+#pragma unroll
+        for (int j = 0; j < FP8_VEC; j++) { v[j] = swiglu_of(v[j], u[j]); }
+    }
+};
+
+// d fch (rows, 2F) = [dgate | dup] from dh (rows, F), the gradient of h = swiglu(fch), and fch (swiglu.cuh's
+// arithmetic); i is d fch's element.
+template <typename T> struct Fp8DswigluOf {
+    const T *dh, *fch;
+    int F;
+    __device__ __forceinline__ void operator()(float *v, size_t i) const {
+        size_t r = row_of(i, 2 * F);
+        int c = (int)(i - r * 2 * F);
+        bool up = c >= F; // this thread's values are dup's
+        c -= up ? F : 0;
+        const T *gate = fch + r * 2 * F + c;
+        float g[FP8_VEC], u[FP8_VEC] = {0.0f};
+        fp8_load(v, dh + r * F + c);
+        fp8_load(g, gate);
+        if (!up) { fp8_load(u, gate + F); }
+#pragma unroll
+        for (int j = 0; j < FP8_VEC; j++) {
+            float dgate, dup;
+            swiglu_grads(v[j], g[j], u[j], &dgate, &dup);
+            v[j] = up ? dup : dgate;
+        }
     }
 };
 

@@ -51,11 +51,14 @@ typedef struct Fp8Linear {
     uint8_t *x, *x_t;                  // (N, in), (in, N)
     uint8_t *dy, *dy_t;                // (N, out), (out, N)
     float *partials;                   // the compute stream's amax-pass scratch (Fp8Device::amax_blocks floats)
-    // fc and the fc projection, whose input is gelu(fc's output): fc casts that input (gelu_consumer), and the fc
-    // projection casts fc's output gradient, its own input gradient times gelu' (gelu_producer), with the column sums
-    // that make fc's bias gradient (dbias_partials, fp8_col_sums_floats(N, out)), where cuBLASLt would run gelu' as a
-    // slow pass of its own after an FP8 GEMM
-    struct Fp8Linear *gelu_consumer, *gelu_producer;
+    // fc and the fc projection, whose input is the MLP's activation of fc's output (act: config.h's MlpKind, GELU or
+    // SwiGLU over its [gate | up] halves): fc casts that input (act_consumer), and the fc projection casts fc's output
+    // gradient, its own input gradient through the activation's backward (act_producer), with the column sums that
+    // make fc's bias gradient where fc has one (dbias_partials, fp8_col_sums_floats(N, out)). The activation and its
+    // backward then cost no pass of their own (cuBLASLt would run gelu' after an FP8 GEMM as a slow one, and SwiGLU's
+    // bf16 output would be written only to be read by the cast)
+    struct Fp8Linear *act_consumer, *act_producer;
+    int act;
     int input_from_producer, grad_from_consumer;
     float *dbias_partials;
     int keeps_input;                   // the forward writes x_t; else it is cast again before the weight gradient
@@ -466,11 +469,15 @@ static void linear_gemm_bias(const Linear<T> &lin, T *out, GemmOperand w, GemmOp
     cudaCheckLaunch();
 }
 
+// The MLP activation's output features from fc's (MlpKind): SwiGLU's are half ([gate | up] make one).
+static int mlp_act_features(int act, int fc_out) { return act == MLP_SWIGLU ? fc_out / 2 : fc_out; }
+
 /*
  * Rows [row, row + rows) of the N rows of out = inp W^T + bias in FP8 (lin.fp8): the input cast to E4M3 (row-major
  * into the shared scratch, and into the kept transposed copy at the rows' columns), unless fc cast it already, then
- * the GEMM. With gelu_aux (fc), the GEMM writes the pre-GELU activation there, and gelu of it is cast as the fc
- * projection's input; out is not written.
+ * the GEMM. fc (act_consumer) then casts the activation of its output as the fc projection's input: with gelu_aux
+ * (GELU) the GEMM writes the pre-GELU activation there and out is not written; SwiGLU's GEMM writes out (fch), which
+ * its backward reads.
  */
 template <typename T>
 static void fp8_linear_rows_forward(const Linear<T> &lin, const T *bias, T *out, const T *inp, T *gelu_aux,
@@ -488,11 +495,15 @@ static void fp8_linear_rows_forward(const Linear<T> &lin, const T *bias, T *out,
     GemmOperand x = {q->x + r0 * lin.in, NULL, CUDA_R_8F_E4M3, fp8_scale_inv(d, tx)};
     T *y = (gelu_aux ? gelu_aux : out) + r0 * lin.out;
     linear_gemm_bias(lin, y, w, x, bias, rows, d->recipe.fast_accum, stream);
-    if (gelu_aux) {
-        const Fp8Linear *c = q->gelu_consumer;
-        Fp8CastOut o = {c->x + r0 * lin.out, c->keeps_input ? c->x_t : NULL, N, row, NULL};
-        fp8_cast(d, fp8_tensor(c->layer, c->linear, FP8_INPUT), Fp8GeluOf<T>{y}, rows, lin.out, o, d->recording,
-                 FP8_SCALE_RECIPE, q->partials, stream);
+    if (q->act_consumer) {
+        const Fp8Linear *c = q->act_consumer;
+        int F = mlp_act_features(q->act, lin.out), tc = fp8_tensor(c->layer, c->linear, FP8_INPUT);
+        Fp8CastOut o = {c->x + r0 * F, c->keeps_input ? c->x_t : NULL, N, row, NULL};
+        if (q->act == MLP_SWIGLU) {
+            fp8_cast(d, tc, Fp8SwigluOf<T>{y, F}, rows, F, o, d->recording, FP8_SCALE_RECIPE, q->partials, stream);
+        } else {
+            fp8_cast(d, tc, Fp8GeluOf<T>{y}, rows, F, o, d->recording, FP8_SCALE_RECIPE, q->partials, stream);
+        }
     }
 }
 
@@ -523,11 +534,12 @@ static void linear_rows_forward(const Linear<T> &lin, const T *bias, T *out, con
 
 /*
  * In FP8: dout cast first (for this GEMM, and transposed for the weight gradient), unless the layer above cast it
- * (fc: grad_from_consumer); the product, and for the fc projection (gelu_aux) gelu' of it cast as fc's output gradient
- * with the column sums of fc's bias gradient: dinp holds the product, not times gelu'.
+ * (fc: grad_from_consumer); the product, and for the fc projection (act_aux: fc's output, the activation's input) the
+ * activation's backward of it cast as fc's output gradient (gelu', with the column sums of fc's bias gradient; or
+ * SwiGLU's [dgate | dup], twice as wide): dinp holds the product, the gradient of the activation's output.
  */
 template <typename T>
-static void fp8_linear_dgrad(const Linear<T> &lin, T *dinp, const T *dout, const T *gelu_aux, int N,
+static void fp8_linear_dgrad(const Linear<T> &lin, T *dinp, const T *dout, const T *act_aux, int N,
                              cudaStream_t stream) {
     const Fp8Linear *q = lin.fp8;
     const Fp8Device *d = q->dev;
@@ -539,15 +551,21 @@ static void fp8_linear_dgrad(const Linear<T> &lin, T *dinp, const T *dout, const
     GemmOperand w = {q->w, q->w_t, CUDA_R_8F_E4M3, fp8_scale_inv(d, tw)};
     GemmOperand dy = {q->dy, q->dy_t, CUDA_R_8F_E5M2, fp8_scale_inv(d, tg)};
     gemm_lt(dinp, TypeInfo<T>::cuda, w, 0, lin.in, dy, 0, lin.out, lin.in, N, lin.out, 0.0f, GEMM_PLAIN, 0, stream);
-    if (gelu_aux) {
-        const Fp8Linear *p = q->gelu_producer;
+    if (act_aux) {
+        const Fp8Linear *p = q->act_producer;
         Fp8CastOut o = {p->dy, p->dy_t, N, 0, p->dbias_partials};
-        fp8_cast(d, fp8_tensor(p->layer, p->linear, FP8_GRAD), Fp8DgeluOf<T>{dinp, gelu_aux}, N, lin.in, o,
-                 d->recording, FP8_SCALE_RECIPE, q->partials, stream);
+        int tdfch = fp8_tensor(p->layer, p->linear, FP8_GRAD);
+        if (p->act == MLP_SWIGLU) {
+            fp8_cast(d, tdfch, Fp8DswigluOf<T>{dinp, act_aux, lin.in}, N, 2 * lin.in, o, d->recording,
+                     FP8_SCALE_RECIPE, q->partials, stream);
+        } else {
+            fp8_cast(d, tdfch, Fp8DgeluOf<T>{dinp, act_aux}, N, lin.in, o, d->recording, FP8_SCALE_RECIPE,
+                     q->partials, stream);
+        }
     }
 }
 
-// dinp = dout W, times gelu'(gelu_aux) when that is given (but in FP8: fp8_linear_dgrad).
+// dinp = dout W, times gelu'(gelu_aux) when that is given (in FP8: fp8_linear_dgrad, gelu_aux the activation's input).
 template <typename T>
 static void linear_dgrad(const Linear<T> &lin, T *dinp, const T *dout, const T *gelu_aux, int N, cudaStream_t stream) {
     if (lin.fp8) {

@@ -193,7 +193,8 @@ static void linear_forward(const Linear<T> &lin, T *out, const T *inp, T *gelu_a
  * Backward, given dout (N, lin.out), in parts, so that a caller can run weight gradients beside a collective:
  *   linear_backward_gather: row-parallel under SP, dout holds this rank's tokens only: starts their all-gather (in
  *     place) on the TP stream; dout must stay unchanged until linear_backward_weight. Nothing otherwise.
- *   linear_backward_input:  dinp = dout W (times gelu'(gelu_aux) when given: inp was gelu(gelu_aux)), once the
+ *   linear_backward_input:  dinp = dout W (times gelu'(gelu_aux) when given: inp was gelu(gelu_aux); in an FP8
+ *     fc projection gelu_aux is fc's output, whose activation's backward fp8_linear_dgrad casts), once the
  *     gather is in. Column-parallel under TP, dinp is then summed over the TP group (reduce-scattered under SP: only
  *     this rank's tokens of dinp are valid) on the TP stream, started and not waited for.
  *   linear_backward_weight: lin.dw += dout^T inp (written rather than added to when not accumulate; llmc/matmul.cuh).

@@ -3,10 +3,16 @@
  * - every bf16 value (a 256 x 256 tensor of all 65536 bit patterns, NaNs and infinities included) cast at scale 1
  *   gives exactly fp8_encode's byte, in both formats, row-major and transposed, and the recorded amax is NaN;
  * - casts of random fp32 and bf16 tensors, plain, through GELU and as a GELU backward (with its column sums, against
- *   fp64), at shapes that leave partial tiles, with the transposed copy at an unaligned column of a wider matrix and
- *   at an aligned one: every byte equals fp8_encode of the value times the scale the recipe gives (current scaling: the tensor's own amax through the amax pass; delayed
- *   scaling: a given amax; a cast again: the stored scale), the bytes around the written region are untouched, and
- *   the scale, scale_inv and recorded amax are the host's;
+ *   fp64), through SwiGLU (h from fch = [gate | up]) and as SwiGLU's backward ([dgate | dup] from dh and fch), at
+ *   shapes that leave partial tiles, with the transposed copy at an unaligned column of a wider matrix and at an
+ *   aligned one: every byte equals fp8_encode of the value times the scale the recipe gives (current scaling: the
+ *   tensor's own amax through the amax pass; delayed scaling: a given amax; a cast again: the stored scale), the
+ *   bytes around the written region are untouched, and the scale, scale_inv and recorded amax are the host's. The
+ *   values are the activation's as the GPU computes them (a kernel through the same device functions), so the cast
+ *   is checked exactly; the SwiGLU casts' codes are checked against fp64's SwiGLU as well: each is fp8_encode of the
+ *   fp64 value, or the code next to it where that value lies within fp32's rounding bound of the midpoint between
+ *   the two (SWIGLU_ULPS);
+ * - row_of (the casts' row of an element, 32-bit division below 2^32) against 64-bit division across 2^32;
  * - the byte transpose; AdamW writing a weight's FP8 codes (delayed scaling) against a cast of the updated masters;
  * - the history kernel against fp8_history_push over steps, and its verdict on a NaN amax;
  * - FP8 GEMMs in the three layouts the linear layers use (forward; input gradient through W's transposed copy; weight
@@ -27,6 +33,10 @@
 // fast accumulation), so the sums differ by ~2^-13 relative (measured 1.4e-4 to 1.5e-4 at k = 64..256), not the
 // ~1e-6 of an fp32 sum. 5e-4 holds that; a wrong layout, scale or operand shows as O(1).
 #define GEMM_TOL 5e-4
+// SwiGLU in fp32 against fp64, in units of 2^-24 of the terms' magnitude (|g| s |u| for h, |dy| |g| s for dup,
+// |dy| |u| s (1 + |g|) for dgate, whose 1 - s carries s's absolute error times g): expf's 2 ulp, the division's and
+// each product's half ulp make ~5; 16 holds that with room, and a wrong half, operand or formula is off by O(1).
+#define SWIGLU_ULPS 16.0
 
 static const char *const FMT_NAMES[] = {"e4m3", "e5m2"};
 
@@ -50,6 +60,56 @@ static unsigned host_bits(float x) {
 __global__ void gelu_values_kernel(float *out, const float *in, const float *dy, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) { out[i] = dy ? dy[i] * gelu_grad_fast(in[i]) : gelu_fast(in[i]); }
+}
+
+// SwiGLU as the casts compute it (swiglu.cuh's swiglu_of and swiglu_grads), out (rows, F) from fch (rows, 2F), or with
+// dh (rows, F) its backward (rows, 2F) = [dgate | dup]; one thread an element of h.
+__global__ void swiglu_values_kernel(float *out, const float *fch, const float *dh, int rows, int F) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)rows * F) { return; }
+    size_t r = i / F, c = i % F;
+    float g = fch[r * 2 * F + c], u = fch[r * 2 * F + F + c];
+    if (!dh) {
+        out[i] = swiglu_of(g, u);
+        return;
+    }
+    swiglu_grads(dh[i], g, u, &out[r * 2 * F + c], &out[r * 2 * F + F + c]);
+}
+
+// The fp64 SwiGLU of the same inputs, and each value's fp32 rounding bound (SWIGLU_ULPS): h, or [dgate | dup].
+static void swiglu_f64(const std::vector<float> &fch, const std::vector<float> &dh, int rows, int F, bool backward,
+                       std::vector<double> &ref, std::vector<double> &bound) {
+    const double ulp = SWIGLU_ULPS * ldexp(1.0, -24);
+    ref.assign((size_t)rows * F * (backward ? 2 : 1), 0.0);
+    bound.assign(ref.size(), 0.0);
+    for (int r = 0; r < rows; r++) {
+        for (int c = 0; c < F; c++) {
+            double g = fch[(size_t)r * 2 * F + c], u = fch[(size_t)r * 2 * F + F + c], s = 1.0 / (1.0 + exp(-g));
+            if (!backward) {
+                ref[(size_t)r * F + c] = g * s * u;
+                bound[(size_t)r * F + c] = ulp * fabs(g) * s * fabs(u);
+                continue;
+            }
+            double dy = dh[(size_t)r * F + c];
+            size_t ig = (size_t)r * 2 * F + c, iu = ig + F;
+            ref[ig] = dy * u * s * (1.0 + g * (1.0 - s));
+            bound[ig] = ulp * fabs(dy) * fabs(u) * s * (1.0 + fabs(g));
+            ref[iu] = dy * g * s;
+            bound[iu] = ulp * fabs(dy) * fabs(g) * s;
+        }
+    }
+}
+
+// A code's place among the format's values in order (the two zeros at 0).
+static int code_ordinal(uint8_t q) { return q & 0x80 ? -(int)(q & 0x7F) : (int)(q & 0x7F); }
+
+// Whether code q stands for x (an exact value, scaled): fp8_encode's code of x, or the code next to it where x lies
+// within err of the midpoint between the two (arithmetic within err of x may round either way).
+static bool code_of_near(uint8_t q, double x, double err, Fp8Format f) {
+    uint8_t want = fp8_encode((float)x, f);
+    if (q == want || fp8_decode(q, f) == fp8_decode(want, f)) { return true; }
+    double mid = 0.5 * ((double)fp8_decode(q, f) + (double)fp8_decode(want, f));
+    return abs(code_ordinal(q) - code_ordinal(want)) == 1 && fabs(x - mid) <= err;
 }
 
 // A cast of tensor t of d on (rows, cols) values; returns (rows bytes, transposed matrix of cols x ld_t bytes).
@@ -116,37 +176,46 @@ static void test_every_bf16(void) {
 }
 
 /*
- * One cast of a random (rows, cols) tensor of T, plain, through GELU, or as the GELU backward of a second one (with
- * the column sums), in one of three ways (current: the tensor's amax; delayed: a given amax; again: a given scale),
- * with the transposed copy at column col0 of rows ld_t long.
+ * One cast of a random (rows, cols) tensor of T, plain, through GELU, as the GELU backward of a second one (with the
+ * column sums), through SwiGLU (of a (rows, 2 cols) fch) or as its backward (of fch and a (rows, cols / 2) dh), in one
+ * of three ways (current: the tensor's amax; delayed: a given amax; again: a given scale), with the transposed copy at
+ * column col0 of rows ld_t long.
  */
 typedef enum { CAST_CURRENT, CAST_DELAYED, CAST_AGAIN } CastWay;
 static const char *const WAY_NAMES[] = {"current", "delayed", "again"};
-typedef enum { SRC_PLAIN, SRC_GELU, SRC_DGELU } SrcKind;
-static const char *const SRC_NAMES[] = {"", "_gelu", "_dgelu_colsums"};
+typedef enum { SRC_PLAIN, SRC_GELU, SRC_DGELU, SRC_SWIGLU, SRC_DSWIGLU } SrcKind;
+static const char *const SRC_NAMES[] = {"", "_gelu", "_dgelu_colsums", "_swiglu", "_dswiglu"};
 
 template <typename T>
 static void check_cast(const char *what, int rows, int cols, int col0, int ld_t, Fp8Format f, CastWay way,
                        SrcKind kind, int margin) {
     size_t n = (size_t)rows * cols;
-    std::vector<T> h(n), h2(n);
-    for (size_t i = 0; i < n; i++) {
-        h[i] = to_type<T>(3.0f * rand_uniform());
-        h2[i] = to_type<T>(rand_uniform());
-    }
-    h[n / 2] = to_type<T>(-7.5f); // the amax, negative
+    bool swiglu = kind == SRC_SWIGLU || kind == SRC_DSWIGLU;
+    int F = kind == SRC_SWIGLU ? cols : cols / 2; // SwiGLU's features: h's width
+    // the inputs: the tensor, pre-activation or fch (na values), and the gradient a backward cast takes (nb)
+    size_t na = kind == SRC_SWIGLU ? 2 * n : n, nb = kind == SRC_DSWIGLU ? n / 2 : n;
+    std::vector<T> h(na), h2(nb);
+    for (size_t i = 0; i < na; i++) { h[i] = to_type<T>(3.0f * rand_uniform()); }
+    for (size_t i = 0; i < nb; i++) { h2[i] = to_type<T>(rand_uniform()); }
+    h[n / 2] = to_type<T>(-7.5f); // the amax, negative (a plain cast's)
     T *src = to_device(h), *src2 = to_device(h2);
-    // the values the cast sees, as floats (GELU as the GPU computes it)
-    std::vector<float> v(n), v2(n);
-    for (size_t i = 0; i < n; i++) {
-        v[i] = host_float(h[i]);
-        v2[i] = host_float(h2[i]);
-    }
+    // the values the cast sees, as floats (the activations as the GPU computes them)
+    std::vector<float> v(na), v2(nb);
+    for (size_t i = 0; i < na; i++) { v[i] = host_float(h[i]); }
+    for (size_t i = 0; i < nb; i++) { v2[i] = host_float(h2[i]); }
+    std::vector<double> ref, bound; // SwiGLU in fp64, and its fp32 rounding bounds
     if (kind != SRC_PLAIN) {
         float *dv = to_device(v), *dv2 = to_device(v2), *dg;
         cudaCheck(cudaMalloc(&dg, n * sizeof(float)));
-        gelu_values_kernel<<<grid_for(n, 256), 256, 0, g_cuda.stream>>>(dg, dv, kind == SRC_DGELU ? dv2 : (float *)NULL,
-                                                                        n);
+        if (swiglu) {
+            swiglu_values_kernel<<<grid_for((size_t)rows * F, 256), 256, 0, g_cuda.stream>>>(
+                dg, dv, kind == SRC_DSWIGLU ? dv2 : (float *)NULL, rows, F);
+            swiglu_f64(v, v2, rows, F, kind == SRC_DSWIGLU, ref, bound);
+        } else {
+            gelu_values_kernel<<<grid_for(n, 256), 256, 0, g_cuda.stream>>>(
+                dg, dv, kind == SRC_DGELU ? dv2 : (float *)NULL, n);
+        }
+        cudaCheckLaunch();
         v = to_host(dg, n);
         for (float *p : {dv, dv2, dg}) { cudaCheck(cudaFree(p)); }
     }
@@ -175,15 +244,22 @@ static void check_cast(const char *what, int rows, int cols, int col0, int ld_t,
     cudaCheck(cudaMalloc(&sums, nsums * sizeof(float)));
     fill(t_out, POISON, tbytes);
     Fp8CastOut o = {rows_out, t_out, ld_t, col0, kind == SRC_DGELU ? sums : (float *)NULL};
-    if (kind == SRC_PLAIN) { run_cast(&d, t, Fp8Plain<T>{src}, rows, cols, o, way == CAST_AGAIN, partials); }
-    if (kind == SRC_GELU) { run_cast(&d, t, Fp8GeluOf<T>{src}, rows, cols, o, way == CAST_AGAIN, partials); }
-    if (kind == SRC_DGELU) { run_cast(&d, t, Fp8DgeluOf<T>{src2, src}, rows, cols, o, way == CAST_AGAIN, partials); }
+    bool again = way == CAST_AGAIN;
+    if (kind == SRC_PLAIN) { run_cast(&d, t, Fp8Plain<T>{src}, rows, cols, o, again, partials); }
+    if (kind == SRC_GELU) { run_cast(&d, t, Fp8GeluOf<T>{src}, rows, cols, o, again, partials); }
+    if (kind == SRC_DGELU) { run_cast(&d, t, Fp8DgeluOf<T>{src2, src}, rows, cols, o, again, partials); }
+    if (kind == SRC_SWIGLU) { run_cast(&d, t, Fp8SwigluOf<T>{src, F}, rows, cols, o, again, partials); }
+    if (kind == SRC_DSWIGLU) { run_cast(&d, t, Fp8DswigluOf<T>{src2, src, F}, rows, cols, o, again, partials); }
     std::vector<uint8_t> qr = to_host(rows_out, n), qt = to_host(t_out, tbytes);
-    long bad = 0, bad_t = 0, touched = 0;
+    long bad = 0, bad_t = 0, touched = 0, far = 0, off = 0;
     for (size_t i = 0; i < n; i++) {
         uint8_t want = fp8_encode(v[i] * scale, f);
         bad += qr[i] != want;
         bad_t += qt[(i % cols) * ld_t + col0 + i / cols] != want;
+        if (swiglu) { // against fp64: the code of the exact value, or its neighbour within rounding of a midpoint
+            far += !code_of_near(qr[i], ref[i] * scale, bound[i] * scale, f);
+            off += fp8_decode(qr[i], f) != fp8_decode(fp8_encode((float)(ref[i] * scale), f), f);
+        }
     }
     for (size_t c = 0; c < (size_t)cols; c++) {
         for (int j = 0; j < ld_t; j++) { touched += (j < col0 || j >= col0 + rows) && qt[c * ld_t + j] != POISON; }
@@ -205,10 +281,13 @@ static void check_cast(const char *what, int rows, int cols, int col0, int ld_t,
     char name[160];
     snprintf(name, sizeof(name), "cast_%s_%s_%s%s_%dx%d_col%d_ld%d", what, FMT_NAMES[f], WAY_NAMES[way],
              SRC_NAMES[kind], rows, cols, col0, ld_t);
-    check(bad == 0 && bad_t == 0 && touched == 0 && scale_ok && got_amax == host_bits(amax) && sums_err <= 1e-5, name,
+    check(bad == 0 && bad_t == 0 && touched == 0 && scale_ok && got_amax == host_bits(amax) && sums_err <= 1e-5 &&
+              far == 0,
+          name,
           "%ld row-major and %ld transposed bytes differ from fp8_encode, %ld bytes outside the copy written; scale "
-          "%g (want %g), scale_inv %g, amax bits 0x%08x (want 0x%08x), column sums rel err %.2e",
-          bad, bad_t, touched, got_scale, scale, got_inv, got_amax, host_bits(amax), sums_err);
+          "%g (want %g), scale_inv %g, amax bits 0x%08x (want 0x%08x), column sums rel err %.2e; %ld codes not the "
+          "fp64 value's nor next to it within rounding of a midpoint (%ld a code off in all)",
+          bad, bad_t, touched, got_scale, scale, got_inv, got_amax, host_bits(amax), sums_err, far, off);
     for (void *p : {(void *)src, (void *)src2, (void *)rows_out, (void *)t_out, (void *)partials, (void *)sums}) {
         cudaCheck(cudaFree(p));
     }
@@ -228,8 +307,40 @@ static void test_casts(void) {
         check_cast<float>("fp32", sh[0], sh[1], sh[2], sh[3], FP8_E4M3, CAST_DELAYED, SRC_GELU, 2);
         check_cast<bf16>("bf16", sh[0], sh[1], sh[2], sh[3], FP8_E5M2, CAST_CURRENT, SRC_DGELU, 0);
         check_cast<float>("fp32", sh[0], sh[1], sh[2], sh[3], FP8_E5M2, CAST_DELAYED, SRC_DGELU, 0);
+        // SwiGLU's: h as the fc projection's E4M3 input, [dgate | dup] as fc's E5M2 output gradient (every width here
+        // is a multiple of 16, so the backward's F = cols / 2 is one of 8)
+        for (int w = CAST_CURRENT; w <= CAST_AGAIN; w++) {
+            check_cast<bf16>("bf16", sh[0], sh[1], sh[2], sh[3], FP8_E4M3, (CastWay)w, SRC_SWIGLU, 0);
+            check_cast<bf16>("bf16", sh[0], sh[1], sh[2], sh[3], FP8_E5M2, (CastWay)w, SRC_DSWIGLU, 0);
+        }
+        check_cast<float>("fp32", sh[0], sh[1], sh[2], sh[3], FP8_E4M3, CAST_DELAYED, SRC_SWIGLU, 2);
+        check_cast<float>("fp32", sh[0], sh[1], sh[2], sh[3], FP8_E5M2, CAST_CURRENT, SRC_DSWIGLU, 1);
     }
 }
+
+// row_of at indices across 2^32 (the 32-bit division below it, the 64-bit one above) against 64-bit division.
+__global__ void row_of_kernel(size_t *out, const size_t *in, int n, int cols) {
+    int i = threadIdx.x;
+    if (i < n) { out[i] = row_of(in[i], cols); }
+}
+static void test_row_of(void) {
+    std::vector<size_t> in;
+    for (size_t base : {(size_t)0, (size_t)UINT_MAX - 64, (size_t)UINT_MAX * 3}) {
+        for (size_t k = 0; k < 128; k += 8) { in.push_back(base + k); }
+    }
+    size_t *din = to_device(in), *dout = (size_t *)cuda_alloc(in.size() * sizeof(size_t), "rows");
+    long bad = 0;
+    for (int cols : {8, 336, 16384, 28672}) {
+        row_of_kernel<<<1, 256, 0, g_cuda.stream>>>(dout, din, (int)in.size(), cols);
+        cudaCheckLaunch();
+        std::vector<size_t> got = to_host(dout, in.size());
+        for (size_t i = 0; i < in.size(); i++) { bad += got[i] != in[i] / (size_t)cols; }
+    }
+    check(bad == 0, "row_of_across_2^32", "%ld rows differ from 64-bit division", bad);
+    cudaCheck(cudaFree(din));
+    cudaCheck(cudaFree(dout));
+}
+
 
 // fp8_transpose against the host's transpose, at shapes that leave partial tiles.
 static void test_transpose(void) {
@@ -443,6 +554,7 @@ int main(void) {
     cuda_context_init();
     test_every_bf16();
     test_casts();
+    test_row_of();
     test_transpose();
     test_adamw_fp8();
     test_history();
