@@ -35,6 +35,7 @@
 
 #include "llmc/config.h"
 #include "llmc/cuda_common.cuh"
+#include "llmc/head_chunks.h"
 #include "llmc/init.h"
 #include "llmc/model_ops.h"
 #include "llmc/options.h"
@@ -127,26 +128,28 @@ template <typename floatX> struct Activations {
     floatX *h4;                    // swiglu(fch): (N, F/TP) that every layer shares, where the forward writes it for
                                    // the fc projection and the backward's SwiGLU writes it again for that layer's
                                    // weight gradient (swiglu_backward; the weight gradient queue is empty between
-                                   // layers): inside the logits' buffer after d fch where it fits (see h4_alt), else
-                                   // its own; NULL in fp8 without bf16 blocks (an FP8 block's fc casts swiglu(fch)
-                                   // as the fc projection's FP8 input, kept transposed in Fp8Linear::x_t).
+                                   // layers): in the logits' buffer after d fch (see h4_alt); NULL in fp8 without
+                                   // bf16 blocks (an FP8 block's fc casts swiglu(fch) as the fc projection's FP8
+                                   // input, kept transposed in Fp8Linear::x_t).
                                    // gelu(fch): (keep_gelu, N, 4C/TP) for the first layers, which keep it for
                                    // backward, then (N, 4C/TP) for the others, which recompute it there a layer
                                    // ahead (gelu_recompute): the highest (GPT::top_recompute) and every second one
                                    // below use this slot, the others h4_alt
     floatX *h4_alt;                // (N, 4C/TP) the second buffer of the layers that recompute gelu(fch), so that
-                                   // one layer's is written while the layer above still reads its own: inside the
-                                   // logits' buffer after d fch where it fits (the logits are dead from the end of
-                                   // the LM head's backward to the next forward's LM head), else its own
+                                   // one layer's is written while the layer above still reads its own: in the
+                                   // logits' buffer after d fch (the logits are dead from the end of the LM head's
+                                   // backward to the next forward's LM head)
                                    // fp8: gelu(fch) is the fc projection's FP8 input; the bf16 blocks keep theirs in
                                    // h4 (a slot each), the FP8 ones keep it transposed in FP8 (Fp8Linear::x_t) or
                                    // recompute it into h4t[0] / h4t[1] (the same two places, as FP8 bytes)
     uint8_t *h4t[2];               // fp8: (4C/TP, N) FP8 gelu(fch) of the layers that recompute it
     floatX *lnf;                   // (N, C)
     float *lnf_stats;              // (2, Ns)
-    floatX *logits;                // (N, Vp/TP); backward overwrites it with its gradient
+    floatX *logits;                // (R, Vp/TP) one chunk of R = GPT::head_rows rows of logits (gpt_head), which
+                                   // the classifier overwrites with their gradient; the layers keep d fch and after
+                                   // it SwiGLU's shared output or h4_alt here, so it is as large as the larger use
     float *losses;                 // (N)
-    float *vocab_stats;            // TP > 1 or a row past shared memory: (TP, N, VOCAB_STATS) row statistics
+    float *vocab_stats;            // TP > 1 or a row past shared memory: (TP, R, VOCAB_STATS) row statistics
     // scratch shared by all layers
     floatX *proj;                  // (N, C) a projection's output before its residual add; in backward the
                                    // gradient of a LayerNorm output or of the attention output
@@ -154,13 +157,13 @@ template <typename floatX> struct Activations {
                                    // gathered to all N where a row-parallel backward or the embedding needs them)
     floatX *dqkv;                  // (N, QKV/TP)
     floatX *dfch;                  // (N, FC/TP) gradient of the fc output (SwiGLU: of its output, (N, F/TP)): the
-                                   // logits' buffer, which backward no longer needs once the LM head's is done (its
-                                   // own buffer were Vp < FC)
+                                   // logits' buffer, which backward no longer needs once the LM head's is done
     void *attn_workspace;
     float *reduce_scratch;         // partial sums of the column reductions (bias and LayerNorm gradients)
     float *sums_scratch;           // the same for the fc bias sums on g_cuda.sums (fc_bias_backward)
     float *norm_scratch;           // partial sums of the gradient norm, all groups (GPT::norm_groups)
-    double *sum_squares;           // ZeRO-1 or TP > 1: the squared norm of this rank's part, then of all
+    double *norm_fold;             // their folds (grad_sum_partials)
+    double *sum_squares;           // the squared norm (of this rank's part, then of all where it is split)
     float *scalars;                // [0] mean loss, [1] gradient norm, [2] clip factor
 };
 
@@ -190,6 +193,8 @@ template <typename floatX> struct GPT {
     Precision precision;
     int maxB, maxT;
     int keep_gelu;                 // --keep-gelu-layers (at most L): see Activations::h4
+    int head_rows;                 // the most rows of logits a chunk of the LM head holds (--logits-mib of them,
+                                   // whole rows of the padded vocabulary: llmc/head_chunks.h), at most maxB x maxT
     int top_recompute;             // the highest layer that recomputes gelu(fch) (recomputes_gelu), or -1: it and
                                    // every second one below use the first of the two buffers, the others the second
     float *params, *grads, *m, *v; // fp32, param_layout() order (m, v: this rank's ZeRO-1 slice only)
@@ -367,12 +372,6 @@ template <typename T> static T *dev_alloc(size_t count, const char *what) {
 // (pointer_alignment), so a GEMM on a slice runs the same algorithm as on a buffer of its own.
 #define SLICE_ALIGN 256
 
-// Whether this rank's gradients are a part of the model's (ZeRO-1 slices, TP slices, GTP shards), whose squared norm
-// is summed over the ranks.
-template <typename floatX> static bool norm_is_split(const GPT<floatX> *g) {
-    return g->dp.zero || tp_active(&g->tp) || g->gtp.size > 1;
-}
-
 template <typename floatX> static void activations_alloc(GPT<floatX> *g) {
     const GPTConfig *c = &g->config;
     size_t N = (size_t)g->maxB * g->maxT, C = c->channels, L = c->num_layers, tp = g->tp.size;
@@ -392,35 +391,36 @@ template <typename floatX> static void activations_alloc(GPT<floatX> *g) {
     a.fch = dev_alloc<floatX>(L * N * M, "MLP activations");
     a.lnf = dev_alloc<floatX>(N * C, "final LayerNorm output");
     a.lnf_stats = dev_alloc<float>(2 * Ns, "LayerNorm statistics");
-    a.logits = dev_alloc<floatX>(N * Vl, "logits");
     a.losses = dev_alloc<float>(N, "per-token losses");
+    size_t R = g->head_rows;
     if (tp > 1 || !classifier_row_fits<floatX>(c->padded_vocab_size)) {
-        a.vocab_stats = dev_alloc<float>(tp * N * VOCAB_STATS, "classifier row statistics");
+        a.vocab_stats = dev_alloc<float>(tp * R * VOCAB_STATS, "classifier row statistics");
     }
     if (tp > 1) { g->row_gather = dev_alloc<floatX>(c->padded_vocab_size, "a gathered row of logits"); }
     a.proj = dev_alloc<floatX>(N * C, "projection scratch");
     a.dres = dev_alloc<floatX>(N * C, "residual gradient");
     a.dqkv = dev_alloc<floatX>(N * g->qkv, "QKV gradient");
-    a.dfch = Vl >= M ? a.logits : dev_alloc<floatX>(N * M, "MLP gradient");
-    // `bytes` in the logits' buffer after d fch where they fit (the logits are dead from the end of the LM head's
-    // backward to the next forward's LM head, and the layers of a forward come before it), else their own allocation
+    // The logits' buffer: a chunk of the LM head's logits (gpt_head); in the backward, which is done with them, d fch
+    // and after it SwiGLU's output that every layer shares or the second buffer of the layers that recompute
+    // gelu(fch); as large as the larger use. A forward's layers use those before its LM head writes the logits.
+    int recomputing = 0; // layers that recompute gelu(fch): they alternate between two buffers (layer_acts)
+    for (int l = 0; l < (int)L; l++) { recomputing += recomputes_gelu(g, l); }
+    bool swiglu_out = c->mlp == MLP_SWIGLU && (!g->fp8 || bf16_blocks(g) > 0); // not FP8 blocks only (layer_acts)
+    size_t elem = g->fp8 ? 1 : sizeof(floatX), bytes = N * M * elem;                // an FP8 recompute is FP8 bytes
     size_t after_dfch = (N * M * sizeof(floatX) + SLICE_ALIGN - 1) / SLICE_ALIGN * SLICE_ALIGN;
-    auto after_dfch_or_own = [&](size_t bytes, const char *what) -> void * {
-        bool fits = a.dfch == a.logits && after_dfch + bytes <= N * Vl * sizeof(floatX);
-        return fits ? (void *)((char *)a.logits + after_dfch) : cuda_alloc(bytes, what);
-    };
-    if (c->mlp == MLP_SWIGLU) { // one (N, F) buffer, for the layers that are not FP8 blocks (layer_acts)
-        bool unfused = !g->fp8 || bf16_blocks(g) > 0;
-        a.h4 = unfused ? (floatX *)after_dfch_or_own(N * F * sizeof(floatX), "SwiGLU outputs") : (floatX *)NULL;
+    size_t second_bytes = swiglu_out ? N * F * sizeof(floatX) : recomputing > 1 ? bytes : 0;
+    size_t logits_bytes = R * Vl * sizeof(floatX), backward_bytes = after_dfch + second_bytes;
+    a.logits = (floatX *)cuda_alloc(logits_bytes > backward_bytes ? logits_bytes : backward_bytes,
+                                    "logits (a chunk of rows) and the MLP gradient");
+    a.dfch = a.logits;
+    void *second = (char *)a.logits + after_dfch;
+    if (c->mlp == MLP_SWIGLU) {
+        a.h4 = swiglu_out ? (floatX *)second : (floatX *)NULL;
     } else {
-        int recomputing = 0; // layers that recompute gelu(fch): they alternate between two buffers (layer_acts)
-        for (int l = 0; l < (int)L; l++) { recomputing += recomputes_gelu(g, l); }
         size_t h4_slots = g->fp8 ? bf16_blocks(g) : g->keep_gelu + (recomputing > 0);
         a.h4 = dev_alloc<floatX>(h4_slots * N * F, "MLP activation outputs");
-        size_t elem = g->fp8 ? 1 : sizeof(floatX), bytes = N * M * elem; // an FP8 recompute is FP8 bytes
         if (g->fp8 && recomputing > 0) { a.h4t[0] = (uint8_t *)cuda_alloc(bytes, "FP8 GELU outputs"); }
         if (recomputing > 1) {
-            void *second = after_dfch_or_own(bytes, "GELU outputs");
             if (g->fp8) {
                 a.h4t[1] = (uint8_t *)second;
             } else {
@@ -437,7 +437,8 @@ template <typename floatX> static void activations_alloc(GPT<floatX> *g) {
     a.reduce_scratch = dev_alloc<float>(reduce > ln ? reduce : ln, "reduction scratch");
     a.sums_scratch = dev_alloc<float>(reduce, "fc bias reduction scratch");
     a.norm_scratch = dev_alloc<float>(g->norm_first[L + 1], "gradient norm scratch");
-    if (norm_is_split(g)) { a.sum_squares = dev_alloc<double>(1, "squared gradient norm"); }
+    a.norm_fold = dev_alloc<double>(norm_folds(g->norm_first[L + 1]), "gradient norm scratch");
+    a.sum_squares = dev_alloc<double>(1, "squared gradient norm");
     a.scalars = dev_alloc<float>(3, "loss and norm");
 }
 
@@ -493,6 +494,9 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, con
     g->maxB = B;
     g->maxT = T;
     g->keep_gelu = o->keep_gelu_layers < config->num_layers ? o->keep_gelu_layers : config->num_layers;
+    int head_rows = head_chunk_rows_max((size_t)o->logits_mib * HEAD_CHUNK_MIB, config->padded_vocab_size,
+                                        sizeof(floatX));
+    g->head_rows = head_rows < B * T ? head_rows : B * T;
     g->mesh = *mesh;
     tp_init(&g->tp, mesh, o->sequence_parallel);
     Span vocab = tp_vocab_rows(mesh, config);
@@ -819,10 +823,11 @@ static void block_linear_forward(GPT<floatX> *g, int l, int k, floatX *out, cons
     if (f.k == K - 1) { gtp_done(g, l, k); }
 }
 
-// Logits of B x T tokens (already on the GPU) into acts.logits. The micro-batch runs in chunks of whole sequences
-// (llmc/forward_chunks.h); each half-block (attention, MLP) runs chunk after chunk and begins, once the chunk's
-// last TP sum is in, with the residual add of the half-block below fused into its LayerNorm. A chunk's row-parallel
-// sum (linear_forward) then runs beside the other chunks' work.
+// The blocks' forward over B x T tokens (already on the GPU), up to the last block's output, whose final norm the LM
+// head takes (gpt_head). The micro-batch runs in chunks of whole sequences (llmc/forward_chunks.h); each half-block
+// (attention, MLP) runs chunk after chunk and begins, once the chunk's last TP sum is in, with the residual add of
+// the half-block below fused into its LayerNorm. A chunk's row-parallel sum (linear_forward) then runs beside the
+// other chunks' work.
 template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T) {
     const GPTConfig *c = &g->config;
     int L = c->num_layers, A = g->attn, M = g->mlp;
@@ -870,24 +875,72 @@ template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T)
             block_linear_forward(g, l, LIN_FCPROJ, a.proj, x.h4, (floatX *)NULL, f, K);
         }
     }
-    LayerActs<floatX> top = layer_acts(g, L - 1);
+    g->sched.update_pending = 0; // every group was waited for
+}
+
+/*
+ * The final norm, then the LM head a chunk of whole rows at a time (llmc/head_chunks.h), so that the logits of one
+ * chunk exist at once, never the micro-batch's (N, Vp). Chunk c: its logits = lnf[c] W^T (W: wte or lmhead, this
+ * rank's vocabulary rows under TP) into acts.logits; with HEAD_LOSS the classifier's per-token losses; with
+ * HEAD_TRAIN also their gradient dloss (softmax - onehot) in place, and the head's backward for those rows right
+ * there: dlnf[c] = dlogits W into acts.proj and dW += dlogits^T lnf[c] (written, beta 0, on the first chunk of an
+ * optimizer step's first micro-step). The chunks run in a fixed order, so dW sums alike every time. Under TP each
+ * rank holds its columns of a chunk, the classifier exchanges the chunk's row statistics (llmc/classifier.cuh), and
+ * dlnf's sum over the group, which needs every row, starts before the last chunk's dW, which runs beside it
+ * (gpt_backward joins it). The final norm runs forward chunk after forward chunk (llmc/forward_chunks.h: whole
+ * sequences; head chunks end anywhere), and a chunk's logits GEMM takes its rows as their norm is done, so under TP
+ * the logits of the first forward chunk's rows are made beside the last forward chunk's sum. HEAD_NORM: the final
+ * norm only (op_logits_at makes the chunk it needs).
+ */
+typedef enum { HEAD_NORM, HEAD_LOSS, HEAD_TRAIN } HeadWork;
+
+// Rows [r0, r1) of chunk c's logits into their rows of acts.logits.
+template <typename floatX> static void head_logits(GPT<floatX> *g, HeadChunk c, int r0, int r1) {
+    const floatX *x = g->acts.lnf + (size_t)r0 * g->config.channels;
+    floatX *out = g->acts.logits + (size_t)(r0 - c.row) * g->head.out;
+    linear_rows_forward(g->head, (const floatX *)NULL, out, x, 0, r1 - r0, r1 - r0, (floatX *)NULL, g_cuda.stream);
+}
+
+// Chunk c of a pass of N rows, its logits made, whose targets are the second half of d_tokens: the classifier, and
+// in training the head's backward.
+template <typename floatX> static void head_chunk_finish(GPT<floatX> *g, HeadChunk c, int N, HeadWork work,
+                                                         float dloss) {
+    const Activations<floatX> &a = g->acts;
+    size_t C = g->config.channels;
+    cudaStream_t s = g_cuda.stream;
+    fused_classifier(a.logits, a.losses + c.row, g->d_tokens + N + c.row, dloss, c.rows, g->config.vocab_size,
+                     g->config.padded_vocab_size, work == HEAD_TRAIN, &g->tp, a.vocab_stats, s);
+    if (work != HEAD_TRAIN) { return; }
+    linear_dgrad(g->head, a.proj + c.row * C, a.logits, (const floatX *)NULL, c.rows, s);
+    if (c.row + c.rows == N) { linear_backward_input_sum(g->head, a.proj, N, s); } // every row's dlnf is in
+    linear_backward_weight(g->head, a.logits, a.lnf + c.row * C, c.rows, !g->grads_zero || c.k > 0, s);
+}
+
+template <typename floatX> static void gpt_head(GPT<floatX> *g, int B, int T, HeadWork work, float dloss) {
+    const Activations<floatX> &a = g->acts;
+    int N = B * T, ns = tp_local_tokens(&g->tp, N), K = forward_chunks(&g->mesh, g->tp.sp, B, gpt_most_chunks(g));
+    int chunks = work == HEAD_NORM ? 0 : head_chunks(N, g->head_rows), next = 0, made = 0; // made: rows of chunk next
+    LayerActs<floatX> top = layer_acts(g, g->config.num_layers - 1);
     ParamView<const floatX> w = weights_of(g, MODEL_TENSORS);
-    int ns = tp_local_tokens(&g->tp, B * T);
     for (int k = 0; k < K; k++) {
         ForwardChunk f = gpt_chunk(g, B, T, k);
         chunk_layernorm(g, f, a.lnf, a.lnf_stats, a.lnf_stats + ns, top.res_out, top.res2, a.proj, w[P_LNFW],
                         w[P_LNFB]);
-        linear_forward(g->head, a.logits, a.lnf, (floatX *)NULL, f, s);
+        for (; next < chunks; next++, made = 0) {
+            HeadChunk c = head_chunk(N, g->head_rows, next);
+            int ready = c.row + c.rows < f.row + f.rows ? c.row + c.rows : f.row + f.rows;
+            head_logits(g, c, c.row + made, ready);
+            made = ready - c.row;
+            if (made < c.rows) { break; } // its other rows after the next forward chunk's norm
+            head_chunk_finish(g, c, N, work, dloss);
+        }
     }
-    g->sched.update_pending = 0; // every group was waited for
 }
 
-// Per-token losses of the last forward's N tokens (gradient in place of the logits when write_grad); the sum of the
-// first `counted` goes to host.scalars[0], ready once scalars_ready has fired.
-template <typename floatX> static void gpt_loss(GPT<floatX> *g, int N, int counted, float dloss, int write_grad) {
+// The sum of the first `counted` per-token losses of the last gpt_head to host.scalars[0], ready once scalars_ready
+// has fired.
+template <typename floatX> static void gpt_loss_sum(GPT<floatX> *g, int counted) {
     const Activations<floatX> &a = g->acts;
-    fused_classifier(a.logits, a.losses, g->d_tokens + N, dloss, N, g->config.vocab_size, g->config.padded_vocab_size,
-                     write_grad, &g->tp, a.vocab_stats, g_cuda.stream);
     loss_sum_kernel<<<1, LOSS_SUM_THREADS, 0, g_cuda.stream>>>(a.scalars, a.losses, counted);
     cudaCheckLaunch();
     cudaCheck(cudaMemcpyAsync(g->host.scalars, a.scalars, sizeof(float), cudaMemcpyDeviceToHost, g_cuda.stream));
@@ -908,13 +961,15 @@ template <typename floatX> static void gpt_loss(GPT<floatX> *g, int N, int count
  * micro-step they are first summed over the TP group (on the TP stream; wpe's gradient is taken from all tokens,
  * gathered, so it is whole already). grads_final_join makes the compute stream wait for all of it (so for the
  * reductions too), before anything reads the norm or writes the gradients again. When the update starts during the
- * backward (update_starts_early), the group's AdamW follows on the update stream, which the compute stream waits for
- * only in the next forward.
+ * backward (update_starts_early), the group's AdamW follows on the update stream instead of the side stream's pass,
+ * and writes the group's partial sums of squares itself, the same bits (llmc/adamw.cuh), reading the gradients once
+ * where the pass read them a second time; the compute stream waits for the update stream only in gpt_update (for
+ * the last group's AdamW, before the norm) and in the next forward.
  */
 static bool sp_partial_gradient(int t) { return param_tp_split(t) == TP_REPLICATED && t != P_WPE; }
 
 template <typename floatX>
-static void update_group_adamw(GPT<floatX> *g, int k, const UpdateArgs *u, const float *clip_factor);
+static void update_group_adamw(GPT<floatX> *g, int k, const UpdateArgs *u, const float *clip_factor, int norm);
 
 template <typename floatX> static cudaEvent_t sp_sum_replicated(GPT<floatX> *g, int group, cudaEvent_t ready) {
     TensorParallel *tp = &g->tp;
@@ -942,12 +997,11 @@ template <typename floatX> static void grads_final(GPT<floatX> *g, int group) {
     if (sc->reduce_grads && g->tp.sp) { ready = sp_sum_replicated(g, group, ready); }
     if (sc->reduce_grads && g->mesh.data_size > 1) { ready = dp_reduce_group(&g->dp, group, g->grads, ready); }
     side_wait(ready);
-    if (sc->norm_in_backward) {
-        grad_norm_partials(g->acts.norm_scratch + g->norm_first[group], &g->norm_groups[group], g_cuda.side);
-    }
-    if (sc->update_started) {
+    if (sc->update_started) { // AdamW takes the norm's partial sums as it reads the gradients
         update_wait_ready(sc, ready);
-        update_group_adamw(g, group, &sc->update_args, (const float *)NULL);
+        update_group_adamw(g, group, &sc->update_args, (const float *)NULL, 1);
+    } else if (sc->norm_in_backward) {
+        grad_norm_partials(g->acts.norm_scratch + g->norm_first[group], &g->norm_groups[group], g_cuda.side);
     }
 }
 
@@ -986,8 +1040,8 @@ static void fc_bias_backward(GPT<floatX> *g, int l, int N, int accumulate) {
  * (below). The bias sum goes first, so fc_bias_done never waits for a recompute, and the next bias sum is not held
  * back by this one either (it starts after layer l's fc2 input gradient, which waits for gelu_recomputed); the
  * recompute has the rest of layer l + 1's backward (~2.5 ms at 1558M) to finish in. Layer L - 1 has no layer
- * ahead: gpt_backward queues it first, beside the LM head's backward. The layers that recompute alternate between
- * two buffers (layer_acts: layer l + 1's is the other one). Writers and readers, and what orders them:
+ * ahead: gpt_backward_begin queues it before the LM head, beside which it runs. The layers that recompute alternate
+ * between two buffers (layer_acts: layer l + 1's is the other one). Writers and readers, and what orders them:
  *   h4 of layer l: written here (sums); read by layer l's fc2 weight gradient (compute), which waits for
  *     gelu_recomputed (one event for all layers: that wait is queued before layer l - 1's recompute records it
  *     again). The buffer held layer l + 2's h4, last read by that layer's fc2 weight gradient (compute),
@@ -996,10 +1050,10 @@ static void fc_bias_backward(GPT<floatX> *g, int l, int N, int accumulate) {
  *     stream waits for forward_done.
  *   fch of layer l: written by the forward only (before forward_done and every dfch_ready); read here and by the
  *     DGELU of layer l's fc2 input gradient.
- *   the logits' buffer, where h4_alt may lie after d fch (disjoint): the classifier and the LM head's backward
- *     (compute) use it before layer L - 1's dfch_ready, which precedes every recompute into h4_alt. The next
- *     forward writes both buffers after grads_final_join, which is behind all the sums stream's work, and its
- *     LM head the logits after the layers have read h4_alt.
+ *   the logits' buffer, where h4_alt lies after d fch (disjoint): the LM head's chunks (compute) use it before
+ *     layer L - 1's dfch_ready, which precedes every recompute into h4_alt. The next forward writes both buffers
+ *     after grads_final_join, which is behind all the sums stream's work, and its LM head the logits after the
+ *     layers have read h4_alt.
  * gelu_forward is elementwise: the same bits as in line. In fp8 the FP8 blocks recompute their fc projection's
  * transposed FP8 input instead (the forward's cast again, by the scale it stored: the same bytes), into h4t[0] and
  * h4t[1], which stand where h4's last slot and h4_alt do, in the same order; the bf16 blocks keep their h4.
@@ -1126,11 +1180,23 @@ template <typename floatX> static void block_backward(GPT<floatX> *g, int l, int
     grads_final(g, l);
 }
 
-// Gradients of the last forward's loss (whose gradient gpt_loss left in the logits) are added to g->grads, or
-// written there when they are zero (g->grads_zero: the first micro-step of an optimizer step), which saves a pass
-// that zeroes them. The last micro-step (the one the caller passes the update's arguments) takes the norm's partial
-// sums group by group as the gradients become final (grads_final); the others' would be thrown away (accumulating at
-// 1558M, 8 micro-steps: 1.29 -> 1.27 s a step). Without those arguments gpt_update takes them instead.
+// What the backward queues before the LM head's (gpt_head), to run beside it: the GTP backward chain's first gathers
+// and layer L-1's GELU recompute (its buffer is not the logits': no need to wait for the head).
+template <typename floatX> static void gpt_backward_begin(GPT<floatX> *g, int N) {
+    int L = g->config.num_layers;
+    gtp_pass_start(g, GTP_BACKWARD);
+    if (recomputes_gelu(g, L - 1)) {
+        forward_to_sums(&g->sched);
+        gelu_recompute(g, L - 1, N);
+    }
+}
+
+// Gradients of the last forward's loss (the LM head's backward ran in gpt_head, leaving the final norm's output
+// gradient in acts.proj) are added to g->grads, or written there when they are zero (g->grads_zero: the first
+// micro-step of an optimizer step), which saves a pass that zeroes them. The last micro-step (the one the caller
+// passes the update's arguments) takes the norm's partial sums group by group as the gradients become final
+// (grads_final); the others' would be thrown away (accumulating at 1558M, 8 micro-steps: 1.29 -> 1.27 s a step).
+// Without those arguments gpt_update takes them instead.
 template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T) {
     const GPTConfig *c = &g->config;
     int C = c->channels, L = c->num_layers, N = B * T, acc = !g->grads_zero, ns = tp_local_tokens(&g->tp, N);
@@ -1140,13 +1206,8 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
     ParamView<const floatX> w = weights_of(g, MODEL_TENSORS);
     ParamView<float> dw = grads_of(g, MODEL_TENSORS);
 
-    gtp_pass_start(g, GTP_BACKWARD); // its first gathers run beside the LM head's backward
     fp8_transposed_wait(&g->sched); // the first input gradients read the FP8 weights' transposes
-    if (recomputes_gelu(g, L - 1)) { // its buffer is not the logits': no need to wait for the LM head's backward
-        forward_to_sums(&g->sched);
-        gelu_recompute(g, L - 1, N);
-    }
-    linear_backward(g->head, a.proj, a.logits, a.lnf, (const floatX *)NULL, N, acc, s);
+    linear_backward_join(g->head, s); // the TP sum of the final norm's output gradient
     cudaCheck(cudaMemsetAsync(a.dres, 0, (size_t)N * C * sizeof(floatX), s));
     // Each LayerNorm backward also sums the residual gradient it leaves: the bias gradient of the projection below.
     norm_backward_of(g, a.dres + t0, dw[P_LNFW], dw[P_LNFB], grads_of(g, L - 1)[P_FCPROJB], a.proj + t0,
@@ -1181,11 +1242,7 @@ template <typename floatX> static void grad_norm(GPT<floatX> *g, float grad_clip
     cudaStream_t s = g_cuda.stream;
     const Activations<floatX> &a = g->acts;
     int parts = g->norm_first[g->config.num_layers + 1];
-    if (!norm_is_split(g)) {
-        grad_norm_finish(a.scalars + 1, a.norm_scratch, parts, grad_clip, s);
-        return;
-    }
-    grad_sum_partials(a.sum_squares, a.norm_scratch, parts, s);
+    grad_sum_partials(a.sum_squares, a.norm_scratch, parts, a.norm_fold, s);
     if (g->dp.zero) { dp_sum_on_device(&g->dp, a.sum_squares, 1, s); }
     if (tp_active(&g->tp)) { tp_sum_on_device(&g->tp, a.sum_squares, 1, s); }
     if (g->gtp.size > 1) {
@@ -1204,7 +1261,11 @@ template <typename floatX> static void grad_norm(GPT<floatX> *g, float grad_clip
  * - During the backward (update_starts_early): without clipping a group's update needs nothing but its own final
  *   gradients, so grads_final queues it there, layers L-1 ... 0 and then the rest, beside the backward of the layers
  *   below; nothing reads a layer's weights again in that backward. The next forward then waits only for what is
- *   still running. FP8 keeps the first order: its weights' codes take scales from the step's amaxes (fp8_end_step).
+ *   still running. Each group's AdamW also writes its partial sums for the norm (it reads every gradient anyway), so
+ *   the side stream reads none a second time; the norm, and the host, then wait for the last group (the rest:
+ *   wte, ...), which the next forward's embedding waits for anyway. FP8 keeps the first order: its weights' codes
+ *   take scales from the step's amaxes (fp8_end_step), and there the next forward overlaps the layers' updates, so
+ *   a norm behind them all would hold it back.
  * The same AdamW either way, so the same bits. With DP > 1 the gradients were summed over the ranks in backward
  * (grads_final); under ZeRO-1 each rank updates the part of each group it owns, then broadcasts it (dp_gather_group,
  * queued in forward order by gpt_update, so that no broadcast waits in the DP stream ahead of a backward's sums)
@@ -1229,10 +1290,11 @@ template <typename floatX> static bool fp8_codes_by_adamw(const GPT<floatX> *g) 
  * AdamW of the part of group k this rank owns (all of it without ZeRO-1), on the update stream (whose caller made it
  * wait for the group's gradients and, with clipping, the clip factor: clip_factor, NULL when not clipping), then its
  * event. FP8 weights get no compute-precision copy: under delayed scaling AdamW writes their codes, otherwise
- * update_group_publish casts them.
+ * update_group_publish casts them. With norm (the update in backward), it also writes the group's partial sums of
+ * squares for the gradient norm, where grad_norm_partials would.
  */
 template <typename floatX>
-static void update_group_adamw(GPT<floatX> *g, int k, const UpdateArgs *u, const float *clip_factor) {
+static void update_group_adamw(GPT<floatX> *g, int k, const UpdateArgs *u, const float *clip_factor, int norm) {
     AdamWStep step = {u->lr, u->beta1, u->beta2, (float)(1.0 - pow(u->beta1, u->t)),
                       (float)(1.0 - pow(u->beta2, u->t)), u->eps};
     floatX *copy = (void *)g->weights == (void *)g->params ? NULL : g->weights;
@@ -1242,9 +1304,10 @@ static void update_group_adamw(GPT<floatX> *g, int k, const UpdateArgs *u, const
     memset(&f8, 0, sizeof(f8));
     if (g->fp8) { f8 = adamw_fp8_of(g->fp8); }
     ParamGroup own = dp_owned_group(&g->dp, k);
+    const NormGroup *ng = &g->norm_groups[k];
     AdamWGroup grp;
     memset(&grp, 0, sizeof(grp));
-    for (int i = 0; i < own.count; i++) {
+    for (int i = 0, slice = 0; i < own.count; i++) {
         size_t o = own.span[i].begin;
         int t = own.tensor[i];
         adamw_group_add(&grp, o, o - moments_begin, own.span[i].count, param_is_decayed(t) ? u->weight_decay : 0.0f,
@@ -1252,8 +1315,16 @@ static void update_group_adamw(GPT<floatX> *g, int k, const UpdateArgs *u, const
         if (fused_fp8 && fp8_weight(g, k, t)) {
             adamw_group_fp8(&grp, fp8_code(g, k, t, o), fp8_tensor(k, block_linear_of_weight(t), FP8_WEIGHT));
         }
+        if (norm && norm_counts_tensor(&g->mesh, t)) { // the norm group's next slice (norm_groups_make): this span
+            if (slice == ng->count || ng->p[slice] != g->grads + o || ng->n[slice] != own.span[i].count) {
+                fail("internal error: group %d's AdamW span %d is not its gradient-norm slice %d", k, i, slice);
+            }
+            adamw_group_norm(&grp, g->norm_first[k] + (slice ? ng->chunk_end[slice - 1] : 0));
+            slice++;
+        }
     }
-    adamw_update(g->params, copy, g->grads, g->m, g->v, &grp, step, clip_factor, f8, g_cuda.update);
+    adamw_update(g->params, copy, g->grads, g->m, g->v, &grp, step, clip_factor, f8,
+                 norm ? g->acts.norm_scratch : (float *)NULL, g_cuda.update);
     updated_record(&g->sched, k);
 }
 
@@ -1302,6 +1373,10 @@ template <typename floatX> static float gpt_update(GPT<floatX> *g, const UpdateA
     if (!g->sched.norm_ready) { // not taken in backward (none since zero_grad, or no arguments passed): the same here
         for (int k = 0; k <= L; k++) { grad_norm_partials(a.norm_scratch + g->norm_first[k], &g->norm_groups[k], s); }
     }
+    // Started in backward, AdamW wrote the partial sums: the norm waits for the last group's. The host, which waits for
+    // the norm below, so waits for the whole update; but the next forward waits for that last group (wte) before its
+    // first kernel anyway.
+    if (started) { norm_wait_update(&g->sched); }
     if (g->fp8) { // the step's amaxes, the largest over every rank (each holds parts, or other data), into the history
         if (g_comm.connected) {
             comm_world_reduce_on_device(g->fp8->amax_step, (size_t)g->fp8->tensors, ncclUint32, ncclMax, s,
@@ -1319,7 +1394,7 @@ template <typename floatX> static float gpt_update(GPT<floatX> *g, const UpdateA
     const float *clip_factor = u->grad_clip > 0.0f ? a.scalars + 2 : NULL;
     for (int i = 0; i <= L; i++) {
         int k = i == 0 ? L : i - 1; // the rest first, then the layers in forward order
-        if (!started) { update_group_adamw(g, k, u, clip_factor); }
+        if (!started) { update_group_adamw(g, k, u, clip_factor, 0); }
         update_group_publish(g, k);
     }
     if (fp8_codes_by_adamw(g) && !g->gtp.active) { fp8_transposed_record(&g->sched); }
@@ -1354,17 +1429,19 @@ static float op_forward_backward(void *ctx, const int *inputs, const int *target
     if (g->fp8) { g->fp8->recording = 1; } // a training pass: its FP8 casts record their amax
     gpt_load_tokens(g, inputs, targets, N);
     gpt_forward(g, B, T);
+    gpt_backward_begin(g, N);
+    gpt_head(g, B, T, HEAD_TRAIN, loss_scale);
     // Built while the GPU runs the forward; copied ahead of the loss, like the tokens, so the staging buffer is
     // free again once the loss has been read.
     token_buckets_build(&g->buckets, g->host.buckets, g->host.bucket_count, inputs, N, g->config.vocab_size, g->emb);
     cudaCheck(cudaMemcpyAsync(g->d_buckets, g->host.buckets, g->buckets.ints * sizeof(int), cudaMemcpyHostToDevice,
                               g_cuda.stream));
-    gpt_loss(g, N, N, loss_scale, 1);
+    gpt_loss_sum(g, N);
     gpt_backward(g, B, T);
     if (g->fp8) { g->fp8->recording = 0; }
     // Backward is queued behind the loss; wait only for the loss, so the GPU runs on while the host goes ahead.
     scalars_wait(&g->sched, "the loss");
-    g->eval_B = 0; // the logits now hold gradients
+    g->eval_B = 0; // the final norm's output is this pass's
     return g->host.scalars[0] / (float)N;
 }
 
@@ -1379,30 +1456,44 @@ static double op_eval_loss(void *ctx, const int *inputs, const int *targets, int
     if (rows < 0 || rows > B) { fail("internal error: eval_loss counts %d sequences of a micro-batch of %d", rows, B); }
     gpt_load_tokens(g, inputs, targets, B * T);
     gpt_forward(g, B, T);
-    gpt_loss(g, B * T, rows * T, 0.0f, 0);
+    gpt_head(g, B, T, HEAD_LOSS, 0.0f);
+    gpt_loss_sum(g, rows * T);
     scalars_wait(&g->sched, "the validation loss");
     g->eval_B = B;
     g->eval_T = T;
     return g->host.scalars[0];
 }
 
-// Under TP a rank's logits are the columns of its vocabulary rows: the row is gathered in row_gather.
+// The logits of the head chunk that holds position pos (the rows the training passes' head GEMMs take). Under TP a
+// rank's logits are the columns of its vocabulary rows: the row is gathered in row_gather.
 template <typename floatX> static void op_logits_at(void *ctx, const int *tokens, int T, int pos, float *out) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     check_batch(g, 1, T);
     if (pos < 0 || pos >= T) { fail("logits_at: position %d is outside [0, %d)", pos, T); }
     gpt_load_tokens(g, tokens, (const int *)NULL, T);
     gpt_forward(g, 1, T);
+    gpt_head(g, 1, T, HEAD_NORM, 0.0f);
     g->eval_B = 0;
+    HeadChunk c = head_chunk(T, g->head_rows, 0);
+    for (int k = 1; c.row + c.rows <= pos; k++) { c = head_chunk(T, g->head_rows, k); }
+    head_logits(g, c, c.row, c.row + c.rows);
     size_t Vp = g->config.padded_vocab_size, Vl = Vp / g->tp.size;
-    logits_row_to_host(&g->tp, g->row_gather, g->acts.logits + (size_t)pos * Vl, Vp, out);
+    logits_row_to_host(&g->tp, g->row_gather, g->acts.logits + (size_t)(pos - c.row) * Vl, Vp, out);
 }
 
+// The logits of the last eval_loss, made again chunk by chunk from its final norm's output: the same GEMMs on the
+// same rows, so the same bits.
 template <typename floatX> static void op_copy_logits(void *ctx, float *out) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
     if (g->eval_B == 0) { fail("copy_logits needs an eval_loss just before it"); }
     if (tp_active(&g->tp)) { fail("copy_logits (a test hook) is for one GPU; under --tp each rank holds a slice"); }
-    copy_to_host_float(out, g->acts.logits, (size_t)g->eval_B * g->eval_T * g->config.padded_vocab_size);
+    int N = g->eval_B * g->eval_T;
+    size_t Vp = g->config.padded_vocab_size;
+    for (int k = 0; k < head_chunks(N, g->head_rows); k++) {
+        HeadChunk c = head_chunk(N, g->head_rows, k);
+        head_logits(g, c, c.row, c.row + c.rows);
+        copy_to_host_float(out + (size_t)c.row * Vp, g->acts.logits, (size_t)c.rows * Vp);
+    }
 }
 
 template <typename floatX> static void op_get_params(void *ctx, float *out) {

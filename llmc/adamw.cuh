@@ -4,7 +4,8 @@
  *   norm = sqrt(sum of g^2 over every gradient);  clip = grad_clip / norm if 0 < grad_clip < norm, else 1
  *   g' = clip g;  m = b1 m + (1 - b1) g';  v = b2 v + (1 - b2) g'^2
  *   p -= lr (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd p)
- * The norm is a two-pass reduction (a partial sum per fixed chunk, then the chunks in order, in double), so it is
+ * The norm is a reduction in fixed pieces (a partial sum per fixed chunk, taken by a pass of its own or, where the
+ * update needs no norm first, by AdamW as it reads the gradient; then the chunks in order, in double), so it is
  * deterministic; it stays on the GPU, where AdamW reads the clip factor, and the host copies it only to log it.
  * Master weights, gradients and moments are fp32; in bf16 mode AdamW also writes the bf16 copy the GEMMs read, and
  * in fp8 under delayed scaling the FP8 codes of the weights whose GEMMs run in FP8 (AdamWFp8).
@@ -18,33 +19,38 @@
 #define ADAMW_THREADS 256
 
 /*
- * The norm in pieces. Gradients come in groups (a layer's tensors, then the rest), each of up to NORM_SLICES_MAX
- * slices of the gradient buffer. A group's sums of squares can be taken as soon as its gradients are final (during
- * backward, beside the next layer's GEMMs), into its own range of partial sums: one per chunk of NORM_CHUNK floats
- * of each slice, a fixed partition, so the partial sums do not depend on when they ran. grad_norm_finish then adds
- * all groups' partial sums in order.
- */
-#define NORM_THREADS 512
-#define NORM_VECS_PER_THREAD 8 // float4 loads in flight per thread
-#define NORM_CHUNK (NORM_THREADS * NORM_VECS_PER_THREAD * 4)
-#define NORM_SLICES_MAX 12     // a layer's gradient tensors
-#define NORM_FINISH_THREADS 1024
-
-/*
  * Both the norm's sums of squares and AdamW work on a group of spans (a layer's tensors) in one launch, each span cut
- * into fixed chunks, one block each: span k's chunks are blocks [chunk_end[k-1], chunk_end[k]).
+ * into fixed chunks: span k's chunks are [chunk_end[k-1], chunk_end[k]).
  */
 static inline void chunk_end_append(int *chunk_end, int k, size_t n, size_t chunk) {
     chunk_end[k] = (k ? chunk_end[k - 1] : 0) + (int)((n + chunk - 1) / chunk);
 }
 
-// The span this block works on, and which of its chunks. G: a group with chunk_end (NormGroup, AdamWGroup).
-template <typename G> __device__ __forceinline__ int2 block_span_chunk(const G &g) {
-    const int b = blockIdx.x;
+// Which span chunk c of a group with chunk_end (NormGroup, AdamWGroup) lies in, and which of its chunks it is.
+template <typename G> __device__ __forceinline__ int2 span_chunk(const G &g, int c) {
     int k = 0;
-    while (b >= g.chunk_end[k]) { k++; }
-    return make_int2(k, b - (k ? g.chunk_end[k - 1] : 0));
+    while (c >= g.chunk_end[k]) { k++; }
+    return make_int2(k, c - (k ? g.chunk_end[k - 1] : 0));
 }
+
+/*
+ * The norm in pieces. Gradients come in groups (a layer's tensors, then the rest), each of up to NORM_SLICES_MAX
+ * slices of the gradient buffer. A group's sums of squares can be taken as soon as its gradients are final (during
+ * backward, beside the next layer's GEMMs), into its own range of partial sums: one per chunk of NORM_CHUNK floats
+ * of each slice, a fixed partition, so the partial sums do not depend on when they ran. grad_sum_partials then adds
+ * all groups' partial sums in order, in double.
+ * The chunk is AdamW's (ADAMW_CHUNK: one float4 a thread of a block of ADAMW_THREADS), and a chunk's partial sum is
+ * the same arithmetic in sum_squares_kernel and adamw_kernel: each thread's sum_squares4 of its float4, then
+ * block_sum's tree over the block. So AdamW, which reads every gradient anyway, can write the partial sums itself
+ * when it needs no norm first (no clipping), bit for bit those of the pass it saves. sum_squares_kernel takes
+ * NORM_CHUNKS_PER_BLOCK chunks a block (a thread's loads in flight) and reduces them as block_sum would each one.
+ */
+#define ADAMW_CHUNK (ADAMW_THREADS * 4)
+#define NORM_CHUNK ADAMW_CHUNK
+#define NORM_CHUNKS_PER_BLOCK 16
+#define NORM_SLICES_MAX 12     // a layer's gradient tensors
+#define NORM_FINISH_THREADS 1024
+#define NORM_FOLD (NORM_FINISH_THREADS * 4) // partial sums one block of the finish adds (grad_sum_partials)
 
 typedef struct {
     const float *p[NORM_SLICES_MAX];
@@ -65,38 +71,54 @@ static void norm_group_add(NormGroup *g, const float *p, size_t n) {
 
 static inline int norm_group_chunks(const NormGroup *g) { return g->count ? g->chunk_end[g->count - 1] : 0; }
 
-// One block per chunk: partial[block] = sum of squares of that chunk.
-__global__ void __launch_bounds__(NORM_THREADS) sum_squares_kernel(float *partial, NormGroup g) {
-    __shared__ float red[WARP_SIZE];
-    const int2 sc = block_span_chunk(g);
-    const int k = sc.x;
-    size_t first = (size_t)sc.y * (NORM_CHUNK / 4);
-    size_t end = min(first + NORM_CHUNK / 4, g.n[k] / 4);
-    const float4 *g4 = reinterpret_cast<const float4 *>(g.p[k]);
-    float s = 0.0f;
+// x.x^2 + x.y^2 + x.z^2 + x.w^2 as one fixed sequence of rounded operations (no contraction left to the compiler,
+// which could choose differently in two kernels), so that every kernel that sums squares gets the same bits.
+__device__ __forceinline__ float sum_squares4(float4 x) {
+    return __fmaf_rn(x.w, x.w, __fmaf_rn(x.z, x.z, __fmaf_rn(x.y, x.y, __fmul_rn(x.x, x.x))));
+}
+
+// partial[c] = the sum of squares of chunk c of the group, NORM_CHUNKS_PER_BLOCK chunks a block of ADAMW_THREADS:
+// thread t holds float4 t of each, and each chunk's sums are added as block_sum adds them (a warp's butterfly, then
+// the warps' sums, zero-padded to a warp, by the same butterfly).
+__global__ void __launch_bounds__(ADAMW_THREADS) sum_squares_kernel(float *partial, NormGroup g) {
+    __shared__ float red[NORM_CHUNKS_PER_BLOCK][WARP_SIZE];
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, nwarps = ADAMW_THREADS / WARP_SIZE;
+    const int first = blockIdx.x * NORM_CHUNKS_PER_BLOCK, chunks = g.chunk_end[g.count - 1];
+    float sq[NORM_CHUNKS_PER_BLOCK];
 #pragma unroll
-    for (int v = 0; v < NORM_VECS_PER_THREAD; v++) {
-        size_t i = first + v * NORM_THREADS + threadIdx.x;
-        if (i < end) {
-            float4 x = g4[i];
-            s += x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w;
+    for (int j = 0; j < NORM_CHUNKS_PER_BLOCK; j++) {
+        sq[j] = 0.0f;
+        if (first + j < chunks) {
+            int2 sc = span_chunk(g, first + j);
+            size_t i = (size_t)sc.y * ADAMW_THREADS + threadIdx.x;
+            if (i < g.n[sc.x] / 4) { sq[j] = sum_squares4(reinterpret_cast<const float4 *>(g.p[sc.x])[i]); }
         }
     }
-    s = block_sum(s, red);
-    if (threadIdx.x == 0) { partial[blockIdx.x] = s; }
+#pragma unroll
+    for (int j = 0; j < NORM_CHUNKS_PER_BLOCK; j++) {
+        float x = warp_sum(sq[j]);
+        if (lane == 0) { red[j][warp] = x; }
+    }
+    __syncthreads();
+    for (int j = warp; j < NORM_CHUNKS_PER_BLOCK; j += nwarps) {
+        float x = warp_sum(lane < nwarps ? red[j][lane] : 0.0f);
+        if (lane == 0 && first + j < chunks) { partial[first + j] = x; }
+    }
 }
 
 // partial[0 .. norm_group_chunks(g)) for the group.
 // A group can be empty: a ZeRO-1 rank that owns none of it.
 static void grad_norm_partials(float *partial, const NormGroup *g, cudaStream_t stream) {
-    if (norm_group_chunks(g) == 0) { return; }
-    sum_squares_kernel<<<norm_group_chunks(g), NORM_THREADS, 0, stream>>>(partial, *g);
+    int chunks = norm_group_chunks(g);
+    if (chunks == 0) { return; }
+    int blocks = (chunks + NORM_CHUNKS_PER_BLOCK - 1) / NORM_CHUNKS_PER_BLOCK;
+    sum_squares_kernel<<<blocks, ADAMW_THREADS, 0, stream>>>(partial, *g);
     cudaCheckLaunch();
 }
 
-// The sum of parts partial sums, on thread 0 (the others get 0): each thread adds a fixed stride of them in double,
-// then a fixed tree over the block.
-__device__ __forceinline__ double partials_sum(const float *partial, int parts) {
+// The sum of parts values (float partial sums, or double folds of them), on thread 0 (the others get 0): each thread
+// adds a fixed stride of them in double, then a fixed tree over the block.
+template <typename T> __device__ __forceinline__ double partials_sum(const T *partial, int parts) {
     __shared__ double red[WARP_SIZE];
     int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
     double s = 0.0;
@@ -110,45 +132,44 @@ __device__ __forceinline__ double partials_sum(const float *partial, int parts) 
     return s;
 }
 
+// One block per NORM_FOLD partial sums: fold[b] = their sum.
+__global__ void __launch_bounds__(NORM_FINISH_THREADS)
+    fold_partials_kernel(double *fold, const float *partial, int parts) {
+    int first = blockIdx.x * NORM_FOLD;
+    double s = partials_sum(partial + first, min(NORM_FOLD, parts - first));
+    if (threadIdx.x == 0) { fold[blockIdx.x] = s; }
+}
+
+// One block: the sum of the folds.
+__global__ void __launch_bounds__(NORM_FINISH_THREADS) sum_folds_kernel(double *sum_squares, const double *fold,
+                                                                       int folds) {
+    double s = partials_sum(fold, folds);
+    if (threadIdx.x == 0) { *sum_squares = s; }
+}
+
+// The doubles of scratch grad_sum_partials needs for parts partial sums (one fold of none for an empty part).
+static inline int norm_folds(int parts) { return parts == 0 ? 1 : (parts + NORM_FOLD - 1) / NORM_FOLD; }
+
+// *sum_squares = the sum of partial[0 .. parts) in double, in a fixed order (folds of NORM_FOLD in parallel, then
+// those): the squared norm of the gradients the partial sums cover. fold: norm_folds(parts) doubles of scratch.
+static void grad_sum_partials(double *sum_squares, const float *partial, int parts, double *fold,
+                              cudaStream_t stream) {
+    int folds = norm_folds(parts);
+    fold_partials_kernel<<<folds, NORM_FINISH_THREADS, 0, stream>>>(fold, partial, parts);
+    cudaCheckLaunch();
+    sum_folds_kernel<<<1, NORM_FINISH_THREADS, 0, stream>>>(sum_squares, fold, folds);
+    cudaCheckLaunch();
+}
+
 // norm_clip[0] = norm, norm_clip[1] = the clip factor AdamW multiplies the gradient by.
-__device__ __forceinline__ void set_norm_clip(float *norm_clip, double sum_squares, float grad_clip) {
-    float norm = (float)sqrt(sum_squares);
+__global__ void grad_norm_from_sum_kernel(float *norm_clip, const double *sum_squares, float grad_clip) {
+    float norm = (float)sqrt(*sum_squares);
     norm_clip[0] = norm;
     norm_clip[1] = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;
 }
 
-// One block: the norm and clip factor from the partial sums of all gradients.
-__global__ void __launch_bounds__(NORM_FINISH_THREADS)
-    grad_norm_finish_kernel(float *norm_clip, const float *partial, int parts, float grad_clip) {
-    double s = partials_sum(partial, parts);
-    if (threadIdx.x == 0) { set_norm_clip(norm_clip, s, grad_clip); }
-}
-
-// partial: the partial sums of all groups, parts of them.
-static void grad_norm_finish(float *norm_clip, const float *partial, int parts, float grad_clip, cudaStream_t stream) {
-    grad_norm_finish_kernel<<<1, NORM_FINISH_THREADS, 0, stream>>>(norm_clip, partial, parts, grad_clip);
-    cudaCheckLaunch();
-}
-
-/*
- * The same norm in two steps, for a rank that holds a slice of the gradients (ZeRO-1): the sum of squares of its
- * slice (grad_sum_partials), which the caller sums over the ranks in between, then the norm (grad_norm_from_sum).
- */
-__global__ void __launch_bounds__(NORM_FINISH_THREADS)
-    sum_partials_kernel(double *sum_squares, const float *partial, int parts) {
-    double s = partials_sum(partial, parts);
-    if (threadIdx.x == 0) { *sum_squares = s; }
-}
-
-__global__ void grad_norm_from_sum_kernel(float *norm_clip, const double *sum_squares, float grad_clip) {
-    set_norm_clip(norm_clip, *sum_squares, grad_clip);
-}
-
-static void grad_sum_partials(double *sum_squares, const float *partial, int parts, cudaStream_t stream) {
-    sum_partials_kernel<<<1, NORM_FINISH_THREADS, 0, stream>>>(sum_squares, partial, parts);
-    cudaCheckLaunch();
-}
-
+// The norm and clip factor from the squared norm (grad_sum_partials'; a rank that holds a part of the gradients, as
+// under ZeRO-1, sums its part over the ranks in between).
 static void grad_norm_from_sum(float *norm_clip, const double *sum_squares, float grad_clip, cudaStream_t stream) {
     grad_norm_from_sum_kernel<<<1, 1, 0, stream>>>(norm_clip, sum_squares, grad_clip);
     cudaCheckLaunch();
@@ -161,10 +182,11 @@ typedef struct {
 /*
  * AdamW of one parameter group (a layer's tensors, or the rest) in one launch: a layer has a dozen tensors, half of
  * them vectors of a few thousand floats, and a launch each cost more than their update. The group's spans are cut
- * into chunks of ADAMW_CHUNK parameters (4 consecutive ones per thread), one block each.
+ * into chunks of ADAMW_CHUNK parameters (4 consecutive ones per thread), one block each: short blocks, which the
+ * backward's GEMMs, on streams of higher priority, never wait long behind. Where the update needs no norm first
+ * (no clipping), a block can also write its chunk's partial sum of squares of the gradient, the norm's
+ * (sum_squares_kernel's bits: see "The norm in pieces").
  */
-#define ADAMW_CHUNK (ADAMW_THREADS * 4)
-
 typedef struct {
     size_t begin[NORM_SLICES_MAX];   // the span's first parameter (in p, g and copy)
     size_t moments[NORM_SLICES_MAX]; // and its first moment (in m and v: the owned slice under ZeRO-1)
@@ -173,6 +195,9 @@ typedef struct {
     int copy[NORM_SLICES_MAX];       // write the span's compute-precision copy (not an FP8 weight: its copy is cast)
     uint8_t *fp8[NORM_SLICES_MAX];   // an FP8 weight under delayed scaling: its E4M3 codes (adamw_group_fp8), or NULL
     int fp8_tensor[NORM_SLICES_MAX]; // and its tensor (fp8_tensor)
+    int norm_part[NORM_SLICES_MAX];  // where the span's first chunk's partial sum of squares goes in the norm's
+                                     // partial sums (its other chunks' follow), or -1: the norm does not count it
+                                     // (adamw_group_norm)
     int chunk_end[NORM_SLICES_MAX];  // chunk_end_append
     int count;
 } AdamWGroup;
@@ -205,6 +230,7 @@ static void adamw_group_add(AdamWGroup *g, size_t begin, size_t moments, size_t 
     g->n[k] = n;
     g->weight_decay[k] = weight_decay;
     g->copy[k] = copy;
+    g->norm_part[k] = -1;
     chunk_end_append(g->chunk_end, k, n, ADAMW_CHUNK);
 }
 
@@ -216,23 +242,31 @@ static void adamw_group_fp8(AdamWGroup *g, uint8_t *codes, int t) {
     g->fp8_tensor[g->count - 1] = t;
 }
 
+// The last span added writes the partial sums of squares of its gradient from index `part` of the norm's partial
+// sums on (adamw_update's norm_partials), where grad_norm_partials would write them.
+static void adamw_group_norm(AdamWGroup *g, int part) { g->norm_part[g->count - 1] = part; }
+
 // copy (the compute-precision weights) is NULL when the GEMMs read the master weights themselves (fp32 mode); a span
-// without its copy flag leaves it alone. clip_factor: the clip factor on the device (grad_norm_finish's), or NULL for
-// an update that does not clip (a factor of 1, the same bits, known before the norm).
+// without its copy flag leaves it alone. clip_factor: the clip factor on the device (grad_norm_from_sum's), or NULL
+// for an update that does not clip (a factor of 1, the same bits, known before the norm). norm_partials: the norm's
+// partial sums, which the spans with a norm_part write, or NULL.
 template <typename T>
 __global__ void __launch_bounds__(ADAMW_THREADS) adamw_kernel(float *p, T *copy, const float *g, float *m, float *v,
                                                               AdamWGroup grp, AdamWStep a, const float *clip_factor,
-                                                              AdamWFp8 f8) {
+                                                              AdamWFp8 f8, float *norm_partials) {
     __shared__ unsigned s_max[WARP_SIZE];
+    __shared__ float s_sum[WARP_SIZE];
     const float clip = clip_factor ? *clip_factor : 1.0f;
-    const int2 sc = block_span_chunk(grp);
+    const int2 sc = span_chunk(grp, blockIdx.x);
     const int k = sc.x;
     size_t j = (size_t)sc.y * ADAMW_CHUNK + threadIdx.x * 4;
     unsigned amax = 0;
+    float squares = 0.0f;
     if (j < grp.n[k]) {
         size_t i = grp.begin[k] + j, mi = grp.moments[k] + j;
         float4 p4 = *reinterpret_cast<float4 *>(p + i), g4 = *reinterpret_cast<const float4 *>(g + i);
         float4 m4 = *reinterpret_cast<float4 *>(m + mi), v4 = *reinterpret_cast<float4 *>(v + mi);
+        squares = sum_squares4(g4);
         float *pp = &p4.x, *gg = &g4.x, *mm = &m4.x, *vv = &v4.x;
         for (int e = 0; e < 4; e++) {
             float gi = gg[e] * clip;
@@ -262,16 +296,22 @@ __global__ void __launch_bounds__(ADAMW_THREADS) adamw_kernel(float *p, T *copy,
         amax = block_max_bits(amax, s_max);
         if (threadIdx.x == 0) { atomicMax(f8.amax_step + grp.fp8_tensor[k], amax); }
     }
+    if (norm_partials && grp.norm_part[k] >= 0) {
+        squares = block_sum(squares, s_sum);
+        if (threadIdx.x == 0) { norm_partials[grp.norm_part[k] + sc.y] = squares; }
+    }
 }
 
 // An empty group (a ZeRO-1 rank that owns none of it) launches nothing. f8: where the spans with FP8 codes
-// (adamw_group_fp8) get their scales.
+// (adamw_group_fp8) get their scales. norm_partials: where the spans with a norm part (adamw_group_norm) write their
+// partial sums of squares, or NULL (none written).
 template <typename T>
 static void adamw_update(float *p, T *copy, const float *g, float *m, float *v, const AdamWGroup *grp,
-                         AdamWStep a, const float *clip_factor, AdamWFp8 f8, cudaStream_t stream) {
+                         AdamWStep a, const float *clip_factor, AdamWFp8 f8, float *norm_partials,
+                         cudaStream_t stream) {
     int blocks = adamw_group_chunks(grp);
     if (blocks == 0) { return; }
-    adamw_kernel<<<blocks, ADAMW_THREADS, 0, stream>>>(p, copy, g, m, v, *grp, a, clip_factor, f8);
+    adamw_kernel<<<blocks, ADAMW_THREADS, 0, stream>>>(p, copy, g, m, v, *grp, a, clip_factor, f8, norm_partials);
     cudaCheckLaunch();
 }
 

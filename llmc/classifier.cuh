@@ -4,9 +4,10 @@
  * Row n of the logits z (Vp wide; only the first V columns are real tokens):
  *   lse = log sum_{v<V} exp(z_v),  loss_n = lse - z_{target},  dz_v = dloss * (exp(z_v - lse) - [v == target])
  * for v < V, and dz_v = 0 for the padded columns, which the softmax never sees. The gradient overwrites the logits,
- * so no fp32 copy of a (N, Vp) tensor ever exists. Per-token losses are written in fp32; loss_sum_kernel sums a prefix
- * of them (a training micro-batch's all, a validation micro-batch's rows that are not padding) in a fixed order
- * (deterministic) for the host.
+ * so no fp32 copy of a (N, Vp) tensor ever exists; the trainer runs it on a chunk of rows at a time (train_gpt.cu's
+ * gpt_head, llmc/head_chunks.h), so not even the logits of all N rows exist at once. Per-token losses are written in
+ * fp32; loss_sum_kernel sums a prefix of them (a training micro-batch's all, a validation micro-batch's rows that are
+ * not padding) in a fixed order (deterministic) for the host.
  *
  * One block per row, the row staged in shared memory (Vp * sizeof(T): 100 KB in bf16), so the logits are read from
  * memory once and written once. Every thread first puts all its 16-byte packs of the row in flight at once

@@ -1,5 +1,5 @@
 /*
- * matmul.cuh: the one path every linear layer takes (the four GEMMs of each block and the tied LM head).
+ * matmul.cuh: the one path every linear layer takes (the four GEMMs of each block and the LM head).
  *
  * A Linear maps x (N, in) to y = x W^T + b, W (out, in) row-major as config.h lays it out. Backward, given
  * dy = dL/dy (N, out):
@@ -588,7 +588,7 @@ static void linear_dgrad(const Linear<T> &lin, T *dinp, const T *dout, const T *
 }
 
 // lin.dw += dout^T inp (written rather than added to when not accumulate): the part of a linear layer's backward
-// that no collective touches (the parts in order: llmc/tensor_parallel.cuh, linear_backward).
+// that no collective touches (the other parts: llmc/tensor_parallel.cuh, linear_backward_*).
 template <typename T>
 static void linear_backward_weight(const Linear<T> &lin, const T *dout, const T *inp, int N, int accumulate,
                                    cudaStream_t stream) {

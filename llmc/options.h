@@ -17,6 +17,7 @@
 
 #include "config.h"
 #include "fp8.h"
+#include "head_chunks.h"
 
 #define OPT_STR_LEN 1024
 
@@ -68,6 +69,7 @@ typedef struct {
     int keep_gelu_layers;        // GPU build: layers (from the first) whose gelu(fc) is kept for backward
     int gemm_search;             // GPU build: time cuBLASLt's candidate algorithms at start-up (else its first)
     int update_in_backward;      // GPU build: without clipping, AdamW of each layer once its gradients are final
+    int logits_mib;              // GPU build: the most logits the LM head holds at once (llmc/head_chunks.h); 0 = all
     // parallel layout (world = DP x GTP x TP)
     int tp, gtp, gtp_prefetch, gtp_materialize, sequence_parallel, zero;
     // CPU build: reference state for the GPU parity test
@@ -195,6 +197,10 @@ static const OptionSpec OPTION_SPECS[] = {
     {"update-in-backward", OPT_INT, OPT_FIELD(update_in_backward), "1", 0, 1, NULL,
      "GPU build, with --grad-clip 0 and not fp8: 1 = update each layer's parameters as soon as its gradients are "
      "final, beside the rest of the backward; 0 = after the backward, as with clipping (the same numbers either way)"},
+    {"logits-mib", OPT_INT, OPT_FIELD(logits_mib), OPT_STRINGIFY(HEAD_CHUNK_BUDGET_MIB), 0, 1 << 22, NULL,
+     "GPU build: the most MiB of logits (rows of the padded vocabulary) held at once: the LM head and the classifier "
+     "run in chunks of whole rows within it, each chunk's head weight gradient adding to the fp32 gradient once "
+     "more (fewer, larger chunks are faster); 0 = all rows at once"},
     {"tp", OPT_INT, OPT_FIELD(tp), "1", 1, 1024, NULL,
      "tensor-parallel degree: at most the model's key/value heads (its heads for GPT-2), dividing its MLP width and "
      "padded vocabulary"},

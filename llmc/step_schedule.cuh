@@ -11,21 +11,25 @@
  * comm_wait_stream (bounded once connected; plain synchronization on one process).
  *
  * The table (stream, priority: what it runs; what it waits for; what it records):
- * compute (g_cuda.stream, highest): the forward, the loss, the backward's kernels and GEMMs, the norm's finish, token
- *   copies. Waits for updated[k] before the forward reads group k (only while an update is pending: updated_wait);
- *   gathered[b] before a GTP weight's first GEMM; a TP chunk's chunk_done or tp_mark where it reads a collective's
- *   result; the norm's sums over DP, TP and GTP ranks where it is split; gelu_recomputed before a recomputing
- *   layer's fc projection backward; fc_bias_done before it writes d fch again; fp8_transposed before the first FP8
- *   input gradient; rs_done[b] before an RS buffer takes another gradient; side_done at the end of the backward
- *   (grads_final_join). Records grads_final_event, dfch_ready, forward_done, norm_done, scalars_ready.
- * side (one below highest): the gradient norm's partial sums per group, on the update's last micro-step. Waits for
- *   the group's ready point: sums_final, or behind it SP's TP sum and the DP sum (reduced[k]). Records side_done.
+ * compute (g_cuda.stream, highest): the forward, the LM head and loss with the head's backward chunk by chunk, the
+ *   backward's kernels and GEMMs, the norm's finish, token copies. Waits for updated[k] before the forward reads
+ *   group k (only while an update is pending: updated_wait); gathered[b] before a GTP weight's first GEMM; a TP
+ *   chunk's chunk_done or tp_mark where it reads a collective's result; the norm's sums over DP, TP and GTP ranks
+ *   where it is split; gelu_recomputed before a recomputing layer's fc projection backward; fc_bias_done before it
+ *   writes d fch again; fp8_transposed before the first FP8 input gradient; rs_done[b] before an RS buffer takes
+ *   another gradient; side_done at the end of the backward (grads_final_join); under the update in backward, the last
+ *   group's updated[k] before the norm's finish (AdamW wrote the partial sums: norm_wait_update). Records
+ *   grads_final_event, dfch_ready, forward_done, norm_done, scalars_ready.
+ * side (one below highest): the gradient norm's partial sums per group, on the update's last micro-step, unless
+ *   AdamW runs in the backward and writes them itself. Waits for the group's ready point: sums_final, or behind it
+ *   SP's TP sum and the DP sum (reduced[k]). Records side_done.
  * sums (one below highest): the fc bias gradient's column sums; the GELU recompute a layer ahead; under delayed FP8
  *   the weights' transposes; the join point of a group's final gradients. Waits for dfch_ready; forward_done (layer
  *   L-1's recompute); updated[k] (transposes); grads_final_event and GTP's rs_mark. Records fc_bias_done,
  *   gelu_recomputed, fp8_transposed, sums_final.
- * update (lowest): AdamW group by group; under current FP8 scaling the weight casts. Waits for norm_done (update
- *   after the backward), or the group's ready point (update in backward). Records updated[k].
+ * update (lowest): AdamW group by group (in the backward also the norm's partial sums); under current FP8 scaling
+ *   the weight casts. Waits for norm_done (update after the backward), or the group's ready point (update in
+ *   backward). Records updated[k].
  * DP (g_comm.dp_stream, highest): the gradient sums of each group over DP/data ranks; ZeRO-1's reduce onto owners
  *   and per-group broadcasts; the loss and stop-flag all-reduces; the fp8 amax all-reduce; the barrier. Waits for
  *   the group's ready point; updated[k] before a broadcast, after which it records updated[k] again.
@@ -155,6 +159,12 @@ static void updated_record(StepSchedule *s, int group) {
 }
 
 static void updated_recorded(StepSchedule *s, int group) { s->update_last = group; }
+
+// Under the update in backward AdamW writes the norm's partial sums: the norm's finish on the compute stream waits for
+// the last group's AdamW, which follows the others on the update stream.
+static void norm_wait_update(StepSchedule *s) {
+    cudaCheck(cudaStreamWaitEvent(g_cuda.stream, s->updated[s->update_last], 0));
+}
 
 // The update's start: the norm is known on the compute stream (norm_done); AdamW after the backward waits for it.
 static void norm_done_record(StepSchedule *s) { cudaCheck(cudaEventRecord(s->norm_done, g_cuda.stream)); }

@@ -196,7 +196,8 @@ static void linear_forward(const Linear<T> &lin, T *out, const T *inp, T *gelu_a
  *   linear_backward_input:  dinp = dout W (times gelu'(gelu_aux) when given: inp was gelu(gelu_aux); in an FP8
  *     fc projection gelu_aux is fc's output, whose activation's backward fp8_linear_dgrad casts), once the
  *     gather is in. Column-parallel under TP, dinp is then summed over the TP group (reduce-scattered under SP: only
- *     this rank's tokens of dinp are valid) on the TP stream, started and not waited for.
+ *     this rank's tokens of dinp are valid) on the TP stream, started and not waited for (linear_backward_input_sum;
+ *     the LM head, which writes dinp a chunk of rows at a time with linear_dgrad, starts it after the last).
  *   linear_backward_weight: lin.dw += dout^T inp (written rather than added to when not accumulate; llmc/matmul.cuh).
  *   linear_backward_join:   the compute stream waits for the sum the input part started (column-parallel, TP).
  * dinp must not alias inp, which the weight gradient reads afterwards.
@@ -213,6 +214,21 @@ template <typename T> static void linear_backward_gather(const Linear<T> &lin, T
     tp->gather_pending = 1;
 }
 
+// The input gradient dinp (N, lin.in) summed over the TP group where the layer is column-parallel (reduce-scattered
+// under SP), started on the TP stream once every row of it is written; linear_backward_join waits for it.
+template <typename T> static void linear_backward_input_sum(const Linear<T> &lin, T *dinp, int N, cudaStream_t stream) {
+    if (!linear_is(lin, LINEAR_COLUMN)) { return; }
+    TensorParallel *tp = lin.tp;
+    const char *what = "the tensor-parallel sum of a column-parallel layer's input gradient";
+    tp_fork(tp, stream);
+    if (tp->sp) {
+        size_t mine = (size_t)(N / tp->size) * lin.in;
+        tp_reduce_scatter(tp, dinp, dinp + tp->rank * mine, mine, what);
+    } else {
+        tp_all_reduce(tp, dinp, (size_t)N * lin.in, what);
+    }
+}
+
 template <typename T>
 static void linear_backward_input(const Linear<T> &lin, T *dinp, const T *dout, const T *inp, const T *gelu_aux, int N,
                                   cudaStream_t stream) {
@@ -224,32 +240,13 @@ static void linear_backward_input(const Linear<T> &lin, T *dinp, const T *dout, 
         tp->gather_pending = 0;
     }
     linear_dgrad(lin, dinp, dout, gelu_aux, N, stream);
-    if (linear_is(lin, LINEAR_COLUMN)) {
-        const char *what = "the tensor-parallel sum of a column-parallel layer's input gradient";
-        tp_fork(tp, stream);
-        if (tp->sp) {
-            size_t mine = (size_t)(N / tp->size) * lin.in;
-            tp_reduce_scatter(tp, dinp, dinp + tp->rank * mine, mine, what);
-        } else {
-            tp_all_reduce(tp, dinp, (size_t)N * lin.in, what);
-        }
-    }
+    linear_backward_input_sum(lin, dinp, N, stream);
 }
 
 template <typename T> static void linear_backward_join(const Linear<T> &lin, cudaStream_t stream) {
     if (linear_is(lin, LINEAR_COLUMN)) {
         tp_join(lin.tp, stream, "the tensor-parallel sum of a column-parallel layer's input gradient");
     }
-}
-
-// All parts in order: the input gradient's TP sum runs beside the layer's own weight gradient.
-template <typename T>
-static void linear_backward(const Linear<T> &lin, T *dinp, const T *dout, const T *inp, const T *gelu_aux, int N,
-                            int accumulate, cudaStream_t stream) {
-    linear_backward_gather(lin, (T *)dout, N, stream);
-    linear_backward_input(lin, dinp, dout, inp, gelu_aux, N, stream);
-    linear_backward_weight(lin, dout, inp, N, accumulate, stream);
-    linear_backward_join(lin, stream);
 }
 
 #endif // LLMC_TENSOR_PARALLEL_CUH

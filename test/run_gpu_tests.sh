@@ -3,7 +3,9 @@
 # writes the CPU build's reference state for small GPT-2 and Llama 3 models (head sizes 64 and 128; in fp32, and in
 # fp8 with each scaling recipe), runs the parity test against each (fp32 and bf16; fp8 with fp32 and with bf16
 # activations), the FP8 kernel test, the attention kernel test (multi-head and grouped-query; plain, and its small
-# shapes under memcheck and racecheck), the AdamW kernel test (its update against fp64), the LayerNorm and RMSNorm
+# shapes under memcheck and racecheck), the AdamW kernel test (its update against fp64, the norm's partial sums it
+# writes against the norm's own pass bit for bit), the LM head in chunks of rows against all rows at once (GPT-2 and a
+# Llama with a 128256 vocabulary, fp32: losses, gradients, logits to fp32 rounding), the LayerNorm and RMSNorm
 # kernel test (plain, memcheck, racecheck), the RoPE and SwiGLU kernel tests (plain, memcheck), resume bit-exactness
 # in bf16 and fp8 (GPT-2 and Llama), and the GTP path on one rank against the plain path in fp32, bf16 and fp8
 # (dev/gtp_check.sh, with compute-sanitizer memcheck and racecheck; GPT-2, and a grouped-query Llama in bf16 and fp8,
@@ -19,7 +21,8 @@ want() { [[ "$1" =~ $GPU_ROWS ]]; }
 LOG_DIR=${LOG_DIR:-$(mktemp -d)}
 mkdir -p "$LOG_DIR"
 make -s train_gpt_cpu train_gpt test/gpubin/test_gpu_parity test/gpubin/test_attention test/gpubin/test_fp8_kernels \
-    test/gpubin/test_layernorm test/gpubin/test_adamw test/gpubin/test_rope test/gpubin/test_swiglu ||
+    test/gpubin/test_layernorm test/gpubin/test_adamw test/gpubin/test_rope test/gpubin/test_swiglu \
+    test/gpubin/test_classifier_chunks ||
     { echo "FAIL build"; exit 1; }
 
 # name, CPU options and GPU modes of each reference model: 20 steps of B 4 x T 64, two micro-steps per step (a row's
@@ -95,6 +98,7 @@ for tool in memcheck racecheck; do
     kernel_row "attention small $tool" compute-sanitizer --tool "$tool" --error-exitcode 9 test/gpubin/test_attention small
 done
 kernel_row adamw test/gpubin/test_adamw
+kernel_row "classifier chunks" test/gpubin/test_classifier_chunks
 kernel_row "fp8 kernels" test/gpubin/test_fp8_kernels
 kernel_row layernorm test/gpubin/test_layernorm
 # the LayerNorm kernels' shared memory, barriers and row groups under compute-sanitizer (a few rows a shape):
@@ -151,8 +155,9 @@ for c in "${GTP_CHECKS[@]}"; do
 done
 
 # the update in backward (--grad-clip 0) against the update after it, bit for bit: each row "PRECISION [TOOL][|OPTIONS]"
-# (dev/update_check.sh's OPTS); one micro-step a step too (the gradients written, not added to, before AdamW reads them)
-UPDATE_CHECKS=("fp32" "bf16 memcheck" "bf16|--total-batch-tokens 256")
+# (dev/update_check.sh's OPTS); one micro-step a step too (the gradients written, not added to, before AdamW reads them),
+# and the LM head in chunks of a few rows (their weight gradients summed in order, bit for bit again on resume)
+UPDATE_CHECKS=("fp32" "bf16 memcheck" "bf16|--total-batch-tokens 256" "bf16|--logits-mib 1")
 for c in "${UPDATE_CHECKS[@]}"; do
     IFS='|' read -r spec opts <<<"$c"
     read -r prec tool <<<"$spec"

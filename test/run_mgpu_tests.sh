@@ -6,7 +6,8 @@
 #    of the LAYOUTS table that this machine has the GPUs for (the others print SKIP), compared by
 #    test/bin/compare_runs: the train loss and the gradient norm of every step, the settings, and every final weight
 #    tensor (see its header: the key biases are held to AdamW's sign-flip bound, other elements to WEIGHT_TOL but for
-#    a stray fraction).
+#    a stray fraction). tp2_head_chunks: TP=2 with the LM head in chunks of a few rows (1 MiB of logits), each chunk's
+#    classifier statistics exchanged over the group and its chunks run between the forward chunks' final norms.
 #    Layouts run under mpirun where it exists, else with torchrun-style variables; DP=2 and TP=2 run once more
 #    with those variables over TCP with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 (the socket transport, as between
 #    nodes). Each layout starts from the one-GPU run's GEMM algorithm choices (see run_layout).
@@ -98,6 +99,7 @@ LAYOUTS=(
     "dp2|2|--zero 0|"
     "dp2_zero1|2|--zero 1|"
     "tp2|2|--tp 2|"
+    "tp2_head_chunks|2|--tp 2 --logits-mib 1|"
     "tp2_sp|2|--tp 2 --sequence-parallel 1|"
     "tp2_sp_b1|2|--tp 2 --sequence-parallel 1 --batch-size 1|"
     "tp4|4|--tp 4|"

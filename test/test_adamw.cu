@@ -1,10 +1,15 @@
 /*
- * test_adamw.cu: the AdamW kernel (llmc/adamw.cuh) against an fp64 AdamW on the host, with the clip factor.
+ * test_adamw.cu: the AdamW kernel (llmc/adamw.cuh) against an fp64 AdamW on the host, with the clip factor, and the
+ * gradient norm's partial sums it writes against the norm's own pass.
  *
  * A group of spans whose lengths end mid-chunk (and one shorter than a chunk), with and without weight decay and the
  * bf16 copy: p, m, v within float rounding of fp64 (2e-6 relative to the terms summed: a handful of float operations,
  * each within 2^-24); the bf16 copy exactly p rounded to bf16 where the span has one, untouched where not; nothing
- * written outside the group's spans.
+ * written outside the group's spans. The norm: the spans but one (a tensor the norm counts on another rank) write
+ * their chunks' partial sums of squares of the unclipped gradient, which must be bit for bit those of
+ * sum_squares_kernel over the same slices (that is what makes the update in backward's norm the update after it's),
+ * within float rounding of fp64 (1e-5: the sums of 1024 squares), and nothing outside them (the uncounted span's); and
+ * grad_sum_partials' double sum of them within 1e-6 of fp64.
  */
 #include <cmath>
 #include <cstdio>
@@ -18,6 +23,9 @@
 #define GUARD 1024         // floats past the group's spans, which AdamW must leave alone
 #define GUARD_VALUE 7.0f
 #define CLIP 0.5f          // the clip factor AdamW reads on the device
+#define PARTIAL_TOL 1e-5   // a chunk's sum of squares against fp64
+#define NORM_TOL 1e-6      // the squared norm, summed in double, against fp64
+#define UNCOUNTED 2        // the span the norm does not count
 
 struct Span {
     size_t n;
@@ -46,28 +54,46 @@ int main(void) {
     }
     AdamWStep step = {1e-3f, 0.9f, 0.95f, 1.0f - 0.9f * 0.9f * 0.9f, 1.0f - 0.95f * 0.95f * 0.95f, 1e-8f};
 
+    float *dp = to_device(p), *dg = to_device(g), *dm = to_device(m), *dv = to_device(v);
     AdamWGroup grp;
+    NormGroup norm;
     memset(&grp, 0, sizeof(grp));
+    memset(&norm, 0, sizeof(norm));
     size_t at = 0;
-    for (const Span &sp : spans) {
-        adamw_group_add(&grp, at, at, sp.n, sp.wd, sp.copy);
-        at += sp.n;
+    std::vector<int> norm_first(spans.size(), -1);
+    for (size_t k = 0; k < spans.size(); k++) {
+        adamw_group_add(&grp, at, at, spans[k].n, spans[k].wd, spans[k].copy);
+        if (k != UNCOUNTED) {
+            norm_first[k] = norm_group_chunks(&norm);
+            norm_group_add(&norm, dg + at, spans[k].n);
+            adamw_group_norm(&grp, norm_first[k]);
+        }
+        at += spans[k].n;
     }
     size_t chunks = 0;
     for (const Span &sp : spans) { chunks += (sp.n + ADAMW_CHUNK - 1) / ADAMW_CHUNK; }
     check(adamw_group_chunks(&grp) == (int)chunks, "adamw_chunks", "the group has %d chunks, its spans %zu",
           adamw_group_chunks(&grp), chunks);
 
-    float *dp = to_device(p), *dg = to_device(g), *dm = to_device(m), *dv = to_device(v);
     float *dclip = to_device(std::vector<float>{CLIP});
     bf16 *dcopy = to_device(std::vector<bf16>(total + GUARD, to_type<bf16>(GUARD_VALUE)));
+    int parts = norm_group_chunks(&norm);
+    float *dguarded = to_device(std::vector<float>(GUARD + parts + GUARD, GUARD_VALUE)), *dparts = dguarded + GUARD;
+    float *dpass = to_device(std::vector<float>(parts, GUARD_VALUE));
+    double *dfold = to_device(std::vector<double>(norm_folds(parts))), *dsum = to_device(std::vector<double>(1));
+    grad_norm_partials(dpass, &norm, g_cuda.stream); // before AdamW, which leaves the gradients as they are
     AdamWFp8 f8;
     memset(&f8, 0, sizeof(f8));
-    adamw_update(dp, dcopy, dg, dm, dv, &grp, step, dclip, f8, g_cuda.stream);
+    adamw_update(dp, dcopy, dg, dm, dv, &grp, step, dclip, f8, dparts, g_cuda.stream);
+    grad_sum_partials(dsum, dparts, parts, dfold, g_cuda.stream);
     cudaCheck(cudaStreamSynchronize(g_cuda.stream));
     std::vector<float> out[3] = {to_host(dp, total + GUARD), to_host(dm, total + GUARD), to_host(dv, total + GUARD)};
     std::vector<bf16> copy = to_host(dcopy, total + GUARD);
-    for (void *q : {(void *)dp, (void *)dg, (void *)dm, (void *)dv, (void *)dclip, (void *)dcopy}) {
+    std::vector<float> guarded = to_host(dguarded, GUARD + parts + GUARD), by_pass = to_host(dpass, parts);
+    const float *by_adamw = guarded.data() + GUARD;
+    double sum = to_host(dsum, 1)[0];
+    for (void *q : {(void *)dp, (void *)dg, (void *)dm, (void *)dv, (void *)dclip, (void *)dcopy, (void *)dguarded,
+                    (void *)dpass, (void *)dfold, (void *)dsum}) {
         cudaCheck(cudaFree(q));
     }
 
@@ -106,5 +132,30 @@ int main(void) {
     check(copy_ok, "adamw_bf16_copy", "the bf16 copy is not the updated p rounded to bf16");
     check(copy_untouched, "adamw_no_copy", "the bf16 copy was written for a span without one");
     check(guard_ok, "adamw_bounds", "AdamW wrote past the group's %zu parameters", total);
+
+    // the norm's partial sums: each chunk's in fp64, then AdamW's against the pass's bit for bit
+    double worst_part = 0, sum_ref = 0;
+    at = 0;
+    for (size_t k = 0; k < spans.size(); k++) {
+        for (size_t c = 0; k != UNCOUNTED && c * NORM_CHUNK < spans[k].n; c++) {
+            double ref = 0;
+            for (size_t e = c * NORM_CHUNK; e < spans[k].n && e < (c + 1) * NORM_CHUNK; e++) {
+                ref += (double)g[at + e] * g[at + e];
+            }
+            worst_part = fmax(worst_part, fabs(by_adamw[norm_first[k] + c] - ref) / ref);
+            sum_ref += ref;
+        }
+        at += spans[k].n;
+    }
+    check(parts > (int)spans.size() && worst_part <= PARTIAL_TOL, "adamw_norm_partials",
+          "%d partial sums, worst relative error %.3e against fp64 > %.1e", parts, worst_part, PARTIAL_TOL);
+    check(memcmp(by_adamw, by_pass.data(), parts * sizeof(float)) == 0, "adamw_norm_partials_bitwise",
+          "AdamW's partial sums of squares differ from sum_squares_kernel's");
+    int parts_guard = 1;
+    for (int i = 0; i < GUARD; i++) { parts_guard &= guarded[i] == GUARD_VALUE && by_adamw[parts + i] == GUARD_VALUE; }
+    check(parts_guard, "adamw_norm_bounds", "AdamW wrote partial sums outside the norm's %d (the uncounted span's?)",
+          parts);
+    check(fabs(sum - sum_ref) <= NORM_TOL * sum_ref, "grad_sum_partials", "squared norm %.9e, fp64 %.9e", sum,
+          sum_ref);
     return test_exit();
 }

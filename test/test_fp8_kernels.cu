@@ -391,7 +391,7 @@ static void test_adamw_fp8(void) {
     adamw_group_add(&grp, 0, 0, n, 0.1f, 0);
     adamw_group_fp8(&grp, codes, t);
     AdamWStep step = {1e-3f, 0.9f, 0.95f, 0.1f, 0.05f, 1e-8f};
-    adamw_update(dp, (bf16 *)NULL, dg, dm, dv, &grp, step, clip, adamw_fp8_of(&d), g_cuda.stream);
+    adamw_update(dp, (bf16 *)NULL, dg, dm, dv, &grp, step, clip, adamw_fp8_of(&d), (float *)NULL, g_cuda.stream);
     cudaCheck(cudaStreamSynchronize(g_cuda.stream));
     float scale = to_host(fp8_scale(&d, t), 1)[0];
     unsigned amax = to_host(d.amax_step + t, 1)[0];
