@@ -1,7 +1,7 @@
 /*
  * train_gpt.cu: training the model llmc/config.h describes (GPT-2, or Llama 3: RMSNorm, RoPE, grouped-query
- * attention, SwiGLU, no biases, a tied or untied LM head) on one GPU or many (data parallel, optionally ZeRO-1; GPT-2
- * also tensor parallel, optionally sequence parallel, and GTP).
+ * attention, SwiGLU, no biases, a tied or untied LM head) on one GPU or many (data parallel, optionally ZeRO-1; tensor
+ * parallel, optionally sequence parallel; GTP; and their combinations).
  *
  * Reads top to bottom: the run-time precision, the model (parameters, activations), forward, backward, the
  * update, and the ModelOps table through which the training loop shared with the CPU build (llmc/trainer.h)
@@ -108,10 +108,11 @@ static double mfu_peak(const char *name, Precision p, double flops, double fp8_f
 
 // Activations for up to maxB x maxT tokens (N = maxB * maxT); per layer where backward needs them. QKV = (NH + 2 KV)
 // HS rows of the fused q, k, v projection (3C for GPT-2), FC the fc layer's outputs (GPT-2: F = 4C; SwiGLU: 2F, gate
-// then up), F the MLP's hidden features (config.h). Under tensor parallelism (GPT-2 only) a rank holds its TP-local
-// features (3C/TP of qkv, NH/TP heads, 4C/TP of the MLP, Vp/TP logits: "/TP" below), and under sequence parallelism
-// the residual stream and norm statistics of its Ns = N/TP tokens only (Ns = N otherwise); norm outputs are (N, C)
-// all the same, as the column-parallel GEMM gathers them there. RMSNorm leaves the mean slot of its statistics unused.
+// then up), F the MLP's hidden features (config.h). Under tensor parallelism a rank holds its TP-local features (the
+// qkv rows of its KV/TP key/value heads and their groups' query heads, those heads' attention, F/TP of each fc part,
+// Vp/TP logits: "/TP" below; llmc/mesh.h), and under sequence parallelism the residual stream and norm statistics of
+// its Ns = N/TP tokens only (Ns = N otherwise); norm outputs are (N, C) all the same, as the column-parallel GEMM
+// gathers them there. RMSNorm leaves the mean slot of its statistics unused.
 template <typename floatX> struct Activations {
     floatX *res;                   // (L+1, Ns, C) residual stream: [0] the embeddings, [l+1] the output of block l
     floatX *res2;                  // (L, Ns, C) residual stream after attention
@@ -441,13 +442,14 @@ template <typename floatX> static void activations_alloc(GPT<floatX> *g) {
     a.scalars = dev_alloc<float>(3, "loss and norm");
 }
 
-template <typename floatX> static void gpt_check_shape(const GPTConfig *c) {
+// m: the rank whose part of the model the kernels run (under TP its MLP features).
+template <typename floatX> static void gpt_check_shape(const GPTConfig *c, const Mesh *m) {
     if (c->channels % Packed<bf16>::N != 0) {
         fail("--width %d must be a multiple of %d on the GPU (16-byte vector loads)", c->channels, Packed<bf16>::N);
     }
     (void)layernorm_shape<floatX>(c->channels); // fails with the reason if LayerNorm cannot take this width
     // the kernels' own checks of the description, before any work
-    if (c->mlp == MLP_SWIGLU) { swiglu_check<floatX>(c->ffn_hidden, 0); }
+    if (c->mlp == MLP_SWIGLU) { swiglu_check<floatX>((int)tp_mlp_features(m, c).count, 0); }
     if (c->pos == POS_ROPE) { rope_check<floatX>(0, 0, config_head_size(c), 0); }
 }
 
@@ -484,7 +486,7 @@ template <typename floatX> static void norm_groups_make(GPT<floatX> *g) {
 template <typename floatX>
 static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, const Fp8Recipe *fp8, const Options *o,
                                const Mesh *mesh, int B, int T) {
-    gpt_check_shape<floatX>(config);
+    gpt_check_shape<floatX>(config, mesh);
     if (T > config->max_seq_len) { fail("sequence length %d exceeds the model's %d", T, config->max_seq_len); }
     GPT<floatX> *g = (GPT<floatX> *)calloc_check(1, sizeof(GPT<floatX>), "GPU model");
     g->config = *config;
@@ -500,11 +502,14 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, con
     Span vocab = tp_vocab_rows(mesh, config);
     g->emb = {(int)vocab.begin, (int)vocab.count, config->pos == POS_LEARNED && mesh->tp_rank == 0};
     g->heads = (int)tp_heads(mesh, config).count;
-    g->kv_heads = g->heads / (config->num_heads / config->num_kv_heads); // TP (GPT-2 only) splits both alike
+    g->kv_heads = (int)tp_kv_heads(mesh, config).count;
     g->attn = (int)tp_attention_channels(mesh, config).count;
-    g->qkv = (g->heads + 2 * g->kv_heads) * config_head_size(config);
-    g->mlp = config_fc_rows(config) / mesh->tp;
-    g->ffn = config->ffn_hidden / mesh->tp;
+    g->ffn = (int)tp_mlp_features(mesh, config).count;
+    size_t rows, cols; // the fused projections' outputs: this rank's rows of qkv and fc
+    param_tp_shape(config, mesh, P_QKVW, &rows, &cols);
+    g->qkv = (int)rows;
+    param_tp_shape(config, mesh, P_FCW, &rows, &cols);
+    g->mlp = (int)rows;
     param_layout_local(config, mesh, &g->tp_layout);
     param_layout_gtp(config, mesh, &g->layout);
     size_t gathered = 0;
@@ -1656,7 +1661,8 @@ static ModelOps make_gpu_model(const GPTConfig *config, const Options *opts, con
 // there).
 static void gpu_check_model(const GPTConfig *config) {
     attention_check_args(1, 1, config->num_heads, config->num_kv_heads, config_head_size(config), 0);
-    gpt_check_shape<bf16>(config);
+    Mesh one = mesh_make(1, 0, 1, 1);
+    gpt_check_shape<bf16>(config, &one);
 }
 
 #ifndef TESTING

@@ -9,9 +9,11 @@
  * the G ranks of the GTP group: rank g keeps rows [g S, (g + 1) S) with S = ceil(rows / G). Where G does not divide
  * rows, the rows past the end are padding: zeros in the weights, their gradients and AdamW's moments, which stay
  * zero (AdamW moves an element by its gradient and by decay of its own value, both zero), so the all-gather of the
- * G shards is always G equal blocks and the materialized weight is its first rows x cols elements. Every other
- * tensor (LayerNorms, biases, wte, wpe) stays whole on every GTP rank, as in Megatron's GTP: small, or (wte) read by
- * both the embedding and the LM head, so it would be gathered twice a pass.
+ * G shards is always G equal blocks and the materialized weight is its first rows x cols elements. The rows are the
+ * TP-local ones whatever they hold (a Llama's grouped-query QKV parts, SwiGLU's gate and up: llmc/mesh.h). Every
+ * other tensor (the norms, biases, wte, wpe, an untied lmhead) stays whole on every GTP rank, as in Megatron's GTP:
+ * small, or read outside the blocks (wte by both the embedding and a tied LM head, so it would be gathered twice a
+ * pass); a tensor the model lacks (a Llama's biases) has no rows on any rank.
  *
  * Layout. A GTP rank's flat buffer holds the tensors in config.h's order, each its TP-local one (llmc/tp_layout.h)
  * but for the sharded matrices, whose layer l is S x cols elements (its shard, padding included): layer-major as

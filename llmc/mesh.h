@@ -13,20 +13,24 @@
  * the tokens of a global batch (the loss, validation, the gradients of the tensors GTP leaves whole) sums over the
  * data group; the DP group only replicates GTP's shards.
  *
- * Sharding, per layer (a linear weight is (out, in) row-major and computes y = x W^T + b), for GPT-2 (mesh_validate
- * refuses TP and GTP for other architectures):
- *   column-parallel (fc; wte / LM head over the padded vocabulary): rank tp holds rows
- *     [tp * out/TP, (tp+1) * out/TP) of W and the same entries of b.
- *   QKV: the fused (3C, C) weight is [Q; K; V], C rows each, head h owning rows [h*hs, (h+1)*hs) of each part.
- *     Rank tp holds heads [h0, h0 + nh) (balanced_split: NH/TP each, the first NH % TP ranks one more, since
- *     GPT-2 1558M's 25 heads do not divide by 2); its (3 nh hs, C) weight is [Q_l; K_l; V_l]:
- *       local row part * nh hs + j  <->  global row part * C + h0 hs + j   (part 0,1,2 = q,k,v; j < nh hs)
- *     so the local tensor is itself a fused QKV of nh heads and the attention kernel runs unchanged.
- *   row-parallel (fc2): rank tp holds columns [tp * in/TP, (tp+1) * in/TP); attn proj: the columns of its heads,
- *     [h0 hs, (h0 + nh) hs). The bias is replicated (added once, after the all-reduce).
- *   replicated: wpe, the LayerNorms, the row-parallel biases.
- * GTP then splits the block linear layers' TP-local weight matrices along their first dimension, padded where it
- * does not divide (llmc/gtp_plan.h).
+ * Sharding, per layer (a linear weight is (out, in) row-major and computes y = x W^T + b), Megatron's, for GPT-2 and
+ * Llama alike (GPT-2 is the case KV = NH of the grouped-query arithmetic, with one fc part):
+ *   heads: the KV key/value heads split as evenly as they go (balanced_split: KV/TP each, the first KV % TP ranks one
+ *     more, since GPT-2 1558M's 25 heads do not divide by 2); rank tp holds KV heads [kv0, kv0 + kvl) and the query
+ *     heads of their groups, [g kv0, g (kv0 + kvl)), g = NH / KV (query head h reads KV head h / g).
+ *   QKV: the fused ((NH + 2 KV) hs, C) weight is [Q; K; V] of NH, KV, KV heads, head h owning rows [h hs, (h+1) hs)
+ *     of its part. Rank tp's weight is [Q_l; K_l; V_l] of g kvl, kvl, kvl heads, itself a fused grouped-query QKV,
+ *     so the attention and RoPE kernels run unchanged on the local head counts.
+ *   fc: rows [F] (GELU) or [gate F; up F] (SwiGLU); rank tp holds the rows of its even span of F in each part,
+ *     [gate span; up span], so SwiGLU runs locally on F/TP features.
+ *   wte and an untied LM head (lmhead): rows [tp * Vp/TP, (tp+1) * Vp/TP) of the padded vocabulary.
+ *   row-parallel: fc2 the columns of its span of F; attn proj the channels of its query heads, [g kv0 hs,
+ *     g (kv0 + kvl) hs). Their biases are replicated (added once, after the all-reduce).
+ *   replicated: wpe, the norms, the row-parallel biases.
+ * So a TP-local tensor of a row split is up to TP_MAX_ROW_PARTS runs of consecutive global rows (tp_rows: QKV's
+ * three, SwiGLU fc's two, one for the others), which is the one map every layout, checkpoint and initialization goes
+ * through. GTP then splits the block linear layers' TP-local weight matrices along their first dimension, padded
+ * where it does not divide (llmc/gtp_plan.h).
  * mesh_validate() checks that every TP split is exact before any work starts.
  */
 #ifndef LLMC_MESH_H
@@ -119,82 +123,126 @@ static inline Span balanced_split(size_t n, int parts, int index) {
     return s;
 }
 
-static inline Span tp_column_parallel_rows(const Mesh *m, size_t out) { return even_split(out, m->tp, m->tp_rank); }
-static inline Span tp_row_parallel_cols(const Mesh *m, size_t in) { return even_split(in, m->tp, m->tp_rank); }
+// Key/value heads of this rank, and the query heads of their groups.
+static inline Span tp_kv_heads(const Mesh *m, const GPTConfig *c) {
+    return balanced_split((size_t)c->num_kv_heads, m->tp, m->tp_rank);
+}
 static inline Span tp_heads(const Mesh *m, const GPTConfig *c) {
-    return balanced_split((size_t)c->num_heads, m->tp, m->tp_rank);
+    Span kv = tp_kv_heads(m, c);
+    size_t g = (size_t)(c->num_heads / c->num_kv_heads);
+    Span s = {g * kv.begin, g * kv.count};
+    return s;
 }
 
-// Channels of this rank's heads: its part of q, k, v and of the attention output (attn proj's input columns).
+// Channels of this rank's query heads: its part of the attention output (attn proj's input columns).
 static inline Span tp_attention_channels(const Mesh *m, const GPTConfig *c) {
     Span h = tp_heads(m, c);
-    size_t hs = (size_t)(c->channels / c->num_heads);
+    size_t hs = (size_t)config_head_size(c);
     Span s = {h.begin * hs, h.count * hs};
     return s;
 }
 
-// Rows of the padded vocabulary (of wte and of the logits) this rank holds; rows >= vocab_size are padding.
+// This rank's MLP hidden features: rows of each fc part, columns of fc2.
+static inline Span tp_mlp_features(const Mesh *m, const GPTConfig *c) {
+    return even_split((size_t)c->ffn_hidden, m->tp, m->tp_rank);
+}
+
+// Rows of the padded vocabulary (of wte, lmhead and the logits) this rank holds; rows >= vocab_size are padding.
 static inline Span tp_vocab_rows(const Mesh *m, const GPTConfig *c) {
     return even_split((size_t)c->padded_vocab_size, m->tp, m->tp_rank);
 }
 
 #define QKV_PARTS 3 // q, k, v
+#define TP_MAX_ROW_PARTS QKV_PARTS
 
 // Global rows of part (0 = q, 1 = k, 2 = v) of the fused QKV weight this rank holds: its heads' rows.
 static inline Span tp_qkv_rows(const Mesh *m, const GPTConfig *c, int part) {
-    Span s = tp_attention_channels(m, c);
-    s.begin += (size_t)part * (size_t)c->channels;
+    size_t hs = (size_t)config_head_size(c), NH = (size_t)c->num_heads, KV = (size_t)c->num_kv_heads;
+    Span h = part == 0 ? tp_heads(m, c) : tp_kv_heads(m, c);
+    size_t first_head = part == 0 ? 0 : part == 1 ? NH : NH + KV; // of the part, in the fused weight
+    Span s = {(first_head + h.begin) * hs, h.count * hs};
     return s;
 }
 
-// The input columns of a row-parallel tensor this rank holds (attn proj: its heads' channels; fc2: an even split).
-static inline Span tp_cols(const Mesh *m, const GPTConfig *c, int t, size_t cols) {
-    return t == P_ATTPROJW ? tp_attention_channels(m, c) : tp_row_parallel_cols(m, cols);
-}
-
-typedef enum { TP_REPLICATED, TP_ROWS, TP_QKV_ROWS, TP_COLS } TPSplit;
+typedef enum { TP_REPLICATED, TP_ROWS, TP_COLS } TPSplit;
 
 static inline TPSplit param_tp_split(int t) {
     switch (t) {
-    case P_WTE: case P_LMHEAD: case P_FCW: case P_FCB: return TP_ROWS;
-    case P_QKVW: case P_QKVB: return TP_QKV_ROWS;
+    case P_WTE: case P_LMHEAD: case P_QKVW: case P_QKVB: case P_FCW: case P_FCB: return TP_ROWS;
     case P_ATTPROJW: case P_FCPROJW: return TP_COLS;
     default: return TP_REPLICATED;
     }
 }
 
+// The global rows (of one layer) that this rank's rows of a tensor are, in local order: parts of consecutive rows.
+typedef struct {
+    int count;
+    Span part[TP_MAX_ROW_PARTS];
+} TpRows;
+
+static inline TpRows tp_rows(const Mesh *m, const GPTConfig *c, int t) {
+    size_t rows, cols;
+    param_layer_shape(c, t, &rows, &cols);
+    TpRows r;
+    memset(&r, 0, sizeof(r));
+    r.count = 1;
+    r.part[0].count = rows; // whole: a tensor TP does not split by rows, and one the model lacks (no rows)
+    if (rows == 0 || param_tp_split(t) != TP_ROWS) { return r; }
+    if (param_is_vocab(t)) {
+        r.part[0] = tp_vocab_rows(m, c);
+    } else if (t == P_QKVW || t == P_QKVB) {
+        r.count = QKV_PARTS;
+        for (int p = 0; p < QKV_PARTS; p++) { r.part[p] = tp_qkv_rows(m, c, p); }
+    } else { // fc: F rows, or SwiGLU's gate then up, F each
+        Span f = tp_mlp_features(m, c);
+        r.count = config_fc_rows(c) / c->ffn_hidden;
+        for (int p = 0; p < r.count; p++) {
+            r.part[p].begin = (size_t)p * (size_t)c->ffn_hidden + f.begin;
+            r.part[p].count = f.count;
+        }
+    }
+    return r;
+}
+
+static inline size_t tp_rows_count(const TpRows *r) {
+    size_t n = 0;
+    for (int p = 0; p < r->count; p++) { n += r->part[p].count; }
+    return n;
+}
+
+// Global row of local row j (the parts' rows one after the other).
+HOST_DEVICE static inline size_t tp_rows_global(const TpRows *r, size_t j) {
+    int p = 0;
+    while (p + 1 < r->count && j >= r->part[p].count) { j -= r->part[p++].count; }
+    return r->part[p].begin + j;
+}
+
+// The input columns of a row-parallel tensor this rank holds (attn proj: its query heads' channels; fc2: its MLP
+// features); every column of any other tensor.
+static inline Span tp_cols(const Mesh *m, const GPTConfig *c, int t) {
+    size_t rows, cols;
+    param_layer_shape(c, t, &rows, &cols);
+    Span all = {0, cols};
+    if (param_tp_split(t) != TP_COLS) { return all; }
+    return t == P_ATTPROJW ? tp_attention_channels(m, c) : tp_mlp_features(m, c);
+}
+
 // Shape of this rank's TP-local slice of one layer of tensor t.
 static inline void param_tp_shape(const GPTConfig *c, const Mesh *m, int t, size_t *rows, size_t *cols) {
-    param_layer_shape(c, t, rows, cols);
-    if (m->tp == 1) { return; } // whole: also a QKV of unequal parts (grouped-query) and a tensor the model lacks
-    switch (param_tp_split(t)) {
-    case TP_ROWS: *rows /= (size_t)m->tp; break;
-    case TP_QKV_ROWS: *rows = QKV_PARTS * tp_attention_channels(m, c).count; break;
-    case TP_COLS: *cols = tp_cols(m, c, t, *cols).count; break;
-    default: break;
-    }
+    TpRows r = tp_rows(m, c, t);
+    *rows = tp_rows_count(&r);
+    *cols = tp_cols(m, c, t).count;
 }
 
 // Global (per-layer) row of TP-local row r of tensor t.
 static inline size_t tp_global_row(const Mesh *m, const GPTConfig *c, int t, size_t r) {
-    size_t rows, cols;
-    param_layer_shape(c, t, &rows, &cols);
-    if (m->tp == 1) { return r; } // as param_tp_shape
-    switch (param_tp_split(t)) {
-    case TP_ROWS: return tp_column_parallel_rows(m, rows).begin + r;
-    case TP_QKV_ROWS: {
-        size_t per_part = tp_attention_channels(m, c).count;
-        return tp_qkv_rows(m, c, (int)(r / per_part)).begin + r % per_part;
-    }
-    default: return r;
-    }
+    TpRows rows = tp_rows(m, c, t);
+    return tp_rows_global(&rows, r);
 }
 
 // Global (per-layer) column of TP-local column k of tensor t.
 static inline size_t tp_global_col(const Mesh *m, const GPTConfig *c, int t, size_t k) {
-    size_t rows, cols;
-    param_layer_shape(c, t, &rows, &cols);
-    return param_tp_split(t) == TP_COLS ? tp_cols(m, c, t, cols).begin + k : k;
+    return tp_cols(m, c, t).begin + k;
 }
 
 // Index in the full (all-layer, unsplit) tensor t of TP-local element (r, k) of layer l: the element index
@@ -219,24 +267,35 @@ static inline void mesh_check_world(const Mesh *m) {
 
 static inline void mesh_validate(const Mesh *m, const GPTConfig *c, const Options *o) {
     mesh_check_world(m);
-    // The splits below are GPT-2's: a fused QKV of three equal parts, fc rows of one GELU MLP, the LM head in wte.
-    if (c->arch != ARCH_GPT2 && (m->tp > 1 || options_gtp_path(o))) {
-        fail("--arch %s does not run under --tp or --gtp yet (their splits are GPT-2's); pass --tp 1 --gtp 1",
-             ARCH_NAMES[c->arch]);
+    // Heads (QKV, attention, attn proj columns) split by their key/value heads, as evenly as they go; every rank
+    // needs one. GPT-2's heads are each a key/value head.
+    if (c->num_kv_heads < m->tp) {
+        fail("--tp %d exceeds the model's %d key/value heads (each TP rank needs one): use --tp <= %d, and --gtp or "
+             "data parallelism for more GPUs", m->tp, c->num_kv_heads, c->num_kv_heads);
     }
-    // Heads (QKV, attention, attn proj columns) split as evenly as they go; every rank needs one.
-    if (c->num_heads < m->tp) {
-        fail("attention heads = %d cannot be split over --tp %d ranks (each needs at least one head): lower --tp or "
-             "change the model size", c->num_heads, m->tp);
-    }
-    // Every other dimension that TP splits must divide: the MLP width (fc rows, fc2 columns), the padded
-    // vocabulary (wte / LM head rows).
-    struct { const char *what; int n; } tp_dims[] = {{"MLP width (4 x channels)", 4 * c->channels},
+    // Every other dimension that TP splits must divide: the MLP width (each fc part's rows, fc2's columns), the
+    // padded vocabulary (wte / LM head rows).
+    struct { const char *what; int n; } tp_dims[] = {{"MLP width", c->ffn_hidden},
                                                     {"padded vocabulary", c->padded_vocab_size}};
     for (size_t i = 0; i < sizeof(tp_dims) / sizeof(tp_dims[0]); i++) {
         if (tp_dims[i].n % m->tp != 0) {
             fail("%s = %d is not divisible by --tp %d: choose a --tp that divides it or change the model size",
                  tp_dims[i].what, tp_dims[i].n, m->tp);
+        }
+    }
+    // fp8: every rank's parts of the block linear layers are FP8 GEMM operands, which are read in 16-byte rows
+    // (options_validate_fp8 checks the whole model's).
+    for (int r = 0; r < m->tp && options_fp8(o); r++) {
+        Mesh peer = mesh_make(m->world, mesh_rank_of(m, m->dp_rank, m->gtp_rank, r), m->tp, m->gtp);
+        for (int k = 0; k < BLOCK_LINEARS; k++) {
+            size_t rows, cols;
+            param_tp_shape(c, &peer, BLOCK_LINEAR_WEIGHT[k], &rows, &cols);
+            if (rows % FP8_ALIGN != 0 || cols % FP8_ALIGN != 0) {
+                fail("--precision fp8 needs each TP rank's part of a block linear weight in multiples of %d rows and "
+                     "columns (the FP8 GEMMs read 16-byte rows), but --tp %d leaves rank %d %zu x %zu of %s: choose "
+                     "another --tp, --ffn or --heads, or --precision bf16", FP8_ALIGN, m->tp, r, rows, cols,
+                     PARAM_NAMES[BLOCK_LINEAR_WEIGHT[k]]);
+            }
         }
     }
     if (o->sequence_parallel && o->seq_len % m->tp != 0) {

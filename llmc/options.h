@@ -201,7 +201,9 @@ static const OptionSpec OPTION_SPECS[] = {
      "GPU build: the most MiB of logits (rows of the padded vocabulary) held at once: the LM head and the classifier "
      "run in chunks of whole rows within it, each chunk's head weight gradient adding to the fp32 gradient once "
      "more (fewer, larger chunks are faster); 0 = all rows at once"},
-    {"tp", OPT_INT, OPT_FIELD(tp), "1", 1, 1024, NULL, "tensor-parallel degree"},
+    {"tp", OPT_INT, OPT_FIELD(tp), "1", 1, 1024, NULL,
+     "tensor-parallel degree: at most the model's key/value heads (its heads for GPT-2), dividing its MLP width and "
+     "padded vocabulary"},
     {"gtp", OPT_INT, OPT_FIELD(gtp), "1", 1, 1024, NULL,
      "weight-sharding (GTP) degree: the block weight matrices, their gradients and AdamW state split over this many "
      "ranks (which read different tokens), gathered just before use"},

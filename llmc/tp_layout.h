@@ -3,10 +3,11 @@
  * buffer and the full (single-GPU, llm.c) parameter buffer.
  *
  * A rank's local buffer holds the same tensors in the same order as config.h's ParamLayout, each reduced
- * to the rank's TP-local slice (mesh.h: column-parallel rows, QKV rows of its heads, row-parallel columns, or
- * the whole tensor where replicated). Per-layer tensors stay layer-major: layer l's slice of tensor t is the
- * contiguous block [l n, (l+1) n), n = rows x cols of param_tp_shape(), exactly as in the full layout, so a
- * layer's weight is one pointer and GTP's row shards of it are contiguous too.
+ * to the rank's TP-local slice (mesh.h: the row parts of a column-parallel tensor, such as QKV's rows of its heads
+ * or SwiGLU fc's gate and up rows of its features, the columns of a row-parallel one, or the whole tensor where
+ * replicated). Per-layer tensors stay layer-major: layer l's slice of tensor t is the contiguous block
+ * [l n, (l+1) n), n = rows x cols of param_tp_shape(), exactly as in the full layout, so a layer's weight is one
+ * pointer and GTP's row shards of it are contiguous too.
  *
  * Local element i of tensor t is (l, r, k) = (i / n, (i % n) / cols, i % cols) of the local (L, rows, cols)
  * array; its global element is mesh.h's tp_global_element(l, r, k), the index that param_init_value() and the
@@ -38,30 +39,28 @@ static inline void param_layout_local(const GPTConfig *c, const Mesh *m, ParamLa
 
 // Local element i of tensor t -> its element in the full tensor, in a form a GPU kernel can evaluate (the
 // initialization draws each local element at its global index). With (l, r, k) the local (layer, row, column):
-//   global = (l * grows + (r / rblock) * rstride + roff + r % rblock) * gcols + coff + k
-// rblock / rstride describe QKV's three parts (rows of this rank's heads in each); a plain row split has one block.
+//   global = (l * grows + tp_rows_global(r)) * gcols + coff + k
+// where local row r is in one of mesh.h's parts of consecutive global rows (tp_rows: QKV's q, k, v; SwiGLU fc's gate
+// and up; one part for the others, all the rows of a tensor that TP does not split by rows).
 typedef struct {
+    TpRows row_parts;
     size_t rows, cols;   // one layer's local slice
     size_t grows, gcols; // one layer of the full tensor
-    size_t rblock, rstride, roff, coff;
+    size_t coff;
 } TpMap;
 
 static inline TpMap tp_map(const GPTConfig *c, const Mesh *m, int t) {
     TpMap mp;
+    mp.row_parts = tp_rows(m, c, t);
     param_tp_shape(c, m, t, &mp.rows, &mp.cols);
     param_layer_shape(c, t, &mp.grows, &mp.gcols);
-    int qkv = param_tp_split(t) == TP_QKV_ROWS && m->tp > 1; // one rank's QKV is whole (param_tp_shape)
-    mp.rblock = qkv ? mp.rows / QKV_PARTS : mp.rows;
-    mp.rstride = qkv ? (size_t)c->channels : 0;
-    mp.roff = tp_global_row(m, c, t, 0);
     mp.coff = tp_global_col(m, c, t, 0);
     return mp;
 }
 
 HOST_DEVICE static inline size_t tp_map_element(const TpMap *mp, size_t i) {
     size_t per_layer = mp->rows * mp->cols, rest = i % per_layer, r = rest / mp->cols, k = rest % mp->cols;
-    size_t grow = (r / mp->rblock) * mp->rstride + mp->roff + r % mp->rblock;
-    return ((i / per_layer) * mp->grows + grow) * mp->gcols + mp->coff + k;
+    return ((i / per_layer) * mp->grows + tp_rows_global(&mp->row_parts, r)) * mp->gcols + mp->coff + k;
 }
 
 // Index in the full tensor t of local element i of tensor t (i counts from the tensor's local offset).

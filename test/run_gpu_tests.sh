@@ -8,7 +8,8 @@
 # Llama with a 128256 vocabulary, fp32: losses, gradients, logits to fp32 rounding), the LayerNorm and RMSNorm
 # kernel test (plain, memcheck, racecheck), the RoPE and SwiGLU kernel tests (plain, memcheck), resume bit-exactness
 # in bf16 and fp8 (GPT-2 and Llama), and the GTP path on one rank against the plain path in fp32, bf16 and fp8
-# (dev/gtp_check.sh, with compute-sanitizer memcheck and racecheck), the update in backward against the update after
+# (dev/gtp_check.sh, with compute-sanitizer memcheck and racecheck; GPT-2, and a grouped-query Llama in bf16 and fp8,
+# whose FP8 blocks gather FP8 codes), the update in backward against the update after
 # it in fp32, bf16 and fp8 (dev/update_check.sh), and preemption (dev/preempt_check.sh, alone and under mpirun); ends with a summary table
 # and a non-zero exit on any failure. Logs go to $LOG_DIR (default: a fresh temporary folder).
 # GPU_ROWS: an extended regular expression over the rows' names (as the summary table prints them, e.g.
@@ -141,9 +142,12 @@ variant_row() {
 # row "PRECISION PREFETCH [TOOL][|OPTIONS]" (dev/gtp_check.sh's OPTS). fp8: delayed scaling, every block gathering FP8
 # codes; current scaling with a bf16 block at each end (the shards' amaxes maxed over the group before each cast,
 # bf16 and FP8 weights through one pool); without clipping: the update in backward, on the shards (in fp8 the
-# shards' codes cast after the history, which the forward's gathers wait for).
+# shards' codes cast after the history, which the forward's gathers wait for). A Llama (grouped-query 2:1, SwiGLU,
+# untied, no biases) in bf16 and fp8: its shards of the unequal QKV parts and [gate; up].
+LLAMA_GTP="--model llama-tiny --kv-heads 2 --ffn 512"
 GTP_CHECKS=("fp32 1" "bf16 2 memcheck" "bf16 3 racecheck" "fp8 2 memcheck"
-            "fp8 1|--fp8-recipe current --fp8-bf16-blocks 1" "bf16 2|--grad-clip 0" "fp8 1|--grad-clip 0")
+            "fp8 1|--fp8-recipe current --fp8-bf16-blocks 1" "bf16 2|--grad-clip 0" "fp8 1|--grad-clip 0"
+            "bf16 2|$LLAMA_GTP" "fp8 2|$LLAMA_GTP")
 for c in "${GTP_CHECKS[@]}"; do
     IFS='|' read -r spec opts <<<"$c"
     read -r prec depth tool <<<"$spec"

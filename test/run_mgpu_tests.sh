@@ -10,8 +10,12 @@
 #    classifier statistics exchanged over the group and its chunks run between the forward chunks' final norms.
 #    Layouts run under mpirun where it exists, else with torchrun-style variables; DP=2 and TP=2 run once more
 #    with those variables over TCP with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 (the socket transport, as between
-#    nodes). Each layout starts from the one-GPU run's GEMM algorithm choices (see run_layout). A Llama of the same
-#    size (llama-tiny: grouped-query 4:1, untied) on DP=2 with ZeRO-1 against its own one-GPU run, fp32 and bf16.
+#    nodes). Each layout starts from the one-GPU run's GEMM algorithm choices (see run_layout).
+#    llama: a Llama (llama-tiny at width 512, 8 query heads in 4 key/value groups, MLP 512, untied) against its own
+#    one-GPU run, judged alike: the layouts of LLAMA_LAYOUTS (DP=2 + ZeRO-1, TP=2, TP=2+SP, GTP=2, which in fp8
+#    gathers FP8 codes; with 4 GPUs TP=4, one key/value head a rank, DP=2 x TP=2, TP=2 x GTP=2, GTP=4), a TP=2
+#    checkpoint resumed on one GPU and on GTP=2 (fp32, within the parity tolerances) and a TP=2+SP one resumed on
+#    TP=2+SP (bf16, bit-exact).
 #    Tolerances (relative; weights relative to the tensor's largest element):
 #    fp32: loss, norm and weights 1e-5 (the multi-GPU work's requirement). Only the summation order differs from one GPU.
 #      Stray fraction 5e-2: accumulating the same 1024 tokens in other micro-batch orders (the CPU build, B 4 vs
@@ -58,7 +62,8 @@
 # 3. faults (2 ranks): kill -9 of one rank mid-run (rank 1, then rank 0): the other exits with status 1 within
 #    FAULT_LIMIT_S with an error line naming the failure; SIGSTOP of rank 1 mid-run (alive but silent): rank 0
 #    exits with status 1 and a line naming the collective it waited for; a rank missing at start-up, a port in
-#    use, a wrong world size, a Llama under --tp 2 (not split yet): one line, non-zero exit; SIGUSR1 to mpirun -np 2
+#    use, a wrong world size: one line, non-zero exit; --tp greater than the model's key/value heads: one line on
+#    every rank, each non-zero; SIGUSR1 to mpirun -np 2
 #    stops both ranks at one step with a checkpoint, and the same command finishes the run bit-exactly
 #    (dev/preempt_check.sh).
 # Logs stay in $LOG_DIR (default: a fresh temporary folder).
@@ -114,8 +119,9 @@ LAYOUTS=(
 TCP_LAYOUTS=(dp2 tp2)
 
 passed=0; failed=0; skipped=0; table=()
-# MGPU_PARTS: which of the sections below run (parity, llama = a Llama's DP=2 parity, twins = resume, the update in
-# backward and ZeRO-1 against plain DP, faults), so that runs under a time limit can take them in turns
+# MGPU_PARTS: which of the sections below run (parity, llama = a Llama on the layouts of LLAMA_LAYOUTS and its resumes,
+# twins = resume, the update in backward and ZeRO-1 against plain DP, faults), so that runs under a time limit can
+# take them in turns
 MGPU_PARTS=${MGPU_PARTS:-parity llama twins faults}
 part() { case " $MGPU_PARTS " in *" $1 "*) return 0 ;; esac; skip "$1: not in MGPU_PARTS ($MGPU_PARTS)"; return 1; }
 pass() { echo "PASS $1"; passed=$((passed + 1)); }
@@ -210,80 +216,8 @@ run_layout() {
     compare "$name" "$prec" "$ref"
 }
 
-# --- 1. parity ------------------------------------------------------------------------------------------------
-echo "GPUs: $NGPU"
-PORT=$PORT_BASE
-if command -v mpirun > /dev/null; then LAUNCH=mpi; else LAUNCH=tcp; fi
-if part parity; then
-    for prec in fp32 bf16 fp8; do
-        ref="$LOG_DIR/single_$prec"
-        if ! timeout "$RUN_TIMEOUT_S" ./train_gpt "${COMMON[@]}" --precision "$prec" --out-dir "$ref" > "$ref.out" \
-            2>&1; then
-            fail_check "single_$prec" "the one-GPU run failed (see $ref.out)"
-            row "single" "$prec" - - - - - FAILED; continue
-        fi
-        for entry in "${LAYOUTS[@]}"; do
-            IFS='|' read -r name np opt_text precs <<<"$entry"
-            read -r -a opts <<<"$opt_text"
-            if [ -n "$precs" ] && ! grep -qw "$prec" <<<"$precs"; then continue; fi
-            if [ "$np" -gt "$NGPU" ]; then
-                skip "$name $prec: needs $np GPUs, this machine has $NGPU"
-                row "$name" "$prec" - - - - - "SKIP ($np GPUs)"; continue
-            fi
-            run_layout "${name}_$prec" "$np" "$prec" "$ref" "$LAUNCH" "${opts[@]}"
-            for tcp in "${TCP_LAYOUTS[@]}"; do
-                [ "$tcp" = "$name" ] && run_layout "env_tcp_${name}_$prec" "$np" "$prec" "$ref" tcp "${opts[@]}"
-            done
-        done
-    done
-fi
-
-# a Llama (grouped-query attention, untied LM head) data-parallel with ZeRO-1 against one GPU: DP sums and ZeRO-1
-# slices flat gradient spans, whatever tensors the model has
-if part llama; then
-    LLAMA=(--model llama-tiny --kv-heads 1 --ffn 512)
-    for prec in fp32 bf16; do
-        ref="$LOG_DIR/llama_single_$prec"
-        if ! timeout "$RUN_TIMEOUT_S" ./train_gpt "${COMMON[@]}" "${LLAMA[@]}" --precision "$prec" --out-dir "$ref" \
-            > "$ref.out" 2>&1; then
-            fail_check "llama_single_$prec" "the one-GPU run failed (see $ref.out)"
-            row "llama_single" "$prec" - - - - - FAILED; continue
-        fi
-        if [ "$NGPU" -lt 2 ]; then
-            skip "llama_dp2_zero1 $prec: needs 2 GPUs, this machine has $NGPU"; continue
-        fi
-        run_layout "llama_dp2_zero1_$prec" 2 "$prec" "$ref" "$LAUNCH" "${LLAMA[@]}" --zero 1
-    done
-fi
-
-if part parity; then
-    # validation on every layout, from the one-GPU fp32 run's final weights (see the header and VAL_LOSS_TOL_FP32)
-    model="$LOG_DIR/single_fp32/$(printf 'model_%08d.bin' "$STEPS")"
-    VAL_RUN=(--init-from "$model" --lr 0 --val-every "$STEPS" --val-batches "$VAL_BATCHES")
-    ref="$LOG_DIR/val_single_fp32"
-    if [ ! -f "$model" ]; then
-        skip "val: needs the one-GPU fp32 run's model $model"
-    elif ! timeout "$RUN_TIMEOUT_S" ./train_gpt "${COMMON[@]}" --precision fp32 "${VAL_RUN[@]}" --out-dir "$ref" \
-        > "$ref.out" 2>&1; then
-        fail_check val_single_fp32 "the one-GPU validation run failed (see $ref.out)"
-    else
-        for entry in "${VAL_LAYOUTS[@]}"; do
-            IFS='|' read -r name np opt_text <<<"$entry"
-            read -r -a opts <<<"$opt_text"
-            if [ "$np" -gt "$NGPU" ]; then
-                skip "val_$name: needs $np GPUs, this machine has $NGPU"; continue
-            fi
-            run_layout "val_${name}_fp32" "$np" fp32 "$ref" "$LAUNCH" "${VAL_RUN[@]}" "${opts[@]}"
-        done
-    fi
-fi
-
-# --- 2. resume on parallel layouts, the update in backward, ZeRO-1 against plain DP -----------------------------
-# A run checkpointed at step RESUME_AT and resumed from there must end with the same bits as the same run straight
-# through: the layout's checkpoint gathers its shards (TP slices, ZeRO-1 moments) and the resume scatters them back.
-# Without clipping the update starts in the backward, each group's AdamW behind that layout's own events for it (the
-# DP sums, ZeRO-1's reduction onto the owners and the broadcasts after it, SP's TP sums, GTP's reduce-scatters): such
-# a run must end with the same bits as the same run updating after the backward (--update-in-backward 0).
+# Resume, update-in-backward and ZeRO-1 twins, and resumes across layouts: defined here, run in section 2 (and the
+# Llama's in section 1's llama part).
 RESUME_AT=10
 RESUME_LAYOUTS=("tp2|2|--tp 2" "tp2_sp|2|--tp 2 --sequence-parallel 1" "dp2_zero1|2|--zero 1" "gtp2|2|--gtp 2"
                 "dp2_gtp2_zero1|4|--gtp 2 --zero 1")
@@ -337,9 +271,9 @@ twin_test() { # resume|early|zero NAME NP OPTIONS...: two runs (bf16 unless OPTI
 }
 # Checkpoints are the whole model, so a run may resume on another layout: a GTP=2 run's step-RESUME_AT checkpoint
 # resumed on one GPU, and a one-GPU run's on GTP=2, in fp32, must each end within the fp32 parity tolerances of the
-# one-GPU run straight through (single_fp32).
-cross_resume() { # NAME FROM_NP TO_NP "FROM OPTIONS" "TO OPTIONS"
-    local name="cross_resume_$1" from_np=$2 to_np=$3 np s dir opts
+# one-GPU run straight through (REF: single_fp32, or the Llama's llama_single_fp32 with its options in both).
+cross_resume() { # NAME FROM_NP TO_NP "FROM OPTIONS" "TO OPTIONS" REF
+    local name="cross_resume_$1" from_np=$2 to_np=$3 ref=$6 np s dir opts
     for s in first resumed; do
         dir="$LOG_DIR/$name"
         if [ "$s" = first ]; then
@@ -360,9 +294,110 @@ cross_resume() { # NAME FROM_NP TO_NP "FROM OPTIONS" "TO OPTIONS"
             fail_check "$name" "the $s run failed (see $dir.out)"; return
         fi
     done
-    compare "$name" fp32 "$LOG_DIR/single_fp32"
+    compare "$name" fp32 "$ref"
 }
 
+# --- 1. parity ------------------------------------------------------------------------------------------------
+echo "GPUs: $NGPU"
+PORT=$PORT_BASE
+if command -v mpirun > /dev/null; then LAUNCH=mpi; else LAUNCH=tcp; fi
+if part parity; then
+    for prec in fp32 bf16 fp8; do
+        ref="$LOG_DIR/single_$prec"
+        if ! timeout "$RUN_TIMEOUT_S" ./train_gpt "${COMMON[@]}" --precision "$prec" --out-dir "$ref" > "$ref.out" \
+            2>&1; then
+            fail_check "single_$prec" "the one-GPU run failed (see $ref.out)"
+            row "single" "$prec" - - - - - FAILED; continue
+        fi
+        for entry in "${LAYOUTS[@]}"; do
+            IFS='|' read -r name np opt_text precs <<<"$entry"
+            read -r -a opts <<<"$opt_text"
+            if [ -n "$precs" ] && ! grep -qw "$prec" <<<"$precs"; then continue; fi
+            if [ "$np" -gt "$NGPU" ]; then
+                skip "$name $prec: needs $np GPUs, this machine has $NGPU"
+                row "$name" "$prec" - - - - - "SKIP ($np GPUs)"; continue
+            fi
+            run_layout "${name}_$prec" "$np" "$prec" "$ref" "$LAUNCH" "${opts[@]}"
+            for tcp in "${TCP_LAYOUTS[@]}"; do
+                [ "$tcp" = "$name" ] && run_layout "env_tcp_${name}_$prec" "$np" "$prec" "$ref" tcp "${opts[@]}"
+            done
+        done
+    done
+fi
+
+# A Llama (grouped-query attention, SwiGLU, untied LM head, no biases) on its layouts against its one-GPU run: DP sums
+# and ZeRO-1 slices flat gradient spans whatever tensors the model has; TP splits its key/value heads with their query
+# heads, fc's gate and up rows by features, lmhead by the vocabulary (llmc/mesh.h); GTP shards the TP-local weights.
+# Width 512 gives 8 heads of 64 in 4 groups, so TP=4 holds one key/value head a rank. The 4-GPU rows run in fp32 (the
+# tight check of the maps) and fp8 (each rank's FP8 parts); GPT-2's rows cover their bf16.
+LLAMA=(--model llama-tiny --width 512 --heads 8 --kv-heads 4 --ffn 512)
+LLAMA_LAYOUTS=(
+    "dp2_zero1|2|--zero 1|fp32 bf16"
+    "tp2|2|--tp 2|"
+    "tp2_sp|2|--tp 2 --sequence-parallel 1|"
+    "gtp2|2|--gtp 2|"
+    "tp4|4|--tp 4|fp32 fp8"
+    "dp2_tp2|4|--tp 2|fp32 fp8"
+    "tp2_gtp2|4|--tp 2 --gtp 2|fp32 fp8"
+    "gtp4|4|--gtp 4|fp32 fp8"
+)
+if part llama; then
+    for prec in fp32 bf16 fp8; do
+        ref="$LOG_DIR/llama_single_$prec"
+        if ! timeout "$RUN_TIMEOUT_S" ./train_gpt "${COMMON[@]}" "${LLAMA[@]}" --precision "$prec" --out-dir "$ref" \
+            > "$ref.out" 2>&1; then
+            fail_check "llama_single_$prec" "the one-GPU run failed (see $ref.out)"
+            row "llama_single" "$prec" - - - - - FAILED; continue
+        fi
+        for entry in "${LLAMA_LAYOUTS[@]}"; do
+            IFS='|' read -r name np opt_text precs <<<"$entry"
+            read -r -a opts <<<"$opt_text"
+            if [ -n "$precs" ] && ! grep -qw "$prec" <<<"$precs"; then continue; fi
+            if [ "$np" -gt "$NGPU" ]; then
+                skip "llama_$name $prec: needs $np GPUs, this machine has $NGPU"
+                row "llama_$name" "$prec" - - - - - "SKIP ($np GPUs)"; continue
+            fi
+            run_layout "llama_${name}_$prec" "$np" "$prec" "$ref" "$LAUNCH" "${LLAMA[@]}" "${opts[@]}"
+        done
+    done
+    # a TP=2 checkpoint resumed on one GPU and on GTP=2 (scattered through other maps), and on TP=2+SP bit-exactly
+    if [ "$NGPU" -ge 2 ] && command -v mpirun > /dev/null && [ -d "$LOG_DIR/llama_single_fp32" ]; then
+        cross_resume llama_tp2_to_1gpu 2 1 "${LLAMA[*]} --tp 2" "${LLAMA[*]}" "$LOG_DIR/llama_single_fp32"
+        cross_resume llama_tp2_to_gtp2 2 2 "${LLAMA[*]} --tp 2" "${LLAMA[*]} --gtp 2" "$LOG_DIR/llama_single_fp32"
+        twin_test resume llama_tp2_sp 2 "${LLAMA[@]}" --tp 2 --sequence-parallel 1
+    else
+        skip "llama resumes: need 2 GPUs, mpirun and the Llama's one-GPU fp32 run"
+    fi
+fi
+
+if part parity; then
+    # validation on every layout, from the one-GPU fp32 run's final weights (see the header and VAL_LOSS_TOL_FP32)
+    model="$LOG_DIR/single_fp32/$(printf 'model_%08d.bin' "$STEPS")"
+    VAL_RUN=(--init-from "$model" --lr 0 --val-every "$STEPS" --val-batches "$VAL_BATCHES")
+    ref="$LOG_DIR/val_single_fp32"
+    if [ ! -f "$model" ]; then
+        skip "val: needs the one-GPU fp32 run's model $model"
+    elif ! timeout "$RUN_TIMEOUT_S" ./train_gpt "${COMMON[@]}" --precision fp32 "${VAL_RUN[@]}" --out-dir "$ref" \
+        > "$ref.out" 2>&1; then
+        fail_check val_single_fp32 "the one-GPU validation run failed (see $ref.out)"
+    else
+        for entry in "${VAL_LAYOUTS[@]}"; do
+            IFS='|' read -r name np opt_text <<<"$entry"
+            read -r -a opts <<<"$opt_text"
+            if [ "$np" -gt "$NGPU" ]; then
+                skip "val_$name: needs $np GPUs, this machine has $NGPU"; continue
+            fi
+            run_layout "val_${name}_fp32" "$np" fp32 "$ref" "$LAUNCH" "${VAL_RUN[@]}" "${opts[@]}"
+        done
+    fi
+fi
+
+# --- 2. resume on parallel layouts, the update in backward, ZeRO-1 against plain DP -----------------------------
+# A run checkpointed at step RESUME_AT and resumed from there must end with the same bits as the same run straight
+# through: the layout's checkpoint gathers its shards (TP slices, ZeRO-1 moments) and the resume scatters them back.
+# Without clipping the update starts in the backward, each group's AdamW behind that layout's own events for it (the
+# DP sums, ZeRO-1's reduction onto the owners and the broadcasts after it, SP's TP sums, GTP's reduce-scatters): such
+# a run must end with the same bits as the same run updating after the backward (--update-in-backward 0).
 if part twins; then
     for kind in resume early zero; do
         case $kind in
@@ -381,8 +416,8 @@ if part twins; then
     done
 
     if [ "$NGPU" -ge 2 ] && command -v mpirun > /dev/null && [ -d "$LOG_DIR/single_fp32" ]; then
-        cross_resume gtp2_to_1gpu 2 1 "--gtp 2" ""
-        cross_resume 1gpu_to_gtp2 1 2 "" "--gtp 2"
+        cross_resume gtp2_to_1gpu 2 1 "--gtp 2" "" "$LOG_DIR/single_fp32"
+        cross_resume 1gpu_to_gtp2 1 2 "" "--gtp 2" "$LOG_DIR/single_fp32"
     else
         skip "cross_resume: needs 2 GPUs, mpirun and the one-GPU fp32 run"
     fi
@@ -449,6 +484,26 @@ expect_start_error() {
     fi
 }
 
+# expect_refused_everywhere NAME TEXT: every rank of the last launch exits non-zero within FAULT_LIMIT_S, and each one's
+# stderr is the one line of its own refusal, TEXT.
+expect_refused_everywhere() {
+    local name=$1 want=$2 bad="" r=0 p err
+    for p in "${PIDS[@]}"; do
+        timeout "$FAULT_LIMIT_S" tail --pid="$p" -f /dev/null
+        wait "$p" && bad+=" rank $r exited 0;"
+        err="$LOG_DIR/$name.rank$r.err"
+        if [ "$(grep -c . "$err")" -ne 1 ] || ! grep -qF -- "[train_gpt rank $r] error: $want" "$err"; then
+            bad+=" rank $r said: $(tr '\n' ' ' < "$err");"
+        fi
+        r=$((r + 1))
+    done
+    if [ -z "$bad" ]; then
+        pass "$name: every rank refused, one line each: $(cat "$LOG_DIR/$name.rank0.err")"
+    else
+        fail_check "$name" "expected each rank to exit non-zero with the one line '$want':$bad"
+    fi
+}
+
 if part faults; then
     if [ "$NGPU" -lt "$FAULT_NP" ]; then
         skip "faults: need $FAULT_NP GPUs, this machine has $NGPU"
@@ -479,16 +534,17 @@ if part faults; then
         done
         expect_start_error world "world size"
 
-        # what the GPU build refuses still: a Llama under tensor parallelism (the splits are GPT-2's), before any work
+        # TP greater than the model's key/value heads (a Llama of one, 2 query heads): every rank refuses it in one
+        # line naming the values, before any work
         port=$((PORT_FAULT + 7))
         PIDS=()
         for r in 0 1; do
             RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port TRAIN_GPT_BOOTSTRAP_TIMEOUT=5 \
-                ./train_gpt "${LONG[@]}" --model llama-tiny --tp 2 --out-dir "$LOG_DIR/llama_tp" \
-                > "$LOG_DIR/llama_tp.rank$r.out" 2> "$LOG_DIR/llama_tp.rank$r.err" &
+                ./train_gpt "${LONG[@]}" --model llama-tiny --kv-heads 1 --tp 2 --out-dir "$LOG_DIR/tp_kv_heads" \
+                > "$LOG_DIR/tp_kv_heads.rank$r.out" 2> "$LOG_DIR/tp_kv_heads.rank$r.err" &
             PIDS+=($!)
         done
-        expect_start_error llama_tp "--arch llama does not run under --tp or --gtp yet"
+        expect_refused_everywhere tp_kv_heads "--tp 2 exceeds the model's 1 key/value heads (each TP rank needs one)"
 
         # a port in use: the rank 0 of another job (waiting for its rank 1) holds MASTER_PORT
         port=$((PORT_FAULT + 5))

@@ -2,9 +2,11 @@
  * test_gtp_plan.c: the GTP sharding arithmetic and the prefetch chain of llmc/gtp_plan.h.
  * - shards: over the GTP group of every TP rank (TP 1..3, GTP 1..5, shapes that divide and that need padding), every
  *   element of a TP-local sharded tensor is held by exactly one rank, every element of a whole tensor by every
- *   rank, and the padding is exactly what G x ceil(rows / G) adds; the layout's sizes follow;
+ *   rank, and the padding is exactly what G x ceil(rows / G) adds; the layout's sizes follow; for GPT-2 and for a
+ *   grouped-query, untied Llama without biases (its TP-local QKV of unequal parts, SwiGLU fc of two), with a Llama's
+ *   shard traced to its global element at known values;
  * - round trip: TP-local tensors cut into each rank's flat buffer and gathered back are the same bits, with zeros
- *   in the padding;
+ *   in the padding (GPT-2 and Llama);
  * - the chain, driven as the GPU build drives it (forward: a half-block's two weights interleaved over 1 or 2
  *   chunks; backward: one use each): every weight gathered once, into a buffer whose previous weight was released,
  *   before its first use; at most depth + 1 weights held; a depth too small for the interleaving fails with one
@@ -13,7 +15,7 @@
  *   pool buffers (FP8 codes with their transposed copy after them, aligned);
  * - gradient sums and the norm over DP x GTP x TP meshes, with and without ZeRO-1, driven as the GPU build drives
  *   them (test_data_sums): every element a rank updates holds the sum over all data ranks, once; the norm counts
- *   every element of the model once.
+ *   every element of the model once (GPT-2 and Llama, whose untied LM head is vocab-parallel and GTP-whole).
  */
 #include "../llmc/gtp_plan.h"
 #include "test_util.h"
@@ -25,6 +27,17 @@
 static GPTConfig tiny_config(void) {
     GPTConfig c = config_gpt2(16, 90, 2, 6, 48);
     c.padded_vocab_size = 96; // not a multiple of 128: it divides by 3 and 6
+    return c;
+}
+
+// A Llama every TP of 1..3 splits: C = 48, 6 query heads of 8 in 3 groups (TP 2: key/value heads 2, 1), F = 48,
+// Vp = 96, untied, no biases. TP-local qkv rows: 96 whole; 64 and 32 under TP 2; 32 under TP 3.
+static GPTConfig tiny_llama(void) {
+    GPTConfig c = config_default(ARCH_LLAMA, 16, 2, 6, 48);
+    c.num_kv_heads = 3;
+    c.ffn_hidden = 48;
+    c.vocab_size = 90;
+    c.padded_vocab_size = 96;
     return c;
 }
 
@@ -58,18 +71,23 @@ static int check_shards(const GPTConfig *c, int tp, int gtp, int tp_rank) {
 }
 
 static void test_shards(void) {
-    GPTConfig c = tiny_config();
-    int bad = 0, padded = 0;
-    for (int tp = 1; tp <= 3; tp++) for (int gtp = 1; gtp <= 5; gtp++) for (int r = 0; r < tp; r++) {
-        int b = check_shards(&c, tp, gtp, r);
-        if (b) { printf("  tp %d gtp %d tp rank %d: %d errors\n", tp, gtp, r, b); }
-        bad += b;
-        Mesh m = mesh_make(tp * gtp, r, tp, gtp);
-        padded += gtp_shape(&c, &m, P_FCW).padded_rows != gtp_shape(&c, &m, P_FCW).rows;
+    GPTConfig cases[] = {tiny_config(), tiny_llama()};
+    for (int i = 0; i < 2; i++) {
+        const GPTConfig *c = &cases[i];
+        int bad = 0, padded = 0;
+        for (int tp = 1; tp <= 3; tp++) for (int gtp = 1; gtp <= 5; gtp++) for (int r = 0; r < tp; r++) {
+            int b = check_shards(c, tp, gtp, r);
+            if (b) { printf("  %s tp %d gtp %d tp rank %d: %d errors\n", ARCH_NAMES[c->arch], tp, gtp, r, b); }
+            bad += b;
+            Mesh m = mesh_make(tp * gtp, r, tp, gtp);
+            padded += gtp_shape(c, &m, P_QKVW).padded_rows != gtp_shape(c, &m, P_QKVW).rows;
+        }
+        char name[160];
+        snprintf(name, sizeof(name), "gtp shards of %s hold every sharded element once, every whole tensor on every "
+                 "rank, padding exact", ARCH_NAMES[c->arch]);
+        check(bad == 0 && padded > 0, name, "%d errors, %d padded layouts", bad, padded);
     }
-    check(bad == 0, "gtp shards hold every sharded element once, every whole tensor on every rank, padding exact",
-          "%d errors", bad);
-    check(padded > 0, "some layouts of the test pad (it covers padding)", "none padded");
+    GPTConfig c = tiny_config();
     // By hand: TP 1, GTP 5, fc (192, 48): S = 39, padded 195; rank 4 keeps rows 156..191 and 3 rows of padding
     Mesh m = mesh_make(5, 4, 1, 5);
     GtpShape s = gtp_shape(&c, &m, P_FCW);
@@ -88,10 +106,29 @@ static void test_shards(void) {
     param_layout_gtp(&c, &one, &a);
     param_layout_local(&c, &one, &b);
     check(memcmp(&a, &b, sizeof(a)) == 0, "gtp 1: the layout is the TP-local one", "they differ");
+    // Llama, TP 2 x GTP 5, TP rank 1 (key/value head 2, query heads 4-5): its qkv is 32 rows [q 16 | k 8 | v 8],
+    // S = 7, padded 35; GTP rank 4 keeps rows 28..31 (the last 4 v rows) and 3 of padding. Its shard row 3 of layer 1
+    // is TP-local row 31, global row (6 + 3 + 3) x 8 - 1 = 95 of layer 1 (the last row of v head 2).
+    GPTConfig llama = tiny_llama();
+    Mesh lm = mesh_make(10, 9, 2, 5); // (dp, gtp, tp) = (0, 4, 1)
+    GtpShape qs = gtp_shape(&llama, &lm, P_QKVW), fs = gtp_shape(&llama, &lm, P_FCW);
+    Span qreal = gtp_shard_real_rows(&qs, 4);
+    size_t e = gtp_local_to_tp(&llama, &lm, P_QKVW, (7 + 3) * 48 + 5);
+    ParamLayout lg;
+    param_layout_gtp(&llama, &lm, &lg);
+    int lok = lm.tp_rank == 1 && lm.gtp_rank == 4 && qs.rows == 32 && qs.shard_rows == 7 && qs.padded_rows == 35 &&
+              qreal.begin == 28 && qreal.count == 4 && e == (32 + 31) * 48 + 5 &&
+              tp_local_to_global(&llama, &lm, P_QKVW, e) == (96 + 95) * 48 + 5;
+    lok = lok && gtp_local_to_tp(&llama, &lm, P_QKVW, 4 * 48) == GTP_PADDING;
+    lok = lok && fs.rows == 48 && fs.shard_rows == 10 && lg.size[P_QKVB] == 0 && lg.size[P_FCB] == 0 &&
+          lg.size[P_LMHEAD] == 48 * 48; // lmhead: its 96 / TP 2 vocabulary rows, whole over GTP
+    check(lok, "gtp shard of a llama's qkv at known values (TP 2 x GTP 5, TP rank 1, GTP rank 4)",
+          "rows %zu S %zu padded %zu real %zu+%zu element %zu", qs.rows, qs.shard_rows, qs.padded_rows, qreal.begin,
+          qreal.count, e);
 }
 
-static void test_round_trip(void) {
-    GPTConfig c = tiny_config();
+static int round_trip_errors(const GPTConfig *cp) {
+    GPTConfig c = *cp;
     int bad = 0;
     for (int tp = 1; tp <= 2; tp++) for (int gtp = 1; gtp <= 5; gtp += 2) {
         Mesh m0 = mesh_make(tp * gtp, tp - 1, tp, gtp); // the last TP rank's group
@@ -122,7 +159,18 @@ static void test_round_trip(void) {
         free(tp_buf);
         free(back);
     }
-    check(bad == 0, "gtp slice and gather round trip bit-exactly, padding zero", "%d errors", bad);
+    return bad;
+}
+
+static void test_round_trip(void) {
+    GPTConfig cases[] = {tiny_config(), tiny_llama()};
+    for (int i = 0; i < 2; i++) {
+        char name[128];
+        snprintf(name, sizeof(name), "gtp slice and gather of %s round trip bit-exactly, padding zero",
+                 ARCH_NAMES[cases[i].arch]);
+        int bad = round_trip_errors(&cases[i]);
+        check(bad == 0, name, "%d errors", bad);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -245,6 +293,14 @@ static void test_chain(void) {
 }
 
 static void test_bytes(void) {
+    // a Llama's gathers: GTP 4 of qkv 96, attention projection 48, fc 96 (gate | up), fc projection 48 rows of 48
+    GPTConfig llama = tiny_llama();
+    Mesh g4 = mesh_make(4, 0, 1, 4);
+    size_t llama_layer = 3 * (24 * 48 + 12 * 48 + 24 * 48 + 12 * 48);
+    Fp8Recipe every = {FP8_DELAYED, 16, 0, 1.0f, 0, 1};
+    size_t lb = gtp_pass_gather_bytes(&llama, &g4, NULL, 2), lb8 = gtp_pass_gather_bytes(&llama, &g4, &every, 2);
+    check(lb == 2 * llama_layer * 2 && lb8 == 2 * llama_layer, "gtp bytes gathered a pass of a llama at known values",
+          "bf16 %zu vs %zu, fp8 %zu vs %zu", lb, 2 * llama_layer * 2, lb8, 2 * llama_layer);
     GPTConfig c = tiny_config();
     Mesh m = mesh_make(4, 0, 1, 4); // shards of 144/4 = 36, 48/4 = 12, 192/4 = 48, 48/4 = 12 rows of 48, 48, 48, 192
     size_t layer = 3 * (36 * 48 + 12 * 48 + 48 * 48 + 12 * 192); // elements a rank receives of one layer's weights
@@ -451,18 +507,20 @@ static int data_sums_bad(const GPTConfig *c, int dp, int gtp, int tp, int zero) 
 }
 
 static void test_data_sums(void) {
-    GPTConfig c = tiny_config();
+    GPTConfig models[] = {tiny_config(), tiny_llama()};
     int dps[] = {1, 2, 3}, gtps[] = {1, 2, 5}, tps[] = {1, 2};
-    for (int zero = 0; zero <= 1; zero++) {
+    for (int i = 0; i < 2; i++) for (int zero = 0; zero <= 1; zero++) {
         int bad = 0;
         for (int a = 0; a < 3; a++) for (int b = 0; b < 3; b++) for (int d = 0; d < 2; d++) {
-            int n = data_sums_bad(&c, dps[a], gtps[b], tps[d], zero);
+            int n = data_sums_bad(&models[i], dps[a], gtps[b], tps[d], zero);
             if (n) { printf("  dp %d gtp %d tp %d zero %d: %d errors\n", dps[a], gtps[b], tps[d], zero, n); }
             bad += n;
         }
-        check(bad == 0, zero ? "gtp data sums under ZeRO-1: owned parts summed over all data ranks once, norm once"
-                             : "gtp data sums: every rank's gradients summed over all data ranks once, norm once",
-              "%d errors", bad);
+        char name[160];
+        snprintf(name, sizeof(name), "%s: %s", ARCH_NAMES[models[i].arch],
+                 zero ? "gtp data sums under ZeRO-1: owned parts summed over all data ranks once, norm once"
+                      : "gtp data sums: every rank's gradients summed over all data ranks once, norm once");
+        check(bad == 0, name, "%d errors", bad);
     }
     // The same at known values: DP 2 x GTP 2, rank 1 (DP rank 0, GTP rank 1): fc's shard sums over DP only, wte over
     // the data group; rank 1 counts its shards in the norm but not wte (GTP rank 1), its TP-replicated LayerNorm too.

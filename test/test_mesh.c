@@ -2,9 +2,13 @@
  * test_mesh.c: the process mesh and sharding arithmetic of llmc/mesh.h.
  * - rank <-> (dp, gtp, tp) round trip, data ranks, for every layout of worlds 1..MAX_WORLD;
  * - the TP, GTP, DP and data groups (ncclCommSplit color, key) partition the world into groups of the right size;
- * - mesh_validate(): each failure is one line with the values and exit status 1 (run in a child process);
+ * - mesh_validate(): each failure is one line with the values and exit status 1 (run in a child process); GPT-2 and
+ *   Llama layouts pass where every split is exact;
  * - sharding: over one TP group the slices of every tensor cover each element of the full tensor exactly once
- *   (TP-replicated tensors: once per TP rank); the QKV split gives each rank its heads. (GTP: test_gtp_plan.)
+ *   (TP-replicated tensors: once per TP rank), GPT-2 and grouped-query Llamas at TP 1..4 (even and uneven head
+ *   splits); the QKV split gives each rank its key/value heads and their groups' query heads, a fused grouped-query
+ *   QKV of its own; SwiGLU's fc gives each rank the gate and up rows of its features; maps at known values by hand.
+ *   (GTP: test_gtp_plan.)
  */
 #include "../llmc/mesh.h"
 #include "test_util.h"
@@ -127,6 +131,16 @@ static void expect_validate(const char *name, ValidateCase v, const char *expect
           "status %d, want 1 and one line containing '%s'; stderr: %s", c.status, expect, c.err);
 }
 
+// A Llama of C = 64 (head size 64 / NH), padded vocabulary 128, untied: NH query heads over KV key/value heads, MLP F.
+static GPTConfig llama_config(int NH, int KV, int F) {
+    GPTConfig c = config_default(ARCH_LLAMA, 64, 2, NH, 64);
+    c.num_kv_heads = KV;
+    c.ffn_hidden = F;
+    c.vocab_size = 100;
+    c.padded_vocab_size = padded_vocab(c.vocab_size);
+    return c;
+}
+
 static void test_validation(void) {
     expect_validate("validate: good layout passes", small_case(16, 2, 4), NULL);
     ValidateCase d12 = small_case(16, 4, 2);
@@ -142,7 +156,8 @@ static void test_validation(void) {
     ValidateCase heads = small_case(8, 8, 1);
     heads.config = config_gpt2(64, 100, 2, 4, 64);
     expect_validate("validate: fewer heads than tp ranks", heads,
-                    "attention heads = 4 cannot be split over --tp 8 ranks (each needs at least one head)");
+                    "[train_gpt rank 7] error: --tp 8 exceeds the model's 4 key/value heads (each TP rank needs one): "
+                    "use --tp <= 4, and --gtp or data parallelism for more GPUs\n");
     ValidateCase uneven = small_case(4, 4, 1); // 5 heads of 8 over 4 ranks: 2, 1, 1, 1 (like 25 heads over 2)
     uneven.config = config_gpt2(64, 100, 2, 5, 40);
     expect_validate("validate: heads that do not divide by tp pass (balanced split)", uneven, NULL);
@@ -159,16 +174,35 @@ static void test_validation(void) {
     sp.options.sequence_parallel = 0;
     sp.config.max_seq_len = 64;
     expect_validate("validate: same seq-len without sequence parallel passes", sp, NULL);
-    // TP and GTP split GPT-2's shapes: another architecture is refused there, and runs data-parallel
-    ValidateCase llama = small_case(2, 2, 1);
-    llama.config = config_default(ARCH_LLAMA, 64, 2, 8, 64);
-    expect_validate("validate: llama refuses tp", llama, "--arch llama does not run under --tp or --gtp yet");
-    llama = small_case(2, 1, 2);
-    llama.config = config_default(ARCH_LLAMA, 64, 2, 8, 64);
-    expect_validate("validate: llama refuses gtp", llama, "--arch llama does not run under --tp or --gtp yet");
-    llama = small_case(2, 1, 1);
-    llama.config = config_default(ARCH_LLAMA, 64, 2, 8, 64);
-    expect_validate("validate: llama data-parallel passes", llama, NULL);
+    // A Llama splits by its key/value heads (8 query heads in 4 groups here) and its MLP width
+    ValidateCase llama = small_case(8, 2, 2);
+    llama.config = llama_config(8, 4, 192);
+    expect_validate("validate: llama on tp 2 x gtp 2 x dp 2 passes", llama, NULL);
+    llama = small_case(4, 4, 1);
+    llama.config = llama_config(8, 4, 192);
+    expect_validate("validate: llama on tp 4 (one key/value head a rank) passes", llama, NULL);
+    llama = small_case(6, 3, 2);
+    llama.config = llama_config(8, 4, 192);
+    llama.config.padded_vocab_size = 384;
+    expect_validate("validate: llama on tp 3 (key/value heads 2, 1, 1) passes", llama, NULL);
+    llama = small_case(4, 4, 1);
+    llama.config = llama_config(8, 2, 192);
+    expect_validate("validate: tp greater than the key/value heads", llama,
+                    "[train_gpt rank 3] error: --tp 4 exceeds the model's 2 key/value heads (each TP rank needs one): "
+                    "use --tp <= 2, and --gtp or data parallelism for more GPUs\n");
+    llama = small_case(4, 4, 1);
+    llama.config = llama_config(8, 4, 200);
+    expect_validate("validate: MLP width divides by tp 4 (200) passes", llama, NULL);
+    llama.config = llama_config(8, 4, 198); // 4C = 256 divides by 4: the description's width is what TP splits
+    expect_validate("validate: MLP width not divisible by tp", llama, "MLP width = 198 is not divisible by --tp 4");
+    // fp8: F = 48 is a multiple of 16, its halves under TP 2 (fc projection's columns) are not
+    ValidateCase fp8 = small_case(2, 2, 1);
+    strcpy(fp8.options.precision, "fp8");
+    fp8.config = llama_config(4, 2, 48);
+    expect_validate("validate: fp8 needs 16-aligned TP parts of the block linears", fp8,
+                    "--tp 2 leaves rank 0 64 x 24 of fcprojw: choose another --tp, --ffn or --heads");
+    fp8.config = llama_config(4, 2, 64);
+    expect_validate("validate: fp8 with 16-aligned TP parts passes", fp8, NULL);
     ValidateCase batch = small_case(12, 2, 2); // data ranks = dp x gtp = 3 x 2 = 6
     batch.options.total_batch_tokens = 2 * 64 * 4;
     expect_validate("validate: global batch over data ranks", batch,
@@ -215,36 +249,77 @@ static int check_tiling(const GPTConfig *c, int tp) {
     return bad;
 }
 
+// A grouped-query Llama the tiling covers at TP 1..4: C = 64, 8 query heads of 8 in 4 groups (TP 3 splits the
+// key/value heads 2, 1, 1), F = 48 (divides by 1..4), Vp = 96, untied (lmhead split like wte).
+static GPTConfig tiny_llama(void) {
+    GPTConfig c = config_default(ARCH_LLAMA, 16, 2, 8, 64);
+    c.num_kv_heads = 4;
+    c.ffn_hidden = 48;
+    c.vocab_size = 90;
+    c.padded_vocab_size = 96;
+    return c;
+}
+
 static void test_tiling(void) {
-    GPTConfig c = tiny_config();
+    GPTConfig c = tiny_config(), llama = tiny_llama();
     int tps[] = {1, 2, 3, 4, 6}; // tp 4: 6 heads split 2, 2, 1, 1
     int bad = 0;
     for (int i = 0; i < 5; i++) {
         int b = check_tiling(&c, tps[i]);
-        if (b) { printf("  tp %d: %d elements covered the wrong number of times\n", tps[i], b); }
+        if (b) { printf("  gpt2 tp %d: %d elements covered the wrong number of times\n", tps[i], b); }
         bad += b;
     }
     check(bad == 0, "tp slices tile every tensor exactly once", "%d errors", bad);
+    bad = 0;
+    for (int tp = 1; tp <= 4; tp++) {
+        int b = check_tiling(&llama, tp);
+        if (b) { printf("  llama tp %d: %d elements covered the wrong number of times\n", tp, b); }
+        bad += b;
+    }
+    check(bad == 0, "tp slices tile every tensor of a grouped-query, untied, SwiGLU llama exactly once (tp 1..4)",
+          "%d errors", bad);
 }
 
-// Each rank's local QKV rows are [q; k; v] of exactly its heads, in head order.
-static void test_qkv_heads(void) {
-    GPTConfig c = tiny_config();
-    int hs = c.channels / c.num_heads, bad = 0;
-    for (int tp = 3; tp <= 4; tp++) for (int r = 0; r < tp; r++) { // tp 4: heads 2, 2, 1, 1
+/*
+ * Each rank's local QKV rows are [q; k; v] of its heads, in head order, and form a fused grouped-query QKV of their
+ * own: local query head j reads local key/value head j / g, which is the global key/value head of its global query
+ * head. GPT-2 (g = 1) and the Llama above (g = 2) at every TP they take.
+ */
+static int qkv_head_errors(const GPTConfig *c, int tp) {
+    size_t hs = (size_t)(c->channels / c->num_heads), NH = (size_t)c->num_heads, KV = (size_t)c->num_kv_heads;
+    size_t g = NH / KV;
+    int bad = 0;
+    for (int r = 0; r < tp; r++) {
         Mesh m = mesh_make(tp, r, tp, 1);
-        Span heads = tp_heads(&m, &c);
-        size_t rows, cols;
-        param_tp_shape(&c, &m, P_QKVW, &rows, &cols);
-        size_t per_part = rows / QKV_PARTS;
+        Span kv = tp_kv_heads(&m, c);
+        size_t rows, cols, q_rows = g * kv.count * hs, kv_rows = kv.count * hs;
+        param_tp_shape(c, &m, P_QKVW, &rows, &cols);
+        bad += rows != q_rows + 2 * kv_rows || cols != (size_t)c->channels;
         for (size_t i = 0; i < rows; i++) {
-            size_t g = tp_global_row(&m, &c, P_QKVW, i);
-            size_t part = g / (size_t)c.channels, head = (g % (size_t)c.channels) / (size_t)hs;
-            size_t local_head = (i % per_part) / (size_t)hs;
-            bad += part != i / per_part || head != heads.begin + local_head || g % (size_t)hs != i % (size_t)hs;
-            bad += tp_global_row(&m, &c, P_QKVB, i) != g;
+            size_t part = i < q_rows ? 0 : i < q_rows + kv_rows ? 1 : 2;
+            size_t in_part = part == 0 ? i : (i - q_rows) % kv_rows, local_head = in_part / hs;
+            size_t grow = tp_global_row(&m, c, P_QKVW, i);
+            size_t part_first = part == 0 ? 0 : part == 1 ? NH * hs : (NH + KV) * hs; // of the global part
+            size_t global_head = (grow - part_first) / hs;
+            if (part == 0) { // a query head of one of this rank's groups, whose key/value head is local j / g
+                bad += global_head != g * kv.begin + local_head || global_head / g != kv.begin + local_head / g;
+            } else {
+                bad += global_head != kv.begin + local_head;
+            }
+            bad += grow < part_first || grow % hs != i % hs;
+            if (c->bias) { bad += tp_global_row(&m, c, P_QKVB, i) != grow; }
         }
+        Span ch = tp_attention_channels(&m, c); // attn proj's columns: the query heads' channels
+        bad += ch.begin != g * kv.begin * hs || ch.count != q_rows || tp_global_col(&m, c, P_ATTPROJW, 0) != ch.begin;
     }
+    return bad;
+}
+
+static void test_qkv_heads(void) {
+    GPTConfig c = tiny_config(), llama = tiny_llama();
+    int bad = 0;
+    for (int tp = 1; tp <= 6; tp++) { bad += qkv_head_errors(&c, tp); }
+    for (int tp = 1; tp <= 4; tp++) { bad += qkv_head_errors(&llama, tp); }
     // By hand: C = 48, tp = 3, rank 1 holds heads 2..3 = channels 16..31 of each of q, k, v.
     Mesh m1 = mesh_make(3, 1, 3, 1);
     bad += tp_global_row(&m1, &c, P_QKVW, 0) != 16 || tp_global_row(&m1, &c, P_QKVW, 15) != 31;
@@ -253,20 +328,80 @@ static void test_qkv_heads(void) {
     Mesh m2 = mesh_make(4, 2, 4, 1);
     bad += tp_global_row(&m2, &c, P_QKVW, 0) != 32 || tp_global_row(&m2, &c, P_QKVW, 8) != 48 + 32;
     bad += tp_global_col(&m2, &c, P_ATTPROJW, 7) != 39 || tp_global_col(&m2, &c, P_FCPROJW, 0) != 96;
-    check(bad == 0, "qkv split: each tp rank holds q, k, v rows of its own heads", "%d errors", bad);
+    check(bad == 0, "qkv split: each tp rank holds q, k, v rows of its own heads, a fused grouped-query qkv",
+          "%d errors", bad);
 }
 
-static void test_spans(void) {
-    GPTConfig c = tiny_config();
-    Mesh m = mesh_make(12, 7, 3, 2); // (dp, gtp, tp) = (1, 0, 1)
-    Span vocab = tp_vocab_rows(&m, &c), fc = tp_column_parallel_rows(&m, 4 * 48), proj = tp_row_parallel_cols(&m, 4 * 48);
-    int ok = vocab.begin == 32 && vocab.count == 32 && fc.begin == 64 && fc.count == 64 && proj.begin == 64 &&
-             proj.count == 64;
+// Grouped-query splits by hand.
+static void test_gqa_by_hand(void) {
+    // NH 4, KV 2, C 64 (head size 16): q rows 0..63, k 64..95, v 96..127. TP 2, rank 0: q heads 0-1 (rows 0..31),
+    // kv head 0 (k rows 64..79, v rows 96..111): 64 local rows. Rank 1: q 32..63, k 80..95, v 112..127.
+    GPTConfig a = config_default(ARCH_LLAMA, 16, 2, 4, 64);
+    a.num_kv_heads = 2;
+    Mesh r0 = mesh_make(2, 0, 2, 1), r1 = mesh_make(2, 1, 2, 1);
+    size_t rows, cols;
+    param_tp_shape(&a, &r0, P_QKVW, &rows, &cols);
+    Span q0 = tp_heads(&r0, &a), kv0 = tp_kv_heads(&r0, &a);
+    int ok = rows == 64 && cols == 64 && q0.begin == 0 && q0.count == 2 && kv0.begin == 0 && kv0.count == 1;
+    ok = ok && tp_global_row(&r0, &a, P_QKVW, 31) == 31 && tp_global_row(&r0, &a, P_QKVW, 32) == 64 &&
+         tp_global_row(&r0, &a, P_QKVW, 47) == 79 && tp_global_row(&r0, &a, P_QKVW, 48) == 96 &&
+         tp_global_row(&r0, &a, P_QKVW, 63) == 111;
+    ok = ok && tp_global_row(&r1, &a, P_QKVW, 0) == 32 && tp_global_row(&r1, &a, P_QKVW, 32) == 80 &&
+         tp_global_row(&r1, &a, P_QKVW, 48) == 112 && tp_global_col(&r1, &a, P_ATTPROJW, 0) == 32;
+    check(ok, "gqa NH 4 KV 2 tp 2 by hand: rank 0 holds q heads 0-1 and kv head 0", "rows %zu cols %zu", rows, cols);
+    // NH 8, KV 4, C 64 (head size 8): q rows 0..63, k 64..95, v 96..127. TP 3 splits the kv heads 2, 1, 1: rank 0
+    // q heads 0-3, kv 0-1 (64 rows); rank 1 q heads 4-5 (rows 32..47), kv 2 (k 80..87, v 112..119): 32 rows; rank 2
+    // q heads 6-7 (48..63), kv 3 (k 88..95, v 120..127).
+    GPTConfig b = tiny_llama();
+    Mesh s0 = mesh_make(3, 0, 3, 1), s1 = mesh_make(3, 1, 3, 1), s2 = mesh_make(3, 2, 3, 1);
+    size_t rows0, rows1, rows2;
+    param_tp_shape(&b, &s0, P_QKVW, &rows0, &cols);
+    param_tp_shape(&b, &s1, P_QKVW, &rows1, &cols);
+    param_tp_shape(&b, &s2, P_QKVW, &rows2, &cols);
+    ok = rows0 == 64 && rows1 == 32 && rows2 == 32;
+    ok = ok && tp_global_row(&s0, &b, P_QKVW, 40) == 72 && tp_global_row(&s0, &b, P_QKVW, 48) == 96;
+    ok = ok && tp_global_row(&s1, &b, P_QKVW, 0) == 32 && tp_global_row(&s1, &b, P_QKVW, 15) == 47 &&
+         tp_global_row(&s1, &b, P_QKVW, 16) == 80 && tp_global_row(&s1, &b, P_QKVW, 24) == 112 &&
+         tp_global_row(&s1, &b, P_QKVW, 31) == 119;
+    ok = ok && tp_global_row(&s2, &b, P_QKVW, 0) == 48 && tp_global_row(&s2, &b, P_QKVW, 16) == 88 &&
+         tp_global_row(&s2, &b, P_QKVW, 24) == 120;
+    ok = ok && tp_global_col(&s1, &b, P_ATTPROJW, 0) == 32 && tp_attention_channels(&s2, &b).count == 16;
+    check(ok, "gqa NH 8 KV 4 tp 3 by hand: key/value heads split 2, 1, 1 with their query heads",
+          "rows %zu %zu %zu", rows0, rows1, rows2);
+}
+
+// fc: one part of F rows (GELU), or SwiGLU's [gate F; up F], each rank the rows of its features in each part.
+static void test_fc_rows(void) {
+    GPTConfig c = tiny_config(), llama = tiny_llama(); // GELU F = 192; SwiGLU F = 48
+    Mesh m = mesh_make(12, 7, 3, 2);                    // (dp, gtp, tp) = (1, 0, 1)
+    Span vocab = tp_vocab_rows(&m, &c), f = tp_mlp_features(&m, &c), proj = tp_cols(&m, &c, P_FCPROJW);
     size_t rows, cols;
     param_tp_shape(&c, &m, P_FCPROJW, &rows, &cols);
-    ok = ok && rows == 48 && cols == 64 && tp_global_col(&m, &c, P_FCPROJW, 5) == 69 && tp_global_col(&m, &c, P_FCW, 5) == 5;
-    check(ok, "vocab, column- and row-parallel spans at known values", "vocab %zu+%zu fc %zu+%zu proj %zu+%zu",
-          vocab.begin, vocab.count, fc.begin, fc.count, proj.begin, proj.count);
+    int ok = vocab.begin == 32 && vocab.count == 32 && f.begin == 64 && f.count == 64 && proj.begin == 64 &&
+             proj.count == 64 && rows == 48 && cols == 64;
+    ok = ok && tp_global_col(&m, &c, P_FCPROJW, 5) == 69 && tp_global_col(&m, &c, P_FCW, 5) == 5;
+    ok = ok && tp_global_row(&m, &c, P_FCW, 0) == 64 && tp_global_row(&m, &c, P_FCW, 63) == 127 &&
+         tp_global_row(&m, &c, P_FCB, 10) == 74;
+    check(ok, "vocab, GELU fc and fc projection spans at known values", "vocab %zu+%zu fc %zu+%zu proj %zu+%zu",
+          vocab.begin, vocab.count, f.begin, f.count, proj.begin, proj.count);
+    // SwiGLU, F 48, TP 2, rank 1: gate rows 24..47, up rows 72..95 (48 local rows); fc projection columns 24..47
+    Mesh r1 = mesh_make(2, 1, 2, 1);
+    param_tp_shape(&llama, &r1, P_FCW, &rows, &cols);
+    ok = rows == 48 && cols == 64 && tp_global_row(&r1, &llama, P_FCW, 0) == 24 &&
+         tp_global_row(&r1, &llama, P_FCW, 23) == 47 && tp_global_row(&r1, &llama, P_FCW, 24) == 72 &&
+         tp_global_row(&r1, &llama, P_FCW, 47) == 95 && tp_global_col(&r1, &llama, P_FCPROJW, 0) == 24;
+    // every TP: local row j < F/TP is gate feature f0 + j, row F/TP + j up feature f0 + j
+    for (int tp = 1; tp <= 4; tp++) for (int r = 0; r < tp; r++) {
+        Mesh mr = mesh_make(tp, r, tp, 1);
+        Span fr = tp_mlp_features(&mr, &llama);
+        for (size_t j = 0; j < fr.count; j++) {
+            ok = ok && tp_global_row(&mr, &llama, P_FCW, j) == fr.begin + j &&
+                 tp_global_row(&mr, &llama, P_FCW, fr.count + j) == 48 + fr.begin + j &&
+                 tp_global_col(&mr, &llama, P_FCPROJW, j) == fr.begin + j;
+        }
+    }
+    check(ok, "swiglu fc: each tp rank holds the gate and the up rows of its features", "rows %zu cols %zu", rows,
+          cols);
 }
 
 int main(void) {
@@ -275,6 +410,7 @@ int main(void) {
     test_validation();
     test_tiling();
     test_qkv_heads();
-    test_spans();
+    test_gqa_by_hand();
+    test_fc_rows();
     return test_exit();
 }

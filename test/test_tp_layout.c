@@ -1,11 +1,16 @@
 /*
  * test_tp_layout.c: a tensor-parallel rank's local parameter buffer (llmc/tp_layout.h) and the vocab-parallel
  * cross-entropy (llmc/vocab_parallel.h).
- * - for tp in {1, 2, 3, 4, 6}: the local layouts of the tp ranks tile every full tensor exactly once
- *   (replicated tensors: once per rank), each local layer slice inside its own global layer;
+ * - for GPT-2 at tp in {1, 2, 3, 4, 6, 8} and grouped-query, untied Llamas at tp 1..4 (key/value heads split evenly
+ *   and unevenly): the local layouts of the tp ranks tile every full tensor exactly once (replicated tensors: once
+ *   per rank), each local layer slice inside its own global layer;
  * - scatter then gather gives back the full buffer bitwise, and the row copies agree with the element map;
  * - local initialization equals the slice of the single-GPU initialization bitwise;
- * - a rank's local QKV weight and bias are a fused QKV of its NH/tp heads (rows rebuilt per head from C, NH);
+ * - a rank's local QKV weight and bias are a fused QKV of its key/value heads and their groups' query heads, and a
+ *   Llama's local fc weight is [gate; up] of its features (rows rebuilt from the head and feature counts);
+ * - a block's attention (RoPE, grouped-query heads) and MLP (GELU, SwiGLU) computed by cpu_model.h's kernels on each
+ *   rank's local tensors with its local head and feature counts, the row-parallel outputs summed over the ranks,
+ *   equal the whole block (double): the local tensors are a model of their own that the unchanged kernels run;
  * - the vocab-parallel cross-entropy over tp in {1, 2, 4, 8} ranks equals cpu_model.h's unsplit one (double),
  *   with padded columns excluded (they hold huge logits here) and ranks that hold padding only.
  */
@@ -18,14 +23,33 @@
 
 #define TEST_SEED 4321
 #define TEST_STREAM 98u // test data, apart from the parameter and data streams
-#define NUM_LAYOUT_TPS 6
-static const int LAYOUT_TPS[NUM_LAYOUT_TPS] = {1, 2, 3, 4, 6, 8}; // 8: 12 heads split 2,2,2,2,1,1,1,1
 
-// L 2, C 48, 12 heads of 4, Vp 384 (V 300), T 16: every TP-split dimension but the heads divides by each of
-// LAYOUT_TPS (heads are split as evenly as they go).
-static GPTConfig layout_config(void) {
-    return config_gpt2(16, 300, 2, 12, 48);
+// The layouts every check below runs on: a description and the TP degrees it takes.
+typedef struct {
+    const char *name;
+    GPTConfig c;
+    int tps[6], num_tps;
+} LayoutCase;
+
+// GPT-2: L 2, C 48, 12 heads of 4, Vp 384 (V 300), T 16: every TP-split dimension but the heads divides by each tp
+// (heads are split as evenly as they go: 8 is 2,2,2,2,1,1,1,1). Llama: L 2, C 64, untied, F 48, Vp 384: 8 query heads
+// of 8 in 4 groups (tp 3: key/value heads 2, 1, 1), and 6 in 2 groups of 3 (tp 2: one key/value head each).
+static LayoutCase layout_case(int i) {
+    GPTConfig llama = config_default(ARCH_LLAMA, 16, 2, 8, 64);
+    llama.num_kv_heads = 4;
+    llama.ffn_hidden = 48;
+    llama.vocab_size = 300;
+    llama.padded_vocab_size = padded_vocab(llama.vocab_size);
+    GPTConfig groups3 = llama;
+    groups3.num_heads = 6;
+    groups3.channels = 48;
+    groups3.num_kv_heads = 2;
+    LayoutCase cases[] = {{"gpt2", config_gpt2(16, 300, 2, 12, 48), {1, 2, 3, 4, 6, 8}, 6},
+                          {"llama kv 4", llama, {1, 2, 3, 4}, 4},
+                          {"llama kv 2 of 6", groups3, {1, 2}, 2}};
+    return cases[i];
 }
+#define NUM_LAYOUT_CASES 3
 
 static float *random_params(const ParamLayout *g) {
     float *x = (float *)malloc_check(g->total * sizeof(float), "full params");
@@ -91,19 +115,22 @@ static int layout_errors(const GPTConfig *c, int tp) {
 }
 
 static void test_layout_tiles(void) {
-    GPTConfig c = layout_config();
     int bad = 0;
-    for (int i = 0; i < NUM_LAYOUT_TPS; i++) {
-        int b = layout_errors(&c, LAYOUT_TPS[i]);
-        if (b) { printf("  tp %d: %d errors\n", LAYOUT_TPS[i], b); }
-        bad += b;
+    for (int i = 0; i < NUM_LAYOUT_CASES; i++) {
+        LayoutCase lc = layout_case(i);
+        for (int j = 0; j < lc.num_tps; j++) {
+            int b = layout_errors(&lc.c, lc.tps[j]);
+            if (b) { printf("  %s tp %d: %d errors\n", lc.name, lc.tps[j], b); }
+            bad += b;
+        }
+        ParamLayout g, one;
+        Mesh m1 = mesh_make(1, 0, 1, 1);
+        param_layout(&lc.c, &g);
+        param_layout_local(&lc.c, &m1, &one);
+        bad += memcmp(&g, &one, sizeof(g)) != 0;
     }
-    ParamLayout g, one;
-    Mesh m1 = mesh_make(1, 0, 1, 1);
-    param_layout(&c, &g);
-    param_layout_local(&c, &m1, &one);
-    bad += memcmp(&g, &one, sizeof(g)) != 0;
-    check(bad == 0, "tp local layouts tile every tensor exactly once (tp 1: the full layout)", "%d errors", bad);
+    check(bad == 0, "tp local layouts tile every tensor exactly once, gpt2 and llama (tp 1: the full layout)",
+          "%d errors", bad);
 }
 
 // One rank holds a grouped-query Llama whole: its QKV of unequal parts ([4 q | 1 k | 1 v] heads here) and the
@@ -130,92 +157,111 @@ static void test_one_rank_llama(void) {
 // ---------------------------------------------------------------------------------------------------------
 // Scatter, gather, local initialization.
 
-static void test_gather_scatter(void) {
-    GPTConfig c = layout_config();
+static int gather_scatter_errors(const GPTConfig *c, int tp) {
     ParamLayout g;
-    param_layout(&c, &g);
+    param_layout(c, &g);
     float *full = random_params(&g);
     float *back = (float *)malloc_check(g.total * sizeof(float), "gathered params");
     int bad = 0;
-    for (int i = 0; i < NUM_LAYOUT_TPS; i++) {
-        int tp = LAYOUT_TPS[i];
-        float **local = alloc_locals(&c, tp);
-        param_scatter_tp(&c, tp, full, local);
-        for (int r = 0; r < tp; r++) { // the row copies agree with the element map
-            Mesh m = mesh_make(tp, r, tp, 1);
-            ParamLayout p;
-            param_layout_local(&c, &m, &p);
-            for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
-                for (size_t e = 0; e < p.size[t]; e++) {
-                    bad += local[r][p.offset[t] + e] != full[g.offset[t] + tp_local_to_global(&c, &m, t, e)];
-                }
-            }
-        }
-        memset(back, 0xff, g.total * sizeof(float)); // NaN: an element gather misses shows
-        param_gather_tp(&c, tp, (const float *const *)local, back);
-        int same = memcmp(back, full, g.total * sizeof(float)) == 0;
-        if (!same) { printf("  tp %d: gather(scatter(x)) != x\n", tp); }
-        bad += !same;
-        free_locals(local, tp);
-    }
-    check(bad == 0, "gather(scatter(x)) == x bitwise; row copies match the element map", "%d errors", bad);
-    free(full);
-    free(back);
-}
-
-static void test_local_init(void) {
-    GPTConfig c = layout_config();
-    ParamLayout g;
-    param_layout(&c, &g);
-    float *full = (float *)malloc_check(g.total * sizeof(float), "full init");
-    float *back = (float *)malloc_check(g.total * sizeof(float), "gathered init");
-    param_init_host(&c, &g, TEST_SEED, full);
-    int bad = 0;
-    for (int i = 0; i < NUM_LAYOUT_TPS; i++) {
-        int tp = LAYOUT_TPS[i];
-        float **init = alloc_locals(&c, tp), **slice = alloc_locals(&c, tp);
-        param_scatter_tp(&c, tp, full, slice);
-        for (int r = 0; r < tp; r++) {
-            Mesh m = mesh_make(tp, r, tp, 1);
-            ParamLayout p;
-            param_layout_local(&c, &m, &p);
-            param_init_local(&c, &m, TEST_SEED, init[r]);
-            bad += memcmp(init[r], slice[r], p.total * sizeof(float)) != 0;
-        }
-        param_gather_tp(&c, tp, (const float *const *)init, back);
-        bad += memcmp(back, full, g.total * sizeof(float)) != 0;
-        free_locals(init, tp);
-        free_locals(slice, tp);
-    }
-    check(bad == 0, "local init == slice of the single-GPU init (bitwise), for every rank and tp", "%d errors", bad);
-    free(full);
-    free(back);
-}
-
-// Rank r's local qkvw (L, 3 nh hs, C) and qkvb (L, 3 nh hs) must be [q; k; v] of its nh heads h0 .. h0 + nh - 1
-// (NH / tp each, one more for the first NH % tp ranks): local row part * nh hs + h * hs + j holds global row
-// part * C + (h0 + h) * hs + j of the same layer.
-static int qkv_errors(const GPTConfig *c, int tp, const float *full, float *const *local) {
-    ParamLayout g;
-    param_layout(c, &g);
-    size_t C = (size_t)c->channels, hs = C / (size_t)c->num_heads;
-    size_t base = (size_t)c->num_heads / (size_t)tp, extra = (size_t)c->num_heads % (size_t)tp;
-    int bad = 0;
-    for (int r = 0; r < tp; r++) {
-        size_t heads = base + ((size_t)r < extra), first = (size_t)r * base + ((size_t)r < extra ? (size_t)r : extra);
-        size_t local_rows = QKV_PARTS * heads * hs;
+    float **local = alloc_locals(c, tp);
+    param_scatter_tp(c, tp, full, local);
+    for (int r = 0; r < tp; r++) { // the row copies agree with the element map
         Mesh m = mesh_make(tp, r, tp, 1);
         ParamLayout p;
         param_layout_local(c, &m, &p);
+        for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+            for (size_t e = 0; e < p.size[t]; e++) {
+                bad += local[r][p.offset[t] + e] != full[g.offset[t] + tp_local_to_global(c, &m, t, e)];
+            }
+        }
+    }
+    memset(back, 0xff, g.total * sizeof(float)); // NaN: an element gather misses shows
+    param_gather_tp(c, tp, (const float *const *)local, back);
+    bad += memcmp(back, full, g.total * sizeof(float)) != 0;
+    free_locals(local, tp);
+    free(full);
+    free(back);
+    return bad;
+}
+
+static void test_gather_scatter(void) {
+    int bad = 0;
+    for (int i = 0; i < NUM_LAYOUT_CASES; i++) {
+        LayoutCase lc = layout_case(i);
+        for (int j = 0; j < lc.num_tps; j++) {
+            int b = gather_scatter_errors(&lc.c, lc.tps[j]);
+            if (b) { printf("  %s tp %d: gather(scatter(x)) != x or rows off the map: %d\n", lc.name, lc.tps[j], b); }
+            bad += b;
+        }
+    }
+    check(bad == 0, "gather(scatter(x)) == x bitwise; row copies match the element map (gpt2, llama)", "%d errors",
+          bad);
+}
+
+static int local_init_errors(const GPTConfig *c, int tp) {
+    ParamLayout g;
+    param_layout(c, &g);
+    float *full = (float *)malloc_check(g.total * sizeof(float), "full init");
+    float *back = (float *)malloc_check(g.total * sizeof(float), "gathered init");
+    param_init_host(c, &g, TEST_SEED, full);
+    int bad = 0;
+    float **init = alloc_locals(c, tp), **slice = alloc_locals(c, tp);
+    param_scatter_tp(c, tp, full, slice);
+    for (int r = 0; r < tp; r++) {
+        Mesh m = mesh_make(tp, r, tp, 1);
+        ParamLayout p;
+        param_layout_local(c, &m, &p);
+        param_init_local(c, &m, TEST_SEED, init[r]);
+        bad += memcmp(init[r], slice[r], p.total * sizeof(float)) != 0;
+    }
+    param_gather_tp(c, tp, (const float *const *)init, back);
+    bad += memcmp(back, full, g.total * sizeof(float)) != 0;
+    free_locals(init, tp);
+    free_locals(slice, tp);
+    free(full);
+    free(back);
+    return bad;
+}
+
+static void test_local_init(void) {
+    int bad = 0;
+    for (int i = 0; i < NUM_LAYOUT_CASES; i++) {
+        LayoutCase lc = layout_case(i);
+        for (int j = 0; j < lc.num_tps; j++) { bad += local_init_errors(&lc.c, lc.tps[j]); }
+    }
+    check(bad == 0, "local init == slice of the single-GPU init (bitwise), for every rank and tp (gpt2, llama)",
+          "%d errors", bad);
+}
+
+/*
+ * Rank r's local qkvw (L, (g kvl + 2 kvl) hs, C) and qkvb must be [q; k; v] of its kvl key/value heads kv0 ..
+ * kv0 + kvl - 1 (KV / tp each, one more for the first KV % tp ranks) and their groups' g kvl query heads from g kv0
+ * on: local row qoff(part) + h hs + j holds global row first(part) hs + (h0(part) + h) hs + j of the same layer, with
+ * the q part's heads starting at g kv0 and the k and v parts' at kv0, after the NH query heads and the KV key heads.
+ */
+static int qkv_errors(const GPTConfig *c, int tp, const float *full, float *const *local) {
+    ParamLayout g;
+    param_layout(c, &g);
+    size_t C = (size_t)c->channels, NH = (size_t)c->num_heads, KV = (size_t)c->num_kv_heads, hs = C / NH;
+    size_t grp = NH / KV, base = KV / (size_t)tp, extra = KV % (size_t)tp, global_rows = (NH + 2 * KV) * hs;
+    int bad = 0;
+    for (int r = 0; r < tp; r++) {
+        size_t kvl = base + ((size_t)r < extra), kv0 = (size_t)r * base + ((size_t)r < extra ? (size_t)r : extra);
+        size_t heads[QKV_PARTS] = {grp * kvl, kvl, kvl}, h0[QKV_PARTS] = {grp * kv0, kv0, kv0};
+        size_t first[QKV_PARTS] = {0, NH, NH + KV}, local_rows = (grp + 2) * kvl * hs;
+        Mesh m = mesh_make(tp, r, tp, 1);
+        ParamLayout p;
+        param_layout_local(c, &m, &p);
+        bad += p.size[P_QKVW] != (size_t)c->num_layers * local_rows * C;
         for (size_t l = 0; l < (size_t)c->num_layers; l++) {
+            size_t lrow = l * local_rows;
             for (size_t part = 0; part < QKV_PARTS; part++) {
-                for (size_t h = 0; h < heads; h++) {
-                    for (size_t j = 0; j < hs; j++) {
-                        size_t lrow = l * local_rows + part * heads * hs + h * hs + j;
-                        size_t grow = l * QKV_PARTS * C + part * C + (first + h) * hs + j;
+                for (size_t h = 0; h < heads[part]; h++) {
+                    for (size_t j = 0; j < hs; j++, lrow++) {
+                        size_t grow = l * global_rows + (first[part] + h0[part] + h) * hs + j;
                         const float *lw = local[r] + p.offset[P_QKVW] + lrow * C;
                         bad += memcmp(lw, full + g.offset[P_QKVW] + grow * C, C * sizeof(float)) != 0;
-                        bad += local[r][p.offset[P_QKVB] + lrow] != full[g.offset[P_QKVB] + grow];
+                        if (c->bias) { bad += local[r][p.offset[P_QKVB] + lrow] != full[g.offset[P_QKVB] + grow]; }
                     }
                 }
             }
@@ -224,20 +270,160 @@ static int qkv_errors(const GPTConfig *c, int tp, const float *full, float *cons
     return bad;
 }
 
-static void test_qkv_is_fused(void) {
-    GPTConfig c = layout_config();
+// A SwiGLU fc's local weight (L, 2 F/tp, C) must be [gate; up] of its features f0 .. f0 + F/tp - 1: local row
+// part * F/tp + j holds global row part * F + f0 + j; and its fc projection (L, C, F/tp) the columns of those features.
+static int fc_errors(const GPTConfig *c, int tp, const float *full, float *const *local) {
     ParamLayout g;
-    param_layout(&c, &g);
-    float *full = random_params(&g);
+    param_layout(c, &g);
+    size_t C = (size_t)c->channels, F = (size_t)c->ffn_hidden, Fl = F / (size_t)tp;
     int bad = 0;
-    for (int i = 0; i < NUM_LAYOUT_TPS; i++) {
-        float **local = alloc_locals(&c, LAYOUT_TPS[i]);
-        param_scatter_tp(&c, LAYOUT_TPS[i], full, local);
-        bad += qkv_errors(&c, LAYOUT_TPS[i], full, local);
-        free_locals(local, LAYOUT_TPS[i]);
+    for (int r = 0; r < tp; r++) {
+        size_t f0 = (size_t)r * Fl;
+        Mesh m = mesh_make(tp, r, tp, 1);
+        ParamLayout p;
+        param_layout_local(c, &m, &p);
+        for (size_t l = 0; l < (size_t)c->num_layers; l++) {
+            for (size_t part = 0; part < 2; part++) {
+                for (size_t j = 0; j < Fl; j++) {
+                    size_t lrow = l * 2 * Fl + part * Fl + j, grow = l * 2 * F + part * F + f0 + j;
+                    bad += memcmp(local[r] + p.offset[P_FCW] + lrow * C, full + g.offset[P_FCW] + grow * C,
+                                  C * sizeof(float)) != 0;
+                }
+            }
+            for (size_t row = 0; row < C; row++) {
+                bad += memcmp(local[r] + p.offset[P_FCPROJW] + (l * C + row) * Fl,
+                              full + g.offset[P_FCPROJW] + (l * C + row) * F + f0, Fl * sizeof(float)) != 0;
+            }
+        }
     }
-    check(bad == 0, "local qkv weight and bias are a fused qkv of the rank's NH/tp heads", "%d errors", bad);
-    free(full);
+    return bad;
+}
+
+static void test_qkv_and_fc(void) {
+    int bad_qkv = 0, bad_fc = 0;
+    for (int i = 0; i < NUM_LAYOUT_CASES; i++) {
+        LayoutCase lc = layout_case(i);
+        ParamLayout g;
+        param_layout(&lc.c, &g);
+        float *full = random_params(&g);
+        for (int j = 0; j < lc.num_tps; j++) {
+            float **local = alloc_locals(&lc.c, lc.tps[j]);
+            param_scatter_tp(&lc.c, lc.tps[j], full, local);
+            bad_qkv += qkv_errors(&lc.c, lc.tps[j], full, local);
+            if (lc.c.mlp == MLP_SWIGLU) { bad_fc += fc_errors(&lc.c, lc.tps[j], full, local); }
+            free_locals(local, lc.tps[j]);
+        }
+        free(full);
+    }
+    check(bad_qkv == 0, "local qkv weight and bias are a fused qkv of the rank's key/value heads and their query heads",
+          "%d errors", bad_qkv);
+    check(bad_fc == 0, "local swiglu fc weight is [gate; up] of the rank's features, fc projection their columns",
+          "%d errors", bad_fc);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// A block on the ranks' local tensors against the whole block.
+
+#define BLOCK_B 2
+#define BLOCK_T 8
+#define BLOCK_TOL 1e-12 // double; only the order of the row-parallel sums differs
+
+// Layer 0's tensor t of a flat buffer of layout p.
+static double *layer0(double *base, const ParamLayout *p, int t) { return base + p->offset[t]; }
+
+/*
+ * The attention half-block (qkv, RoPE where the model has it, causal grouped-query attention, the projection) and the
+ * MLP half-block (fc, GELU or SwiGLU, the fc projection) of layer 0 on input x, computed whole, and on each TP rank
+ * with its local tensors and its local counts (heads, key/value heads, MLP features: the description as the rank's
+ * kernels see it), the row-parallel outputs summed over the ranks. Returns the worse relative error of the two sums.
+ */
+static double block_error(const GPTConfig *c, int tp) {
+    int N = BLOCK_B * BLOCK_T, C = c->channels, HS = C / c->num_heads;
+    ParamLayout g;
+    param_layout(c, &g);
+    float *full = random_params(&g);
+    for (size_t i = 0; i < g.total; i++) { full[i] -= 0.5f; } // centred, so sums cancel as in a model
+    double *w = (double *)malloc_check(g.total * sizeof(double), "weights");
+    for (size_t i = 0; i < g.total; i++) { w[i] = full[i]; }
+    size_t widest = (size_t)config_qkv_rows(c) > (size_t)config_fc_rows(c) ? (size_t)config_qkv_rows(c)
+                                                                            : (size_t)config_fc_rows(c);
+    double *x = (double *)malloc_check((size_t)N * C * sizeof(double), "input");
+    for (size_t i = 0; i < (size_t)N * C; i++) { x[i] = 2.0 * rng_uniform(TEST_SEED, TEST_STREAM + 2, i) - 1.0; }
+    double *qkv = (double *)malloc_check((size_t)N * widest * sizeof(double), "qkv or fc outputs");
+    double *att = (double *)malloc_check((size_t)BLOCK_B * c->num_heads * BLOCK_T * BLOCK_T * sizeof(double), "att");
+    double *mid = (double *)malloc_check((size_t)N * (C > c->ffn_hidden ? C : c->ffn_hidden) * sizeof(double), "mid");
+    double *wt = (double *)malloc_check(widest * (C > c->ffn_hidden ? C : c->ffn_hidden) * sizeof(double), "wt");
+    double *want[2], *sum[2], *part = (double *)malloc_check((size_t)N * C * sizeof(double), "a rank's part");
+    float *cos_table = (float *)malloc_check((size_t)BLOCK_T * HS * sizeof(float), "rope tables");
+    float *sin_table = cos_table + (size_t)BLOCK_T * HS / 2;
+    if (c->pos == POS_ROPE) { rope_tables(c, BLOCK_T, cos_table, sin_table); }
+    for (int half = 0; half < 2; half++) {
+        want[half] = (double *)calloc_check((size_t)N * C, sizeof(double), "whole output");
+        sum[half] = (double *)calloc_check((size_t)N * C, sizeof(double), "summed output");
+    }
+    float **local = alloc_locals(c, tp);
+    param_scatter_tp(c, tp, full, local);
+    for (int r = -1; r < tp; r++) { // -1: the whole block
+        GPTConfig lc = *c; // the description as this rank's kernels see it
+        const double *wq, *bq, *wo, *wfc, *bfc, *wproj;
+        double *lw = NULL;
+        ParamLayout p = g;
+        if (r >= 0) {
+            Mesh m = mesh_make(tp, r, tp, 1);
+            lc.num_heads = (int)tp_heads(&m, c).count;
+            lc.num_kv_heads = (int)tp_kv_heads(&m, c).count;
+            lc.channels = lc.num_heads * HS; // the attention's width (head size as the model's)
+            lc.ffn_hidden = (int)tp_mlp_features(&m, c).count;
+            param_layout_local(c, &m, &p);
+            lw = (double *)malloc_check(p.total * sizeof(double), "local weights");
+            for (size_t i = 0; i < p.total; i++) { lw[i] = local[r][i]; }
+        }
+        double *base = r >= 0 ? lw : w;
+        wq = layer0(base, &p, P_QKVW);
+        bq = p.size[P_QKVB] ? layer0(base, &p, P_QKVB) : NULL;
+        wo = layer0(base, &p, P_ATTPROJW);
+        wfc = layer0(base, &p, P_FCW);
+        bfc = p.size[P_FCB] ? layer0(base, &p, P_FCB) : NULL;
+        wproj = layer0(base, &p, P_FCPROJW);
+        int qkv_rows = config_qkv_rows(&lc), A = lc.num_heads * HS, fc_rows = config_fc_rows(&lc);
+        matmul_forward(qkv, x, wq, bq, wt, N, C, qkv_rows);
+        if (c->pos == POS_ROPE) {
+            rope_rotate(qkv, cos_table, sin_table, BLOCK_B, BLOCK_T, lc.num_heads, lc.num_kv_heads, HS, 1);
+        }
+        attention_forward(mid, att, qkv, BLOCK_B, BLOCK_T, lc.num_heads, lc.num_kv_heads, HS);
+        matmul_forward(r >= 0 ? part : want[0], mid, wo, NULL, wt, N, A, C);
+        if (r >= 0) { for (size_t i = 0; i < (size_t)N * C; i++) { sum[0][i] += part[i]; } }
+        matmul_forward(qkv, x, wfc, bfc, wt, N, C, fc_rows);
+        mlp_act_forward(&lc, mid, qkv, N);
+        matmul_forward(r >= 0 ? part : want[1], mid, wproj, NULL, wt, N, lc.ffn_hidden, C);
+        if (r >= 0) { for (size_t i = 0; i < (size_t)N * C; i++) { sum[1][i] += part[i]; } }
+        free(lw);
+    }
+    double err = 0.0;
+    for (int half = 0; half < 2; half++) {
+        double e = max_rel_err_f64(sum[half], want[half], (size_t)N * C);
+        if (!(e <= err)) { err = e; }
+        free(want[half]);
+        free(sum[half]);
+    }
+    free_locals(local, tp);
+    free(full); free(w); free(x); free(qkv); free(att); free(mid); free(wt); free(part); free(cos_table);
+    return err;
+}
+
+static void test_block_on_ranks(void) {
+    double worst = 0.0;
+    for (int i = 0; i < NUM_LAYOUT_CASES; i++) {
+        LayoutCase lc = layout_case(i);
+        for (int j = 0; j < lc.num_tps; j++) {
+            double e = block_error(&lc.c, lc.tps[j]);
+            if (!(e <= BLOCK_TOL)) { printf("  %s tp %d: relative error %.3g\n", lc.name, lc.tps[j], e); }
+            if (!(e <= worst)) { worst = e; }
+        }
+    }
+    check(worst <= BLOCK_TOL, "a block on the ranks' local tensors and counts, row-parallel outputs summed, equals "
+          "the whole block (attention with rope and grouped-query heads, gelu and swiglu MLPs)",
+          "relative error %.3g (tol %.0e)", worst, BLOCK_TOL);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -355,7 +541,8 @@ int main(void) {
     test_one_rank_llama();
     test_gather_scatter();
     test_local_init();
-    test_qkv_is_fused();
+    test_qkv_and_fc();
+    test_block_on_ranks();
     test_vocab_parallel_ce();
     return test_exit();
 }
