@@ -334,7 +334,7 @@ fi
 # there are chaotic: one GPU against itself with the sums reordered (micro-batches of 4 against 2) moved the norm by
 # 1.8e-2 in bf16 and 4e-2..1e-1 in fp8 (GPT-2 of this width by 1.4e-1 in fp8), TP=2 by 2.5e-2 and 2e-1, so the norm
 # told nothing. At 3e-4 the same reorder moves it by 1.6e-4 (bf16) and 2.7e-3 (fp8), TP=2 by 2.8e-4 and 3.7e-3, and
-# the tolerances above keep their margins (dev/results/llama_norm_drift_lr_2xh200_*.txt).
+# the tolerances above keep their margins (dev/norm_drift.sh; dev/results/llama_norm_drift_lr_2xh200_*.txt).
 LLAMA=(--model llama-tiny --width 512 --heads 8 --kv-heads 4 --ffn 512 --lr 3e-4)
 LLAMA_LAYOUTS=(
     "dp2_zero1|2|--zero 1|fp32 bf16"
