@@ -53,8 +53,10 @@
 # 2. resume (bf16, under mpirun): TP=2, TP=2+SP, DP=2+ZeRO-1, GTP=2 and (4 GPUs) DP=2 x GTP=2+ZeRO-1 runs
 #    checkpointed at step 10 and resumed must end with the same step-20 model file, byte for byte, as the same run
 #    straight through; across layouts (fp32): a GTP=2 checkpoint resumed on one GPU and the other way round end
-#    within the fp32 parity tolerances. The update in backward (bf16, --grad-clip 0): DP=2, DP=2+ZeRO-1, TP=2+SP,
-#    GTP=2 and (4 GPUs) DP=2 x GTP=2+ZeRO-1 end with the same step-20 model file as with --update-in-backward 0; in
+#    within the fp32 parity tolerances. The update in backward (bf16, --grad-clip 0, layer 1's AdamW in the backward
+#    and layer 0's after it: --update-after-layers 1): DP=2, DP=2+ZeRO-1, TP=2 (the rest group's AdamW in two
+#    launches), TP=2+SP, GTP=2 and (4 GPUs) DP=2 x GTP=2+ZeRO-1 end with the same step-20 model file as with
+#    --update-in-backward 0; in
 #    fp8 (delayed) DP=2+ZeRO-1, TP=2+SP and GTP=2 too (the weights' codes cast after the history there, written by
 #    AdamW after the backward, or cast from the broadcast masters under ZeRO-1). ZeRO-1 (fp8, --grad-clip 0, the
 #    update after the backward): DP=2 and (4 GPUs) DP=2 x GTP=2 end with the same step-20 model file as without it:
@@ -221,7 +223,7 @@ run_layout() {
 RESUME_AT=10
 RESUME_LAYOUTS=("tp2|2|--tp 2" "tp2_sp|2|--tp 2 --sequence-parallel 1" "dp2_zero1|2|--zero 1" "gtp2|2|--gtp 2"
                 "dp2_gtp2_zero1|4|--gtp 2 --zero 1")
-EARLY_LAYOUTS=("dp2|2|--zero 0" "dp2_zero1|2|--zero 1" "tp2_sp|2|--tp 2 --sequence-parallel 1" "gtp2|2|--gtp 2"
+EARLY_LAYOUTS=("dp2|2|--zero 0" "dp2_zero1|2|--zero 1" "tp2|2|--tp 2" "tp2_sp|2|--tp 2 --sequence-parallel 1" "gtp2|2|--gtp 2"
                "dp2_gtp2_zero1|4|--gtp 2 --zero 1" "dp2_zero1_fp8|2|--zero 1 --precision fp8"
                "tp2_sp_fp8|2|--tp 2 --sequence-parallel 1 --precision fp8" "gtp2_fp8|2|--gtp 2 --precision fp8")
 # ZeRO-1 against plain DP: without clipping (the norm over the owners' slices may differ in its last bits, and would
@@ -238,7 +240,7 @@ twin_test() { # resume|early|zero NAME NP OPTIONS...: two runs (bf16 unless OPTI
     local args=("${COMMON[@]}" --precision bf16 "$@")
     case $kind in
         resume) runs=(straight resumed); args+=(--checkpoint-every "$RESUME_AT") ;;
-        early) runs=(after during); args+=(--grad-clip 0) ;;
+        early) runs=(after during); args+=(--grad-clip 0 --update-after-layers 1) ;; # layer 1 in it, 0 after
         zero) runs=(plain zero1); args+=(--grad-clip 0 --update-in-backward 0) ;;
     esac
     mkdir -p "$d/${runs[0]}" "$d/${runs[1]}"
