@@ -168,7 +168,11 @@ static inline void tokenizer_init(Tokenizer *t, const char *vocab_dir) {
 static inline void tokenizer_open(Tokenizer *t, const char *path, JsonValue *doc) {
     memset(doc, 0, sizeof(*doc));
     struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) { tokenizer_init(t, path); return; }
+    if (stat(path, &st) != 0) {
+        fail("tokenizer '%s' does not exist: give a tokenizer.json or GPT-2's folder; `make data` writes GPT-2's "
+             "(data/gpt2), `make data-llama3` Llama 3's (data/llama3/tokenizer.json)", path);
+    }
+    if (S_ISDIR(st.st_mode)) { tokenizer_init(t, path); return; }
     tokenizer_parse_file(path, doc, TOKENIZER_JSON_HINT);
     const JsonValue *model = json_get(doc, "model"), *type = model ? json_get(model, "type") : NULL;
     if (!type || !json_is_string(type, "BPE")) {
