@@ -4,7 +4,7 @@
 // data/llama3/tokenizer.json. Run by test/test_tokenizer_json.sh from the repository root.
 //
 // For each tokenizer: a hold-out of Brown corpus documents (at least MIN_HOLDOUT_IDS ids) and hostile texts
-// (long runs of spaces and digits, CRLF, every special token's text, characters outside the BMP, contractions in
+// (long runs of spaces and digits, CRLF, Unicode spaces, every special token's text, characters outside the BMP, contractions in
 // any case) encode to the reference's ids and decode back to their bytes; each special id decodes to its text;
 // invalid UTF-8 is refused. Each check prints "PASS name" or "FAIL name: why" (the first mismatch).
 import { spawnSync } from "node:child_process";
@@ -63,6 +63,7 @@ function hostile(specials) {
     "\u{1F600}\u{1F468}\u200d\u{1F469}\u200d\u{1F467} \u{1D518}\u{1D52B}\u{1D526} \u{20B9F}\u{2A6D6} \u{10348}\u{E0001}",
     "IT'S WE'RE THEY'VE I'M HE'D SHE'LL it'S We'Re 's 'LL",
     "caf\u00e9 na\u00efve \u0645\u0631\u062d\u0628\u0627 \u4f60\u597d\u4e16\u754c \u0928\u092e\u0938\u094d\u0924\u0947 \uD55C\uAD6D\uC5B4",
+    "a\u0085 b\u0085\u0085\n c \ufeff d\u180e  e \u2028\u2029 f\u00a0\u00a0g",
     "", "a", "<|begin_of_text|", "|>",
   ];
 }
