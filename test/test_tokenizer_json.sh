@@ -44,5 +44,16 @@ out=$(./tokenize encode "abc abd" --tokenizer "$tmp/small.json" 2>&1)
 err=$(./tokenize shards --out "$tmp/x" --tokenizer data/llama3/tokenizer.json "$tmp/small.json" 2>&1 >/dev/null)
 case "$err" in *"has 128256 tokens, more than this shard format's 16-bit tokens hold"*) echo "PASS tokenizer_json_shards_refuse_wide_vocab" ;;
     *) echo "FAIL tokenizer_json_shards_refuse_wide_vocab: stderr '$err'" ;; esac
+# shards through GPT-2's tokenizer.json are GPT-2's folder's, byte for byte (the separator is its <|endoftext|>)
+mkdir -p "$tmp/docs" "$tmp/a" "$tmp/b"
+printf 'Hello world\r\n  it'"'"'s 12345 \xf0\x9f\x98\x80' >"$tmp/docs/0.txt"
+printf '<|endoftext|> second document' >"$tmp/docs/1.txt"
+if ./tokenize shards --out "$tmp/a/x" --val-every 2 "$tmp/docs" >/dev/null 2>&1 &&
+    ./tokenize shards --out "$tmp/b/x" --val-every 2 --tokenizer data/gpt2/tokenizer.json "$tmp/docs" >/dev/null 2>&1 &&
+    cmp -s "$tmp/a/x_train_000000.bin" "$tmp/b/x_train_000000.bin" && cmp -s "$tmp/a/x_val_000000.bin" "$tmp/b/x_val_000000.bin"; then
+    echo "PASS tokenizer_json_gpt2_shards_equal_folder"
+else
+    echo "FAIL tokenizer_json_gpt2_shards_equal_folder: the shards differ or a run failed"
+fi
 
 node test/tokenizer_json_oracle.mjs
