@@ -3,10 +3,11 @@
 // llama3-tokenizer-js (data/node_modules, specials off: special tokens in text are text) for
 // data/llama3/tokenizer.json. Run by test/test_tokenizer_json.sh from the repository root.
 //
-// For each tokenizer: a hold-out of Brown corpus documents (at least MIN_HOLDOUT_IDS ids) and hostile texts
-// (long runs of spaces and digits, CRLF, Unicode spaces, every special token's text, characters outside the BMP, contractions in
-// any case) encode to the reference's ids and decode back to their bytes; each special id decodes to its text;
-// invalid UTF-8 is refused. Each check prints "PASS name" or "FAIL name: why" (the first mismatch).
+// For each tokenizer: a hold-out of Brown corpus documents (at least MIN_HOLDOUT_IDS ids), hostile texts (long runs
+// of spaces and digits, CRLF, Unicode spaces, every special token's text, characters outside the BMP, contractions in
+// any case) and the whole Brown corpus as one text encode to the reference's ids and decode back to their bytes; each
+// special id decodes to its text; invalid UTF-8 is refused. Each check prints "PASS name" or "FAIL name: why" (the
+// first mismatch).
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
@@ -51,8 +52,8 @@ const TOKENIZERS = [
     specials: llama3.vocabById.slice(128000).map((s, i) => [128000 + i, s]) },
 ];
 
-const holdout = brownFiles(BROWN_DIR).filter((_, i) => i % HOLDOUT_EVERY === 7)
-  .map((f) => brownToText(fs.readFileSync(path.join(BROWN_DIR, f), "utf8")));
+const brown = brownFiles(BROWN_DIR).map((f) => brownToText(fs.readFileSync(path.join(BROWN_DIR, f), "utf8")));
+const holdout = brown.filter((_, i) => i % HOLDOUT_EVERY === 7);
 
 function hostile(specials) {
   return [
@@ -73,7 +74,7 @@ for (const tk of TOKENIZERS) {
     check(false, `tokenizer_json_${tk.name}`, `${tk.file} is missing; run make data-llama3`);
     continue;
   }
-  for (const [group, texts] of [["holdout", holdout], ["hostile", hostile(tk.specials)]]) {
+  for (const [group, texts] of [["holdout", holdout], ["hostile", hostile(tk.specials)], ["brown", [brown.join("")]]]) {
     const name = `tokenizer_json_${tk.name}_${group}`;
     const r = run(["encode", "-0", "--tokenizer", tk.file], Buffer.from(texts.map((t) => t + "\0").join(""), "utf8"));
     if (r.failure) { check(false, name, `./tokenize encode failed: ${r.failure}`); continue; }
