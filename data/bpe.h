@@ -8,8 +8,10 @@
  * (encode_ordinary): "<|endoftext|>" in a document is its characters.
  *
  * Encoding has two stages, as in tiktoken:
- *  1. Pretokenize: split the text into pieces with GPT-2's pattern (tiktoken's pat_str for gpt2)
+ *  1. Pretokenize: split the text into pieces with the tokenizer's pattern, GPT-2's (tiktoken's pat_str for gpt2)
  *       's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ *     or Llama 3's (the same as tiktoken's cl100k_base)
+ *       (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
  *     matched leftmost-first by PCRE2 in UTF + UCP mode (JIT-compiled where PCRE2 has a JIT).
  *  2. Merge each piece independently: a piece that is a token as a whole is that token. Otherwise start from
  *     its single bytes and repeatedly join the adjacent pair whose concatenation is the token of lowest rank
@@ -23,7 +25,7 @@
  *
  * Letters and numbers come from PCRE2's Unicode tables (Unicode 14 in PCRE2 10.42), tiktoken's from Rust's regex
  * crate; the two agree on every character assigned up to Unicode 14. \s is not left to PCRE2: its UCP \s lacks
- * U+0085 and has U+180E, unlike Rust's, so \\s and \\S in a pattern are rewritten to Unicode's White_Space set.
+ * U+0085 and has U+180E, unlike Rust's, so \s and \S in a pattern are rewritten to Unicode's White_Space set.
  *
  * A piece's tokens depend on the piece alone, so a cache of recent pieces skips most merging on real text.
  */
@@ -220,12 +222,10 @@ static inline int bpe_token_id(const BpeEncoder *e, const unsigned char *s, size
     return bytesmap_get(&e->token_of, s, len, &v) ? (int)v : -1;
 }
 
-// Checks one merge, the token strings a and b (GPT-2's byte alphabet) of `what`: both are tokens and so is a ++ b,
-// whose id is returned.
-static inline int bpe_check_merge(const BpeEncoder *e, const unsigned char *a, size_t a_len, const unsigned char *b,
-                                  size_t b_len, const char *what, const char *hint) {
-    static int code_to_byte[TOKENIZER_NUM_BYTE_CODES];
-    gpt2_code_to_byte_table(code_to_byte);
+// Checks one merge, the token strings a and b (GPT-2's byte alphabet, code_to_byte its inverse) of `what`: both are
+// tokens and so is a ++ b, whose id is returned.
+static inline int bpe_check_merge(const BpeEncoder *e, const int *code_to_byte, const unsigned char *a, size_t a_len,
+                                  const unsigned char *b, size_t b_len, const char *what, const char *hint) {
     unsigned char bytes[2 * TOKENIZER_MAX_TOKEN_BYTES];
     size_t len = 0, split = 0;
     for (int half = 0; half < 2; half++) {
@@ -252,6 +252,8 @@ static inline void bpe_check_vocab_bpe(const BpeEncoder *e, const char *path) {
     size_t n;
     char *s = read_whole_file(path, &n, "run `make data` or pass --tokenizer with GPT-2's folder");
     const unsigned char *u = (const unsigned char *)s;
+    int code_to_byte[TOKENIZER_NUM_BYTE_CODES];
+    gpt2_code_to_byte_table(code_to_byte);
     size_t pos = 0;
     while (pos < n && u[pos] != '\n') { pos++; } // "#version: 0.2"
     int merges = 0;
@@ -263,7 +265,7 @@ static inline void bpe_check_vocab_bpe(const BpeEncoder *e, const char *path) {
         char what[4096 + 64];
         snprintf(what, sizeof(what), "'%s' line %d", path, merges + 2);
         if (!space) { fail("%s is not a GPT-2 merge; %s", what, hint); }
-        int id = bpe_check_merge(e, u + pos, (size_t)(space - (u + pos)), space + 1, end - (size_t)(space + 1 - u), what, hint);
+        int id = bpe_check_merge(e, code_to_byte, u + pos, (size_t)(space - (u + pos)), space + 1, end - (size_t)(space + 1 - u), what, hint);
         if (id != 256 + merges) {
             fail("%s forms token %d, not %d of encoder.json: the two files are not one GPT-2 vocabulary; %s", what, id,
                  256 + merges, hint);
@@ -279,6 +281,8 @@ static inline void bpe_check_vocab_bpe(const BpeEncoder *e, const char *path) {
 // tokens into a third, and in increasing id order, so that ranking a pair by the id it forms is ranking it by merge.
 static inline void bpe_check_json_merges(const BpeEncoder *e, const char *path, const JsonValue *merges) {
     if (!merges || merges->type != JSON_ARRAY) { fail("'%s' has no model.merges array; %s", path, TOKENIZER_JSON_HINT); }
+    int code_to_byte[TOKENIZER_NUM_BYTE_CODES];
+    gpt2_code_to_byte_table(code_to_byte);
     int last = -1;
     for (size_t i = 0; i < merges->count; i++) {
         const JsonValue *m = &merges->items[i];
@@ -296,7 +300,7 @@ static inline void bpe_check_json_merges(const BpeEncoder *e, const char *path, 
         } else {
             fail("%s is neither \"a b\" nor [\"a\", \"b\"]; %s", what, TOKENIZER_JSON_HINT);
         }
-        int id = bpe_check_merge(e, (const unsigned char *)a, a_len, (const unsigned char *)b, b_len, what, TOKENIZER_JSON_HINT);
+        int id = bpe_check_merge(e, code_to_byte, (const unsigned char *)a, a_len, (const unsigned char *)b, b_len, what, TOKENIZER_JSON_HINT);
         if (id < last) {
             fail("%s forms token %d after a merge formed token %d: its ranks are not its token ids, which this encoder "
                  "needs (GPT-2's and Llama 3's are); %s", what, id, last, TOKENIZER_JSON_HINT);
@@ -369,7 +373,7 @@ static inline void bpe_compile_pattern(BpeEncoder *e, const char *pattern, const
     if (!e->match) { fail("out of host memory creating PCRE2 match data"); }
 }
 
-static inline int json_flag(const JsonValue *obj, const char *key) {
+static inline int bpe_json_flag(const JsonValue *obj, const char *key) {
     const JsonValue *v = json_get(obj, key);
     return v && v->type == JSON_BOOL && v->boolean;
 }
@@ -381,7 +385,7 @@ static inline const char *bpe_json_pattern(const JsonValue *doc, const char *pat
         fail("'%s' has a normalizer: only byte-level BPE without one (GPT-2, Llama 3) is supported; %s", path, TOKENIZER_JSON_HINT);
     }
     const JsonValue *type = pre ? json_get(pre, "type") : NULL;
-    if (type && json_is_string(type, "ByteLevel") && json_flag(pre, "use_regex") && !json_flag(pre, "add_prefix_space")) {
+    if (type && json_is_string(type, "ByteLevel") && bpe_json_flag(pre, "use_regex") && !bpe_json_flag(pre, "add_prefix_space")) {
         return GPT2_PATTERN;
     }
     const JsonValue *seq = type && json_is_string(type, "Sequence") ? json_get(pre, "pretokenizers") : NULL;
@@ -389,9 +393,9 @@ static inline const char *bpe_json_pattern(const JsonValue *doc, const char *pat
         const JsonValue *split = &seq->items[0], *byte_level = &seq->items[1];
         const JsonValue *pat = json_get(split, "pattern"), *regex = pat ? json_get(pat, "Regex") : NULL;
         const JsonValue *st = json_get(split, "type"), *bt = json_get(byte_level, "type"), *beh = json_get(split, "behavior");
-        if (st && json_is_string(st, "Split") && beh && json_is_string(beh, "Isolated") && !json_flag(split, "invert") &&
+        if (st && json_is_string(st, "Split") && beh && json_is_string(beh, "Isolated") && !bpe_json_flag(split, "invert") &&
             regex && regex->type == JSON_STRING && strlen(regex->str) == regex->len && bt &&
-            json_is_string(bt, "ByteLevel") && !json_flag(byte_level, "use_regex") && !json_flag(byte_level, "add_prefix_space")) {
+            json_is_string(bt, "ByteLevel") && !bpe_json_flag(byte_level, "use_regex") && !bpe_json_flag(byte_level, "add_prefix_space")) {
             return regex->str;
         }
     }
