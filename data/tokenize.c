@@ -101,7 +101,7 @@ static void cmd_encode(const char *text, int nul_separated, const char *tokenize
     bpe_free(&e);
 }
 
-#define MAX_ID_DIGITS 9 // more cannot be an id of a 16-bit vocabulary, and nine digits cannot overflow a long
+#define MAX_ID_DIGITS 9 // more cannot be an id of any vocabulary read here, and nine digits cannot overflow a long
 
 // A token id: decimal digits only (no sign, no space), below the vocabulary size; `where` names it in an error.
 static int parse_id(const char *s, size_t len, const Tokenizer *t, const char *where) {

@@ -7,6 +7,10 @@
  * ('!'..'~', U+00A1..U+00AC, U+00AE..U+00FF); the other 68 bytes, in increasing order, become U+0100,
  * U+0101, ... So 'Ġ' (U+0120) is the space byte 0x20. Decoding parses the JSON (json.h), undoes that mapping,
  * and keeps each id's bytes; decode(ids) is the concatenation of the tokens' bytes.
+ *
+ * A Hugging Face tokenizer.json of byte-level BPE (Llama 3's, or GPT-2's in that form) holds the same kind of object
+ * as model.vocab, and its special tokens in added_tokens, whose text is their bytes; tokenizer_open reads either
+ * form (data/bpe.h reads the rest of a tokenizer.json to encode).
  */
 #ifndef LLMC_TOKENIZER_H
 #define LLMC_TOKENIZER_H
