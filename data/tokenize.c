@@ -1,9 +1,9 @@
 /*
- * tokenize: GPT-2 tokenization and the shard writer.
+ * tokenize: byte-level BPE tokenization (GPT-2, Llama 3: data/bpe.h) and the shard writer.
  *
- *   ./tokenize shards --out PREFIX [--val-every K] [--shard-tokens N] [--vocab-dir D] [--force] INPUT...
+ *   ./tokenize shards --out PREFIX [--val-every K] [--shard-tokens N] [--tokenizer T] [--force] INPUT...
  *       Every file is one document (directories are walked recursively, in path order). Each document is
- *       preceded by <|endoftext|>, as llm.c's data scripts do; document i (counted from 0 over all inputs) goes
+ *       preceded by the tokenizer's first special token (GPT-2's <|endoftext|>), as llm.c's data scripts do; document i (counted from 0 over all inputs) goes
  *       to validation when i % K == 0, else to training. Writes PREFIX_val_000000.bin, PREFIX_train_000000.bin,
  *       ... in llm.c's shard format, each of at most N tokens.
  *   ./tokenize encode [TEXT | -] [-0]      ids of TEXT (stdin when absent or "-"), space-separated
@@ -19,7 +19,7 @@
 #include "llmc/dataloader.h"
 #include "llmc/tokenizer.h"
 
-#define DEFAULT_VOCAB_DIR "data/gpt2"
+#define DEFAULT_TOKENIZER "data/gpt2"
 #define DEFAULT_VAL_EVERY 20
 #define DEFAULT_SHARD_TOKENS 100000000LL
 #define MAX_PATH_LEN 4096
@@ -27,20 +27,23 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage:\n"
-            "  ./tokenize shards --out PREFIX [--val-every K] [--shard-tokens N] [--vocab-dir D] [--force] INPUT...\n"
+            "  ./tokenize shards --out PREFIX [--val-every K] [--shard-tokens N] [--tokenizer T] [--force] INPUT...\n"
             "      tokenize files (directories: every file below them, in path order, hidden ones skipped) into\n"
-            "      llm.c shards PREFIX_{train,val}_NNNNNN.bin. Each file is one document, preceded by <|endoftext|>;\n"
+            "      llm.c shards PREFIX_{train,val}_NNNNNN.bin. Each file is one document, preceded by the tokenizer's\n"
+            "      first special token (GPT-2's <|endoftext|>; 16-bit shards, so at most 65,536 tokens);\n"
             "      document i goes to val when i %% K == 0 (K default %d), else to train. Shards hold at most N\n"
             "      tokens (default %lld). Existing shards of PREFIX are replaced only with --force.\n"
-            "  ./tokenize encode [TEXT | -] [-0] [--vocab-dir D]\n"
-            "      print the GPT-2 ids of TEXT (of stdin when absent or -), space-separated. With -0, stdin holds\n"
+            "  ./tokenize encode [TEXT | -] [-0] [--tokenizer T]\n"
+            "      print the ids of TEXT (of stdin when absent or -), space-separated. With -0, stdin holds\n"
             "      NUL-terminated texts and each gets one line of ids.\n"
-            "  ./tokenize decode ID... [--vocab-dir D]  |  ./tokenize decode -0 [--vocab-dir D]\n"
+            "  ./tokenize decode ID... [--tokenizer T]  |  ./tokenize decode -0 [--tokenizer T]\n"
             "      print the text of the ids. With -0, stdin holds one line of ids per text (separated by spaces or\n"
             "      tabs; LF or CRLF line ends) and each text is printed followed by a NUL. Nothing is printed unless\n"
             "      every id is valid.\n"
-            "  --vocab-dir D: folder with GPT-2's encoder.json and vocab.bpe (default %s)\n",
-            DEFAULT_VAL_EVERY, DEFAULT_SHARD_TOKENS, DEFAULT_VOCAB_DIR);
+            "  --tokenizer T: a Hugging Face tokenizer.json of byte-level BPE (e.g. data/llama3/tokenizer.json, written by\n"
+            "      `make data-llama3`), or a folder with GPT-2's encoder.json and vocab.bpe (default %s; --vocab-dir D\n"
+            "      is the same). Special tokens in the text are plain text (tiktoken's encode_ordinary).\n",
+            DEFAULT_VAL_EVERY, DEFAULT_SHARD_TOKENS, DEFAULT_TOKENIZER);
 }
 
 static char *read_stream(FILE *f, size_t *n) {
@@ -67,9 +70,9 @@ static void print_ids(const TokenVec *v) {
 /* ---------------------------------------------------------------------------------------------------------
  * encode / decode
  */
-static void cmd_encode(const char *text, int nul_separated, const char *vocab_dir) {
+static void cmd_encode(const char *text, int nul_separated, const char *tokenizer) {
     BpeEncoder e;
-    bpe_init(&e, vocab_dir);
+    bpe_init(&e, tokenizer);
     TokenVec ids = {0};
     if (text && strcmp(text, "-") != 0) {
         bpe_encode(&e, (const unsigned char *)text, strlen(text), "the text argument", &ids);
@@ -98,7 +101,7 @@ static void cmd_encode(const char *text, int nul_separated, const char *vocab_di
     bpe_free(&e);
 }
 
-#define MAX_ID_DIGITS 9 // more cannot be an id of a 16-bit vocabulary, and nine digits cannot overflow a long
+#define MAX_ID_DIGITS 9 // more cannot be an id of any vocabulary read here, and nine digits cannot overflow a long
 
 // A token id: decimal digits only (no sign, no space), below the vocabulary size; `where` names it in an error.
 static int parse_id(const char *s, size_t len, const Tokenizer *t, const char *where) {
@@ -141,9 +144,11 @@ static void write_tokens(const Tokenizer *t, const int *ids, size_t n) {
 }
 
 // Every id is parsed before any text is written, so a bad one prints nothing but its error.
-static void cmd_decode(char **args, int n_args, int nul_separated, const char *vocab_dir) {
+static void cmd_decode(char **args, int n_args, int nul_separated, const char *tokenizer) {
     Tokenizer t;
-    tokenizer_init(&t, vocab_dir);
+    JsonValue doc;
+    tokenizer_open(&t, tokenizer, &doc);
+    json_free(&doc);
     TokenVec ids = {0}, ends = {0}; // with -0: ends[k] = the ids of lines 0..k
     for (int i = 0; i < n_args; i++) { tokenvec_push(&ids, parse_id(args[i], strlen(args[i]), &t, "decode")); }
     if (!nul_separated) {
@@ -335,7 +340,7 @@ static void check_output_folder(const char *prefix) {
 }
 
 static void cmd_shards(const char *prefix, char **inputs, int n_inputs, long long val_every, long long shard_tokens,
-                       const char *vocab_dir, int force) {
+                       const char *tokenizer, int force) {
     if (!prefix) { fail("shards: --out PREFIX is required (e.g. --out data/mydata/mydata); see --help"); }
     if (n_inputs == 0) { fail("shards: no INPUT files or directories given; see --help"); }
     check_output_folder(prefix);
@@ -352,7 +357,16 @@ static void cmd_shards(const char *prefix, char **inputs, int n_inputs, long lon
     for (int i = 0; i < n_inputs; i++) { collect_input(&files, inputs[i]); }
 
     BpeEncoder e;
-    bpe_init(&e, vocab_dir);
+    bpe_init(&e, tokenizer);
+    // the document separator is the tokenizer's first special token: GPT-2's <|endoftext|>, Llama 3's <|begin_of_text|>
+    if (e.vocab.num_ordinary == e.vocab.vocab_size) {
+        fail("shards: '%s' has no special token to separate documents with; pass a tokenizer with added_tokens", tokenizer);
+    }
+    if (e.vocab.vocab_size > UINT16_MAX + 1) {
+        fail("shards: '%s' has %d tokens, more than this shard format's 16-bit tokens hold; tokenize with GPT-2's "
+             "vocabulary (the default)", tokenizer, e.vocab.vocab_size);
+    }
+    int separator = e.vocab.num_ordinary;
     ShardStream streams[2];
     for (int k = 0; k < 2; k++) {
         ShardStream s = {prefix, splits[k], NULL, 0, (size_t)shard_tokens, 0, 0, 0};
@@ -369,7 +383,7 @@ static void cmd_shards(const char *prefix, char **inputs, int n_inputs, long lon
         char source[MAX_PATH_LEN + 8];
         snprintf(source, sizeof(source), "'%s'", files.paths[i]);
         ids.n = 0;
-        tokenvec_push(&ids, GPT2_EOT_TOKEN);
+        tokenvec_push(&ids, separator);
         bpe_encode(&e, (const unsigned char *)text, n, source, &ids);
         ShardStream *s = &streams[i % (size_t)val_every == 0 ? 0 : 1];
         for (size_t k = 0; k < ids.n; k++) { stream_push(s, ids.data[k]); }
@@ -403,14 +417,14 @@ int main(int argc, char **argv) {
         return argc < 2 ? 1 : 0;
     }
     const char *cmd = argv[1];
-    const char *vocab_dir = DEFAULT_VOCAB_DIR, *prefix = NULL;
+    const char *tokenizer = DEFAULT_TOKENIZER, *prefix = NULL;
     long long val_every = DEFAULT_VAL_EVERY, shard_tokens = DEFAULT_SHARD_TOKENS;
     int force = 0, nul_separated = 0, n_args = 0;
     char **args = (char **)calloc_check((size_t)argc, sizeof(char *), "arguments");
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         int has_value = i + 1 < argc;
-        if (strcmp(a, "--vocab-dir") == 0 && has_value) { vocab_dir = argv[++i]; }
+        if ((strcmp(a, "--tokenizer") == 0 || strcmp(a, "--vocab-dir") == 0) && has_value) { tokenizer = argv[++i]; }
         else if (strcmp(a, "--out") == 0 && has_value) { prefix = argv[++i]; }
         else if (strcmp(a, "--val-every") == 0 && has_value) { val_every = parse_count(a, argv[++i], 1, INT32_MAX); }
         else if (strcmp(a, "--shard-tokens") == 0 && has_value) {
@@ -423,14 +437,14 @@ int main(int argc, char **argv) {
         else { args[n_args++] = argv[i]; }
     }
     if (strcmp(cmd, "shards") == 0) {
-        cmd_shards(prefix, args, n_args, val_every, shard_tokens, vocab_dir, force);
+        cmd_shards(prefix, args, n_args, val_every, shard_tokens, tokenizer, force);
     } else if (strcmp(cmd, "encode") == 0) {
         if (n_args > 1) { fail("encode takes one TEXT argument (quote it), got %d; see --help", n_args); }
-        cmd_encode(n_args ? args[0] : NULL, nul_separated, vocab_dir);
+        cmd_encode(n_args ? args[0] : NULL, nul_separated, tokenizer);
     } else if (strcmp(cmd, "decode") == 0) {
         if (n_args == 0 && !nul_separated) { fail("decode needs token ids, or -0 to read them from stdin; see --help"); }
         if (n_args > 0 && nul_separated) { fail("decode takes token ids or -0 (ids from stdin), not both; see --help"); }
-        cmd_decode(args, n_args, nul_separated, vocab_dir);
+        cmd_decode(args, n_args, nul_separated, tokenizer);
     } else {
         fail("unknown command '%s'; the commands are shards, encode, decode (see --help)", cmd);
     }
