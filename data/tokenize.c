@@ -13,10 +13,14 @@
  */
 #define _POSIX_C_SOURCE 200809L // opendir, clock_gettime, fileno under -std=c11
 #include <dirent.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
 #include <time.h>
 
 #include "data/bpe.h"
 #include "llmc/dataloader.h"
+#include "llmc/json.h"
 #include "llmc/tokenizer.h"
 
 #define DEFAULT_VOCAB_DIR "data/gpt2"
@@ -226,10 +230,11 @@ static void collect_input(PathList *l, const char *input) {
     qsort(l->paths + first, l->n - first, sizeof(char *), path_cmp);
 }
 
-// One output stream of shards (train or val).
+// One output stream of shards (train or val), of the format the vocabulary needs (uint16 or uint32 ids).
 typedef struct {
     const char *prefix, *split;
-    uint16_t *buf;
+    ShardFormatId format;
+    unsigned char *buf;
     size_t n, cap; // cap = tokens per shard
     int shards;    // shards written so far
     long long tokens, documents;
@@ -296,14 +301,18 @@ static void stream_flush(ShardStream *s) {
     if (s->n == 0) { return; }
     char path[MAX_PATH_LEN];
     shard_path(path, sizeof(path), s->prefix, s->split, s->shards);
-    shard_write(path, s->buf, s->n);
+    shard_write_format(path, s->format, s->buf, s->n);
     printf("wrote %s: %zu tokens\n", path, s->n);
     s->shards++;
     s->n = 0;
 }
 
 static void stream_push(ShardStream *s, int id) {
-    s->buf[s->n++] = (uint16_t)id;
+    if (s->format == SHARD_GPT2) {
+        ((uint16_t *)s->buf)[s->n++] = (uint16_t)id;
+    } else {
+        ((uint32_t *)s->buf)[s->n++] = (uint32_t)id;
+    }
     s->tokens++;
     if (s->n == s->cap) { stream_flush(s); }
 }
@@ -334,8 +343,182 @@ static void check_output_folder(const char *prefix) {
     }
 }
 
+/* Documents are read in batches (at most BATCH_DOCS documents or BATCH_BYTES of text, so memory is bounded whatever
+ * the corpus size), encoded by the threads, each document by one thread with its own encoder, and written in input
+ * order: the shards are the same bytes for any -j. A document that cannot be encoded (a bad JSON line, text that is
+ * not UTF-8) records its error; the first in input order stops the run, so the message does not depend on -j. */
+#define BATCH_DOCS 4096
+#define BATCH_BYTES ((size_t)64 << 20)
+#define PROGRESS_EVERY_S 5.0
+#define MAX_THREADS 256
+#define JSONL_SUFFIX ".jsonl"
+
+typedef struct {
+    char *text;   // a plain file's bytes, or one JSON line whose "text" is the document
+    size_t len;
+    int is_json;
+    const char *path;
+    long long line; // of a JSON line, from 1
+    TokenVec ids;   // the separator, then the document's ids
+    char *error;    // set by the encoding thread where the document is bad
+} Doc;
+
+// The documents of the INPUT paths in order: a .jsonl file gives one per line, any other file one.
+typedef struct {
+    PathList files;
+    size_t next_file;
+    FILE *jsonl; // the JSON Lines file being read, or NULL
+    long long line;
+    char *line_buf;
+    size_t line_cap;
+} DocSource;
+
+static int is_jsonl(const char *path) {
+    size_t n = strlen(path), k = strlen(JSONL_SUFFIX);
+    return n > k && strcmp(path + n - k, JSONL_SUFFIX) == 0;
+}
+
+static char *copy_bytes(const char *s, size_t n) {
+    char *c = (char *)malloc_check(n + 1, "a document");
+    memcpy(c, s, n);
+    c[n] = '\0';
+    return c;
+}
+
+// Reads the next document into d (its text and where it came from); returns 0 when the inputs are done.
+static int doc_next(DocSource *src, Doc *d) {
+    memset(d, 0, sizeof(*d));
+    for (;;) {
+        if (src->jsonl) {
+            ssize_t got = getline(&src->line_buf, &src->line_cap, src->jsonl);
+            if (got < 0) {
+                if (ferror(src->jsonl)) { fail("cannot read '%s': %s", src->files.paths[src->next_file - 1], strerror(errno)); }
+                fclose(src->jsonl);
+                src->jsonl = NULL;
+                continue;
+            }
+            src->line++;
+            size_t n = (size_t)got;
+            while (n > 0 && (src->line_buf[n - 1] == '\n' || src->line_buf[n - 1] == '\r')) { n--; }
+            if (n == 0) { continue; } // a blank line (the last newline of a file, say) holds no document
+            d->text = copy_bytes(src->line_buf, n);
+            d->len = n;
+            d->is_json = 1;
+            d->path = src->files.paths[src->next_file - 1];
+            d->line = src->line;
+            return 1;
+        }
+        if (src->next_file == src->files.n) { return 0; }
+        const char *path = src->files.paths[src->next_file++];
+        if (is_jsonl(path)) {
+            src->jsonl = fopen_check(path, "rb");
+            src->line = 0;
+            continue;
+        }
+        d->text = read_whole_file(path, &d->len, "check the INPUT arguments");
+        d->path = path;
+        return 1;
+    }
+}
+
+LLMC_PRINTF(2, 3) static char *doc_error(const Doc *d, const char *fmt, ...) {
+    char msg[512];
+    if (d->is_json) {
+        snprintf(msg, sizeof(msg), "'%s' line %lld: ", d->path, d->line);
+    } else {
+        snprintf(msg, sizeof(msg), "'%s': ", d->path);
+    }
+    size_t k = strlen(msg);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg + k, sizeof(msg) - k, fmt, ap);
+    va_end(ap);
+    return copy_bytes(msg, strlen(msg));
+}
+
+// The document's ids after the separator; an error is recorded in d, never raised here (see above).
+static void doc_encode(BpeEncoder *e, int separator, Doc *d) {
+    tokenvec_push(&d->ids, separator);
+    const char *text = d->text;
+    size_t len = d->len;
+    JsonValue v = {0};
+    if (d->is_json) {
+        JsonError err;
+        if (!json_parse(d->text, d->len, &v, &err)) {
+            d->error = doc_error(d, "is not JSON: %s at byte %zu; each line must be one JSON object", err.what, err.pos);
+            return;
+        }
+        const JsonValue *t = json_get(&v, "text");
+        if (!t || t->type != JSON_STRING) {
+            d->error = doc_error(d, "has no string member \"text\"%s; each line must be {\"text\": \"...\"}",
+                                 !t ? "" : v.type != JSON_OBJECT ? " (it is not an object)" : " (it is not a string)");
+            json_free(&v);
+            return;
+        }
+        text = t->str;
+        len = t->len;
+    }
+    size_t bad = utf8_invalid_at((const unsigned char *)text, len);
+    if (bad < len) {
+        d->error = doc_error(d, "is not valid UTF-8 (byte %zu is 0x%02X); convert it to UTF-8 first (e.g. iconv -f "
+                                "latin1 -t utf-8)", bad, (unsigned char)text[bad]);
+    } else {
+        bpe_encode(e, (const unsigned char *)text, len, d->path, &d->ids);
+    }
+    if (d->is_json) { json_free(&v); }
+}
+
+typedef struct {
+    BpeEncoder *encoders;
+    int separator;
+    Doc *docs;
+    size_t n;
+    atomic_size_t next; // the next document a thread takes
+} Batch;
+
+typedef struct {
+    Batch *batch;
+    int thread;
+} Worker;
+
+static double now_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void *worker_run(void *arg) {
+    Worker *w = (Worker *)arg;
+    Batch *b = w->batch;
+    for (size_t i = atomic_fetch_add(&b->next, 1); i < b->n; i = atomic_fetch_add(&b->next, 1)) {
+        doc_encode(&b->encoders[w->thread], b->separator, &b->docs[i]);
+    }
+    return NULL;
+}
+
+static void batch_encode(Batch *b, int threads) {
+    atomic_store(&b->next, 0);
+    pthread_t tid[MAX_THREADS];
+    Worker workers[MAX_THREADS];
+    for (int t = 0; t < threads; t++) {
+        workers[t] = (Worker){b, t};
+        if (t > 0 && pthread_create(&tid[t], NULL, worker_run, &workers[t]) != 0) {
+            fail("cannot start tokenizing thread %d of -j %d: %s", t, threads, strerror(errno));
+        }
+    }
+    worker_run(&workers[0]);
+    for (int t = 1; t < threads; t++) { pthread_join(tid[t], NULL); }
+}
+
+// The id that goes before every document: the encoder's end-of-text token, as llm.c's data scripts do (a Llama 3
+// tokenizer's is <|begin_of_text|>).
+static int document_separator(const BpeEncoder *e) {
+    (void)e;
+    return GPT2_EOT_TOKEN;
+}
+
 static void cmd_shards(const char *prefix, char **inputs, int n_inputs, long long val_every, long long shard_tokens,
-                       const char *vocab_dir, int force) {
+                       const char *vocab_dir, int force, int threads) {
     if (!prefix) { fail("shards: --out PREFIX is required (e.g. --out data/mydata/mydata); see --help"); }
     if (n_inputs == 0) { fail("shards: no INPUT files or directories given; see --help"); }
     check_output_folder(prefix);
@@ -348,52 +531,67 @@ static void cmd_shards(const char *prefix, char **inputs, int n_inputs, long lon
         }
         pathlist_free(&earlier);
     }
-    PathList files = {0};
-    for (int i = 0; i < n_inputs; i++) { collect_input(&files, inputs[i]); }
+    DocSource src = {0};
+    for (int i = 0; i < n_inputs; i++) { collect_input(&src.files, inputs[i]); }
 
-    BpeEncoder e;
-    bpe_init(&e, vocab_dir);
+    BpeEncoder *encoders = (BpeEncoder *)calloc_check((size_t)threads, sizeof(BpeEncoder), "encoders");
+    for (int t = 0; t < threads; t++) { bpe_init(&encoders[t], vocab_dir); }
+    ShardFormatId format = shard_format_for_vocab(encoders[0].vocab.vocab_size);
     ShardStream streams[2];
     for (int k = 0; k < 2; k++) {
-        ShardStream s = {prefix, splits[k], NULL, 0, (size_t)shard_tokens, 0, 0, 0};
-        s.buf = (uint16_t *)malloc_check((size_t)shard_tokens * sizeof(uint16_t), "shard buffer");
+        ShardStream s = {prefix, splits[k], format, NULL, 0, (size_t)shard_tokens, 0, 0, 0};
+        s.buf = (unsigned char *)malloc_check((size_t)shard_tokens * (size_t)SHARD_FORMATS[format].token_bytes,
+                                              "shard buffer");
         streams[k] = s;
     }
-    TokenVec ids = {0};
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    long long bytes = 0;
-    for (size_t i = 0; i < files.n; i++) {
-        size_t n;
-        char *text = read_whole_file(files.paths[i], &n, "check the INPUT arguments");
-        char source[MAX_PATH_LEN + 8];
-        snprintf(source, sizeof(source), "'%s'", files.paths[i]);
-        ids.n = 0;
-        tokenvec_push(&ids, GPT2_EOT_TOKEN);
-        bpe_encode(&e, (const unsigned char *)text, n, source, &ids);
-        ShardStream *s = &streams[i % (size_t)val_every == 0 ? 0 : 1];
-        for (size_t k = 0; k < ids.n; k++) { stream_push(s, ids.data[k]); }
-        s->documents++;
-        bytes += (long long)n;
-        free(text);
+    Batch batch = {encoders, document_separator(&encoders[0]), NULL, 0, 0};
+    batch.docs = (Doc *)calloc_check(BATCH_DOCS, sizeof(Doc), "a batch of documents");
+    double t0 = now_seconds(), last_progress = t0;
+    long long bytes = 0, documents = 0, tokens = 0;
+    for (int more = 1; more;) {
+        size_t batch_bytes = 0;
+        batch.n = 0;
+        while (batch.n < BATCH_DOCS && batch_bytes < BATCH_BYTES && (more = doc_next(&src, &batch.docs[batch.n]))) {
+            batch_bytes += batch.docs[batch.n++].len;
+        }
+        batch_encode(&batch, threads);
+        for (size_t i = 0; i < batch.n; i++) {
+            Doc *d = &batch.docs[i];
+            if (d->error) { fail("%s", d->error); }
+            ShardStream *s = &streams[documents % val_every == 0 ? 0 : 1];
+            for (size_t k = 0; k < d->ids.n; k++) { stream_push(s, d->ids.data[k]); }
+            s->documents++;
+            documents++;
+            tokens += (long long)d->ids.n;
+            bytes += (long long)d->len;
+            free(d->text);
+            tokenvec_free(&d->ids);
+        }
+        double now = now_seconds();
+        if (more && now - last_progress >= PROGRESS_EVERY_S) {
+            fprintf(stderr, "tokenize: %.1f MB, %lld documents, %lld tokens, %.1f MB/s\n", (double)bytes / 1e6,
+                    documents, tokens, (double)bytes / 1e6 / (now - t0));
+            last_progress = now;
+        }
     }
     for (int k = 0; k < 2; k++) {
         stream_flush(&streams[k]);
         if (force) { remove_stale_shards(prefix, splits[k], streams[k].shards); }
     }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    printf("%zu documents, %lld bytes in %.2f s (%.1f MB/s): train %lld documents, %lld tokens in %d shard(s); "
+    double secs = now_seconds() - t0;
+    printf("%lld documents, %lld bytes in %.2f s (%.1f MB/s, -j %d): train %lld documents, %lld tokens in %d shard(s); "
            "val %lld documents, %lld tokens in %d shard(s)\n",
-           files.n, bytes, secs, (double)bytes / 1e6 / (secs > 0 ? secs : 1), streams[1].documents,
+           documents, bytes, secs, (double)bytes / 1e6 / (secs > 0 ? secs : 1), threads, streams[1].documents,
            streams[1].tokens, streams[1].shards, streams[0].documents, streams[0].tokens, streams[0].shards);
     for (int k = 0; k < 2; k++) {
         if (streams[k].shards == 0) { printf("note: no %s documents, so no %s shard\n", splits[k], splits[k]); }
         free(streams[k].buf);
     }
-    pathlist_free(&files);
-    tokenvec_free(&ids);
-    bpe_free(&e);
+    free(batch.docs);
+    free(src.line_buf);
+    pathlist_free(&src.files);
+    for (int t = 0; t < threads; t++) { bpe_free(&encoders[t]); }
+    free(encoders);
 }
 
 int main(int argc, char **argv) {
@@ -405,7 +603,7 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     const char *vocab_dir = DEFAULT_VOCAB_DIR, *prefix = NULL;
     long long val_every = DEFAULT_VAL_EVERY, shard_tokens = DEFAULT_SHARD_TOKENS;
-    int force = 0, nul_separated = 0, n_args = 0;
+    int force = 0, nul_separated = 0, n_args = 0, threads = 1;
     char **args = (char **)calloc_check((size_t)argc, sizeof(char *), "arguments");
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
@@ -416,6 +614,7 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--shard-tokens") == 0 && has_value) {
             shard_tokens = parse_count(a, argv[++i], 1, SHARD_MAX_TOKENS);
         }
+        else if (strcmp(a, "-j") == 0 && has_value) { threads = (int)parse_count(a, argv[++i], 1, MAX_THREADS); }
         else if (strcmp(a, "--force") == 0) { force = 1; }
         else if (strcmp(a, "-0") == 0) { nul_separated = 1; }
         else if (strcmp(a, "--help") == 0) { usage(stdout); return 0; }
@@ -423,7 +622,7 @@ int main(int argc, char **argv) {
         else { args[n_args++] = argv[i]; }
     }
     if (strcmp(cmd, "shards") == 0) {
-        cmd_shards(prefix, args, n_args, val_every, shard_tokens, vocab_dir, force);
+        cmd_shards(prefix, args, n_args, val_every, shard_tokens, vocab_dir, force, threads);
     } else if (strcmp(cmd, "encode") == 0) {
         if (n_args > 1) { fail("encode takes one TEXT argument (quote it), got %d; see --help", n_args); }
         cmd_encode(n_args ? args[0] : NULL, nul_separated, vocab_dir);

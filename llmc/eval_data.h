@@ -20,14 +20,13 @@
 
 #include <stdint.h>
 
-#include "dataloader.h" // SHARD_HEADER_INTS: the eval header is as wide as a shard's
+#include "dataloader.h" // the header is as wide as a shard's, and the widths go by the same vocabulary bound
 #include "utils.h"
 
 #define EVAL_MAGIC 20240522
 #define EVAL_VERSION_U16 1
 #define EVAL_VERSION_U32 2
 #define EVAL_MAX_COMPLETIONS 16 // HellaSwag has 4; a bound so an example's fields fit a fixed struct
-#define EVAL_U16_MAX_VOCAB 65536 // a larger vocabulary needs the uint32 version
 #define EVAL_EXAMPLE_FIELDS 6 // delimiter, size, index, label, completions, context length
 
 typedef struct {
@@ -40,7 +39,7 @@ typedef struct {
 
 // The version (field width) an eval file of a vocabulary of this size is written in.
 static inline int eval_version_for_vocab(int vocab_size) {
-    return vocab_size > EVAL_U16_MAX_VOCAB ? EVAL_VERSION_U32 : EVAL_VERSION_U16;
+    return vocab_size > SHARD_U16_MAX_VOCAB ? EVAL_VERSION_U32 : EVAL_VERSION_U16;
 }
 
 static inline int eval_field_bytes(int version) {
@@ -151,7 +150,7 @@ static inline void eval_data_open(EvalData *d, const char *path, int vocab_size)
     }
     d->version = header[1];
     d->field_bytes = eval_field_bytes(d->version);
-    if (d->version == EVAL_VERSION_U16 && vocab_size > EVAL_U16_MAX_VOCAB) {
+    if (d->version == EVAL_VERSION_U16 && vocab_size > SHARD_U16_MAX_VOCAB) {
         fail("eval file '%s' has 16-bit tokens but the model's vocabulary is %d: it was made with another tokenizer; "
              "regenerate it with ./tokenize hellaswag and the model's tokenizer",
              path, vocab_size);
