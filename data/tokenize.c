@@ -1,11 +1,13 @@
 /*
- * tokenize: GPT-2 tokenization and the shard writer.
+ * tokenize: GPT-2 tokenization, the shard writer and the eval file writer.
  *
- *   ./tokenize shards --out PREFIX [--val-every K] [--shard-tokens N] [--vocab-dir D] [--force] INPUT...
- *       Every file is one document (directories are walked recursively, in path order). Each document is
+ *   ./tokenize shards --out PREFIX [-j N] [--val-every K] [--shard-tokens N] [--vocab-dir D] [--force] INPUT...
+ *       Every file is one document, a .jsonl file one per line (its "text"); directories are walked recursively, in
+ *       path order. N threads encode, the output the same bytes for any N. Each document is
  *       preceded by <|endoftext|>, as llm.c's data scripts do; document i (counted from 0 over all inputs) goes
  *       to validation when i % K == 0, else to training. Writes PREFIX_val_000000.bin, PREFIX_train_000000.bin,
  *       ... in llm.c's shard format, each of at most N tokens.
+ *   ./tokenize hellaswag FILE.jsonl OUT.bin   HellaSwag's examples as an eval file (llmc/eval_data.h)
  *   ./tokenize encode [TEXT | -] [-0]      ids of TEXT (stdin when absent or "-"), space-separated
  *   ./tokenize decode ID... | -0           the text of the ids
  * With -0, stdin holds many texts: encode reads NUL-terminated texts and prints one line of ids for each;
@@ -20,6 +22,7 @@
 
 #include "data/bpe.h"
 #include "llmc/dataloader.h"
+#include "llmc/eval_data.h"
 #include "llmc/json.h"
 #include "llmc/tokenizer.h"
 
@@ -31,11 +34,16 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage:\n"
-            "  ./tokenize shards --out PREFIX [--val-every K] [--shard-tokens N] [--vocab-dir D] [--force] INPUT...\n"
+            "  ./tokenize shards --out PREFIX [-j N] [--val-every K] [--shard-tokens N] [--vocab-dir D] [--force] INPUT...\n"
             "      tokenize files (directories: every file below them, in path order, hidden ones skipped) into\n"
-            "      llm.c shards PREFIX_{train,val}_NNNNNN.bin. Each file is one document, preceded by <|endoftext|>;\n"
-            "      document i goes to val when i %% K == 0 (K default %d), else to train. Shards hold at most N\n"
+            "      llm.c shards PREFIX_{train,val}_NNNNNN.bin with N threads (default 1; the shards are the same for\n"
+            "      any N). Each file is one document, a .jsonl file one per line (its \"text\" member), each\n"
+            "      preceded by <|endoftext|>; document i goes to val when i %% K == 0 (K default %d), else to train.\n"
+            "      Shards hold at most N\n"
             "      tokens (default %lld). Existing shards of PREFIX are replaced only with --force.\n"
+            "  ./tokenize hellaswag FILE.jsonl OUT.bin [--vocab-dir D]\n"
+            "      convert HellaSwag's JSON Lines (ctx, endings, label) into llm.c's eval file (uint32 fields where\n"
+            "      the vocabulary exceeds 65,536 ids); each ending is encoded as \" \" + ending.\n"
             "  ./tokenize encode [TEXT | -] [-0] [--vocab-dir D]\n"
             "      print the GPT-2 ids of TEXT (of stdin when absent or -), space-separated. With -0, stdin holds\n"
             "      NUL-terminated texts and each gets one line of ids.\n"
@@ -451,7 +459,7 @@ static void doc_encode(BpeEncoder *e, int separator, Doc *d) {
         const JsonValue *t = json_get(&v, "text");
         if (!t || t->type != JSON_STRING) {
             d->error = doc_error(d, "has no string member \"text\"%s; each line must be {\"text\": \"...\"}",
-                                 !t ? "" : v.type != JSON_OBJECT ? " (it is not an object)" : " (it is not a string)");
+                                 v.type != JSON_OBJECT ? " (the line is not an object)" : !t ? "" : " (it is not a string)");
             json_free(&v);
             return;
         }
@@ -594,6 +602,98 @@ static void cmd_shards(const char *prefix, char **inputs, int n_inputs, long lon
     free(encoders);
 }
 
+/* ---------------------------------------------------------------------------------------------------------
+ * hellaswag: HellaSwag's JSON Lines (one example a line: "ctx", "endings", "label") into an eval file
+ * (llmc/eval_data.h), the context's ids then each ending's as the ids of " " + ending, as llm.c's hellaswag.py does.
+ * The examples are held in memory until written: an eval set is small (HellaSwag's 10,042 validation examples are a
+ * few MB of ids).
+ */
+static int *copy_ids(const TokenVec *v) {
+    int *c = (int *)malloc_check(v->n * sizeof(int), "an eval example");
+    memcpy(c, v->data, v->n * sizeof(int));
+    return c;
+}
+
+// Example `index` from line `line` of path (its JSON text s[0..n)), encoded with e.
+static EvalExample hellaswag_example(BpeEncoder *e, const char *path, long long line, const char *s, size_t n,
+                                     int index) {
+    JsonValue v;
+    JsonError err;
+    if (!json_parse(s, n, &v, &err)) {
+        fail("'%s' line %lld is not JSON: %s at byte %zu; each line must be one HellaSwag example", path, line, err.what,
+             err.pos);
+    }
+    const JsonValue *ctx = json_get(&v, "ctx"), *endings = json_get(&v, "endings"), *label = json_get(&v, "label");
+    if (!ctx || ctx->type != JSON_STRING || ctx->len == 0 || !endings || endings->type != JSON_ARRAY ||
+        endings->count < 1 || endings->count > EVAL_MAX_COMPLETIONS || !label || label->type != JSON_NUMBER ||
+        !label->is_int || label->integer < 0 || label->integer >= (long long)endings->count) {
+        fail("'%s' line %lld: a HellaSwag example needs \"ctx\" (a non-empty string), \"endings\" (1 to %d strings) and "
+             "\"label\" (an integer index into endings)",
+             path, line, EVAL_MAX_COMPLETIONS);
+    }
+    char source[MAX_PATH_LEN + 64];
+    snprintf(source, sizeof(source), "'%s' line %lld", path, line);
+    EvalExample ex = {.index = index, .label = (int)label->integer, .num_completions = (int)endings->count};
+    TokenVec ids = {0};
+    bpe_encode(e, (const unsigned char *)ctx->str, ctx->len, source, &ids);
+    ex.context_len = (int)ids.n;
+    ex.context = copy_ids(&ids);
+    for (size_t c = 0; c < endings->count; c++) {
+        const JsonValue *end = &endings->items[c];
+        if (end->type != JSON_STRING) { fail("%s: ending %zu is %s, not a string", source, c, json_type_name(end->type)); }
+        JsonText spaced = {0};
+        json_text_append(&spaced, " ", 1);
+        json_text_append(&spaced, end->str, end->len);
+        ids.n = 0;
+        bpe_encode(e, (const unsigned char *)spaced.s, spaced.len, source, &ids);
+        ex.completion_len[c] = (int)ids.n;
+        ex.completion[c] = copy_ids(&ids);
+        json_text_free(&spaced);
+    }
+    tokenvec_free(&ids);
+    json_free(&v);
+    return ex;
+}
+
+static void cmd_hellaswag(char **args, int n_args, const char *vocab_dir) {
+    if (n_args != 2) { fail("hellaswag takes FILE.jsonl OUT.bin, got %d arguments; see --help", n_args); }
+    const char *path = args[0], *out = args[1];
+    BpeEncoder e;
+    bpe_init(&e, vocab_dir);
+    FILE *f = fopen_check(path, "rb");
+    EvalExample *examples = NULL;
+    size_t n = 0, cap = 0, line_cap = 0;
+    char *line = NULL;
+    long long line_no = 0;
+    for (ssize_t got; (got = getline(&line, &line_cap, f)) >= 0;) {
+        line_no++;
+        size_t len = (size_t)got;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) { len--; }
+        if (len == 0) { continue; }
+        if (n == cap) {
+            cap = cap ? 2 * cap : 1024;
+            examples = (EvalExample *)realloc(examples, cap * sizeof(EvalExample));
+            if (!examples) { fail("out of host memory holding %zu eval examples", cap); }
+        }
+        if (n == (size_t)INT32_MAX) { fail("'%s' holds more than %d examples", path, INT32_MAX); }
+        examples[n] = hellaswag_example(&e, path, line_no, line, len, (int)n);
+        n++;
+    }
+    if (ferror(f)) { fail("cannot read '%s': %s", path, strerror(errno)); }
+    fclose(f);
+    if (n == 0) { fail("'%s' holds no examples; give HellaSwag's JSON Lines (e.g. hellaswag_val.jsonl)", path); }
+    int version = eval_version_for_vocab(e.vocab.vocab_size);
+    eval_data_write(out, version, examples, (int)n);
+    printf("wrote %s: %zu examples (version %d, %d-byte fields)\n", out, n, version, eval_field_bytes(version));
+    for (size_t i = 0; i < n; i++) {
+        free(examples[i].context);
+        for (int c = 0; c < examples[i].num_completions; c++) { free(examples[i].completion[c]); }
+    }
+    free(examples);
+    free(line);
+    bpe_free(&e);
+}
+
 int main(int argc, char **argv) {
     set_error_program("tokenize");
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
@@ -623,6 +723,8 @@ int main(int argc, char **argv) {
     }
     if (strcmp(cmd, "shards") == 0) {
         cmd_shards(prefix, args, n_args, val_every, shard_tokens, vocab_dir, force, threads);
+    } else if (strcmp(cmd, "hellaswag") == 0) {
+        cmd_hellaswag(args, n_args, vocab_dir);
     } else if (strcmp(cmd, "encode") == 0) {
         if (n_args > 1) { fail("encode takes one TEXT argument (quote it), got %d; see --help", n_args); }
         cmd_encode(n_args ? args[0] : NULL, nul_separated, vocab_dir);
@@ -631,7 +733,7 @@ int main(int argc, char **argv) {
         if (n_args > 0 && nul_separated) { fail("decode takes token ids or -0 (ids from stdin), not both; see --help"); }
         cmd_decode(args, n_args, nul_separated, vocab_dir);
     } else {
-        fail("unknown command '%s'; the commands are shards, encode, decode (see --help)", cmd);
+        fail("unknown command '%s'; the commands are shards, hellaswag, encode, decode (see --help)", cmd);
     }
     free(args);
     return 0;
