@@ -517,6 +517,32 @@ static void batch_encode(Batch *b, int threads) {
     for (int t = 1; t < threads; t++) { pthread_join(tid[t], NULL); }
 }
 
+typedef struct {
+    BpeEncoder *e;
+    const char *vocab_dir;
+} EncoderInit;
+
+static void *encoder_init_run(void *arg) {
+    EncoderInit *a = (EncoderInit *)arg;
+    bpe_init(a->e, a->vocab_dir);
+    return NULL;
+}
+
+// Loads one encoder per thread. The first alone, so that bad vocabulary files stop the run with one line; the rest
+// (the same files, now known good) in parallel, as each load takes a noticeable fraction of a second.
+static void init_encoders(BpeEncoder *encoders, int threads, const char *vocab_dir) {
+    bpe_init(&encoders[0], vocab_dir);
+    pthread_t tid[MAX_THREADS];
+    EncoderInit args[MAX_THREADS];
+    for (int t = 1; t < threads; t++) {
+        args[t] = (EncoderInit){&encoders[t], vocab_dir};
+        if (pthread_create(&tid[t], NULL, encoder_init_run, &args[t]) != 0) {
+            fail("cannot start tokenizing thread %d of -j %d: %s", t, threads, strerror(errno));
+        }
+    }
+    for (int t = 1; t < threads; t++) { pthread_join(tid[t], NULL); }
+}
+
 // The id that goes before every document: the encoder's end-of-text token, as llm.c's data scripts do (a Llama 3
 // tokenizer's is <|begin_of_text|>).
 static int document_separator(const BpeEncoder *e) {
@@ -542,7 +568,7 @@ static void cmd_shards(const char *prefix, char **inputs, int n_inputs, long lon
     for (int i = 0; i < n_inputs; i++) { collect_input(&src.files, inputs[i]); }
 
     BpeEncoder *encoders = (BpeEncoder *)calloc_check((size_t)threads, sizeof(BpeEncoder), "encoders");
-    for (int t = 0; t < threads; t++) { bpe_init(&encoders[t], vocab_dir); }
+    init_encoders(encoders, threads, vocab_dir);
     ShardFormatId format = shard_format_for_vocab(encoders[0].vocab.vocab_size);
     ShardStream streams[2];
     for (int k = 0; k < 2; k++) {
