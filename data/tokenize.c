@@ -350,9 +350,10 @@ static void check_output_folder(const char *prefix) {
     }
 }
 
-/* Documents are read in batches (at most BATCH_DOCS documents or BATCH_BYTES of text, so memory is bounded whatever
- * the corpus size), encoded by the threads, each document by one thread with its own encoder, and written in input
- * order: the shards are the same bytes for any -j. A document that cannot be encoded (a bad JSON line, text that is
+/* Documents are read in batches (at most BATCH_DOCS documents or BATCH_BYTES of text, two batches in memory at once,
+ * so memory is bounded whatever the corpus size), encoded by the threads, each document by one thread with its own
+ * encoder, and written in input order: the shards are the same bytes for any -j. The main thread reads and writes
+ * while the threads encode. A document that cannot be encoded (a bad JSON line, text that is
  * not UTF-8) records its error; the first in input order stops the run, so the message does not depend on -j. */
 #define BATCH_DOCS 4096
 #define BATCH_BYTES ((size_t)64 << 20)
@@ -475,18 +476,23 @@ static void doc_encode(BpeEncoder *e, int separator, Doc *d) {
     if (d->is_json) { json_free(&v); }
 }
 
-typedef struct {
-    BpeEncoder *encoders;
-    int separator;
-    Doc *docs;
-    size_t n;
-    atomic_size_t next; // the next document a thread takes
-} Batch;
+typedef struct Batch Batch;
 
 typedef struct {
     Batch *batch;
     int thread;
 } Worker;
+
+struct Batch {
+    BpeEncoder *encoders; // one per thread
+    int separator;
+    Doc *docs;
+    size_t n;
+    atomic_size_t next;   // the next document a thread takes
+    int threads;
+    pthread_t tid[MAX_THREADS];
+    Worker workers[MAX_THREADS];
+};
 
 static double now_seconds(void) {
     struct timespec t;
@@ -503,18 +509,55 @@ static void *worker_run(void *arg) {
     return NULL;
 }
 
-static void batch_encode(Batch *b, int threads) {
+// Reads the next documents into b (none when the inputs are done).
+static void batch_fill(Batch *b, DocSource *src) {
+    size_t bytes = 0;
+    b->n = 0;
+    while (b->n < BATCH_DOCS && bytes < BATCH_BYTES && doc_next(src, &b->docs[b->n])) { bytes += b->docs[b->n++].len; }
+}
+
+// Starts the threads encoding b; batch_join waits for them.
+static void batch_start(Batch *b) {
     atomic_store(&b->next, 0);
-    pthread_t tid[MAX_THREADS];
-    Worker workers[MAX_THREADS];
-    for (int t = 0; t < threads; t++) {
-        workers[t] = (Worker){b, t};
-        if (t > 0 && pthread_create(&tid[t], NULL, worker_run, &workers[t]) != 0) {
-            fail("cannot start tokenizing thread %d of -j %d: %s", t, threads, strerror(errno));
+    for (int t = 0; t < b->threads; t++) {
+        b->workers[t] = (Worker){b, t};
+        if (pthread_create(&b->tid[t], NULL, worker_run, &b->workers[t]) != 0) {
+            fail("cannot start tokenizing thread %d of -j %d: %s", t, b->threads, strerror(errno));
         }
     }
-    worker_run(&workers[0]);
-    for (int t = 1; t < threads; t++) { pthread_join(tid[t], NULL); }
+}
+
+static void batch_join(Batch *b) {
+    for (int t = 0; t < b->threads; t++) { pthread_join(b->tid[t], NULL); }
+}
+
+typedef struct {
+    ShardStream streams[2]; // val, train
+    long long val_every, bytes, documents, tokens;
+    double t0, last_progress;
+} ShardWriter;
+
+// Writes an encoded batch's documents in order (the first bad one stops the run) and empties it.
+static void batch_write(Batch *b, ShardWriter *w) {
+    for (size_t i = 0; i < b->n; i++) {
+        Doc *d = &b->docs[i];
+        if (d->error) { fail("%s", d->error); }
+        ShardStream *s = &w->streams[w->documents % w->val_every == 0 ? 0 : 1];
+        for (size_t k = 0; k < d->ids.n; k++) { stream_push(s, d->ids.data[k]); }
+        s->documents++;
+        w->documents++;
+        w->tokens += (long long)d->ids.n;
+        w->bytes += (long long)d->len;
+        free(d->text);
+        tokenvec_free(&d->ids);
+    }
+    b->n = 0;
+    double now = now_seconds();
+    if (now - w->last_progress >= PROGRESS_EVERY_S) {
+        fprintf(stderr, "tokenize: %.1f MB, %lld documents, %lld tokens, %.1f MB/s\n", (double)w->bytes / 1e6,
+                w->documents, w->tokens, (double)w->bytes / 1e6 / (now - w->t0));
+        w->last_progress = now;
+    }
 }
 
 typedef struct {
@@ -570,57 +613,48 @@ static void cmd_shards(const char *prefix, char **inputs, int n_inputs, long lon
     BpeEncoder *encoders = (BpeEncoder *)calloc_check((size_t)threads, sizeof(BpeEncoder), "encoders");
     init_encoders(encoders, threads, vocab_dir);
     ShardFormatId format = shard_format_for_vocab(encoders[0].vocab.vocab_size);
-    ShardStream streams[2];
+    ShardWriter w = {.val_every = val_every};
     for (int k = 0; k < 2; k++) {
         ShardStream s = {prefix, splits[k], format, NULL, 0, (size_t)shard_tokens, 0, 0, 0};
         s.buf = (unsigned char *)malloc_check((size_t)shard_tokens * (size_t)SHARD_FORMATS[format].token_bytes,
                                               "shard buffer");
-        streams[k] = s;
+        w.streams[k] = s;
     }
-    Batch batch = {encoders, document_separator(&encoders[0]), NULL, 0, 0};
-    batch.docs = (Doc *)calloc_check(BATCH_DOCS, sizeof(Doc), "a batch of documents");
-    double t0 = now_seconds(), last_progress = t0;
-    long long bytes = 0, documents = 0, tokens = 0;
-    for (int more = 1; more;) {
-        size_t batch_bytes = 0;
-        batch.n = 0;
-        while (batch.n < BATCH_DOCS && batch_bytes < BATCH_BYTES && (more = doc_next(&src, &batch.docs[batch.n]))) {
-            batch_bytes += batch.docs[batch.n++].len;
-        }
-        batch_encode(&batch, threads);
-        for (size_t i = 0; i < batch.n; i++) {
-            Doc *d = &batch.docs[i];
-            if (d->error) { fail("%s", d->error); }
-            ShardStream *s = &streams[documents % val_every == 0 ? 0 : 1];
-            for (size_t k = 0; k < d->ids.n; k++) { stream_push(s, d->ids.data[k]); }
-            s->documents++;
-            documents++;
-            tokens += (long long)d->ids.n;
-            bytes += (long long)d->len;
-            free(d->text);
-            tokenvec_free(&d->ids);
-        }
-        double now = now_seconds();
-        if (more && now - last_progress >= PROGRESS_EVERY_S) {
-            fprintf(stderr, "tokenize: %.1f MB, %lld documents, %lld tokens, %.1f MB/s\n", (double)bytes / 1e6,
-                    documents, tokens, (double)bytes / 1e6 / (now - t0));
-            last_progress = now;
-        }
+    // Two batches: while the threads encode one, this thread writes the one before and reads the one after.
+    Batch *batches = (Batch *)calloc_check(2, sizeof(Batch), "batches of documents");
+    for (int k = 0; k < 2; k++) {
+        batches[k].encoders = encoders;
+        batches[k].separator = document_separator(&encoders[0]);
+        batches[k].threads = threads;
+        batches[k].docs = (Doc *)calloc_check(BATCH_DOCS, sizeof(Doc), "a batch of documents");
     }
+    w.t0 = w.last_progress = now_seconds();
+    int cur = 0;
+    batch_fill(&batches[cur], &src);
+    while (batches[cur].n > 0) {
+        batch_start(&batches[cur]);
+        batch_write(&batches[1 - cur], &w);
+        batch_fill(&batches[1 - cur], &src);
+        batch_join(&batches[cur]);
+        cur = 1 - cur;
+    }
+    batch_write(&batches[1 - cur], &w);
+    ShardStream *streams = w.streams;
     for (int k = 0; k < 2; k++) {
         stream_flush(&streams[k]);
         if (force) { remove_stale_shards(prefix, splits[k], streams[k].shards); }
     }
-    double secs = now_seconds() - t0;
+    double secs = now_seconds() - w.t0;
     printf("%lld documents, %lld bytes in %.2f s (%.1f MB/s, -j %d): train %lld documents, %lld tokens in %d shard(s); "
            "val %lld documents, %lld tokens in %d shard(s)\n",
-           documents, bytes, secs, (double)bytes / 1e6 / (secs > 0 ? secs : 1), threads, streams[1].documents,
+           w.documents, w.bytes, secs, (double)w.bytes / 1e6 / (secs > 0 ? secs : 1), threads, streams[1].documents,
            streams[1].tokens, streams[1].shards, streams[0].documents, streams[0].tokens, streams[0].shards);
     for (int k = 0; k < 2; k++) {
         if (streams[k].shards == 0) { printf("note: no %s documents, so no %s shard\n", splits[k], splits[k]); }
         free(streams[k].buf);
     }
-    free(batch.docs);
+    for (int k = 0; k < 2; k++) { free(batches[k].docs); }
+    free(batches);
     free(src.line_buf);
     pathlist_free(&src.files);
     for (int t = 0; t < threads; t++) { bpe_free(&encoders[t]); }
