@@ -73,7 +73,7 @@ train_gpt: train_gpt.cu $(HEADERS) $(CUDA_HEADERS) $(CUDA_BUILD_STAMP)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVLDLIBS)
 
 tokenize: data/tokenize.c data/bpe.h llmc/tokenizer.h $(HEADERS) $(CPU_BUILD_STAMP)
-	$(CC) $(ALL_CFLAGS) $< -o $@ $(PCRE2_LIBS) $(LDLIBS_CPU)
+	$(CC) $(ALL_CFLAGS) -pthread $< -o $@ $(PCRE2_LIBS) $(LDLIBS_CPU)
 
 hf_model: data/hf_model.c $(HEADERS) $(CPU_BUILD_STAMP)
 	$(CC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS_CPU)

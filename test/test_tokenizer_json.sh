@@ -41,9 +41,20 @@ expect_refused special_out_of_order "{\"pre_tokenizer\":$bytelevel,\"added_token
 printf '%s' "{\"pre_tokenizer\":$bytelevel,\"added_tokens\":[{\"id\":258,\"content\":\"<|x|>\"}],\"model\":{\"type\":\"BPE\",\"vocab\":$ascii_vocab,\"merges\":[\"a b\",\"ab c\"]}}" >"$tmp/small.json"
 out=$(./tokenize encode "abc abd" --tokenizer "$tmp/small.json" 2>&1)
 [ "$out" = "257 32 256 100" ] && echo "PASS tokenizer_json_small_file" || echo "FAIL tokenizer_json_small_file: got '$out'"
-err=$(./tokenize shards --out "$tmp/x" --tokenizer data/llama3/tokenizer.json "$tmp/small.json" 2>&1 >/dev/null)
-case "$err" in *"has 128256 tokens, more than this shard format's 16-bit tokens hold"*) echo "PASS tokenizer_json_shards_refuse_wide_vocab" ;;
-    *) echo "FAIL tokenizer_json_shards_refuse_wide_vocab: stderr '$err'" ;; esac
+# Llama 3's vocabulary (128,256 ids) writes llm.c's uint32 shards (magic 20240801, version 7), each document after
+# <|begin_of_text|> (128000), the ids those of `tokenize encode`
+mkdir -p "$tmp/l3docs" "$tmp/l3"
+printf 'Hello world' >"$tmp/l3docs/0.txt"
+printf ' second \xf0\x9f\x98\x80 document' >"$tmp/l3docs/1.txt"
+./tokenize shards --out "$tmp/l3/x" --val-every 1 --tokenizer data/llama3/tokenizer.json "$tmp/l3docs" >/dev/null 2>&1
+want="128000 $(./tokenize encode --tokenizer data/llama3/tokenizer.json 'Hello world') 128000 $(printf ' second \xf0\x9f\x98\x80 document' | ./tokenize encode --tokenizer data/llama3/tokenizer.json -)"
+got=$(od -A n -t u4 -v -j 1024 "$tmp/l3/x_val_000000.bin" 2>/dev/null | tr -s ' \n' ' ' | sed 's/^ //; s/ $//')
+header=$(od -A n -t d4 -N 12 "$tmp/l3/x_val_000000.bin" 2>/dev/null | tr -s ' ' ' ' | sed 's/^ //; s/ $//')
+if [ "$got" = "$want" ] && [ "$header" = "20240801 7 $(echo $want | wc -w)" ]; then
+    echo "PASS tokenizer_json_llama3_shards_uint32"
+else
+    echo "FAIL tokenizer_json_llama3_shards_uint32: header '$header' ids '$got', want '20240801 7 $(echo $want | wc -w)' '$want'"
+fi
 # shards through GPT-2's tokenizer.json are GPT-2's folder's, byte for byte (the separator is its <|endoftext|>)
 mkdir -p "$tmp/docs" "$tmp/a" "$tmp/b"
 printf 'Hello world\r\n  it'"'"'s 12345 \xf0\x9f\x98\x80' >"$tmp/docs/0.txt"
