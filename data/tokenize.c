@@ -40,9 +40,9 @@ static void usage(FILE *f) {
             "      llm.c shards PREFIX_{train,val}_NNNNNN.bin with N threads (default 1; the shards are the same for\n"
             "      any N). Each file is one document, a .jsonl file one per line (its \"text\" member), each preceded\n"
             "      by the tokenizer's first special token (GPT-2's <|endoftext|>, Llama 3's <|begin_of_text|>);\n"
-            "      document i goes to val when i %% K == 0 (K default %d), else to train. Shards hold at most N tokens\n"
-            "      (default %lld), uint16 for a vocabulary of at most 65,536 ids, else uint32 (llm.c's Llama 3 format).\n"
-            "      Existing shards of PREFIX are replaced only with --force.\n"
+            "      document i goes to val when i %% K == 0 (K default %d), else to train. Shards hold at most N\n"
+            "      tokens (default %lld), uint16 for a vocabulary of at most 65,536 ids, else uint32 (llm.c's\n"
+            "      Llama 3 format). Existing shards of PREFIX are replaced only with --force.\n"
             "  ./tokenize hellaswag FILE.jsonl OUT.bin [--tokenizer T]\n"
             "      convert HellaSwag's JSON Lines (ctx, endings, label) into llm.c's eval file (uint32 fields where\n"
             "      the vocabulary exceeds 65,536 ids); each ending is encoded as \" \" + ending.\n"
@@ -593,14 +593,14 @@ static void init_encoders(BpeEncoder *encoders, int threads, const char *tokeniz
     for (int t = 1; t < threads; t++) { pthread_join(tid[t], NULL); }
 }
 
-// The id that goes before every document, as llm.c's data scripts do: the tokenizer's first special token, the
-// first id after the ordinary ones (GPT-2's <|endoftext|> 50256, Llama 3's <|begin_of_text|> 128000).
+// The id that goes before every document (tokenizer_document_start).
 static int document_separator(const BpeEncoder *e, const char *tokenizer) {
-    if (e->vocab.num_ordinary == e->vocab.vocab_size) {
+    int id = tokenizer_document_start(&e->vocab);
+    if (id < 0) {
         fail("shards: '%s' has no special token to separate documents with; pass a tokenizer with added_tokens",
              tokenizer);
     }
-    return e->vocab.num_ordinary;
+    return id;
 }
 
 static void cmd_shards(const char *prefix, char **inputs, int n_inputs, long long val_every, long long shard_tokens,

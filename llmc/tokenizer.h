@@ -55,7 +55,7 @@ static inline void gpt2_code_to_byte_table(int table[TOKENIZER_NUM_BYTE_CODES]) 
     for (int b = 0; b < 256; b++) { table[gpt2_byte_to_code(b)] = b; }
 }
 
-#define TOKENIZER_MISSING_HINT "run `make data` or pass --vocab-dir with a folder holding GPT-2's encoder.json"
+#define TOKENIZER_MISSING_HINT "run `make data`, or give the tokenizer option a folder holding GPT-2's encoder.json"
 
 // Fails naming encoder.json and what is wrong with it.
 LLMC_NORETURN LLMC_PRINTF(2, 3) static void tokenizer_bad_file(const char *path, const char *fmt, ...) {
@@ -189,11 +189,16 @@ static inline void tokenizer_open(Tokenizer *t, const char *path, JsonValue *doc
     if (added) { tokenizer_add_special(t, path, added); }
 }
 
+// The id that starts a document, as llm.c's data scripts put it before each: the first special token, the first id
+// after the ordinary ones (GPT-2's <|endoftext|> 50256, Llama 3's <|begin_of_text|> 128000); -1 where there is none.
+static inline int tokenizer_document_start(const Tokenizer *t) {
+    return t->num_ordinary < t->vocab_size ? t->num_ordinary : -1;
+}
+
 static inline const unsigned char *tokenizer_token_bytes(const Tokenizer *t, int id, int *len) {
     if (id < 0 || id >= t->vocab_size) {
-        fail("token id %d is outside the vocabulary [0, %d); the model or the data does not match GPT-2's "
-             "tokenizer",
-             id, t->vocab_size);
+        fail("token id %d is outside the vocabulary [0, %d); the model or the data does not match the tokenizer", id,
+             t->vocab_size);
     }
     *len = t->len[id];
     return t->bytes + t->offset[id];
