@@ -374,6 +374,7 @@ typedef struct {
     int is_json;
     const char *path;
     long long line; // of a JSON line, from 1
+    size_t text_bytes; // of the document's text (a JSON line's "text" decoded): what MB/s counts
     TokenVec ids;   // the separator, then the document's ids
     char *error;    // set by the encoding thread where the document is bad
 } Doc;
@@ -473,6 +474,7 @@ static void doc_encode(BpeEncoder *e, int separator, Doc *d) {
         text = t->str;
         len = t->len;
     }
+    d->text_bytes = len;
     size_t bad = utf8_invalid_at((const unsigned char *)text, len);
     if (bad < len) {
         d->error = doc_error(d, "is not valid UTF-8 (byte %zu is 0x%02X); convert it to UTF-8 first (e.g. iconv -f "
@@ -554,7 +556,7 @@ static void batch_write(Batch *b, ShardWriter *w) {
         s->documents++;
         w->documents++;
         w->tokens += (long long)d->ids.n;
-        w->bytes += (long long)d->len;
+        w->bytes += (long long)d->text_bytes;
         free(d->text);
         tokenvec_free(&d->ids);
     }
