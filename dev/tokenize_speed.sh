@@ -63,9 +63,10 @@ for _ in $(seq "$REPEAT"); do cat "$work/one.jsonl"; done >"$work/corpus.jsonl"
 size=$(cat "$work/text_MB")
 
 mkdir -p "$work/out"
-ours() { # THREADS [TOKENIZER] -> MB/s from the summary line
-    ./tokenize shards --out "$work/out/s" --force -j "$1" ${2:+--tokenizer "$2"} "$work/corpus.jsonl" | tail -1 |
-        sed -n 's/.*(\([0-9.]*\) MB\/s.*/\1/p'
+ours() { # THREADS [TOKENIZER] -> MB/s from the summary line (the progress lines on stderr shown only on a failure)
+    ./tokenize shards --out "$work/out/s" --force -j "$1" ${2:+--tokenizer "$2"} "$work/corpus.jsonl" \
+        2>"$work/tokenize_err" | tail -1 | sed -n 's/.*(\([0-9.]*\) MB\/s.*/\1/p'
+    [ "${PIPESTATUS[0]}" = 0 ] || { cat "$work/tokenize_err" >&2; exit 1; }
 }
 
 # python3's tiktoken: "ENCODING ONE MANY" MB/s, or nothing where it is missing
@@ -142,9 +143,9 @@ ratio() { # OURS THEIRS
     [ -n "$2" ] && [ "$2" != - ] && printf '%.2f' "$(echo "$1 / $2" | bc -l)" || printf -- '-'
 }
 row() { # TOKENIZER THREADS OURS REFERENCE THEIRS
-    printf '%-8s %-8s %8s %10s  %-44s %10s %7s\n' "$1" "$2" "$size" "$3" "$4" "${5:--}" "$(ratio "$3" "${5:-}")"
+    printf '%-9s %-7s %8s %10s  %-54s %9s %6s\n' "$1" "$2" "$size" "$3" "$4" "${5:--}" "$(ratio "$3" "${5:-}")"
 }
-printf '%-8s %-8s %8s %10s  %-44s %10s %7s\n' tokenizer threads text_MB ours_MB/s reference ref_MB/s ratio
+printf '%-9s %-7s %8s %10s  %-54s %9s %6s\n' tokenizer threads text_MB ours_MB/s reference ref_MB/s ratio
 
 read -r tik1 tikn <<<"$(tiktoken_py gpt2)" || true
 ours1=$(ours 1) oursn=$(ours "$THREADS")
@@ -165,7 +166,7 @@ if [ -n "$LLAMA3" ]; then
     else
         notes+=("no node or data/node_modules/llama3-tokenizer-js here: its row runs on the CPU machine (npm ci --prefix data)")
     fi
-    row llama3 "$THREADS" "$loursn" "tiktoken Llama 3 encode_ordinary_batch, $THREADS thr" "${ltikn:-}"
+    row llama3 "$THREADS" "$loursn" "tiktoken encode_ordinary_batch, Llama 3's, $THREADS threads" "${ltikn:-}"
 else
     notes+=("no Llama 3 tokenizer.json (data/llama3/ or .carry/llama3/): no llama3 rows; make data-llama3, or carry it")
 fi
