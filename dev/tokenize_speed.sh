@@ -3,6 +3,9 @@
 # default data's documents (data/brown's GPT-2 shards decoded by ./tokenize decode, so the script needs no node and
 # no network), their lines as JSON Lines, repeated to about 100 MB. MB/s of UTF-8 text.
 #   dev/tokenize_speed.sh [THREADS (16)] [REPEAT (16)]
+#   dev/tokenize_speed.sh --carry     (on the CPU machine) what the GPU machine needs in .carry/, whose image has no
+#                                     node and no PCRE2 headers: .carry/tokenize (PCRE2 linked in, x86-64-v3) and
+#                                     .carry/llama3/tokenizer.json; then run it there carrying data/brown and .carry
 # Rows, each where its reference is found (a missing one prints "-" and says why below the table):
 #   gpt2    ours -j 1       tiktoken's gpt2 encode_ordinary (python3's tiktoken; without it, node's tiktoken package)
 #   gpt2    ours -j THREADS tiktoken's encode_ordinary_batch with THREADS threads (python3's tiktoken)
@@ -12,14 +15,26 @@
 # Ours is ./tokenize shards from the first document read to the last shard written (reading, JSON parsing, encoding,
 # writing; the tokenizer's load excluded, as the references' is); theirs encode texts already in memory. tiktoken's
 # gpt2 is built offline from data/gpt2 (its cache filled with those files, which are OpenAI's, hash-checked by it).
-# Llama 3's tokenizer.json: data/llama3/tokenizer.json (make data-llama3), else .carry/llama3/tokenizer.json, so a
-# machine without node gets it by carrying data/brown and .carry (mkdir -p .carry/llama3 && cp
-# data/llama3/tokenizer.json .carry/llama3/). Needs python3, PCRE2 to build ./tokenize, data/brown (make data).
+# The program: ./tokenize, else .carry/tokenize, else built by make (PCRE2's headers needed). Llama 3's tokenizer.json:
+# data/llama3/tokenizer.json (make data-llama3), else .carry/llama3/tokenizer.json. Needs python3 and data/brown.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = --carry ]; then
+    [ -f data/llama3/tokenizer.json ] || make --no-print-directory data-llama3 >/dev/null
+    mkdir -p .carry/llama3
+    cp data/llama3/tokenizer.json .carry/llama3/
+    # PROJECT_CFLAGS as the Makefile's, for a CPU of another kind, and PCRE2 linked in: the GPU machine lacks it
+    cc -O3 -march=x86-64-v3 -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Wno-unused-function -pthread -I. \
+        data/tokenize.c -o .carry/tokenize -Wl,-Bstatic -lpcre2-8 -Wl,-Bdynamic -lm
+    echo "wrote .carry/tokenize and .carry/llama3/tokenizer.json; on the GPU machine carry data/brown and .carry"
+    exit 0
+fi
 THREADS=${1:-16}
 REPEAT=${2:-16}
-[ -x ./tokenize ] || make --no-print-directory tokenize >/dev/null
+TOKENIZE=./tokenize
+[ -x $TOKENIZE ] || { [ -x .carry/tokenize ] && TOKENIZE=.carry/tokenize; } ||
+    make --no-print-directory tokenize >/dev/null ||
+    { echo "error: no ./tokenize and it cannot be built here; run dev/tokenize_speed.sh --carry where it can" >&2; exit 1; }
 ls data/brown/brown_train_*.bin >/dev/null 2>&1 || { echo "error: no data/brown shards; run make data (or carry data/brown)" >&2; exit 1; }
 LLAMA3=
 for f in data/llama3/tokenizer.json .carry/llama3/tokenizer.json; do [ -f "$f" ] && { LLAMA3=$f; break; }; done
@@ -29,9 +44,9 @@ notes=()
 
 # The text: each document of the GPT-2 shards (the ids between <|endoftext|>s) decoded, its non-blank lines as JSON
 # Lines; text_MB is the UTF-8 text's size of the whole corpus.
-python3 - "$work" "$REPEAT" <<'PY'
+python3 - "$work" "$REPEAT" "$TOKENIZE" <<'PY'
 import array, glob, json, subprocess, sys
-work, repeat = sys.argv[1], int(sys.argv[2])
+work, repeat, tokenize = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 EOT = 50256
 docs, cur = [], []
 for path in sorted(glob.glob("data/brown/brown_train_*.bin")) + sorted(glob.glob("data/brown/brown_val_*.bin")):
@@ -47,7 +62,7 @@ for path in sorted(glob.glob("data/brown/brown_train_*.bin")) + sorted(glob.glob
             cur.append(t)
 if cur: docs.append(cur)
 lines_in = "".join(" ".join(map(str, d)) + "\n" for d in docs).encode()
-out = subprocess.run(["./tokenize", "decode", "-0"], input=lines_in, capture_output=True, check=True).stdout
+out = subprocess.run([tokenize, "decode", "-0"], input=lines_in, capture_output=True, check=True).stdout
 texts = out.decode("utf-8").split("\0")[:-1]
 with open(f"{work}/one.jsonl", "w", encoding="utf-8") as f:
     size = 0
@@ -64,7 +79,7 @@ size=$(cat "$work/text_MB")
 
 mkdir -p "$work/out"
 ours() { # THREADS [TOKENIZER] -> MB/s from the summary line (the progress lines on stderr shown only on a failure)
-    ./tokenize shards --out "$work/out/s" --force -j "$1" ${2:+--tokenizer "$2"} "$work/corpus.jsonl" \
+    $TOKENIZE shards --out "$work/out/s" --force -j "$1" ${2:+--tokenizer "$2"} "$work/corpus.jsonl" \
         2>"$work/tokenize_err" | tail -1 | sed -n 's/.*(\([0-9.]*\) MB\/s.*/\1/p'
     [ "${PIPESTATUS[0]}" = 0 ] || { cat "$work/tokenize_err" >&2; exit 1; }
 }
