@@ -40,6 +40,7 @@
 #define SHARD_HEADER_BYTES ((long long)SHARD_HEADER_INTS * (long long)sizeof(int32_t))
 #define SHARD_MAX_TOKENS INT32_MAX // the count is an int32 in the header
 #define SHARD_MAX_TOKEN_BYTES ((int)sizeof(uint32_t))
+#define SHARD_U16_MAX_VOCAB (1 << 16) // ids of a larger vocabulary need uint32 shards
 #define SHARD_REGENERATE "regenerate it with ./tokenize shards (or `make data` for the default data set)"
 #define SHARD_CHECK_CHUNK_TOKENS ((long long)1 << 20) // init reads a shard's tokens in pieces of this many
 
@@ -55,6 +56,11 @@ static const ShardFormat SHARD_FORMATS[SHARD_NUM_FORMATS] = {
     {SHARD_GPT2_MAGIC, SHARD_GPT2_VERSION, (int)sizeof(uint16_t), "GPT-2 (uint16 tokens)"},
     {SHARD_LLAMA3_MAGIC, SHARD_LLAMA3_VERSION, (int)sizeof(uint32_t), "Llama 3 (uint32 tokens)"},
 };
+
+// The format of a vocabulary's shards: GPT-2's uint16 where every id fits, Llama 3's uint32 above.
+static inline ShardFormatId shard_format_for_vocab(int vocab_size) {
+    return vocab_size > SHARD_U16_MAX_VOCAB ? SHARD_LLAMA3 : SHARD_GPT2;
+}
 
 // Writes ids[0..n) (of the format's width) as a shard of that format at path, atomically (a crash leaves the old
 // file or the new one).
@@ -273,7 +279,9 @@ static inline void dataloader_check_tokens(const DataLoader *dl, int k, long lon
     long long bad = shard_first_bad_token(ids, dl->token_bytes, n, dl->vocab_size);
     if (bad >= 0) {
         fail("shard '%s': token %lld is %u, outside the model's vocabulary of %d: it was made with another tokenizer; "
-             "%s", dl->paths[k], pos + bad, shard_id(ids, dl->token_bytes, bad), dl->vocab_size, SHARD_REGENERATE);
+             "train a model of its vocabulary (--vocab-size; Llama 3's is 128256) or tokenize the data with the "
+             "model's (./tokenize shards --tokenizer; `make data-llama3` writes the default data in Llama 3's)",
+             dl->paths[k], pos + bad, shard_id(ids, dl->token_bytes, bad), dl->vocab_size);
     }
 }
 

@@ -72,7 +72,7 @@ expect_error cli_missing_init_from "$tmp/nothing.bin" "${TINY[@]}" --init-from "
 mkdir -p "$tmp/vocab3"
 printf '{"a": 0, "b": 1, "c": 2}' > "$tmp/vocab3/encoder.json"
 expect_error cli_other_vocabulary "holds a vocabulary of 3 tokens, but the model's is 50257" "${TINY[@]}" \
-    --sample-every 5 --sample-tokens 16 --vocab-dir "$tmp/vocab3"
+    --sample-every 5 --sample-tokens 16 --tokenizer "$tmp/vocab3"
 
 # README's CPU quick start, as printed there (into a scratch folder)
 quick=$(awk '/^\.\/train_gpt_cpu /{p=1} p{print} p&&!/\\$/{exit}' README.md | tr -d '\\\n')

@@ -164,6 +164,10 @@ static void test_shard_round_trip(void) {
     }
     check_round_trip("shard_round_trip_gpt2", SHARD_GPT2, t, sizeof(uint16_t), 20240520, 1);
     check_round_trip("shard_round_trip_llama3", SHARD_LLAMA3, w, sizeof(uint32_t), 20240801, 7);
+    // the width tokenize writes: uint16 while every id fits (GPT-2's 50257, 65536), uint32 above (Llama 3's 128256)
+    check(shard_format_for_vocab(50257) == SHARD_GPT2 && shard_format_for_vocab(65536) == SHARD_GPT2 &&
+              shard_format_for_vocab(65537) == SHARD_LLAMA3 && shard_format_for_vocab(128256) == SHARD_LLAMA3,
+          "shard_format_for_vocab", "a vocabulary above 65536 ids must get uint32 (Llama 3) shards, others uint16");
 }
 
 static void test_rejects_corrupt_shards(void) {
