@@ -550,6 +550,8 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, con
     g->head_rows = head_rows < B * T ? head_rows : B * T;
     g->mesh = *mesh;
     tp_init(&g->tp, mesh, o->sequence_parallel);
+    tp_ring_connect(&g->tp, o->sp_overlap, (size_t)(B * T / mesh->tp) * config->channels * sizeof(floatX),
+                    mesh->rank == 0);
     Span vocab = tp_vocab_rows(mesh, config);
     g->emb = {(int)vocab.begin, (int)vocab.count, config->pos == POS_LEARNED && mesh->tp_rank == 0};
     g->heads = (int)tp_heads(mesh, config).count;
@@ -835,8 +837,8 @@ static void norm_backward_of(const GPT<floatX> *g, floatX *dinp, float *dw, floa
 
 // Once chunk f's last collective is in: the fused residual add + norm of the chunk, out and dx at its norm rows, the
 // residual stream (resid, x) and the statistics at its residual-stream rows; resid and dx may be NULL
-// (layernorm_forward). Under SP out holds this rank's tokens, which are then all-gathered for the column-parallel
-// GEMM that reads them.
+// (layernorm_forward). Under SP out holds this rank's tokens; the layer that reads it gathers them (linear_forward, or
+// gpt_head for the final norm).
 template <typename floatX>
 static void chunk_layernorm(GPT<floatX> *g, const ForwardChunk &f, floatX *out, float *mean, float *rstd,
                             floatX *resid, const floatX *x, const floatX *dx, const floatX *w, const floatX *b) {
@@ -845,10 +847,6 @@ static void chunk_layernorm(GPT<floatX> *g, const ForwardChunk &f, floatX *out, 
     tp_chunk_wait(&g->tp, s, f.k);
     norm_forward_of(g, out + lr, mean + f.res_row, rstd + f.res_row, resid ? resid + rr : NULL, x + rr,
                     dx ? dx + lr : NULL, w, b, f.ln_rows, s);
-    if (g->tp.sp) {
-        tp_chunk_gather(&g->tp, out, C, f, s, "the tensor-parallel gather of a LayerNorm's output");
-        tp_chunk_wait(&g->tp, s, f.k);
-    }
 }
 
 // The input embedding of chunk f's tokens into the residual stream (acts.res[0]). Under TP each rank embeds the
@@ -868,7 +866,7 @@ template <typename floatX> static void gpt_embed(GPT<floatX> *g, int T, const Fo
 // Layer l's linear layer k on forward chunk f of K (linear_forward): under GTP its weight is materialized before the
 // first chunk and released after the last.
 template <typename floatX>
-static void block_linear_forward(GPT<floatX> *g, int l, int k, floatX *out, const floatX *inp, floatX *gelu_aux,
+static void block_linear_forward(GPT<floatX> *g, int l, int k, floatX *out, floatX *inp, floatX *gelu_aux,
                                  const ForwardChunk &f, int K) {
     if (f.k == 0) { gtp_acquire(g, l, k); }
     linear_forward(block_linear(g, l, k), out, inp, gelu_aux, f, g_cuda.stream);
@@ -978,6 +976,11 @@ template <typename floatX> static void gpt_head(GPT<floatX> *g, int B, int T, He
         ForwardChunk f = gpt_chunk(g, B, T, k);
         chunk_layernorm(g, f, a.lnf, a.lnf_stats, a.lnf_stats + ns, top.res_out, top.res2, a.proj, w[P_LNFW],
                         w[P_LNFB]);
+        if (g->tp.sp) { // the LM head reads every token's final norm
+            tp_chunk_gather(&g->tp, a.lnf, g->config.channels, f, g_cuda.stream,
+                            "the tensor-parallel gather of the final norm's output");
+            tp_chunk_wait(&g->tp, g_cuda.stream, f.k);
+        }
         for (; next < chunks; next++, made = 0) {
             HeadChunk c = head_chunk(N, g->head_rows, next);
             int ready = c.row + c.rows < f.row + f.rows ? c.row + c.rows : f.row + f.rows;

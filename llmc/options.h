@@ -72,7 +72,7 @@ typedef struct {
     int update_after_layers;     // GPU build, the update in backward: the first layers' AdamW after the backward
     int logits_mib;              // GPU build: the most logits the LM head holds at once (llmc/head_chunks.h); 0 = all
     // parallel layout (world = DP x GTP x TP)
-    int tp, gtp, gtp_prefetch, gtp_materialize, sequence_parallel, zero;
+    int tp, gtp, gtp_prefetch, gtp_materialize, sequence_parallel, sp_overlap, zero;
     // CPU build: reference state for the GPU parity test
     char ref_out[OPT_STR_LEN];
     int ref_steps;
@@ -220,6 +220,10 @@ static const OptionSpec OPTION_SPECS[] = {
      "communicator of one rank, for testing it on one GPU"},
     {"sequence-parallel", OPT_INT, OPT_FIELD(sequence_parallel), "0", 0, 1, NULL,
      "1 = sequence parallelism in the TP group"},
+    {"sp-overlap", OPT_INT, OPT_FIELD(sp_overlap), "1", 0, 1, NULL,
+     "GPU build, sequence parallelism: 1 = its all-gathers and reduce-scatters run as a ring over the TP ranks' "
+     "mapped GPU memory (copy engines), chunk by chunk beside the GEMMs that consume or produce them, where the "
+     "ranks' GPUs can map each other's (one node); 0 (or where they cannot) = NCCL"},
     {"zero", OPT_INT, OPT_FIELD(zero), "0", 0, 1, NULL, "1 = ZeRO-1: shard optimizer state over data-parallel ranks"},
     {"ref-out", OPT_STR, OPT_FIELD(ref_out), "", 0, 0, NULL,
      "CPU build: write the reference state for the GPU parity test to this file"},

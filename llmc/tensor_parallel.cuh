@@ -26,6 +26,24 @@
  *   backward: each collective runs beside weight-gradient GEMMs that gpt_backward puts off until then (the sum of a
  *     column-parallel input gradient, and under SP the all-gather of the residual gradient for a row-parallel one).
  * TP = 1: no stream, no event, no collective: the collectives return at once, and a linear layer is its GEMMs.
+ *
+ * SP over the peer ring (--sp-overlap 1, where the group's GPUs map each other's memory: llmc/peer_ring.cuh):
+ * the all-gathers and reduce-scatters run as rings of copy-engine transfers on the ring's stream (llmc/ring_schedule.h
+ * says which chunk moves when), and those next to a GEMM run chunk by chunk beside it, as TransformerEngine's
+ * comm-GEMM overlap does:
+ *   all-gather + GEMM (a column-parallel forward, which gathers its own input: linear_forward; a row-parallel input
+ *     gradient, whose output gradient's gather linear_backward_gather started): the GEMM runs on one chunk of N/TP
+ *     tokens at a time, this rank's own first, each next one as it arrives (arrived[k]), writing its output rows in
+ *     place: the same GEMM, row block by row block.
+ *   GEMM + reduce-scatter (a row-parallel forward, a column-parallel input gradient): the GEMM runs chunk by chunk
+ *     in the ring's order; the ring stream adds each chunk's product to the partial sum its predecessor sent (in
+ *     fp32, rounded to the activation type at each hop, as NCCL's ring sums bf16) and passes it on; after TP - 1
+ *     hops each rank holds its own chunk's sum.
+ * Every other all-gather and reduce-scatter of the group (the embeddings' sum, the final norm's gather, FP8 layers
+ * whose casts need a whole tensor, checkpoint gathers) runs over the same ring as one collective on the TP stream's
+ * order (the ring stream waits for the TP stream and the TP stream for it), so callers see no difference; all-reduces
+ * stay NCCL's. An FP8 layer is cut by rows in the forward unless its casts need the whole tensor's amax (current
+ * scaling); its input gradient (whose cast takes all N rows) never is.
  */
 #ifndef LLMC_TENSOR_PARALLEL_CUH
 #define LLMC_TENSOR_PARALLEL_CUH
@@ -33,6 +51,8 @@
 #include "comm.cuh"
 #include "forward_chunks.h"
 #include "matmul.cuh"
+#include "peer_ring.cuh"
+#include "ring_schedule.h"
 
 typedef struct TensorParallel {
     int size, rank;     // the TP group
@@ -41,6 +61,11 @@ typedef struct TensorParallel {
     cudaStream_t stream;
     cudaEvent_t compute_mark, tp_mark;
     cudaEvent_t chunk_done[TP_SEQUENCE_CHUNKS]; // the last collective queued for each chunk of the forward
+    // SP over the peer ring (tp_ring_connect)
+    int ring_up;
+    PeerRing ring;
+    cudaEvent_t ring_in, ring_out; // the TP stream's order into the ring's stream, and back
+    cudaEvent_t *arrived;          // (size) all-gather: step k's chunk in place; reduce-scatter: step k's product made
 } TensorParallel;
 
 static void tp_init(TensorParallel *tp, const Mesh *m, int sp) {
@@ -60,6 +85,39 @@ static void tp_init(TensorParallel *tp, const Mesh *m, int sp) {
 }
 
 static inline int tp_active(const TensorParallel *tp) { return tp && tp->size > 1; }
+
+// SP's collectives run over the peer ring.
+static inline int tp_ring(const TensorParallel *tp) { return tp_active(tp) && tp->ring_up; }
+
+static void tp_ring_events(TensorParallel *tp) {
+    cudaCheck(cudaEventCreateWithFlags(&tp->ring_in, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&tp->ring_out, cudaEventDisableTiming));
+    tp->arrived = (cudaEvent_t *)calloc_check((size_t)tp->size, sizeof(cudaEvent_t), "ring chunk events");
+    for (int k = 0; k < tp->size; k++) { cudaCheck(cudaEventCreateWithFlags(&tp->arrived[k], cudaEventDisableTiming)); }
+}
+
+/*
+ * Under SP, with overlap asked for: SP's collectives over the peer ring where every rank of the group can map its
+ * neighbours' memory, in slots of part_bytes (the largest part one moves: N/TP tokens of the residual stream), else
+ * NCCL; rank 0 says which. Every rank calls it (the set-up ends with a barrier of every rank).
+ */
+static void tp_ring_connect(TensorParallel *tp, int overlap, size_t part_bytes, int log) {
+    if (!tp_active(tp) || !tp->sp) { return; }
+    const char *why = "--sp-overlap 0";
+    if (overlap) {
+        tp->ring_up = peer_ring_connect(&tp->ring, tp->size, tp->rank, part_bytes, COMM_TP);
+        why = "peers cannot map each other's memory";
+    }
+    if (tp->ring_up) { tp_ring_events(tp); }
+    if (log) {
+        if (tp->ring_up) {
+            printf("SP collectives: ring exchange over peer memory (copy engines), %.1f MB slots\n",
+                   tp->ring.slot_bytes / 1e6);
+        } else {
+            printf("SP collectives: NCCL (%s)\n", why);
+        }
+    }
+}
 
 // Tokens of an N-token micro-batch this rank keeps between blocks, and the first of them.
 static inline int tp_local_tokens(const TensorParallel *tp, int N) {
@@ -98,13 +156,126 @@ template <typename T> static void tp_all_reduce(TensorParallel *tp, T *buf, size
     ncclCheck(ncclAllReduce(buf, buf, n, NcclType<T>::id, ncclSum, comm_get(COMM_TP), tp->stream));
     comm_settle(comm_get(COMM_TP), what, g_comm.timeout_s);
 }
+// ----------------------------------------------------------------------------------------------------------------
+// the ring's collectives (llmc/ring_schedule.h over llmc/peer_ring.cuh), on the ring's stream behind its work so far
+
+// dst = a + b, n elements (n % Packed<T>::N == 0, 16-byte aligned): a hop of the ring's reduce-scatter, summed in fp32
+// and rounded to T.
+template <typename T>
+__global__ void __launch_bounds__(256) ring_add_kernel(T *dst, const T *a, const T *b, size_t n) {
+    size_t stride = (size_t)gridDim.x * blockDim.x * Packed<T>::N;
+    for (size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * Packed<T>::N; i < n; i += stride) {
+        Packed<T> x = load_packed(a + i), y = load_packed(b + i), z;
+        for (int j = 0; j < Packed<T>::N; j++) { z.set(j, x[j] + y[j]); }
+        store_packed(dst + i, z);
+    }
+}
+
+#define RING_ADD_THREADS 256
+#define RING_ADD_MAX_BLOCKS 132 // a wave of an H100: the add is short, it need not take the GEMM's SMs for long
+
+template <typename T> static void ring_add(T *dst, const T *a, const T *b, size_t n, cudaStream_t s) {
+    if (n % Packed<T>::N) { fail("ring_add: %zu elements, not a multiple of %d", n, Packed<T>::N); }
+    int blocks = grid_for(n / Packed<T>::N, RING_ADD_THREADS);
+    blocks = blocks < RING_ADD_MAX_BLOCKS ? blocks : RING_ADD_MAX_BLOCKS;
+    ring_add_kernel<<<blocks > 0 ? blocks : 1, RING_ADD_THREADS, 0, s>>>(dst, a, b, n);
+    cudaCheckLaunch();
+}
+
+/*
+ * In place: every rank's part of buf (part_bytes each, rank r's at buf + r part_bytes) to every rank, around the ring:
+ * at step j each rank sends the part it got at step j - 1 (its own at step 0) and copies the one that comes into
+ * place. arrived[k] fires once the part the rank takes at step k (ring_ag_chunk) is in place, k = 1 .. TP-1. A part
+ * larger than a slot moves in pieces, one whole ring per piece.
+ */
+static void tp_ring_all_gather(TensorParallel *tp, char *buf, size_t part_bytes, const char *what) {
+    PeerRing *r = &tp->ring;
+    int P = tp->size, me = tp->rank;
+    for (size_t off = 0; off < part_bytes; off += r->slot_bytes) {
+        size_t bytes = part_bytes - off < r->slot_bytes ? part_bytes - off : r->slot_bytes;
+        for (int j = 0; j < P - 1; j++) {
+            peer_ring_send(r, buf + (size_t)ring_ag_chunk(me, j, P) * part_bytes + off, bytes);
+            const void *in = peer_ring_recv(r);
+            cudaCheck(cudaMemcpyAsync(buf + (size_t)ring_ag_chunk(me, j + 1, P) * part_bytes + off, in, bytes,
+                                      cudaMemcpyDeviceToDevice, r->stream));
+            peer_ring_release(r);
+            if (off + bytes == part_bytes) { cudaCheck(cudaEventRecord(tp->arrived[j + 1], r->stream)); }
+        }
+    }
+    if (P > 1) { comm_track(tp->arrived[P - 1], what); }
+}
+
+/*
+ * The parts of buf (P of n elements) summed over the group into this rank's part, or into mine where given (n
+ * elements), around the ring: produce(c) makes part c on the producer's stream (a GEMM's rows; nothing where buf is
+ * whole already), called in the ring's order (ring_rs_chunk), and the ring's stream, as each is made, adds it to the
+ * partial sum its predecessor sent and sends the sum on. Part c is summed in one order (rank c + 1 first, c last),
+ * in fp32 rounded to T at each hop. The other parts of buf are left holding partial sums.
+ */
+template <typename T, typename Produce>
+static void tp_ring_reduce_scatter(TensorParallel *tp, T *buf, T *mine, size_t n, cudaStream_t producer,
+                                   Produce produce, const char *what) {
+    PeerRing *r = &tp->ring;
+    int P = tp->size, me = tp->rank;
+    for (int k = 0; k < P; k++) {
+        produce(ring_rs_chunk(me, k, P));
+        cudaCheck(cudaEventRecord(tp->arrived[k], producer));
+    }
+    size_t piece = r->slot_bytes / sizeof(T);
+    for (size_t off = 0; off < n; off += piece) {
+        size_t m = n - off < piece ? n - off : piece;
+        for (int k = 0; k < P; k++) {
+            T *part = buf + (size_t)ring_rs_chunk(me, k, P) * n + off;
+            T *dst = k == P - 1 && mine ? mine + off : part; // the last step's part is this rank's own
+            if (off == 0) { cudaCheck(cudaStreamWaitEvent(r->stream, tp->arrived[k], 0)); }
+            if (k > 0) {
+                ring_add(dst, (const T *)peer_ring_recv(r), part, m, r->stream);
+                peer_ring_release(r);
+            } else if (dst != part) { // a ring of one
+                cudaCheck(cudaMemcpyAsync(dst, part, m * sizeof(T), cudaMemcpyDeviceToDevice, r->stream));
+            }
+            if (k < P - 1) { peer_ring_send(r, dst, m * sizeof(T)); }
+        }
+    }
+    cudaCheck(cudaEventRecord(tp->ring_out, r->stream));
+    comm_track(tp->ring_out, what);
+}
+
+// A ring collective in the TP stream's order: the ring's stream starts after the TP stream's work so far, and the TP
+// stream goes on after the ring's.
+static void tp_ring_enter(TensorParallel *tp) {
+    cudaCheck(cudaEventRecord(tp->ring_in, tp->stream));
+    cudaCheck(cudaStreamWaitEvent(tp->ring.stream, tp->ring_in, 0));
+}
+static void tp_ring_leave(TensorParallel *tp, const char *what) {
+    cudaCheck(cudaEventRecord(tp->ring_out, tp->ring.stream));
+    comm_track(tp->ring_out, what);
+    cudaCheck(cudaStreamWaitEvent(tp->stream, tp->ring_out, 0));
+}
+
+// ----------------------------------------------------------------------------------------------------------------
+// the group's collectives on the TP stream (over the ring where it is up, but all-reduces)
+
 template <typename T> static void tp_all_gather(TensorParallel *tp, T *buf, size_t n, const char *what) {
+    if (tp_ring(tp)) {
+        tp_ring_enter(tp);
+        tp_ring_all_gather(tp, (char *)buf, n * sizeof(T), what);
+        tp_ring_leave(tp, what);
+        return;
+    }
     ncclCheck(ncclAllGather(buf + (size_t)tp->rank * n, buf, n, NcclType<T>::id, comm_get(COMM_TP), tp->stream));
     comm_settle(comm_get(COMM_TP), what, g_comm.timeout_s);
 }
-// recv may be send + rank n (in place) or another buffer of n elements.
-template <typename T> static void tp_reduce_scatter(TensorParallel *tp, const T *send, T *recv, size_t n,
-                                                    const char *what) {
+// recv may be send + rank n (in place) or another buffer of n elements. Over the ring the other parts of send are
+// left holding partial sums.
+template <typename T> static void tp_reduce_scatter(TensorParallel *tp, T *send, T *recv, size_t n, const char *what) {
+    if (tp_ring(tp)) {
+        tp_ring_enter(tp);
+        T *mine = recv == send + (size_t)tp->rank * n ? (T *)NULL : recv;
+        tp_ring_reduce_scatter(tp, send, mine, n, tp->ring.stream, [](int) {}, what);
+        cudaCheck(cudaStreamWaitEvent(tp->stream, tp->ring_out, 0));
+        return;
+    }
     ncclCheck(ncclReduceScatter(send, recv, n, NcclType<T>::id, ncclSum, comm_get(COMM_TP), tp->stream));
     comm_settle(comm_get(COMM_TP), what, g_comm.timeout_s);
 }
@@ -170,22 +341,64 @@ template <typename T> static bool linear_is(const Linear<T> &lin, LinearSplit sp
     return lin.split == split && tp_active(lin.tp);
 }
 
+// Whether the layer's forward GEMM may run a block of rows at a time beside the ring: not an FP8 layer whose input
+// cast needs the whole tensor's amax first (current scaling). Its input gradient: not in FP8 (the cast of the output
+// gradient takes all rows).
+template <typename T> static bool linear_forward_by_rows(const Linear<T> &lin) {
+    return !lin.fp8 || lin.fp8->dev->recipe.scaling != FP8_CURRENT;
+}
+template <typename T> static bool linear_dgrad_by_rows(const Linear<T> &lin) { return !lin.fp8; }
+
 /*
  * Rows [f.row, f.row + f.rows) of forward chunk f (llmc/forward_chunks.h): out = inp W^T + b; with gelu_aux:
- * gelu_aux = that, and out = gelu(that). inp must hold those rows whole on every rank (under SP the caller gathered
- * them: tp_chunk_gather). Row-parallel: TP rank 0 adds the bias, and the sum over the TP group is started on the TP
- * stream and marked as the chunk's collective (tp_chunk_sum); the caller waits for it (tp_chunk_wait) before it reads
- * out. Under SP it goes onto the rows' owners: then only this rank's tokens of out are valid.
+ * gelu_aux = that, and out = gelu(that). Column-parallel under SP, inp holds this rank's tokens only (its LayerNorm's
+ * rows): the layer all-gathers them in place first, over the ring chunk by chunk beside the GEMM, else with NCCL and
+ * waited for. Row-parallel: TP rank 0 adds the bias, and the sum over the TP group is started on the TP stream (over
+ * the ring: the GEMM chunk by chunk in the ring's order beside the pipelined reduce-scatter) and marked as the chunk's
+ * collective (tp_chunk_sum); the caller waits for it (tp_chunk_wait) before it reads out. Under SP it goes onto the
+ * rows' owners: then only this rank's tokens of out are valid.
  */
 template <typename T>
-static void linear_forward(const Linear<T> &lin, T *out, const T *inp, T *gelu_aux, const ForwardChunk &f,
+static void linear_forward(const Linear<T> &lin, T *out, T *inp, T *gelu_aux, const ForwardChunk &f,
                            cudaStream_t stream) {
-    bool row_parallel = linear_is(lin, LINEAR_ROW);
-    const T *bias = row_parallel && lin.tp->rank != 0 ? NULL : lin.b;
-    linear_rows_forward(lin, bias, out, inp, f.row, f.row + f.rows, f.tokens, gelu_aux, stream);
+    TensorParallel *tp = lin.tp;
+    bool row_parallel = linear_is(lin, LINEAR_ROW), column_sp = linear_is(lin, LINEAR_COLUMN) && tp->sp;
+    const T *bias = row_parallel && tp->rank != 0 ? NULL : lin.b;
+    auto gemm_rows = [&](int r0, int r1) { linear_rows_forward(lin, bias, out, inp, r0, r1, f.tokens, gelu_aux, stream); };
+    int P = tp_active(tp) ? tp->size : 1, n = f.ln_rows; // under SP: rows a rank owns
+    if (column_sp && tp_ring(tp)) {
+        const char *what = "the tensor-parallel ring all-gather of a column-parallel layer's input";
+        cudaCheck(cudaEventRecord(tp->compute_mark, stream)); // this rank's rows are written
+        cudaCheck(cudaStreamWaitEvent(tp->ring.stream, tp->compute_mark, 0));
+        tp_ring_all_gather(tp, (char *)(inp + (size_t)f.row * lin.in), (size_t)n * lin.in * sizeof(T), what);
+        if (!linear_forward_by_rows(lin)) {
+            comm_compute_wait(stream, tp->arrived[P - 1]);
+            gemm_rows(f.row, f.row + f.rows);
+            return;
+        }
+        for (int k = 0; k < P; k++) {
+            int c = ring_ag_chunk(tp->rank, k, P);
+            if (k > 0) { comm_compute_wait(stream, tp->arrived[k]); }
+            gemm_rows(f.row + c * n, f.row + (c + 1) * n);
+        }
+        return;
+    }
+    if (column_sp) {
+        tp_chunk_gather(tp, inp, lin.in, f, stream, "the tensor-parallel gather of a column-parallel layer's input");
+        tp_chunk_wait(tp, stream, f.k);
+    }
+    if (row_parallel && tp->sp && tp_ring(tp) && linear_forward_by_rows(lin)) {
+        const char *what = "the tensor-parallel ring reduce-scatter of a row-parallel layer's output";
+        T *rows = out + (size_t)f.row * lin.out;
+        tp_ring_reduce_scatter(tp, rows, (T *)NULL, (size_t)n * lin.out, stream,
+                               [&](int c) { gemm_rows(f.row + c * n, f.row + (c + 1) * n); }, what);
+        cudaCheck(cudaEventRecord(tp->chunk_done[f.k], tp->ring.stream));
+        return;
+    }
+    gemm_rows(f.row, f.row + f.rows);
     if (row_parallel) {
         const char *what = "the tensor-parallel sum of a row-parallel layer's output";
-        tp_chunk_sum(lin.tp, out, (T *)NULL, lin.out, f, stream, what);
+        tp_chunk_sum(tp, out, (T *)NULL, lin.out, f, stream, what);
     }
 }
 
@@ -195,9 +408,11 @@ static void linear_forward(const Linear<T> &lin, T *out, const T *inp, T *gelu_a
  *     place) on the TP stream; dout must stay unchanged until linear_backward_weight. Nothing otherwise.
  *   linear_backward_input:  dinp = dout W (times gelu'(gelu_aux) when given: inp was gelu(gelu_aux); in an FP8
  *     fc projection gelu_aux is fc's output, whose activation's backward fp8_linear_dgrad casts), once the
- *     gather is in. Column-parallel under TP, dinp is then summed over the TP group (reduce-scattered under SP: only
- *     this rank's tokens of dinp are valid) on the TP stream, started and not waited for (linear_backward_input_sum;
- *     the LM head, which writes dinp a chunk of rows at a time with linear_dgrad, starts it after the last).
+ *     gather is in (over the ring: chunk by chunk as it comes in). Column-parallel under TP, dinp is then summed over
+ *     the TP group (reduce-scattered under SP: only this rank's tokens of dinp are valid) on the TP stream, started
+ *     and not waited for (linear_backward_input_sum; over the ring the GEMM runs chunk by chunk in the ring's order
+ *     beside the reduce-scatter; the LM head, which writes dinp a chunk of rows at a time with linear_dgrad, starts it
+ *     after the last).
  *   linear_backward_weight: lin.dw += dout^T inp (written rather than added to when not accumulate; llmc/matmul.cuh).
  *   linear_backward_join:   the compute stream waits for the sum the input part started (column-parallel, TP).
  * dinp must not alias inp, which the weight gradient reads afterwards.
@@ -234,10 +449,31 @@ static void linear_backward_input(const Linear<T> &lin, T *dinp, const T *dout, 
                                   cudaStream_t stream) {
     if (dinp == inp) { fail("linear_backward_input: dinp must not alias inp (the weight gradient reads it later)"); }
     TensorParallel *tp = lin.tp;
+    int P = tp_active(tp) ? tp->size : 1, n = N / P;
+    // rows [r0, r1) of dinp
+    auto dgrad_rows = [&](int r0, int r1) {
+        linear_dgrad(lin, dinp + (size_t)r0 * lin.in, dout + (size_t)r0 * lin.out,
+                     gelu_aux ? gelu_aux + (size_t)r0 * lin.in : (const T *)NULL, r1 - r0, stream);
+    };
     if (linear_gathers_output_grad(lin)) {
         if (!tp->gather_pending) { fail("linear_backward_input: the output gradient was not gathered first"); }
-        tp_join(tp, stream, "the tensor-parallel all-gather of a row-parallel layer's output gradient");
         tp->gather_pending = 0;
+        if (tp_ring(tp) && linear_dgrad_by_rows(lin)) { // each chunk of dout as it arrives (tp_ring_all_gather)
+            for (int k = 0; k < P; k++) {
+                int c = ring_ag_chunk(tp->rank, k, P);
+                if (k > 0) { comm_compute_wait(stream, tp->arrived[k]); }
+                dgrad_rows(c * n, (c + 1) * n);
+            }
+            return;
+        }
+        tp_join(tp, stream, "the tensor-parallel all-gather of a row-parallel layer's output gradient");
+    }
+    if (linear_is(lin, LINEAR_COLUMN) && tp->sp && tp_ring(tp) && linear_dgrad_by_rows(lin)) {
+        const char *what = "the tensor-parallel ring reduce-scatter of a column-parallel layer's input gradient";
+        tp_ring_reduce_scatter(tp, dinp, (T *)NULL, (size_t)n * lin.in, stream,
+                               [&](int c) { dgrad_rows(c * n, (c + 1) * n); }, what);
+        cudaCheck(cudaStreamWaitEvent(tp->stream, tp->ring_out, 0)); // linear_backward_join waits for the TP stream
+        return;
     }
     linear_dgrad(lin, dinp, dout, gelu_aux, N, stream);
     linear_backward_input_sum(lin, dinp, N, stream);
