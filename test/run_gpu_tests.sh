@@ -6,7 +6,8 @@
 # shapes under memcheck and racecheck), the AdamW kernel test (its update against fp64, the norm's partial sums it
 # writes against the norm's own pass bit for bit), the LM head in chunks of rows against all rows at once (GPT-2 and a
 # Llama with a 128256 vocabulary, fp32: losses, gradients, logits to fp32 rounding), the LayerNorm and RMSNorm
-# kernel test (plain, memcheck, racecheck), the RoPE and SwiGLU kernel tests (plain, memcheck), resume bit-exactness
+# kernel test (plain, memcheck, racecheck), the RoPE and SwiGLU kernel tests (plain, memcheck), sequence parallelism's
+# ring collectives beside the GEMMs on a simulated group of 2-4 ranks (plain, memcheck), resume bit-exactness
 # in bf16 and fp8 (GPT-2 and Llama), and the GTP path on one rank against the plain path in fp32, bf16 and fp8
 # (dev/gtp_check.sh, with compute-sanitizer memcheck and racecheck; GPT-2, and a grouped-query Llama in bf16 and fp8,
 # whose FP8 blocks gather FP8 codes), the update in backward against the update after
@@ -22,7 +23,7 @@ LOG_DIR=${LOG_DIR:-$(mktemp -d)}
 mkdir -p "$LOG_DIR"
 make -s train_gpt_cpu train_gpt test/gpubin/test_gpu_parity test/gpubin/test_attention test/gpubin/test_fp8_kernels \
     test/gpubin/test_layernorm test/gpubin/test_adamw test/gpubin/test_rope test/gpubin/test_swiglu \
-    test/gpubin/test_classifier_chunks ||
+    test/gpubin/test_classifier_chunks test/gpubin/test_ring_gemm ||
     { echo "FAIL build"; exit 1; }
 
 # name, CPU options and GPU modes of each reference model: 20 steps of B 4 x T 64, two micro-steps per step (a row's
@@ -112,6 +113,11 @@ for kernel in rope swiglu; do
     kernel_row "$kernel" "test/gpubin/test_$kernel"
     kernel_row "$kernel memcheck" compute-sanitizer --tool memcheck --error-exitcode 9 "test/gpubin/test_$kernel"
 done
+
+# sequence parallelism's ring collectives beside the GEMMs, with a simulated group of 2-4 ranks on this one GPU
+# (test_ring_gemm.cu), plain and under memcheck (the ring's copies and adds stay inside their slots and rows)
+kernel_row "ring gemm" test/gpubin/test_ring_gemm
+kernel_row "ring gemm memcheck" compute-sanitizer --tool memcheck --error-exitcode 9 test/gpubin/test_ring_gemm
 
 # each row "NAME PRECISION [MODEL OPTIONS]": GPT-2 d12, and a Llama (untied LM head, grouped-query attention)
 LLAMA_RESUME="--model llama-tiny --depth 2 --width 256 --heads 4 --kv-heads 1 --ffn 512"

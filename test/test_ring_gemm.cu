@@ -1,0 +1,304 @@
+/*
+ * test_ring_gemm.cu: sequence parallelism's ring collectives hidden behind GEMMs (llmc/tensor_parallel.cuh over
+ * llmc/peer_ring.cuh) on one GPU, with a simulated TP group of P "ranks" (P = 2, 3, 4): each rank's ring buffer,
+ * streams and events on the one device, the rings linked to each other's buffers directly instead of through IPC.
+ * One host thread queues every rank's work; the GPU runs the ranks' streams side by side, the flags in GPU memory
+ * ordering them as across GPUs.
+ *
+ *   test/gpubin/test_ring_gemm
+ *
+ * For fp32 and bf16:
+ *   all-gather + GEMM (a column-parallel linear_forward under SP): every rank's gathered input equals the whole input
+ *     bit for bit, and its output the same GEMM run row block by row block without the ring, bit for bit; against
+ *     the one GEMM of all N rows it is within GEMM_ROWS_TOL (cuBLASLt may choose another algorithm, e.g. another
+ *     split of the inner dimension, for N/P rows than for N; the bits then differ by the fp32 accumulation order).
+ *   GEMM + reduce-scatter (a row-parallel linear_forward): each rank's own rows equal, bit for bit, the products of
+ *     the same row-block GEMMs summed on the host in the ring's order, in fp32 rounded to the type at each hop.
+ *   the backward: a row-parallel input gradient beside the gather of its output gradient (linear_backward_gather,
+ *     linear_backward_input), a column-parallel one beside its reduce-scatter: bit for bit against the same row
+ *     blocks and the ring's sum order.
+ *   the collectives alone on the TP stream (tp_all_gather, tp_reduce_scatter), with slots a third of a part, so that
+ *     a part moves in pieces: exact (gather) and the ring's sum order (reduce-scatter).
+ * Streams of different simulated ranks wait for each other's flags on one GPU: CUDA_DEVICE_MAX_CONNECTIONS is raised
+ * first so that no two of them share a hardware queue (where they did, a wait could hold up the write it waits for).
+ */
+#include <stdlib.h>
+
+#include <vector>
+
+#include "llmc/tensor_parallel.cuh"
+#include "test/gpu_test_util.cuh"
+#include "test/test_util.h"
+
+#define MAX_P 4
+#define N_TOKENS 384   // divisible by 2, 3 and 4
+#define CH 256         // the residual stream's width
+#define FEAT 192       // a rank's features of the split dimension
+#define GEMM_ROWS_TOL 1e-5 // fp32 relative to the largest output: another accumulation order of a 256-deep dot product
+#define STREAM_CONNECTIONS "32"
+
+static float frand(unsigned *s) {
+    *s = *s * 1664525u + 1013904223u;
+    return ((*s >> 8) / 16777216.0f) * 2.0f - 1.0f;
+}
+
+template <typename T> static std::vector<T> random_vec(size_t n, unsigned seed, float scale) {
+    std::vector<T> v(n);
+    for (size_t i = 0; i < n; i++) { v[i] = to_type<T>(scale * frand(&seed)); }
+    return v;
+}
+
+template <typename T> static T round_to(float x) { return to_type<T>(x); }
+
+// The simulated group: a TensorParallel, a compute stream and a ring per rank, the rings linked in a ring.
+typedef struct {
+    int P;
+    TensorParallel tp[MAX_P];
+    cudaStream_t compute[MAX_P];
+} Group;
+
+static void group_make(Group *g, int P, size_t slot_bytes) {
+    memset(g, 0, sizeof(*g));
+    g->P = P;
+    for (int i = 0; i < P; i++) {
+        Mesh m = mesh_make(P, i, P, 1);
+        tp_init(&g->tp[i], &m, 1);
+        peer_ring_alloc(&g->tp[i].ring, P, i, slot_bytes);
+        g->tp[i].ring_up = 1;
+        tp_ring_events(&g->tp[i]);
+        cudaCheck(cudaStreamCreateWithFlags(&g->compute[i], cudaStreamNonBlocking));
+    }
+    for (int i = 0; i < P; i++) {
+        peer_ring_link(&g->tp[i].ring, g->tp[ring_next(i, P)].ring.base, g->tp[ring_prev(i, P)].ring.base);
+    }
+}
+
+static void group_sync(void) { cudaCheck(cudaDeviceSynchronize()); }
+
+static ForwardChunk sp_chunk(int P, int rank) {
+    Mesh m = mesh_make(P, rank, P, 1);
+    return forward_chunk(&m, 1, 1, N_TOKENS, 1, 0);
+}
+
+template <typename T> static int count_diff(const std::vector<T> &a, const std::vector<T> &b, size_t from, size_t n) {
+    int bad = 0;
+    for (size_t i = from; i < from + n; i++) { bad += memcmp(&a[i], &b[i], sizeof(T)) != 0; }
+    return bad;
+}
+
+// The ring's sum of rank products prod[r] over rows [c n, (c+1) n) (cols wide), for chunk c: rank c+1 first, c last,
+// rounded to T at each hop.
+template <typename T>
+static std::vector<T> ring_sum(const std::vector<std::vector<T>> &prod, int P, int c, size_t part) {
+    std::vector<T> acc(part);
+    for (size_t i = 0; i < part; i++) { acc[i] = prod[ring_mod(c + 1, P)][(size_t)c * part + i]; }
+    for (int h = 2; h <= P; h++) {
+        int r = ring_mod(c + h, P);
+        for (size_t i = 0; i < part; i++) {
+            acc[i] = round_to<T>(host_float(acc[i]) + host_float(prod[r][(size_t)c * part + i]));
+        }
+    }
+    return acc;
+}
+
+template <typename T> static Linear<T> make_linear(int in, int out, const T *w, const T *b, LinearSplit split,
+                                                   TensorParallel *tp) {
+    Linear<T> lin;
+    memset(&lin, 0, sizeof(lin));
+    lin.in = in;
+    lin.out = out;
+    lin.w = w;
+    lin.b = b;
+    lin.split = split;
+    lin.tp = tp;
+    return lin;
+}
+
+template <typename T> static void test_forward(int P, const char *type) {
+    Group g;
+    size_t n = N_TOKENS / P;
+    group_make(&g, P, n * CH * sizeof(T));
+    char name[160];
+    // all-gather + GEMM: x (N, CH) whole, each rank holding its rows; W (FEAT, CH) the same on every rank here
+    std::vector<T> x = random_vec<T>((size_t)N_TOKENS * CH, 1, 1.0f), w = random_vec<T>((size_t)FEAT * CH, 2, 0.1f);
+    std::vector<T> b = random_vec<T>(FEAT, 3, 0.1f);
+    T *dw = to_device(w), *db = to_device(b), *dx_ref = to_device(x);
+    std::vector<T *> inp(P), out(P);
+    for (int i = 0; i < P; i++) {
+        std::vector<T> mine((size_t)N_TOKENS * CH, to_type<T>(-7.0f)); // others' rows: garbage until gathered
+        memcpy(&mine[i * n * CH], &x[i * n * CH], n * CH * sizeof(T));
+        inp[i] = to_device(mine);
+        out[i] = (T *)cuda_alloc((size_t)N_TOKENS * FEAT * sizeof(T), "out");
+    }
+    for (int i = 0; i < P; i++) {
+        Linear<T> lin = make_linear<T>(CH, FEAT, dw, db, LINEAR_COLUMN, &g.tp[i]);
+        linear_forward(lin, out[i], inp[i], (T *)NULL, sp_chunk(P, i), g.compute[i]);
+    }
+    group_sync();
+    Linear<T> plain = make_linear<T>(CH, FEAT, dw, db, LINEAR_COLUMN, (TensorParallel *)NULL);
+    T *blocks = (T *)cuda_alloc((size_t)N_TOKENS * FEAT * sizeof(T), "row blocks"), *whole = (T *)cuda_alloc(
+        (size_t)N_TOKENS * FEAT * sizeof(T), "whole");
+    for (int c = 0; c < P; c++) {
+        linear_rows_forward(plain, db, blocks, dx_ref, (int)(c * n), (int)((c + 1) * n), N_TOKENS, (T *)NULL, 0);
+    }
+    linear_rows_forward(plain, db, whole, dx_ref, 0, N_TOKENS, N_TOKENS, (T *)NULL, 0);
+    group_sync();
+    std::vector<T> hb = to_host(blocks, (size_t)N_TOKENS * FEAT), hw = to_host(whole, (size_t)N_TOKENS * FEAT);
+    int bad_in = 0, bad_out = 0;
+    double worst = 0.0, top = 0.0;
+    for (int i = 0; i < P; i++) {
+        std::vector<T> gi = to_host(inp[i], (size_t)N_TOKENS * CH), oi = to_host(out[i], (size_t)N_TOKENS * FEAT);
+        bad_in += count_diff(gi, x, 0, gi.size());
+        bad_out += count_diff(oi, hb, 0, oi.size());
+        for (size_t k = 0; k < oi.size(); k++) {
+            double d = fabs((double)host_float(oi[k]) - host_float(hw[k]));
+            worst = d > worst ? d : worst;
+            top = fabs(host_float(hw[k])) > top ? fabs(host_float(hw[k])) : top;
+        }
+    }
+    snprintf(name, sizeof(name), "%s P %d: all-gather + GEMM, gathered input and row-block output bit for bit", type, P);
+    check(bad_in == 0 && bad_out == 0, name, "%d input, %d output elements differ", bad_in, bad_out);
+    double tol = sizeof(T) == 2 ? 1.0 / 128 : GEMM_ROWS_TOL; // bf16: at most a rounding of the output apart
+    snprintf(name, sizeof(name), "%s P %d: all-gather + GEMM against the one GEMM of all rows", type, P);
+    check(worst <= tol * top, name, "max |diff| %.3g of max %.3g (tol %.1g relative)", worst, top, tol);
+
+    // GEMM + reduce-scatter: rank r's input slice (N, FEAT) and weight slice (CH, FEAT); bias on rank 0
+    std::vector<std::vector<T>> prod(P);
+    std::vector<T *> xr(P), wr(P), outr(P);
+    std::vector<T> bias = random_vec<T>(CH, 9, 0.1f);
+    T *dbias = to_device(bias);
+    for (int i = 0; i < P; i++) {
+        xr[i] = to_device(random_vec<T>((size_t)N_TOKENS * FEAT, 10 + i, 1.0f));
+        wr[i] = to_device(random_vec<T>((size_t)CH * FEAT, 20 + i, 0.1f));
+        outr[i] = (T *)cuda_alloc((size_t)N_TOKENS * CH * sizeof(T), "rs out");
+        Linear<T> one = make_linear<T>(FEAT, CH, wr[i], i == 0 ? dbias : (T *)NULL, LINEAR_ROW, (TensorParallel *)NULL);
+        T *p = (T *)cuda_alloc((size_t)N_TOKENS * CH * sizeof(T), "products");
+        for (int c = 0; c < P; c++) { linear_rows_forward(one, one.b, p, xr[i], (int)(c * n), (int)((c + 1) * n), N_TOKENS, (T *)NULL, 0); }
+        group_sync();
+        prod[i] = to_host(p, (size_t)N_TOKENS * CH);
+    }
+    for (int i = 0; i < P; i++) {
+        Linear<T> lin = make_linear<T>(FEAT, CH, wr[i], dbias, LINEAR_ROW, &g.tp[i]);
+        linear_forward(lin, outr[i], xr[i], (T *)NULL, sp_chunk(P, i), g.compute[i]);
+        tp_chunk_wait(&g.tp[i], g.compute[i], 0);
+    }
+    group_sync();
+    int bad = 0;
+    for (int i = 0; i < P; i++) {
+        std::vector<T> got = to_host(outr[i], (size_t)N_TOKENS * CH), want = ring_sum(prod, P, i, n * CH);
+        for (size_t k = 0; k < n * CH; k++) { bad += memcmp(&got[i * n * CH + k], &want[k], sizeof(T)) != 0; }
+    }
+    snprintf(name, sizeof(name), "%s P %d: GEMM + reduce-scatter, each rank's rows in the ring's sum order", type, P);
+    check(bad == 0, name, "%d elements differ", bad);
+}
+
+template <typename T> static void test_backward(int P, const char *type) {
+    Group g;
+    size_t n = N_TOKENS / P;
+    group_make(&g, P, n * CH * sizeof(T));
+    char name[160];
+    // row-parallel input gradient: dout (N, CH) gathered from each rank's rows, dinp = dout W (W: (CH, FEAT))
+    std::vector<T> dout = random_vec<T>((size_t)N_TOKENS * CH, 31, 1.0f), w = random_vec<T>((size_t)CH * FEAT, 32, 0.1f);
+    T *dw = to_device(w), *ddout = to_device(dout), *ref = (T *)cuda_alloc((size_t)N_TOKENS * FEAT * sizeof(T), "ref");
+    Linear<T> plain = make_linear<T>(FEAT, CH, dw, (const T *)NULL, LINEAR_ROW, (TensorParallel *)NULL);
+    for (int c = 0; c < P; c++) {
+        linear_dgrad(plain, ref + c * n * FEAT, ddout + c * n * CH, (const T *)NULL, (int)n, 0);
+    }
+    std::vector<T *> dy(P), dx(P);
+    for (int i = 0; i < P; i++) {
+        std::vector<T> mine((size_t)N_TOKENS * CH, to_type<T>(5.0f));
+        memcpy(&mine[i * n * CH], &dout[i * n * CH], n * CH * sizeof(T));
+        dy[i] = to_device(mine);
+        dx[i] = (T *)cuda_alloc((size_t)N_TOKENS * FEAT * sizeof(T), "dinp");
+    }
+    for (int i = 0; i < P; i++) {
+        Linear<T> lin = make_linear<T>(FEAT, CH, dw, (const T *)NULL, LINEAR_ROW, &g.tp[i]);
+        linear_backward_gather(lin, dy[i], N_TOKENS, g.compute[i]);
+        linear_backward_input(lin, dx[i], dy[i], (const T *)NULL, (const T *)NULL, N_TOKENS, g.compute[i]);
+    }
+    group_sync();
+    std::vector<T> hr = to_host(ref, (size_t)N_TOKENS * FEAT);
+    int bad = 0;
+    for (int i = 0; i < P; i++) {
+        bad += count_diff(to_host(dy[i], (size_t)N_TOKENS * CH), dout, 0, (size_t)N_TOKENS * CH);
+        bad += count_diff(to_host(dx[i], (size_t)N_TOKENS * FEAT), hr, 0, (size_t)N_TOKENS * FEAT);
+    }
+    snprintf(name, sizeof(name), "%s P %d: row-parallel input gradient beside its output gradient's gather", type, P);
+    check(bad == 0, name, "%d elements differ", bad);
+
+    // column-parallel input gradient: rank r's dout (N, FEAT), weight (FEAT, CH): dinp (N, CH) reduce-scattered
+    std::vector<std::vector<T>> prod(P);
+    std::vector<T *> dyc(P), wc(P), dxc(P);
+    for (int i = 0; i < P; i++) {
+        dyc[i] = to_device(random_vec<T>((size_t)N_TOKENS * FEAT, 40 + i, 1.0f));
+        wc[i] = to_device(random_vec<T>((size_t)FEAT * CH, 50 + i, 0.1f));
+        dxc[i] = (T *)cuda_alloc((size_t)N_TOKENS * CH * sizeof(T), "dinp");
+        Linear<T> one = make_linear<T>(CH, FEAT, wc[i], (const T *)NULL, LINEAR_COLUMN, (TensorParallel *)NULL);
+        T *p = (T *)cuda_alloc((size_t)N_TOKENS * CH * sizeof(T), "products");
+        for (int c = 0; c < P; c++) { linear_dgrad(one, p + c * n * CH, dyc[i] + c * n * FEAT, (const T *)NULL, (int)n, 0); }
+        group_sync();
+        prod[i] = to_host(p, (size_t)N_TOKENS * CH);
+    }
+    for (int i = 0; i < P; i++) {
+        Linear<T> lin = make_linear<T>(CH, FEAT, wc[i], (const T *)NULL, LINEAR_COLUMN, &g.tp[i]);
+        linear_backward_input(lin, dxc[i], dyc[i], (const T *)NULL, (const T *)NULL, N_TOKENS, g.compute[i]);
+        linear_backward_join(lin, g.compute[i]);
+    }
+    group_sync();
+    bad = 0;
+    for (int i = 0; i < P; i++) {
+        std::vector<T> got = to_host(dxc[i], (size_t)N_TOKENS * CH), want = ring_sum(prod, P, i, n * CH);
+        for (size_t k = 0; k < n * CH; k++) { bad += memcmp(&got[i * n * CH + k], &want[k], sizeof(T)) != 0; }
+    }
+    snprintf(name, sizeof(name), "%s P %d: column-parallel input gradient beside its reduce-scatter", type, P);
+    check(bad == 0, name, "%d elements differ", bad);
+}
+
+// The collectives alone, in the TP stream's order, with a part three slots long.
+template <typename T> static void test_collectives(int P, const char *type) {
+    Group g;
+    size_t n = (size_t)N_TOKENS / P * CH;
+    group_make(&g, P, (n * sizeof(T) + 2) / 3);
+    char name[160];
+    std::vector<T> whole = random_vec<T>(n * P, 60, 1.0f);
+    std::vector<std::vector<T>> parts(P);
+    std::vector<T *> buf(P), sums(P), mine(P);
+    for (int i = 0; i < P; i++) {
+        std::vector<T> h(n * P, to_type<T>(3.0f));
+        memcpy(&h[i * n], &whole[i * n], n * sizeof(T));
+        buf[i] = to_device(h);
+        parts[i] = random_vec<T>(n * P, 70 + i, 1.0f);
+        sums[i] = to_device(parts[i]);
+        mine[i] = (T *)cuda_alloc(n * sizeof(T), "mine");
+    }
+    for (int i = 0; i < P; i++) {
+        tp_fork(&g.tp[i], g.compute[i]);
+        tp_all_gather(&g.tp[i], buf[i], n, "test gather");
+        tp_reduce_scatter(&g.tp[i], sums[i], mine[i], n, "test reduce-scatter");
+        tp_join(&g.tp[i], g.compute[i], "test collectives");
+    }
+    group_sync();
+    int bad_ag = 0, bad_rs = 0;
+    for (int i = 0; i < P; i++) {
+        bad_ag += count_diff(to_host(buf[i], n * P), whole, 0, n * P);
+        std::vector<T> got = to_host(mine[i], n), want = ring_sum(parts, P, i, n);
+        bad_rs += count_diff(got, want, 0, n);
+    }
+    snprintf(name, sizeof(name), "%s P %d: ring all-gather and reduce-scatter in pieces of %zu bytes", type, P,
+             g.tp[0].ring.slot_bytes);
+    check(bad_ag == 0 && bad_rs == 0, name, "%d gathered, %d summed elements differ", bad_ag, bad_rs);
+}
+
+int main(void) {
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", STREAM_CONNECTIONS, 1); // before the context exists
+    cuda_context_init();
+    for (int P = 2; P <= MAX_P; P++) {
+        test_forward<float>(P, "fp32");
+        test_forward<bf16>(P, "bf16");
+        test_backward<float>(P, "fp32");
+        test_backward<bf16>(P, "bf16");
+        test_collectives<float>(P, "fp32");
+        test_collectives<bf16>(P, "bf16");
+    }
+    return test_exit();
+}
