@@ -63,7 +63,8 @@
 #    the same updates, whoever owns them (every rank sets every FP8 weight's scale).
 # 3. faults (2 ranks): kill -9 of one rank mid-run (rank 1, then rank 0): the other exits with status 1 within
 #    FAULT_LIMIT_S with an error line naming the failure; SIGSTOP of rank 1 mid-run (alive but silent): rank 0
-#    exits with status 1 and a line naming the collective it waited for; a rank missing at start-up, a port in
+#    exits with status 1 and a line naming the collective it waited for; both again (rank 1) under TP=2 + SP, whose
+#    collectives then wait for the dead rank's flags in the peer ring; a rank missing at start-up, a port in
 #    use, a wrong world size: one line, non-zero exit; --tp greater than the model's key/value heads: one line on
 #    every rank, each non-zero; SIGUSR1 to mpirun -np 2
 #    stops both ranks at one step with a checkpoint, and the same command finishes the run bit-exactly
@@ -101,6 +102,8 @@ COMMON=(--depth 2 --width 256 --heads 4 --seq-len 64 --batch-size 4 --total-batc
 
 # name | ranks | options | precisions (empty: all); world = DP x GTP x TP, so DP = ranks / (TP x GTP). tp2_sp_b1:
 # micro-batches of one sequence, which SP splits between the two ranks' tokens (tp2_sp: 4 sequences, 2 a rank).
+# SP layouts run their collectives over the peer ring beside the GEMMs (--sp-overlap 1, the default) but
+# tp2_sp_nccl (NCCL, as before the ring); each must say so on its first lines (sp_path_check).
 # shellcheck disable=SC2034 # read through layout_sweep's name reference
 LAYOUTS=(
     "dp2|2|--zero 0|"
@@ -109,7 +112,10 @@ LAYOUTS=(
     "tp2_head_chunks|2|--tp 2 --logits-mib 1|"
     "tp2_sp|2|--tp 2 --sequence-parallel 1|"
     "tp2_sp_b1|2|--tp 2 --sequence-parallel 1 --batch-size 1|"
+    "tp2_sp_nccl|2|--tp 2 --sequence-parallel 1 --sp-overlap 0|"
     "tp4|4|--tp 4|"
+    "tp4_sp|4|--tp 4 --sequence-parallel 1|"
+    "dp2_tp2_sp|4|--tp 2 --sequence-parallel 1|"
     "dp2_tp2|4|--tp 2|"
     "gtp2|2|--gtp 2|"
     "gtp2_prefetch1|2|--gtp 2 --gtp-prefetch 1|fp32"
@@ -215,8 +221,25 @@ run_layout() {
         fail_check "$name" "exited $rc (see $LOG_DIR/$name.*)"
         row "${name%_"$prec"}" "$prec" - - - - - FAILED; return
     fi
+    sp_path_check "$name" "$launch" "$*"
     echo "== $name ($launch) against the one-GPU run"
     compare "$name" "$prec" "$ref"
+}
+
+# sp_path_check NAME LAUNCH OPTIONS: a layout with sequence parallelism printed the path its collectives took: NCCL
+# where --sp-overlap 0 says so, else the ring over peer memory (the GPUs of one machine map each other's), so that an
+# SP row cannot pass on the path it was not meant to test.
+sp_path_check() {
+    local name=$1 out="$LOG_DIR/$1.out" want
+    [[ " $3 " == *" --sequence-parallel 1 "* ]] || return 0
+    [ "$2" = mpi ] || out="$LOG_DIR/$name.rank0.out"
+    want="SP collectives: ring exchange over peer memory"
+    [[ " $3 " == *" --sp-overlap 0 "* ]] && want="SP collectives: NCCL (--sp-overlap 0)"
+    if grep -qF "$want" "$out"; then
+        pass "$name: $want"
+    else
+        fail_check "$name" "expected '$want' in $out, got: $(grep 'SP collectives' "$out")"
+    fi
 }
 
 # Resume, update-in-backward and ZeRO-1 twins, and resumes across layouts: defined here, run in section 2 (and the
@@ -431,14 +454,15 @@ PORT_FAULT=$((PORT + 10))
 LONG=(--depth 2 --width 128 --heads 2 --seq-len 64 --batch-size 4 --total-batch-tokens 512 --steps 1000000
       --warmup-steps 0 --val-every 0 --sample-every 0 --save 0 --precision bf16)
 
-# fault_test NAME VICTIM SIGNAL PORT WANT: sends SIGNAL to rank VICTIM after a few steps; the other rank must exit
+# fault_test NAME VICTIM SIGNAL PORT WANT [OPTIONS]: sends SIGNAL to rank VICTIM after a few steps (of LONG with
+# OPTIONS); the other rank must exit
 # with status 1 within FAULT_LIMIT_S with one error line, matching WANT (a grep -E pattern): the cause, not also
 # its consequences (a wait that then times out). Status 1, not 128 + a signal: an NCCL abort that hangs behind the
 # dead peer must end in the alarm's line, not in SIGALRM itself. Ranks wait at most STUCK_TIMEOUT_S for a
 # collective, so that a stopped rank's peer fails well within the limit.
 fault_test() {
     local name=$1 victim=$2 sig=$3 port=$4 want=$5 survivor=$((1 - $2)) t0 waited
-    TRAIN_GPT_NCCL_TIMEOUT=$STUCK_TIMEOUT_S launch_env "$name" "$FAULT_NP" "$port" "${LONG[@]}" \
+    TRAIN_GPT_NCCL_TIMEOUT=$STUCK_TIMEOUT_S launch_env "$name" "$FAULT_NP" "$port" "${LONG[@]}" "${@:6}" \
         --out-dir "$LOG_DIR/$name"
     for _ in $(seq 600); do # until rank 0 has logged step 5 (at most 60 s)
         grep -q '^step 5/' "$LOG_DIR/$name.rank0.out" 2>/dev/null && break
@@ -515,6 +539,11 @@ if part faults; then
         # a rank that stops answering without exiting (a hung GPU or process): its peer's next wait for a
         # collective times out, and it names what it waited for
         fault_test stopped_rank1 1 STOP $((PORT_FAULT + 6)) "waited [0-9.]+ s for .*still incomplete"
+        # the same under TP=2 + SP over the peer ring: a dead peer's flags never come; the ring's waits stall, the
+        # bootstrap connection (kill) or the bounded host waits (stop) end the survivor
+        fault_test kill_rank1_sp_ring 1 KILL $((PORT_FAULT + 8)) "rank 1" --tp 2 --sequence-parallel 1
+        fault_test stopped_rank1_sp_ring 1 STOP $((PORT_FAULT + 9)) "waited [0-9.]+ s for .*still incomplete" \
+            --tp 2 --sequence-parallel 1
 
         # a missing rank: only rank 0 of 2 is started
         port=$((PORT_FAULT + 3))
