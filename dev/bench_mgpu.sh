@@ -8,6 +8,9 @@
 #                runs at once, one a GPU: DP=2 without communication) | torch DDP on 2 GPUs (batch 32 per GPU)
 #   GPT-2 1558M: ours TP=2 (batch 8) | ours TP=2 + sequence parallel (batch 8) | torch FSDP on 2 GPUs (batch 8 per GPU)
 #                | ours DP=2 and ours GTP=2 (batch 8 per GPU each), in bf16 and in fp8
+# sp (not in gpt2; BENCH_ROWS="1558M_tp2 1558M_tp2_sp sp"): 1558M TP=2+SP with its collectives over NCCL
+#   (--sp-overlap 0) beside the default peer ring, in bf16 and fp8, and TP=2 in fp8; their lines: TP=2+SP / TP=2
+#   tokens/s (bar >= 0.98x: step time <= 1.02x), exposed communication (bar < 5%), peak memory, ring / NCCL
 #   4.7B (48 layers, 2816 channels): ours DP=2 and GTP=2 (batch 4 per GPU)
 #   On 4 GPUs (rows skipped where fewer are present): 124M ours DP=4; 1558M ours DP=4, GTP=4 and DP=2 x GTP=2 (batch
 #   8 per data rank each) and torch FSDP on 4 GPUs
@@ -254,6 +257,15 @@ row gpt2 ours 1558M_gtp2 "ours GTP=2" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-lay
 row gpt2 ours 1558M_tp2 "ours TP=2" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --tp "$NP"
 row gpt2 ours 1558M_tp2_sp "ours TP=2+SP" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --tp "$NP" \
     --sequence-parallel 1
+# SP's collectives: over the peer ring beside the GEMMs (the default, 1558M_tp2_sp) against NCCL (--sp-overlap 0),
+# in bf16 and fp8, beside TP=2 in fp8 (group sp: BENCH_ROWS="1558M_tp2 1558M_tp2_sp sp" for the whole comparison)
+row sp ours 1558M_tp2_sp_nccl "ours TP=2+SP NCCL" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --tp "$NP" \
+    --sequence-parallel 1 --sp-overlap 0
+row sp ours 1558M_tp2_fp8 "ours TP=2 fp8" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --tp "$NP" --precision fp8
+row sp ours 1558M_tp2_sp_fp8 "ours TP=2+SP fp8" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --tp "$NP" \
+    --sequence-parallel 1 --precision fp8
+row sp ours 1558M_tp2_sp_fp8_nccl "ours TP=2+SP fp8 NCCL" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 \
+    --tp "$NP" --sequence-parallel 1 --precision fp8 --sp-overlap 0
 row gpt2 ours 1558M_dp2_fp8 "ours DP=2 fp8" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --precision fp8
 row gpt2 ours 1558M_gtp2_fp8 "ours GTP=2 fp8" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --precision fp8 \
     --gtp "$NP"

@@ -120,6 +120,14 @@ def ratios(rows, shapes):
     ratio("ours DP=2 / 1 GPU x2 tokens/s", "124M_dp2", "124M_pair", None)
     exposed("1558M_tp2", 10)
     exposed("1558M_tp2_sp", 10)
+    # sequence parallelism over the peer ring: no slower than TP=2 (step time <= 1.02x), its waits under 5%, at SP's
+    # memory; against its collectives over NCCL, for information
+    for sp, tp, nccl, label in (("1558M_tp2_sp", "1558M_tp2", "1558M_tp2_sp_nccl", "ours TP=2+SP"),
+                                ("1558M_tp2_sp_fp8", "1558M_tp2_fp8", "1558M_tp2_sp_fp8_nccl", "ours TP=2+SP fp8")):
+        ratio(f"{label} / TP=2 tokens/s", sp, tp, 0.98)
+        exposed(sp, 5)
+        memory_ratio(f"{label} / TP=2 peak memory", sp, tp, None)
+        ratio(f"{label} ring / NCCL tokens/s", sp, nccl, None)
     ratio("ours TP=2 / torch FSDP tokens/s", "1558M_tp2", "1558M_fsdp", None)
     # GTP's bars: 1558M in bf16 and in fp8 (against the same bf16 FSDP baseline), Llama-3.2-3B in bf16
     for gtp, dp, fsdp, label in (("1558M_gtp2", "1558M_dp2", "1558M_fsdp", "ours GTP=2"),
