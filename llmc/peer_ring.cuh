@@ -89,10 +89,12 @@ static void peer_ring_alloc(PeerRing *r, int size, int rank, size_t slot_bytes) 
     r->slot_bytes = (slot_bytes + 255) / 256 * 256;
     size_t bytes = RING_FLAG_BYTES + RING_SLOTS * r->slot_bytes;
     cudaCheck(cudaMalloc(&r->base, bytes)); // cudaMalloc itself: IPC exports only its allocations
-    cudaCheck(cudaMemset(r->base, 0, RING_FLAG_BYTES));
+    g_cuda_allocated_bytes += bytes;
     int least, greatest;
     cudaCheck(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     cudaCheck(cudaStreamCreateWithPriority(&r->stream, cudaStreamNonBlocking, greatest));
+    cudaCheck(cudaMemsetAsync(r->base, 0, RING_FLAG_BYTES, r->stream));
+    cudaCheck(cudaStreamSynchronize(r->stream));
     if (g_num_rings == RING_MAX_RINGS) { fail("peer_ring_alloc: more than %d rings in one process", RING_MAX_RINGS); }
     if (g_num_rings == 0) { atexit(peer_ring_close_all); }
     g_rings[g_num_rings++] = r;
@@ -142,17 +144,18 @@ typedef struct {
     cudaIpcMemHandle_t handle;
 } RingPeerInfo;
 
-// Every rank's `mine` into all[rank] over communicator id, through the device; the host waits (bounded).
-static void ring_all_gather_info(const RingPeerInfo *mine, RingPeerInfo *all, int size, CommId id) {
+// Every rank's `mine` into all[its rank] over communicator id (this one `rank` of size), through the device; the host
+// waits (bounded).
+static void ring_all_gather_info(const RingPeerInfo *mine, RingPeerInfo *all, int size, int rank, CommId id) {
     Comm *c = &g_comm;
     size_t n = sizeof(RingPeerInfo);
     char *d = (char *)cuda_alloc(n * (size_t)size, "the ring's set-up exchange");
-    cudaCheck(cudaMemcpy(d, mine, n, cudaMemcpyHostToDevice));
-    ncclCheck(ncclAllGather(d, d, n, ncclUint8, comm_get(id), c->dp_stream)); // in place: rank r's part at d + r n
     const char *what = "the exchange of the ring's peer buffers over the tensor-parallel ranks";
+    cudaCheck(cudaMemcpyAsync(d + (size_t)rank * n, mine, n, cudaMemcpyHostToDevice, c->dp_stream));
+    ncclCheck(ncclAllGather(d + (size_t)rank * n, d, n, ncclUint8, comm_get(id), c->dp_stream));
     comm_settle(comm_get(id), what, c->timeout_s);
+    cudaCheck(cudaMemcpyAsync(all, d, n * (size_t)size, cudaMemcpyDeviceToHost, c->dp_stream));
     comm_wait_stream(c->dp_stream, what);
-    cudaCheck(cudaMemcpy(all, d, n * (size_t)size, cudaMemcpyDeviceToHost));
     cudaCheck(cudaFree(d));
     g_cuda_allocated_bytes -= n * (size_t)size;
 }
@@ -180,9 +183,9 @@ static int peer_ring_connect(PeerRing *r, int size, int rank, size_t slot_bytes,
     memset(&mine, 0, sizeof(mine));
     if (gethostname(mine.host, sizeof(mine.host) - 1) != 0) { fail("gethostname failed: %s", strerror(errno)); }
     cudaCheck(cudaDeviceGetPCIBusId(mine.bus, RING_BUS_ID_LEN, g_cuda_device));
-    ring_all_gather_info(&mine, all, size, id);
+    ring_all_gather_info(&mine, all, size, rank, id);
     mine.can_map = ring_can_map(&mine, &all[ring_next(rank, size)]) && ring_can_map(&mine, &all[ring_prev(rank, size)]);
-    ring_all_gather_info(&mine, all, size, id);
+    ring_all_gather_info(&mine, all, size, rank, id);
     int every = 1;
     for (int i = 0; i < size; i++) { every &= all[i].can_map; }
     if (!every) {
@@ -192,7 +195,7 @@ static int peer_ring_connect(PeerRing *r, int size, int rank, size_t slot_bytes,
     }
     peer_ring_alloc(r, size, rank, slot_bytes);
     cudaCheck(cudaIpcGetMemHandle(&mine.handle, r->base));
-    ring_all_gather_info(&mine, all, size, id);
+    ring_all_gather_info(&mine, all, size, rank, id);
     int next = ring_next(rank, size), prev = ring_prev(rank, size);
     char *bases[2] = {NULL, NULL};
     int peers[2] = {next, prev};

@@ -11,7 +11,7 @@
 set -u
 cd "$(dirname "$0")/.."
 FILES=(train_gpt.cu llmc/*.cuh test/test_fp8_kernels.cu test/test_gpu_parity.cu test/test_layernorm.cu
-       test/test_adamw.cu test/test_rope.cu test/test_swiglu.cu test/gpu_test_util.cuh)
+       test/test_adamw.cu test/test_rope.cu test/test_swiglu.cu test/test_ring_gemm.cu test/gpu_test_util.cuh)
 
 # scan FILE...: one line "FILE: what" for each legacy-stream call or launch
 scan() {
