@@ -37,7 +37,7 @@
 #define RING_HOST_LEN 64
 #define RING_BUS_ID_LEN 16   // "0000:00:00.0" and its NUL
 #define RING_MAX_OPEN 2      // the successor's mapping and the predecessor's (one for a ring of two)
-#define RING_MAX_RINGS 8     // rings one process may hold (a trainer: one; a one-GPU test: one per simulated rank)
+#define RING_MAX_RINGS 8     // rings with IPC mappings one process may hold (a trainer: one per model)
 
 enum { RING_READY = 0, RING_FREE = RING_SLOTS };
 
@@ -95,7 +95,11 @@ static void peer_ring_alloc(PeerRing *r, int size, int rank, size_t slot_bytes) 
     cudaCheck(cudaStreamCreateWithPriority(&r->stream, cudaStreamNonBlocking, greatest));
     cudaCheck(cudaMemsetAsync(r->base, 0, RING_FLAG_BYTES, r->stream));
     cudaCheck(cudaStreamSynchronize(r->stream));
-    if (g_num_rings == RING_MAX_RINGS) { fail("peer_ring_alloc: more than %d rings in one process", RING_MAX_RINGS); }
+}
+
+// The ring's IPC mappings are closed at exit.
+static void peer_ring_register(PeerRing *r) {
+    if (g_num_rings == RING_MAX_RINGS) { fail("more than %d peer rings in one process", RING_MAX_RINGS); }
     if (g_num_rings == 0) { atexit(peer_ring_close_all); }
     g_rings[g_num_rings++] = r;
 }
@@ -194,6 +198,7 @@ static int peer_ring_connect(PeerRing *r, int size, int rank, size_t slot_bytes,
         return 0;
     }
     peer_ring_alloc(r, size, rank, slot_bytes);
+    peer_ring_register(r);
     cudaCheck(cudaIpcGetMemHandle(&mine.handle, r->base));
     ring_all_gather_info(&mine, all, size, rank, id);
     int next = ring_next(rank, size), prev = ring_prev(rank, size);

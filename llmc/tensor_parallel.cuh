@@ -185,22 +185,28 @@ template <typename T> static void ring_add(T *dst, const T *a, const T *b, size_
 /*
  * In place: every rank's part of buf (part_bytes each, rank r's at buf + r part_bytes) to every rank, around the ring:
  * at step j each rank sends the part it got at step j - 1 (its own at step 0) and copies the one that comes into
- * place. arrived[k] fires once the part the rank takes at step k (ring_ag_chunk) is in place, k = 1 .. TP-1. A part
- * larger than a slot moves in pieces, one whole ring per piece.
+ * place; arrived[k] fires once the part the rank takes at step k (ring_ag_chunk) is in place, k = 1 .. TP-1. A part
+ * larger than a slot moves in pieces, a transfer each. consume(k) queues the work that reads step k's part (a GEMM
+ * waiting for arrived[k]; nothing where the reader comes later), called in order as the ring's work for that part is
+ * queued: so on a hardware queue the ring's stream shares, the ring's waits queue behind the work that needs no data
+ * of theirs.
  */
-static void tp_ring_all_gather(TensorParallel *tp, char *buf, size_t part_bytes, const char *what) {
+template <typename Consume>
+static void tp_ring_all_gather(TensorParallel *tp, char *buf, size_t part_bytes, Consume consume, const char *what) {
     PeerRing *r = &tp->ring;
     int P = tp->size, me = tp->rank;
-    for (size_t off = 0; off < part_bytes; off += r->slot_bytes) {
-        size_t bytes = part_bytes - off < r->slot_bytes ? part_bytes - off : r->slot_bytes;
-        for (int j = 0; j < P - 1; j++) {
+    consume(0);
+    for (int j = 0; j < P - 1; j++) {
+        for (size_t off = 0; off < part_bytes; off += r->slot_bytes) {
+            size_t bytes = part_bytes - off < r->slot_bytes ? part_bytes - off : r->slot_bytes;
             peer_ring_send(r, buf + (size_t)ring_ag_chunk(me, j, P) * part_bytes + off, bytes);
             const void *in = peer_ring_recv(r);
             cudaCheck(cudaMemcpyAsync(buf + (size_t)ring_ag_chunk(me, j + 1, P) * part_bytes + off, in, bytes,
                                       cudaMemcpyDeviceToDevice, r->stream));
             peer_ring_release(r);
-            if (off + bytes == part_bytes) { cudaCheck(cudaEventRecord(tp->arrived[j + 1], r->stream)); }
         }
+        cudaCheck(cudaEventRecord(tp->arrived[j + 1], r->stream));
+        consume(j + 1);
     }
     if (P > 1) { comm_track(tp->arrived[P - 1], what); }
 }
@@ -210,24 +216,34 @@ static void tp_ring_all_gather(TensorParallel *tp, char *buf, size_t part_bytes,
  * elements), around the ring: produce(c) makes part c on the producer's stream (a GEMM's rows; nothing where buf is
  * whole already), called in the ring's order (ring_rs_chunk), and the ring's stream, as each is made, adds it to the
  * partial sum its predecessor sent and sends the sum on. Part c is summed in one order (rank c + 1 first, c last),
- * in fp32 rounded to T at each hop. The other parts of buf are left holding partial sums.
+ * in fp32 rounded to T at each hop. The other parts of buf are left holding partial sums. A part larger than a slot
+ * moves in pieces, one whole ring per piece (a step's sends of several pieces before their receives would wait for
+ * slots the successor frees only in its next step); a part within a slot has each product queued just before the
+ * ring's work that adds it (as in tp_ring_all_gather).
  */
 template <typename T, typename Produce>
 static void tp_ring_reduce_scatter(TensorParallel *tp, T *buf, T *mine, size_t n, cudaStream_t producer,
                                    Produce produce, const char *what) {
     PeerRing *r = &tp->ring;
     int P = tp->size, me = tp->rank;
-    for (int k = 0; k < P; k++) {
+    size_t piece = r->slot_bytes / sizeof(T);
+    bool one_piece = n <= piece;
+    auto make = [&](int k) {
         produce(ring_rs_chunk(me, k, P));
         cudaCheck(cudaEventRecord(tp->arrived[k], producer));
+    };
+    if (!one_piece) {
+        for (int k = 0; k < P; k++) { make(k); }
     }
-    size_t piece = r->slot_bytes / sizeof(T);
     for (size_t off = 0; off < n; off += piece) {
         size_t m = n - off < piece ? n - off : piece;
         for (int k = 0; k < P; k++) {
             T *part = buf + (size_t)ring_rs_chunk(me, k, P) * n + off;
             T *dst = k == P - 1 && mine ? mine + off : part; // the last step's part is this rank's own
-            if (off == 0) { cudaCheck(cudaStreamWaitEvent(r->stream, tp->arrived[k], 0)); }
+            if (off == 0) {
+                if (one_piece) { make(k); }
+                cudaCheck(cudaStreamWaitEvent(r->stream, tp->arrived[k], 0));
+            }
             if (k > 0) {
                 ring_add(dst, (const T *)peer_ring_recv(r), part, m, r->stream);
                 peer_ring_release(r);
@@ -259,7 +275,7 @@ static void tp_ring_leave(TensorParallel *tp, const char *what) {
 template <typename T> static void tp_all_gather(TensorParallel *tp, T *buf, size_t n, const char *what) {
     if (tp_ring(tp)) {
         tp_ring_enter(tp);
-        tp_ring_all_gather(tp, (char *)buf, n * sizeof(T), what);
+        tp_ring_all_gather(tp, (char *)buf, n * sizeof(T), [](int) {}, what);
         tp_ring_leave(tp, what);
         return;
     }
@@ -368,19 +384,21 @@ static void linear_forward(const Linear<T> &lin, T *out, T *inp, T *gelu_aux, co
     int P = tp_active(tp) ? tp->size : 1, n = f.ln_rows; // under SP: rows a rank owns
     if (column_sp && tp_ring(tp)) {
         const char *what = "the tensor-parallel ring all-gather of a column-parallel layer's input";
+        bool by_rows = linear_forward_by_rows(lin);
         cudaCheck(cudaEventRecord(tp->compute_mark, stream)); // this rank's rows are written
         cudaCheck(cudaStreamWaitEvent(tp->ring.stream, tp->compute_mark, 0));
-        tp_ring_all_gather(tp, (char *)(inp + (size_t)f.row * lin.in), (size_t)n * lin.in * sizeof(T), what);
-        if (!linear_forward_by_rows(lin)) {
-            comm_compute_wait(stream, tp->arrived[P - 1]);
-            gemm_rows(f.row, f.row + f.rows);
-            return;
-        }
-        for (int k = 0; k < P; k++) {
+        tp_ring_all_gather(tp, (char *)(inp + (size_t)f.row * lin.in), (size_t)n * lin.in * sizeof(T), [&](int k) {
+            if (!by_rows) { // the whole GEMM once every part is in
+                if (k == P - 1) {
+                    comm_compute_wait(stream, tp->arrived[k]);
+                    gemm_rows(f.row, f.row + f.rows);
+                }
+                return;
+            }
             int c = ring_ag_chunk(tp->rank, k, P);
             if (k > 0) { comm_compute_wait(stream, tp->arrived[k]); }
             gemm_rows(f.row + c * n, f.row + (c + 1) * n);
-        }
+        }, what);
         return;
     }
     if (column_sp) {
