@@ -18,11 +18,12 @@
  *   peer_ring_recv:    wait until my ready[slot] >= value; the slot's bytes are then valid on the ring's stream
  *   peer_ring_release: write the predecessor's free[slot]: the slot may be written again; the next transfer
  * Flags are written with cuStreamWriteValue32 (which fences the copy before it, as __threadfence_system) and waited
- * for with cuStreamWaitValue32 (GEQ, modulo 2^32): the driver API (-lcuda). A flag that never comes (a dead or hung
- * peer) stalls the ring's stream: the caller records an event behind each collective and tracks it (comm_track), so
- * the host's bounded waits name it (llmc/comm.cuh's watchdog and timeouts end the job).
- * The IPC mappings are closed at exit (peer_ring_close, registered with atexit: fail() and a normal end both pass
- * there; a process killed outright has its mappings released by the driver).
+ * for with cuStreamWaitValue32 (GEQ, modulo 2^32; flushing remote writes where the GPU can): the driver API (-lcuda).
+ * A flag that never comes (a dead or hung peer) stalls the ring's stream: the caller records an event behind each
+ * collective and tracks it (comm_track), so the host's bounded waits name it (llmc/comm.cuh's watchdog and timeouts
+ * end the job). The IPC mappings are closed at exit (peer_ring_close_all, registered with atexit: fail() and a normal
+ * end both pass there, the abort alarm bounding a close behind a stalled ring; a process killed outright has its
+ * mappings released by the driver).
  */
 #ifndef LLMC_PEER_RING_CUH
 #define LLMC_PEER_RING_CUH
@@ -59,6 +60,7 @@ typedef struct PeerRing {
     void *opened[RING_MAX_OPEN];  // IPC mappings to close
     int num_opened;
     uint64_t transfers;           // transfers so far, the same count on every rank
+    unsigned wait_flags;          // cuStreamWaitValue32's: GEQ, and a flush of remote writes where the GPU has one
 } PeerRing;
 
 static PeerRing *g_rings[RING_MAX_RINGS];
@@ -94,7 +96,14 @@ static void peer_ring_alloc(PeerRing *r, int size, int rank, size_t slot_bytes) 
     cudaCheck(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     cudaCheck(cudaStreamCreateWithPriority(&r->stream, cudaStreamNonBlocking, greatest));
     cudaCheck(cudaMemsetAsync(r->base, 0, RING_FLAG_BYTES, r->stream));
-    cudaCheck(cudaStreamSynchronize(r->stream));
+    comm_wait_stream(r->stream, "zeroing the ring's flags");
+    // The flag arrives after the data it announces (the sender's write fences its copy), but a GPU may reorder remote
+    // writes as they land: where it can, the wait flushes them, so the slot's bytes are visible to the work after it.
+    int flush = 0;
+    CUdevice dev;
+    cuCheck(cuDeviceGet(&dev, g_cuda_device));
+    cuCheck(cuDeviceGetAttribute(&flush, CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES, dev));
+    r->wait_flags = CU_STREAM_WAIT_VALUE_GEQ | (flush ? CU_STREAM_WAIT_VALUE_FLUSH : 0);
 }
 
 // The ring's IPC mappings are closed at exit.
@@ -126,7 +135,7 @@ static void peer_ring_send(PeerRing *r, const void *src, size_t bytes) {
 static const void *peer_ring_recv(PeerRing *r) {
     RingTransfer x = ring_transfer(r->transfers);
     cuCheck(cuStreamWaitValue32((CUstream)r->stream, ring_dptr(ring_flag(r->base, RING_READY + x.slot)), x.value,
-                                CU_STREAM_WAIT_VALUE_GEQ));
+                                r->wait_flags));
     return ring_slot_of(r->base, r->slot_bytes, x.slot);
 }
 
