@@ -60,27 +60,24 @@ def ratios(rows, shapes):
     def asked(*names):
         return any(n in rows for n in names)
 
-    def ratio(label, a, b, bar):  # tokens/s of a over b; bar None: for information, no target set
+    def compare(label, a, b, col, bar, at_most):  # column col of a over b's; bar None: for information, no target
         if not asked(a, b):
             return
-        x, y = rows.get(a, MISSING)[1], rows.get(b, MISSING)[1]
-        want = f"bar {bar}x" if bar else "no bar"
+        x, y = rows.get(a, MISSING)[col], rows.get(b, MISSING)[col]
+        want = (f"bar <= {bar}x" if at_most else f"bar {bar}x") if bar else "no bar"
         if not known(x) or not known(y):
             print(f"{label:42} -        ({want}; a run is missing)")
             return
-        verdict = "" if bar is None else (": meets" if x / y >= bar else ": MISSES")
+        verdict = ""
+        if bar is not None:
+            verdict = ": meets" if (x / y <= bar if at_most else x / y >= bar) else ": MISSES"
         print(f"{label:42} {x / y:6.3f}x  ({want}{verdict})")
 
-    def memory_ratio(label, a, b, bar):  # peak memory a GPU of a against b's; bar None: for information
-        if not asked(a, b):
-            return
-        ma, mb = rows.get(a, MISSING)[3], rows.get(b, MISSING)[3]
-        want = f"bar <= {bar}x" if bar else "no bar"
-        if not known(ma) or not known(mb):
-            print(f"{label:42} -        ({want}; a run is missing)")
-            return
-        verdict = "" if bar is None else (": meets" if ma / mb <= bar else ": MISSES")
-        print(f"{label:42} {ma / mb:6.3f}x  ({want}{verdict})")
+    def ratio(label, a, b, bar):  # tokens/s of a over b's, at least bar
+        compare(label, a, b, 1, bar, False)
+
+    def memory_ratio(label, a, b, bar):  # peak memory a GPU of a against b's, at most bar
+        compare(label, a, b, 3, bar, True)
 
     def exposed(name, bar):
         if not asked(name):
