@@ -250,7 +250,7 @@ static inline EvalCounts eval_run(Eval *e, const ModelOps *ops, const Launcher *
         fail("internal error: data rank %d ran %lld eval forwards, the plan says %lld", e->data_rank, forwards,
              e->forwards);
     }
-    double c[3] = {counts.correct, counts.correct_norm, counts.examples};
+    double c[3] = {(double)counts.correct, (double)counts.correct_norm, (double)counts.examples};
     eval_sum_over_data_ranks(l, c, 3);
     EvalCounts all = {(int)c[0], (int)c[1], (int)c[2]};
     if (e->dump_sums) {
