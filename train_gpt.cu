@@ -218,6 +218,8 @@ template <typename floatX> struct GPT {
     int *d_buckets;
     TokenBuckets buckets;
     HostStaging host;
+    AdamWLate rest_late;           // the rest group's AdamW in two launches (rest_splits); chunks 0 where it cannot
+    int rest_split;                // this backward's update does so
     // the norm's groups (see grads_final): groups 0 .. L-1 are the layers' gradients, group L the rest
     NormGroup *norm_groups;        // L + 1: the part of each group this rank owns (all of it without ZeRO-1)
     int *norm_first;               // L + 2: group k's partial sums start at norm_scratch + norm_first[k]
@@ -487,6 +489,55 @@ template <typename floatX> static void norm_groups_make(GPT<floatX> *g) {
     for (int k = 0; k <= L; k++) { g->norm_first[k + 1] = g->norm_first[k] + norm_group_chunks(&g->norm_groups[k]); }
 }
 
+/*
+ * The rest group's AdamW in two launches (llmc/adamw.cuh's AdamWLate) under the update in backward. The embedding's
+ * backward, the backward's last kernel, writes only the wte rows of the micro-batch's tokens (and all of wpe); every
+ * other gradient of the group (the LM head's weight, the other rows of a tied wte, zero rows of an untied one, the
+ * final norm's) is final once the head's and the final norm's backward have run. So AdamW takes those chunks there,
+ * beside the blocks' backward, and after the embedding's backward only the chunks its rows meet (~6% of Llama-3.2-1B's
+ * 128256 x 2048 wte at B 4 x T 2048), where the next forward waited for the whole group (~30 bytes a parameter: 2.6
+ * ms a step on an H100). It needs the group's gradients to be this rank's own at that point: one data rank (no sum
+ * over ranks follows), no GTP (whose reduce-scatter follows the embedding's backward) and no SP (whose TP sum of the
+ * final norm's gradient does).
+ */
+template <typename floatX> static bool rest_can_split(const GPT<floatX> *g) {
+    return g->sched.update_in_backward && g->mesh.data_size == 1 && !g->gtp.active && !g->tp.sp;
+}
+
+// The chunks of each of the rest group's spans, as its AdamWGroup numbers them (chunk_end_append's).
+template <typename floatX> static int rest_span_chunks(const GPT<floatX> *g, int i) {
+    return (int)((dp_owned_group(&g->dp, g->config.num_layers).span[i].count + ADAMW_CHUNK - 1) / ADAMW_CHUNK);
+}
+
+template <typename floatX> static void rest_late_alloc(GPT<floatX> *g) {
+    AdamWLate *l = &g->rest_late;
+    ParamGroup own = dp_owned_group(&g->dp, g->config.num_layers);
+    for (int i = 0; i < own.count; i++) { l->chunks += rest_span_chunks(g, i); }
+    l->capacity = l->chunks;
+    l->flag = dev_alloc<uint8_t>(l->chunks, "the rest group's late AdamW chunks");
+    l->list = dev_alloc<int>(l->capacity, "the rest group's late AdamW chunks");
+    cudaCheck(cudaMallocHost(&l->staging, l->capacity * sizeof(int)));
+}
+
+// The late launch's chunks for the micro-batch whose buckets the host just built (this rank's wte rows of its
+// tokens), copied and flagged on the compute stream ahead of the backward (the caller keeps the staging until the
+// loss, which follows the copy, has been read).
+template <typename floatX> static void rest_late_upload(GPT<floatX> *g) {
+    AdamWLate *l = &g->rest_late;
+    ParamGroup own = dp_owned_group(&g->dp, g->config.num_layers);
+    l->count = 0;
+    for (int i = 0, first = 0; i < own.count; i++) {
+        int end = first + rest_span_chunks(g, i);
+        if (own.tensor[i] == P_WTE) {
+            adamw_late_rows(l, first, g->buckets.unique, g->buckets.num_unique, (size_t)g->config.channels);
+        } else if (own.tensor[i] == P_WPE) {
+            adamw_late_span(l, first, end);
+        }
+        first = end;
+    }
+    adamw_late_upload(l, g_cuda.stream);
+}
+
 template <typename floatX>
 static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, const Fp8Recipe *fp8, const Options *o,
                                const Mesh *mesh, int B, int T) {
@@ -569,7 +620,8 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, con
     cudaCheck(cudaMallocHost(&g->host.spans, 2 * N * sizeof(int)));
     cudaCheck(cudaMallocHost(&g->host.row_sums, N * sizeof(float)));
     g->host.bucket_count = (int *)malloc_check(V * sizeof(int), "token counts");
-    step_schedule_init(&g->sched, config->num_layers, o->update_in_backward);
+    step_schedule_init(&g->sched, config->num_layers, o->update_in_backward, o->update_after_layers);
+    if (rest_can_split(g)) { rest_late_alloc(g); }
     snprintf(g->device_name, sizeof(g->device_name), "%s", g_cuda.props.name);
     cudaCheck(cudaStreamSynchronize(s));
     return g;
@@ -977,8 +1029,8 @@ template <typename floatX> static void gpt_loss_sum(GPT<floatX> *g, int counted)
 static bool sp_partial_gradient(int t) { return param_tp_split(t) == TP_REPLICATED && t != P_WPE; }
 
 template <typename floatX>
-static void update_group_adamw(GPT<floatX> *g, int k, const UpdateArgs *u, const float *clip_factor,
-                               bool in_backward);
+static void update_group_adamw(GPT<floatX> *g, int k, const UpdateArgs *u, const float *clip_factor, bool started,
+                               bool writes_norm, AdamWPart part);
 
 template <typename floatX> static cudaEvent_t sp_sum_replicated(GPT<floatX> *g, int group, cudaEvent_t ready) {
     TensorParallel *tp = &g->tp;
@@ -1006,11 +1058,26 @@ template <typename floatX> static void grads_final(GPT<floatX> *g, int group) {
     if (sc->reduce_grads && g->tp.sp) { ready = sp_sum_replicated(g, group, ready); }
     if (sc->reduce_grads && g->mesh.data_size > 1) { ready = dp_reduce_group(&g->dp, group, g->grads, ready); }
     side_wait(ready);
-    if (sc->update_started) { // AdamW takes the norm's partial sums as it reads the gradients
+    if (sc->update_started && !update_deferred(sc, group)) { // AdamW takes the norm's partial sums as it reads them
         update_wait_ready(sc, ready);
-        update_group_adamw(g, group, &sc->update_args, (const float *)NULL, true);
+        AdamWPart part = g->rest_split && group == g->config.num_layers ? adamw_late_part(&g->rest_late) : ADAMW_WHOLE;
+        update_group_adamw(g, group, &sc->update_args, (const float *)NULL, true, true, part);
+        sc->norm_group = group;
     } else if (sc->norm_in_backward) {
         grad_norm_partials(g->acts.norm_scratch + g->norm_first[group], &g->norm_groups[group], g_cuda.side);
+    }
+}
+
+// The layers whose AdamW waited for the end of the backward (update_deferred), in the order the next forward reads
+// them, behind all of the backward's work (grads_final_join) and the late rest group's AdamW, which that forward reads
+// first.
+template <typename floatX> static void update_after_backward(GPT<floatX> *g) {
+    StepSchedule *sc = &g->sched;
+    int n = sc->update_after_layers < g->config.num_layers ? sc->update_after_layers : g->config.num_layers;
+    if (n == 0) { return; }
+    update_wait_ready(sc, backward_done_point(sc));
+    for (int l = 0; l < n; l++) {
+        update_group_adamw(g, l, &sc->update_args, (const float *)NULL, true, false, ADAMW_WHOLE);
     }
 }
 
@@ -1218,20 +1285,26 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
     fp8_transposed_wait(&g->sched); // the first input gradients read the FP8 weights' transposes
     linear_backward_join(g->head, s); // the TP sum of the final norm's output gradient
     cudaCheck(cudaMemsetAsync(a.dres, 0, (size_t)N * C * sizeof(floatX), s));
+    // The encoder backward adds to dwte what the LM head's weight gradient wrote there; an untied head wrote lmhead's
+    if (!c->tied && !acc) { cudaCheck(cudaMemsetAsync(dw[P_WTE], 0, g->layout.size[P_WTE] * sizeof(float), s)); }
     // Each LayerNorm backward also sums the residual gradient it leaves: the bias gradient of the projection below.
     norm_backward_of(g, a.dres + t0, dw[P_LNFW], dw[P_LNFB], grads_of(g, L - 1)[P_FCPROJB], a.proj + t0,
                      layer_acts(g, L - 1).res_out, w[P_LNFW], a.lnf_stats, a.lnf_stats + ns, ns, acc, s);
+    if (g->rest_split) { // the rest group but the embedding rows of this micro-batch's tokens is final
+        update_wait_ready(&g->sched, head_grads_final_point(&g->sched));
+        update_group_adamw(g, L, &g->sched.update_args, (const float *)NULL, true, true,
+                           adamw_early_part(&g->rest_late));
+    }
     linear_backward_gather(block_linear(g, L - 1, LIN_FCPROJ), a.dres, N, s);
     WgradQueue<floatX> q = wgrad_queue<floatX>(N, acc);
     for (int l = L - 1; l >= 0; l--) { block_backward(g, l, B, T, &q); }
     if (g->tp.sp) { tp_join(&g->tp, s, EMBEDDINGS_GATHER); }
-    // The encoder backward adds to dwte what the LM head's weight gradient wrote there; an untied head wrote lmhead's
-    if (!c->tied && !acc) { cudaCheck(cudaMemsetAsync(dw[P_WTE], 0, g->layout.size[P_WTE] * sizeof(float), s)); }
     encoder_backward(dw[P_WTE], dw[P_WPE], a.dres, &g->buckets, g->d_buckets, B, T,
                      c->pos == POS_LEARNED ? c->max_seq_len : 0, C, acc, s);
     grads_final(g, L);
     grads_final_join(&g->sched);
     g->grads_zero = 0;
+    if (g->sched.update_started) { update_after_backward(g); }
 }
 
 // Makes the gradient buffers hold the zeros that grads_zero promises, for a reader that comes before a backward.
@@ -1312,16 +1385,18 @@ template <typename floatX> static bool fp8_codes_by_adamw(const GPT<floatX> *g, 
  * wait for the group's gradients and, with clipping, the clip factor: clip_factor, NULL when not clipping), then its
  * event. FP8 weights get no compute-precision copy: AdamW writes their codes or update_group_publish casts them
  * (fp8_codes_by_adamw). In the backward (the update in backward) it also writes the group's partial sums of squares
- * for the gradient norm, where grad_norm_partials would.
+ * for the gradient norm, where grad_norm_partials would (writes_norm). started: the update started in the backward
+ * (fp8_codes_by_adamw). part: the whole group, or one of its two launches (rest_can_split); the group's event follows
+ * the late one.
  */
 template <typename floatX>
-static void update_group_adamw(GPT<floatX> *g, int k, const UpdateArgs *u, const float *clip_factor,
-                               bool in_backward) {
+static void update_group_adamw(GPT<floatX> *g, int k, const UpdateArgs *u, const float *clip_factor, bool started,
+                               bool writes_norm, AdamWPart part) {
     AdamWStep step = {u->lr, u->beta1, u->beta2, (float)(1.0 - pow(u->beta1, u->t)),
                       (float)(1.0 - pow(u->beta2, u->t)), u->eps};
     floatX *copy = (void *)g->weights == (void *)g->params ? NULL : g->weights;
     size_t moments_begin = dp_owned(&g->dp).begin; // the moments hold the owned span only
-    bool fused_fp8 = fp8_codes_by_adamw(g, in_backward);
+    bool fused_fp8 = fp8_codes_by_adamw(g, started);
     AdamWFp8 f8;
     memset(&f8, 0, sizeof(f8));
     if (g->fp8) { f8 = adamw_fp8_of(g->fp8); }
@@ -1337,7 +1412,7 @@ static void update_group_adamw(GPT<floatX> *g, int k, const UpdateArgs *u, const
         if (fused_fp8 && fp8_weight(g, k, t)) {
             adamw_group_fp8(&grp, fp8_code(g, k, t, o), fp8_tensor(k, block_linear_of_weight(t), FP8_WEIGHT));
         }
-        if (in_backward && norm_counts_tensor(&g->mesh, t)) { // the norm group's next slice (norm_groups_make)
+        if (writes_norm && norm_counts_tensor(&g->mesh, t)) { // the norm group's next slice (norm_groups_make)
             if (slice == ng->count || ng->p[slice] != g->grads + o || ng->n[slice] != own.span[i].count) {
                 fail("internal error: group %d's AdamW span %d is not its gradient-norm slice %d", k, i, slice);
             }
@@ -1346,8 +1421,8 @@ static void update_group_adamw(GPT<floatX> *g, int k, const UpdateArgs *u, const
         }
     }
     adamw_update(g->params, copy, g->grads, g->m, g->v, &grp, step, clip_factor, f8,
-                 in_backward ? g->acts.norm_scratch : (float *)NULL, g_cuda.update);
-    updated_record(&g->sched, k);
+                 writes_norm ? g->acts.norm_scratch : (float *)NULL, g_cuda.update, part);
+    if (!part.skip) { updated_record(&g->sched, k); }
 }
 
 /*
@@ -1425,7 +1500,7 @@ template <typename floatX> static float gpt_update(GPT<floatX> *g, const UpdateA
     bool codes_by_adamw = fp8_codes_by_adamw(g, started);
     for (int i = 0; i <= L; i++) {
         int k = i == 0 ? L : i - 1; // the rest first, then the layers in forward order
-        if (!started) { update_group_adamw(g, k, u, clip_factor, false); }
+        if (!started) { update_group_adamw(g, k, u, clip_factor, false, false, ADAMW_WHOLE); }
         update_group_publish(g, k, codes_by_adamw);
     }
     if (codes_by_adamw && !g->gtp.active) { fp8_transposed_record(&g->sched); }
@@ -1467,6 +1542,8 @@ static float op_forward_backward(void *ctx, const int *inputs, const int *target
     token_buckets_build(&g->buckets, g->host.buckets, g->host.bucket_count, inputs, N, g->config.vocab_size, g->emb);
     cudaCheck(cudaMemcpyAsync(g->d_buckets, g->host.buckets, g->buckets.ints * sizeof(int), cudaMemcpyHostToDevice,
                               g_cuda.stream));
+    g->rest_split = g->sched.update_started && rest_can_split(g);
+    if (g->rest_split) { rest_late_upload(g); }
     gpt_loss_sum(g, N);
     gpt_backward(g, B, T);
     if (g->fp8) { g->fp8->recording = 0; }

@@ -3,7 +3,8 @@
 # flash attention with GQA, fused AdamW), same GPU, same call. Llama-3.2-1B's shape (--model llama3.2-1b: 16 layers,
 # width 2048, 32 heads / 8 KV heads, F 8192, vocabulary 128256, tied) at B=4, T=2048, one micro-batch a step. Prints
 # ms/step (median after warm-up), tokens/s, MFU and peak memory per row, then ratios.
-#   dev/bench_llama.sh [TORCH_SCRIPT] [SHARD]        BENCH_STEPS (30), BENCH_TORCH (1)
+#   dev/bench_llama.sh [TORCH_SCRIPT] [SHARD]        BENCH_STEPS (30), BENCH_TORCH (1), BENCH_PRECISIONS ("bf16 fp8"),
+#                                                    BENCH_OPTS (more train_gpt options for our rows)
 # Ours trains as the baseline does, without clipping (--grad-clip 0; the update starts in the backward). The GPT-2
 # shards are valid tokens for Llama 3's vocabulary (ids below 50257), and the baseline takes them modulo its own.
 # MFU counts as train_gpt does (dev/bench_table.py's mfu, llmc/config.h's flops_per_token): 6 x the parameters a token
@@ -29,12 +30,12 @@ if [ "${BENCH_TORCH:-1}" = 1 ]; then
         --seq $T --steps "$STEPS" >"$log" 2>&1 || { echo "torch baseline failed:"; tail -5 "$log"; }
     rows+=("torch:bf16:$log")
 fi
-for prec in bf16 fp8; do
+for prec in ${BENCH_PRECISIONS:-bf16 fp8}; do
     log="$OUT_DIR/ours_$prec.log"
     rm -rf "$OUT_DIR/run"
     ./train_gpt --model llama3.2-1b --batch-size $B --seq-len $T --total-batch-tokens $((B * T)) --steps "$STEPS" \
         --val-every 0 --sample-every 0 --precision "$prec" --train-data "$SHARD" --out-dir "$OUT_DIR/run" --save 0 \
-        --warmup-steps 5 --grad-clip 0 >"$log" 2>&1 || { echo "ours $prec failed:"; tail -5 "$log"; }
+        --warmup-steps 5 --grad-clip 0 ${BENCH_OPTS:-} >"$log" 2>&1 || { echo "ours $prec failed:"; tail -5 "$log"; }
     rows+=("ours_$prec:$prec:$log")
 done
 

@@ -247,18 +247,81 @@ static void adamw_group_fp8(AdamWGroup *g, uint8_t *codes, int t) {
 // sums on (adamw_update's norm_partials), where grad_norm_partials would write them.
 static void adamw_group_norm(AdamWGroup *g, int part) { g->norm_part[g->count - 1] = part; }
 
+/*
+ * A group's AdamW in two launches (AdamWPart), for a group some of whose gradients are final before the others: the
+ * rest group, whose embedding rows only the micro-batch's tokens touch in the embedding's backward, the last kernel of
+ * the backward, while the rest of it (the LM head's weight, every other row of a tied wte, the final norm) is final
+ * once the head's backward is done. AdamWLate flags, per chunk of the group, the chunks the late launch takes: the
+ * early launch (grid: all of the group's chunks) skips those, the late one's grid is their list. A chunk is one block
+ * either way, the same arithmetic, so the same bits as one launch, the norm's partial sum of each chunk included.
+ */
+typedef struct {
+    uint8_t *flag;   // (device) per chunk of the group: 1 = the late launch's
+    int *list;       // (device) the late launch's chunks, ascending: `count` of them
+    int *staging;    // (pinned host) the list as the host builds it (adamw_late_rows, adamw_late_span)
+    int count, capacity, chunks; // chunks: the group's
+} AdamWLate;
+
+typedef struct {
+    const uint8_t *skip; // the early launch: chunks it leaves to the late one
+    const int *list;     // the late launch: the chunks it takes (its grid), `count` of them
+    int count;
+} AdamWPart;
+
+static const AdamWPart ADAMW_WHOLE = {NULL, NULL, 0};
+
+static AdamWPart adamw_early_part(const AdamWLate *l) { return AdamWPart{l->flag, NULL, 0}; }
+static AdamWPart adamw_late_part(const AdamWLate *l) { return AdamWPart{NULL, l->list, l->count}; }
+
+static void adamw_late_push(AdamWLate *l, int chunk) {
+    if (l->count > 0 && l->staging[l->count - 1] >= chunk) { return; } // a chunk two rows meet, listed once
+    if (l->count == l->capacity) { fail("internal error: more than %d late AdamW chunks", l->capacity); }
+    l->staging[l->count++] = chunk;
+}
+
+// Appends the chunks that rows[0 .. n) (ascending) of a span of rows of `width` parameters meet, the span's first
+// chunk being `first` of the group.
+static void adamw_late_rows(AdamWLate *l, int first, const int *rows, int n, size_t width) {
+    for (int i = 0; i < n; i++) {
+        size_t begin = (size_t)rows[i] * width, end = begin + width;
+        for (size_t c = begin / ADAMW_CHUNK; c * ADAMW_CHUNK < end; c++) { adamw_late_push(l, first + (int)c); }
+    }
+}
+
+// Appends a whole span: chunks [first, end) of the group.
+static void adamw_late_span(AdamWLate *l, int first, int end) {
+    for (int c = first; c < end; c++) { adamw_late_push(l, c); }
+}
+
+__global__ void adamw_late_flag_kernel(uint8_t *flag, const int *list, int count) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < count) { flag[list[i]] = 1; }
+}
+
+// Copies the list the host built (whose staging the caller keeps until the copy has run) and flags its chunks.
+static void adamw_late_upload(AdamWLate *l, cudaStream_t stream) {
+    cudaCheck(cudaMemcpyAsync(l->list, l->staging, l->count * sizeof(int), cudaMemcpyHostToDevice, stream));
+    cudaCheck(cudaMemsetAsync(l->flag, 0, l->chunks, stream));
+    if (l->count == 0) { return; }
+    adamw_late_flag_kernel<<<grid_for(l->count, ADAMW_THREADS), ADAMW_THREADS, 0, stream>>>(l->flag, l->list,
+                                                                                           l->count);
+    cudaCheckLaunch();
+}
+
 // copy (the compute-precision weights) is NULL when the GEMMs read the master weights themselves (fp32 mode); a span
 // without its copy flag leaves it alone. clip_factor: the clip factor on the device (grad_norm_from_sum's), or NULL
 // for an update that does not clip (a factor of 1, the same bits, known before the norm). norm_partials: the norm's
-// partial sums, which the spans with a norm_part write, or NULL.
+// partial sums, which the spans with a norm_part write, or NULL. part: which of the group's chunks this launch takes.
 template <typename T>
 __global__ void __launch_bounds__(ADAMW_THREADS) adamw_kernel(float *p, T *copy, const float *g, float *m, float *v,
                                                               AdamWGroup grp, AdamWStep a, const float *clip_factor,
-                                                              AdamWFp8 f8, float *norm_partials) {
+                                                              AdamWFp8 f8, float *norm_partials, AdamWPart part) {
     __shared__ unsigned s_max[WARP_SIZE];
     __shared__ float s_sum[WARP_SIZE];
+    const int chunk = part.list ? part.list[blockIdx.x] : blockIdx.x;
+    if (part.skip && part.skip[chunk]) { return; } // the whole block: before any barrier
     const float clip = clip_factor ? *clip_factor : 1.0f;
-    const int2 sc = span_chunk(grp, blockIdx.x);
+    const int2 sc = span_chunk(grp, chunk);
     const int k = sc.x;
     size_t j = (size_t)sc.y * ADAMW_CHUNK + threadIdx.x * 4;
     unsigned amax = 0;
@@ -305,14 +368,15 @@ __global__ void __launch_bounds__(ADAMW_THREADS) adamw_kernel(float *p, T *copy,
 
 // An empty group (a ZeRO-1 rank that owns none of it) launches nothing. f8: where the spans with FP8 codes
 // (adamw_group_fp8) get their scales. norm_partials: where the spans with a norm part (adamw_group_norm) write their
-// partial sums of squares, or NULL (none written).
+// partial sums of squares, or NULL (none written). part: ADAMW_WHOLE, or one of the two launches of an AdamWLate.
 template <typename T>
 static void adamw_update(float *p, T *copy, const float *g, float *m, float *v, const AdamWGroup *grp,
                          AdamWStep a, const float *clip_factor, AdamWFp8 f8, float *norm_partials,
-                         cudaStream_t stream) {
-    int blocks = adamw_group_chunks(grp);
+                         cudaStream_t stream, AdamWPart part = ADAMW_WHOLE) {
+    int blocks = part.list ? part.count : adamw_group_chunks(grp);
     if (blocks == 0) { return; }
-    adamw_kernel<<<blocks, ADAMW_THREADS, 0, stream>>>(p, copy, g, m, v, *grp, a, clip_factor, f8, norm_partials);
+    adamw_kernel<<<blocks, ADAMW_THREADS, 0, stream>>>(p, copy, g, m, v, *grp, a, clip_factor, f8, norm_partials,
+                                                       part);
     cudaCheckLaunch();
 }
 

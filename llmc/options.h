@@ -72,6 +72,7 @@ typedef struct {
     int keep_gelu_layers;        // GPU build: layers (from the first) whose gelu(fc) is kept for backward
     int gemm_search;             // GPU build: time cuBLASLt's candidate algorithms at start-up (else its first)
     int update_in_backward;      // GPU build: without clipping, AdamW of each layer once its gradients are final
+    int update_after_layers;     // GPU build, the update in backward: the first layers' AdamW after the backward
     int logits_mib;              // GPU build: the most logits the LM head holds at once (llmc/head_chunks.h); 0 = all
     // parallel layout (world = DP x GTP x TP)
     int tp, gtp, gtp_prefetch, gtp_materialize, sequence_parallel, zero;
@@ -208,6 +209,10 @@ static const OptionSpec OPTION_SPECS[] = {
     {"update-in-backward", OPT_INT, OPT_FIELD(update_in_backward), "1", 0, 1, NULL,
      "GPU build, with --grad-clip 0: 1 = update each layer's parameters as soon as its gradients are final, beside the "
      "rest of the backward; 0 = after the backward, as with clipping (the same numbers either way)"},
+    {"update-after-layers", OPT_INT, OPT_FIELD(update_after_layers), "2", 0, MAX_LAYERS, NULL,
+     "GPU build, with the update in backward: the first N layers' AdamW runs after the backward, in the order the "
+     "next forward reads them, instead of at the end of the backward's AdamW queue, which trails the backward by a few "
+     "layers: the next forward then starts behind the embedding's update and layer 0's (the same numbers either way)"},
     {"logits-mib", OPT_INT, OPT_FIELD(logits_mib), OPT_STRINGIFY(HEAD_CHUNK_BUDGET_MIB), 0, 1 << 22, NULL,
      "GPU build: the most MiB of logits (rows of the padded vocabulary) held at once: the LM head and the classifier "
      "run in chunks of whole rows within it, each chunk's head weight gradient adding to the fp32 gradient once "

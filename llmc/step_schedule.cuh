@@ -19,7 +19,8 @@
  *   writes d fch again; fp8_transposed before the first FP8 input gradient; rs_done[b] before an RS buffer takes
  *   another gradient; side_done at the end of the backward (grads_final_join); under the update in backward, the last
  *   group's updated[k] before the norm's finish (AdamW wrote the partial sums: norm_wait_update). Records
- *   grads_final_event, dfch_ready, forward_done, fp8_history_done, norm_done, scalars_ready.
+ *   grads_final_event, head_grads_final, backward_done, dfch_ready, forward_done, fp8_history_done, norm_done,
+ *   scalars_ready.
  * side (one below highest): the gradient norm's partial sums per group, on the update's last micro-step, unless
  *   AdamW runs in the backward and writes them itself. Waits for the group's ready point: sums_final, or behind it
  *   SP's TP sum and the DP sum (reduced[k]). Records side_done.
@@ -30,7 +31,9 @@
  * update (lowest): AdamW group by group (in the backward also the norm's partial sums); the FP8 weights' casts from
  *   the updated masters where AdamW did not write their codes (current scaling, ZeRO-1, the update in backward).
  *   Waits for norm_done (update after the backward), or the group's ready point (update in backward) and then
- *   fp8_history_done before the casts. Records updated[k].
+ *   fp8_history_done before the casts; on one data rank the rest group's AdamW but the embedding rows of the
+ *   micro-batch's tokens first, behind head_grads_final, before the layers'; the first --update-after-layers
+ *   layers' after the backward (behind backward_done), in forward order. Records updated[k].
  * DP (g_comm.dp_stream, highest): the gradient sums of each group over DP/data ranks; ZeRO-1's reduce onto owners
  *   and per-group broadcasts; the loss and stop-flag all-reduces; the fp8 amax all-reduce; the barrier. Waits for
  *   the group's ready point; updated[k] before a broadcast, after which it records updated[k] again.
@@ -68,6 +71,8 @@ typedef struct {
     int norm_ready;                // the last backward left every group's partial sums in the norm's scratch
     int norm_in_backward;          // this backward is an update's last micro-step: it takes the partial sums
     cudaEvent_t grads_final_event, side_done;
+    cudaEvent_t head_grads_final;  // the rest group's gradients but the embedding's rows are final (the early AdamW)
+    cudaEvent_t backward_done;     // every gradient is final (the deferred layers' AdamW)
     cudaEvent_t dfch_ready, fc_bias_done, sums_final; // the fc bias sum and grads_final
     cudaEvent_t forward_done, gelu_recomputed;        // the GELU recompute
     cudaEvent_t fp8_transposed;    // the FP8 weights' transposes of the last update are made (codes by AdamW)
@@ -80,16 +85,23 @@ typedef struct {
     int update_last;               // the group whose event was recorded last: it follows all the others
     int update_pending;            // AdamW was queued and the compute stream has not waited for all of it
     int update_in_backward;        // --update-in-backward
+    int update_after_layers;       // --update-after-layers: layers 0 .. this - 1 update after the backward
+    int num_layers;
+    int norm_group;                // the last group whose AdamW in the backward wrote its norm's partial sums
     int update_started;            // the last micro-step's backward queues AdamW group by group (update_starts_early)
     UpdateArgs update_args;        // with these arguments, which the update after it must be given
 } StepSchedule;
 
-static void step_schedule_init(StepSchedule *s, int num_layers, int update_in_backward) {
+static void step_schedule_init(StepSchedule *s, int num_layers, int update_in_backward, int update_after_layers) {
     memset(s, 0, sizeof(*s));
     s->update_in_backward = update_in_backward;
+    s->update_after_layers = update_after_layers;
+    s->num_layers = num_layers;
     cudaCheck(cudaEventCreateWithFlags(&s->scalars_ready, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&s->grads_final_event, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&s->side_done, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&s->head_grads_final, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&s->backward_done, cudaEventDisableTiming));
     for (cudaEvent_t *e : {&s->dfch_ready, &s->fc_bias_done, &s->sums_final, &s->forward_done, &s->gelu_recomputed,
                            &s->fp8_transposed, &s->fp8_history_done}) {
         cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
@@ -164,10 +176,22 @@ static void updated_record(StepSchedule *s, int group) {
 
 static void updated_recorded(StepSchedule *s, int group) { s->update_last = group; }
 
-// Under the update in backward AdamW writes the norm's partial sums: the norm's finish on the compute stream waits for
-// the last group's AdamW, which follows the others on the update stream.
+/*
+ * Under the update in backward a group's AdamW runs as soon as its gradients are final (grads_final), except the first
+ * --update-after-layers layers': the update stream trails the backward (its AdamW runs in the gaps the GEMMs leave), by
+ * ~4 layers at the end of Llama-3.2-1B's (2.2 ms on an H100), and the next forward reads layer 0 first, which the
+ * backward finishes last. Those layers' AdamW is queued after the backward in forward order (update_after_backward),
+ * so the forward waits for the embedding's update and layer 0's, not for the queue behind them; their norm partial
+ * sums come from the side stream's pass, the others' from AdamW.
+ */
+static bool update_deferred(const StepSchedule *s, int group) {
+    return group < s->num_layers && group < s->update_after_layers;
+}
+
+// AdamW wrote the norm's partial sums of the groups it updated in the backward: the norm's finish on the compute
+// stream waits for the last of those (the side stream's pass wrote the others', grads_final_join).
 static void norm_wait_update(StepSchedule *s) {
-    cudaCheck(cudaStreamWaitEvent(g_cuda.stream, s->updated[s->update_last], 0));
+    cudaCheck(cudaStreamWaitEvent(g_cuda.stream, s->updated[s->norm_group], 0));
 }
 
 // The update's start: the norm is known on the compute stream (norm_done); AdamW after the backward waits for it.
@@ -252,6 +276,19 @@ static cudaEvent_t grads_final_point(StepSchedule *s, Gtp *gtp) {
     if (scattered) { cudaCheck(cudaStreamWaitEvent(g_cuda.sums, scattered, 0)); }
     cudaCheck(cudaEventRecord(s->sums_final, g_cuda.sums));
     return s->sums_final;
+}
+
+// The rest group's gradients are final where the compute stream is after the head's and the final norm's backward,
+// but for the embedding rows of the micro-batch's tokens (train_gpt.cu's rest_can_split): the early AdamW's point.
+static cudaEvent_t head_grads_final_point(StepSchedule *s) {
+    cudaCheck(cudaEventRecord(s->head_grads_final, g_cuda.stream));
+    return s->head_grads_final;
+}
+
+// Every gradient is final where the compute stream is after grads_final_join: the deferred layers' AdamW's point.
+static cudaEvent_t backward_done_point(StepSchedule *s) {
+    cudaCheck(cudaEventRecord(s->backward_done, g_cuda.stream));
+    return s->backward_done;
 }
 
 // The side stream (the group's norm partials) follows the group's ready point.

@@ -162,11 +162,14 @@ done
 
 # the update in backward (--grad-clip 0) against the update after it, bit for bit: each row "PRECISION [TOOL][|OPTIONS]"
 # (dev/update_check.sh's OPTS); one micro-step a step too (the gradients written, not added to, before AdamW reads them),
-# and the LM head in chunks of a few rows (their weight gradients summed in order, bit for bit again on resume). fp8:
+# and the LM head in chunks of a few rows (their weight gradients summed in order, bit for bit again on resume); the
+# layers' AdamW all after the backward (the default --update-after-layers covers these small models' layers) and all
+# but layer 0's in it (1); the rest group's in two launches everywhere (one GPU). fp8:
 # in the backward AdamW writes the masters only and the FP8 weights are cast after the history, where after the
 # backward AdamW writes their codes itself (delayed scaling, every block FP8; a history of 2 steps, which the 6 steps
 # roll over; a Llama, whose fc casts SwiGLU), or casts them too (current scaling, a bf16 block at each end).
-UPDATE_CHECKS=("fp32" "bf16 memcheck" "bf16|--total-batch-tokens 256" "bf16|--logits-mib 1" "fp8 memcheck"
+UPDATE_CHECKS=("fp32" "bf16 memcheck" "bf16|--total-batch-tokens 256" "bf16|--logits-mib 1" "bf16|--update-after-layers 1"
+               "fp8 memcheck"
                "fp8|--fp8-amax-history 2" "fp8|--model llama-tiny --kv-heads 1 --ffn 512"
                "fp8|--fp8-recipe current --fp8-bf16-blocks 1")
 for c in "${UPDATE_CHECKS[@]}"; do

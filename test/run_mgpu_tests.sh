@@ -53,8 +53,10 @@
 # 2. resume (bf16, under mpirun): TP=2, TP=2+SP, DP=2+ZeRO-1, GTP=2 and (4 GPUs) DP=2 x GTP=2+ZeRO-1 runs
 #    checkpointed at step 10 and resumed must end with the same step-20 model file, byte for byte, as the same run
 #    straight through; across layouts (fp32): a GTP=2 checkpoint resumed on one GPU and the other way round end
-#    within the fp32 parity tolerances. The update in backward (bf16, --grad-clip 0): DP=2, DP=2+ZeRO-1, TP=2+SP,
-#    GTP=2 and (4 GPUs) DP=2 x GTP=2+ZeRO-1 end with the same step-20 model file as with --update-in-backward 0; in
+#    within the fp32 parity tolerances. The update in backward (bf16, --grad-clip 0, layer 1's AdamW in the backward
+#    and layer 0's after it: --update-after-layers 1): DP=2, DP=2+ZeRO-1, TP=2 (the rest group's AdamW in two
+#    launches), TP=2+SP, GTP=2 and (4 GPUs) DP=2 x GTP=2+ZeRO-1 end with the same step-20 model file as with
+#    --update-in-backward 0; in
 #    fp8 (delayed) DP=2+ZeRO-1, TP=2+SP and GTP=2 too (the weights' codes cast after the history there, written by
 #    AdamW after the backward, or cast from the broadcast masters under ZeRO-1). ZeRO-1 (fp8, --grad-clip 0, the
 #    update after the backward): DP=2 and (4 GPUs) DP=2 x GTP=2 end with the same step-20 model file as without it:
@@ -99,6 +101,7 @@ COMMON=(--depth 2 --width 256 --heads 4 --seq-len 64 --batch-size 4 --total-batc
 
 # name | ranks | options | precisions (empty: all); world = DP x GTP x TP, so DP = ranks / (TP x GTP). tp2_sp_b1:
 # micro-batches of one sequence, which SP splits between the two ranks' tokens (tp2_sp: 4 sequences, 2 a rank).
+# shellcheck disable=SC2034 # read through layout_sweep's name reference
 LAYOUTS=(
     "dp2|2|--zero 0|"
     "dp2_zero1|2|--zero 1|"
@@ -221,7 +224,7 @@ run_layout() {
 RESUME_AT=10
 RESUME_LAYOUTS=("tp2|2|--tp 2" "tp2_sp|2|--tp 2 --sequence-parallel 1" "dp2_zero1|2|--zero 1" "gtp2|2|--gtp 2"
                 "dp2_gtp2_zero1|4|--gtp 2 --zero 1")
-EARLY_LAYOUTS=("dp2|2|--zero 0" "dp2_zero1|2|--zero 1" "tp2_sp|2|--tp 2 --sequence-parallel 1" "gtp2|2|--gtp 2"
+EARLY_LAYOUTS=("dp2|2|--zero 0" "dp2_zero1|2|--zero 1" "tp2|2|--tp 2" "tp2_sp|2|--tp 2 --sequence-parallel 1" "gtp2|2|--gtp 2"
                "dp2_gtp2_zero1|4|--gtp 2 --zero 1" "dp2_zero1_fp8|2|--zero 1 --precision fp8"
                "tp2_sp_fp8|2|--tp 2 --sequence-parallel 1 --precision fp8" "gtp2_fp8|2|--gtp 2 --precision fp8")
 # ZeRO-1 against plain DP: without clipping (the norm over the owners' slices may differ in its last bits, and would
@@ -238,7 +241,7 @@ twin_test() { # resume|early|zero NAME NP OPTIONS...: two runs (bf16 unless OPTI
     local args=("${COMMON[@]}" --precision bf16 "$@")
     case $kind in
         resume) runs=(straight resumed); args+=(--checkpoint-every "$RESUME_AT") ;;
-        early) runs=(after during); args+=(--grad-clip 0) ;;
+        early) runs=(after during); args+=(--grad-clip 0 --update-after-layers 1) ;; # layer 1 in it, 0 after
         zero) runs=(plain zero1); args+=(--grad-clip 0 --update-in-backward 0) ;;
     esac
     mkdir -p "$d/${runs[0]}" "$d/${runs[1]}"
@@ -301,29 +304,39 @@ cross_resume() { # NAME FROM_NP TO_NP "FROM OPTIONS" "TO OPTIONS" REF
 echo "GPUs: $NGPU"
 PORT=$PORT_BASE
 if command -v mpirun > /dev/null; then LAUNCH=mpi; else LAUNCH=tcp; fi
-if part parity; then
+# One model's parity sweep: per precision its one-GPU run (PREFIXsingle_PREC), then each layout of the array named
+# LAYOUTS ("NAME|NP|OPTIONS|PRECISIONS", empty PRECISIONS = all) against it, and the bootstrap-by-environment (TCP)
+# rows of TCP_LAYOUTS when TCP is 1.   layout_sweep PREFIX LAYOUTS TCP [model options...]
+layout_sweep() {
+    local prefix=$1 tcp_rows=$3 prec ref entry name np opt_text precs tcp
+    local -n layouts=$2
+    shift 3
     for prec in fp32 bf16 fp8; do
-        ref="$LOG_DIR/single_$prec"
-        if ! timeout "$RUN_TIMEOUT_S" ./train_gpt "${COMMON[@]}" --precision "$prec" --out-dir "$ref" > "$ref.out" \
-            2>&1; then
-            fail_check "single_$prec" "the one-GPU run failed (see $ref.out)"
-            row "single" "$prec" - - - - - FAILED; continue
+        ref="$LOG_DIR/${prefix}single_$prec"
+        if ! timeout "$RUN_TIMEOUT_S" ./train_gpt "${COMMON[@]}" "$@" --precision "$prec" --out-dir "$ref" \
+            > "$ref.out" 2>&1; then
+            fail_check "${prefix}single_$prec" "the one-GPU run failed (see $ref.out)"
+            row "${prefix}single" "$prec" - - - - - FAILED; continue
         fi
-        for entry in "${LAYOUTS[@]}"; do
+        for entry in "${layouts[@]}"; do
             IFS='|' read -r name np opt_text precs <<<"$entry"
+            local opts=()
             read -r -a opts <<<"$opt_text"
             if [ -n "$precs" ] && ! grep -qw "$prec" <<<"$precs"; then continue; fi
             if [ "$np" -gt "$NGPU" ]; then
-                skip "$name $prec: needs $np GPUs, this machine has $NGPU"
-                row "$name" "$prec" - - - - - "SKIP ($np GPUs)"; continue
+                skip "$prefix$name $prec: needs $np GPUs, this machine has $NGPU"
+                row "$prefix$name" "$prec" - - - - - "SKIP ($np GPUs)"; continue
             fi
-            run_layout "${name}_$prec" "$np" "$prec" "$ref" "$LAUNCH" "${opts[@]}"
+            run_layout "$prefix${name}_$prec" "$np" "$prec" "$ref" "$LAUNCH" "$@" "${opts[@]}"
+            [ "$tcp_rows" = 1 ] || continue
             for tcp in "${TCP_LAYOUTS[@]}"; do
-                [ "$tcp" = "$name" ] && run_layout "env_tcp_${name}_$prec" "$np" "$prec" "$ref" tcp "${opts[@]}"
+                [ "$tcp" = "$name" ] && run_layout "env_tcp_${name}_$prec" "$np" "$prec" "$ref" tcp "$@" "${opts[@]}"
             done
         done
     done
-fi
+}
+
+if part parity; then layout_sweep "" LAYOUTS 1; fi
 
 # A Llama (grouped-query attention, SwiGLU, untied LM head, no biases) on its layouts against its one-GPU run: DP sums
 # and ZeRO-1 slices flat gradient spans whatever tensors the model has; TP splits its key/value heads with their query
@@ -336,6 +349,7 @@ fi
 # told nothing. At 3e-4 the same reorder moves it by 1.6e-4 (bf16) and 2.7e-3 (fp8), TP=2 by 2.8e-4 and 3.7e-3, and
 # the tolerances above keep their margins (dev/norm_drift.sh; dev/results/llama_norm_drift_lr_2xh200_*.txt).
 LLAMA=(--model llama-tiny --width 512 --heads 8 --kv-heads 4 --ffn 512 --lr 3e-4)
+# shellcheck disable=SC2034 # read through layout_sweep's name reference
 LLAMA_LAYOUTS=(
     "dp2_zero1|2|--zero 1|fp32 bf16"
     "tp2|2|--tp 2|"
@@ -347,24 +361,7 @@ LLAMA_LAYOUTS=(
     "gtp4|4|--gtp 4|fp32 fp8"
 )
 if part llama; then
-    for prec in fp32 bf16 fp8; do
-        ref="$LOG_DIR/llama_single_$prec"
-        if ! timeout "$RUN_TIMEOUT_S" ./train_gpt "${COMMON[@]}" "${LLAMA[@]}" --precision "$prec" --out-dir "$ref" \
-            > "$ref.out" 2>&1; then
-            fail_check "llama_single_$prec" "the one-GPU run failed (see $ref.out)"
-            row "llama_single" "$prec" - - - - - FAILED; continue
-        fi
-        for entry in "${LLAMA_LAYOUTS[@]}"; do
-            IFS='|' read -r name np opt_text precs <<<"$entry"
-            read -r -a opts <<<"$opt_text"
-            if [ -n "$precs" ] && ! grep -qw "$prec" <<<"$precs"; then continue; fi
-            if [ "$np" -gt "$NGPU" ]; then
-                skip "llama_$name $prec: needs $np GPUs, this machine has $NGPU"
-                row "llama_$name" "$prec" - - - - - "SKIP ($np GPUs)"; continue
-            fi
-            run_layout "llama_${name}_$prec" "$np" "$prec" "$ref" "$LAUNCH" "${LLAMA[@]}" "${opts[@]}"
-        done
-    done
+    layout_sweep llama_ LLAMA_LAYOUTS 0 "${LLAMA[@]}"
     # a TP=2 checkpoint resumed on one GPU and on GTP=2 (scattered through other maps), and on TP=2+SP bit-exactly
     if [ "$NGPU" -ge 2 ] && command -v mpirun > /dev/null && [ -d "$LOG_DIR/llama_single_fp32" ]; then
         cross_resume llama_tp2_to_1gpu 2 1 "${LLAMA[*]} --tp 2" "${LLAMA[*]}" "$LOG_DIR/llama_single_fp32"
