@@ -272,5 +272,6 @@ int main(void) {
     make_model();
     test_scores_and_split();
     test_refusals();
+    g_model.destroy(g_model.ctx);
     return test_exit();
 }
