@@ -38,7 +38,7 @@ def main():
     tokens = read_shard(a.shard)
     rng = random.Random(a.seed)
     vary = lambda n: rng.randint(n - n // 2, n + n // 2)
-    span = a.context + a.ending + a.ending // 2
+    span = a.context + a.context // 2 + a.ending + a.ending // 2  # the longest context and true ending
     examples, longest = [], 0
     for i in range(a.examples):
         at = rng.randrange(len(tokens) - span)
