@@ -14,7 +14,8 @@ WORK=${1:-$(mktemp -d)}
 mkdir -p "$WORK"
 TRAIN=$(ls data/brown/brown_train_*.bin | head -1)
 VAL=$(ls data/brown/brown_val_*.bin | head -1)
-MODEL=(--depth 2 --width 128 --heads 2 --seq-len 256 --batch-size 4 --sample-every 0 --val-every 0 --train-data "$TRAIN")
+MODEL=(--depth 2 --width 128 --heads 2 --seq-len 256 --batch-size 4 --sample-every 0 --val-every 0
+       --train-data "$TRAIN")
 python3 dev/eval_synth.py "$VAL" "$WORK/eval.bin" 64
 ./train_gpt_cpu "${MODEL[@]}" --total-batch-tokens 2048 --steps 30 --warmup-steps 3 --lr 3e-3 --precision fp32 \
     --out-dir "$WORK/train" > "$WORK/train.log"

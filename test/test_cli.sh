@@ -85,7 +85,8 @@ printf '%s\n' '{"ctx": "The dog ran", "endings": ["into the house", "up", "away 
 if ./tokenize hellaswag "$tmp/eval.jsonl" "$tmp/eval.bin" >/dev/null &&
     train cli_eval_run "$tmp/eval_run" --steps 3 --warmup-steps 1 --val-every 0 --eval-data "$tmp/eval.bin" \
         --eval-every 2; then
-    lines=$(grep -c '^eval | step [023] | acc [0-9.]* | acc_norm [0-9.]* | 2 examples | [0-9]* ms$' "$tmp/eval_run.stdout")
+    lines=$(grep -c '^eval | step [023] | acc [0-9.]* | acc_norm [0-9.]* | 2 examples | [0-9]* ms$' \
+        "$tmp/eval_run.stdout")
     records=$(grep -c '^{"step":[023],"eval_acc":[0-9.e-]*,"eval_acc_norm":[0-9.e-]*,"eval_examples":2,' \
         "$tmp/eval_run/metrics.jsonl")
     machine=$(grep -c '^s:[023] eval:' "$tmp/eval_run/log.txt")
