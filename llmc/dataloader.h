@@ -279,7 +279,9 @@ static inline void dataloader_check_tokens(const DataLoader *dl, int k, long lon
     long long bad = shard_first_bad_token(ids, dl->token_bytes, n, dl->vocab_size);
     if (bad >= 0) {
         fail("shard '%s': token %lld is %u, outside the model's vocabulary of %d: it was made with another tokenizer; "
-             "%s", dl->paths[k], pos + bad, shard_id(ids, dl->token_bytes, bad), dl->vocab_size, SHARD_REGENERATE);
+             "train a model of its vocabulary (--vocab-size; Llama 3's is 128256) or tokenize the data with the "
+             "model's (./tokenize shards --tokenizer; `make data-llama3` writes the default data in Llama 3's)",
+             dl->paths[k], pos + bad, shard_id(ids, dl->token_bytes, bad), dl->vocab_size);
     }
 }
 

@@ -30,7 +30,7 @@ typedef struct {
     // data
     char train_data[OPT_STR_LEN]; // glob of training shards
     char val_data[OPT_STR_LEN];   // glob of validation shards ("" = no validation)
-    char vocab_dir[OPT_STR_LEN];  // folder holding GPT-2's encoder.json (decoding samples)
+    char tokenizer[OPT_STR_LEN];  // a tokenizer.json or GPT-2's folder (decoding samples)
     // model (llmc/config.h): a named size, what overrides it (0 or "": the model's own)
     char model[OPT_STR_LEN];      // d12/d24/d36/d48 (GPT-2), llama3.2-1b/llama3.2-3b/llama3.1-8b/llama-tiny
     char arch[OPT_STR_LEN];       // gpt2 | llama
@@ -101,8 +101,9 @@ static const OptionSpec OPTION_SPECS[] = {
      "glob of training shards (llm.c format)"},
     {"val-data", OPT_STR, OPT_FIELD(val_data), "data/brown/brown_val_*.bin", 0, 0, NULL,
      "glob of validation shards; empty string disables validation"},
-    {"vocab-dir", OPT_STR, OPT_FIELD(vocab_dir), "data/gpt2", 0, 0, NULL,
-     "folder with GPT-2's encoder.json, used to decode text samples"},
+    {"tokenizer", OPT_STR, OPT_FIELD(tokenizer), "data/gpt2", 0, 0, NULL,
+     "the data's tokenizer, to decode text samples: GPT-2's folder (encoder.json) or a Hugging Face tokenizer.json "
+     "(data/llama3/tokenizer.json); its vocabulary must be the model's"},
     {"model", OPT_STR, OPT_FIELD(model), "d12", 0, 0, "d12|d24|d36|d48|llama3.2-1b|llama3.2-3b|llama3.1-8b|llama-tiny",
      "named size: GPT-2 d12=124M d24=350M d36=774M d48=1558M; Llama 3.2 1B and 3B, Llama 3.1 8B; llama-tiny (tests: "
      "2 x 64, GPT-2's vocabulary)"},

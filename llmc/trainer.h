@@ -5,9 +5,10 @@
  * data, read what the run starts from (the latest checkpoint with --resume 1, or --init-from's model file), build
  * the model, start it, then train: each step zeroes the gradients, runs the gradient-accumulation micro-steps,
  * updates with the scheduled learning rate, logs, and now and then validates, scores a multiple-choice set
- * (llmc/eval.h), samples text, and writes a checkpoint. Everything that can be wrong with the command line, the output folder, the data or the file the run
- * starts from is reported before anything in the output folder is made or touched, and nothing a previous run
- * wrote is overwritten: a folder that holds a run is only ever continued (--resume 1).
+ * (llmc/eval.h), samples text, and writes a checkpoint. Everything that can be wrong with the command line, the
+ * output folder, the data or the file the run starts from is reported before anything in the output folder is made
+ * or touched, and nothing a previous run wrote is overwritten: a folder that holds a run is only ever continued
+ * (--resume 1).
  *
  * Several processes (a Launcher from the build: world, rank, collectives): every rank runs the same loop on its
  * stride of each global batch (data rank and size from the mesh, llmc/mesh.h) and checks everything before any
@@ -76,6 +77,7 @@ typedef struct {
     int has_eval;
     Tokenizer tok;
     int has_tok;
+    int sample_start; // the id a sample follows (tokenizer_document_start)
     Logger log;
     ResumeKeys keys;
     StartState start;
@@ -300,11 +302,19 @@ static inline void trainer_open_data(Trainer *tr) {
     }
     tr->has_tok = o->sample_every > 0;
     if (tr->has_tok) {
-        tokenizer_init(&tr->tok, o->vocab_dir);
+        JsonValue doc;
+        tokenizer_open(&tr->tok, o->tokenizer, &doc);
+        json_free(&doc); // the vocabulary is all a sample needs
         if (tr->tok.vocab_size != tr->config.vocab_size) { // a sample would decode another vocabulary's text
-            fail("--vocab-dir '%s' holds a vocabulary of %d tokens, but the model's is %d; samples decode GPT-2's "
-                 "vocabulary: point it at GPT-2's encoder.json (data/gpt2) or pass --sample-every 0", o->vocab_dir,
-                 tr->tok.vocab_size, tr->config.vocab_size);
+            fail("--tokenizer '%s' holds a vocabulary of %d tokens, but the model's is %d: pass the tokenizer the data "
+                 "was made with (data/gpt2 for GPT-2's, data/llama3/tokenizer.json for Llama 3's) or --sample-every 0",
+                 o->tokenizer, tr->tok.vocab_size, tr->config.vocab_size);
+        }
+        tr->sample_start = tokenizer_document_start(&tr->tok);
+        if (tr->sample_start < 0) {
+            fail("--tokenizer '%s' has no special token for a sample to start after (GPT-2's <|endoftext|>, Llama 3's "
+                 "<|begin_of_text|>): give its tokenizer.json with added_tokens, or pass --sample-every 0",
+                 o->tokenizer);
         }
     }
     size_t bt = (size_t)o->batch_size * (size_t)o->seq_len;
@@ -511,7 +521,8 @@ static inline void print_text_safely(const char *text, size_t len) {
     }
 }
 
-// Generates --sample-tokens tokens after <|endoftext|> at temperature 1 and prints them (rank 0). The random
+// Generates --sample-tokens tokens at temperature 1 after the tokenizer's document start (GPT-2's <|endoftext|>,
+// Llama 3's <|begin_of_text|>: what the data put before each document) and prints them (rank 0). The random
 // numbers come from (seed, RNG_STREAM_SAMPLE, step, i), so a sample needs no generator state and a resumed run
 // prints the same text. Every rank computes the sample: a model split over ranks needs them all for a forward.
 static inline void trainer_sample(Trainer *tr, int step) {
@@ -519,7 +530,7 @@ static inline void trainer_sample(Trainer *tr, int step) {
     int T = o->seq_len, n = o->sample_tokens;
     int *tokens = (int *)malloc_check((size_t)T * sizeof(int), "sample tokens");
     float *logits = (float *)malloc_check((size_t)tr->config.padded_vocab_size * sizeof(float), "sample logits");
-    for (int i = 0; i < T; i++) { tokens[i] = GPT2_EOT_TOKEN; } // positions past the sample do not matter (causal)
+    for (int i = 0; i < T; i++) { tokens[i] = tr->sample_start; } // positions past the sample do not matter (causal)
     for (int i = 0; i < n; i++) {
         tr->ops.logits_at(tr->ops.ctx, tokens, T, i, logits);
         double u = rng_uniform((uint64_t)o->seed, RNG_STREAM_SAMPLE, (uint64_t)step * SAMPLE_COUNTER_STRIDE + i);

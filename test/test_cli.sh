@@ -74,7 +74,7 @@ expect_error cli_missing_init_from "$tmp/nothing.bin" "${TINY[@]}" --init-from "
 mkdir -p "$tmp/vocab3"
 printf '{"a": 0, "b": 1, "c": 2}' > "$tmp/vocab3/encoder.json"
 expect_error cli_other_vocabulary "holds a vocabulary of 3 tokens, but the model's is 50257" "${TINY[@]}" \
-    --sample-every 5 --sample-tokens 16 --vocab-dir "$tmp/vocab3"
+    --sample-every 5 --sample-tokens 16 --tokenizer "$tmp/vocab3"
 # --eval-data: refused before anything is made without its partner option or where it is not an eval file; a run
 # scores it at step 0, every --eval-every steps and at the end, on the console and in log.txt and metrics.jsonl
 expect_error cli_eval_every_alone "--eval-every 2 needs --eval-data" "${TINY[@]}" --eval-every 2

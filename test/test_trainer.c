@@ -211,7 +211,7 @@ static Run make_run(const char *name, const char *const *extra) {
     const char *base[] = {"test_trainer", "--depth", "1", "--width", "4", "--heads", "1", "--seq-len", "8",
                           "--batch-size", "2", "--total-batch-tokens", "32", "--steps", "6", "--warmup-steps", "2",
                           "--lr", "0.05", "--checkpoint-every", "3", "--val-every", "2", "--val-batches", "3",
-                          "--sample-every", "3", "--sample-tokens", "5", "--precision", "fp32", "--vocab-dir",
+                          "--sample-every", "3", "--sample-tokens", "5", "--precision", "fp32", "--tokenizer",
                           "data/gpt2"};
     for (size_t i = 0; i < sizeof(base) / sizeof(base[0]); i++) { run_add(&r, base[i]); }
     snprintf(buf, sizeof(buf), "--train-data=%s/train_*.bin", g_dir);

@@ -264,9 +264,9 @@ for (const [name, texts] of Object.entries(GROUPS)) checkGroup(name, texts);
     `status ${r.status}, stderr ${show(msg)}`);
   const overlong = run(["encode", "-"], Buffer.from([0xc0, 0xaf]));
   check(overlong.status !== 0, "tokenizer_rejects_overlong_utf8", `status ${overlong.status}`);
-  const m = run(["encode", "hi", "--vocab-dir", "/nonexistent"]);
+  const m = run(["encode", "hi", "--tokenizer", "/nonexistent"]);
   const mmsg = m.stderr.toString();
-  check(m.status !== 0 && mmsg.includes("/nonexistent/encoder.json") && mmsg.includes("make data"),
+  check(m.status !== 0 && mmsg.includes("'/nonexistent' does not exist") && mmsg.includes("make data"),
     "tokenizer_missing_vocab_message", `status ${m.status}, stderr ${show(mmsg)}`);
 }
 
