@@ -85,6 +85,7 @@ hf_model: data/hf_model.c $(HEADERS) $(CPU_BUILD_STAMP)
 # CPU tests: every test/test_X.c builds into test/bin/test_X; test/run_tests.sh runs those and test/test_*.sh.
 TEST_SRCS = $(wildcard test/test_*.c)
 TEST_BINS = $(patsubst test/%.c,test/bin/%,$(TEST_SRCS))
+test/bin/test_eval: train_gpt_cpu.c # it includes the CPU build's ModelOps
 test/bin/%: test/%.c $(HEADERS) test/test_util.h $(CPU_BUILD_STAMP)
 	@mkdir -p test/bin
 	$(CC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS_CPU)

@@ -173,6 +173,8 @@ typedef struct {
     int *buckets;       // the encoder backward's token buckets (3N + 1)
     int *bucket_count;  // V, for the counting sort
     float *scalars;     // copies of Activations::scalars
+    int *spans;         // row_loss_sums: each row's [begin, end) (up to N rows)
+    float *row_sums;    // and its sums (N)
 } HostStaging;
 
 template <typename floatX> struct GPT {
@@ -211,6 +213,8 @@ template <typename floatX> struct GPT {
                                    // BLOCK_LINEARS x Fp8Device::amax_blocks floats each: a layer's weights at once
     Activations<floatX> acts;
     int *d_tokens;                 // inputs (N) then targets (N)
+    int *d_spans;                  // row_loss_sums: each row's [begin, end) (up to N rows of one token)
+    float *d_row_sums;             // and its sums (N)
     int *d_buckets;
     TokenBuckets buckets;
     HostStaging host;
@@ -610,9 +614,13 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, con
     if (g->fp8) { fp8_make(g); }
     g->d_tokens = dev_alloc<int>(2 * N, "tokens");
     g->d_buckets = dev_alloc<int>(3 * N + 1, "token buckets");
+    g->d_spans = dev_alloc<int>(2 * N, "evaluation row spans");
+    g->d_row_sums = dev_alloc<float>(N, "evaluation row sums");
     cudaCheck(cudaMallocHost(&g->host.tokens, 2 * N * sizeof(int)));
     cudaCheck(cudaMallocHost(&g->host.buckets, (3 * N + 1) * sizeof(int)));
     cudaCheck(cudaMallocHost(&g->host.scalars, 3 * sizeof(float)));
+    cudaCheck(cudaMallocHost(&g->host.spans, 2 * N * sizeof(int)));
+    cudaCheck(cudaMallocHost(&g->host.row_sums, N * sizeof(float)));
     g->host.bucket_count = (int *)malloc_check(V * sizeof(int), "token counts");
     step_schedule_init(&g->sched, config->num_layers, o->update_in_backward, o->update_after_layers);
     if (rest_can_split(g)) { rest_late_alloc(g); }
@@ -1567,6 +1575,36 @@ static double op_eval_loss(void *ctx, const int *inputs, const int *targets, int
     return g->host.scalars[0];
 }
 
+// The forward of B rows of T positions, as many tokens as the capacity or fewer (more, shorter rows than training's:
+// every activation holds N = maxB x maxT rows, attention keeps no T x T matrix, and forward_backward, whose backward
+// workspace is sized by maxB, never takes such a shape), then each row's loss sum over its span: B floats to the
+// host, not the logits.
+template <typename floatX>
+static void op_row_loss_sums(void *ctx, const int *inputs, const int *targets, int B, int T, const int *begin,
+                             const int *end, double *sums) {
+    GPT<floatX> *g = (GPT<floatX> *)ctx;
+    if (B < 1 || T < 1 || T > g->maxT || (long long)B * T > (long long)g->maxB * g->maxT) {
+        fail("internal error: an evaluation forward of %d x %d does not fit the GPU model's %d x %d tokens", B, T,
+             g->maxB, g->maxT);
+    }
+    gpt_load_tokens(g, inputs, targets, B * T);
+    for (int r = 0; r < B; r++) {
+        g->host.spans[2 * r] = begin[r];
+        g->host.spans[2 * r + 1] = end[r];
+    }
+    cudaStream_t s = g_cuda.stream;
+    cudaCheck(cudaMemcpyAsync(g->d_spans, g->host.spans, 2 * (size_t)B * sizeof(int), cudaMemcpyHostToDevice, s));
+    gpt_forward(g, B, T);
+    gpt_head(g, B, T, HEAD_LOSS, 0.0f);
+    row_loss_sums_kernel<<<B, ROW_LOSS_THREADS, 0, s>>>(g->d_row_sums, g->acts.losses, g->d_spans, T);
+    cudaCheckLaunch();
+    cudaCheck(cudaMemcpyAsync(g->host.row_sums, g->d_row_sums, (size_t)B * sizeof(float), cudaMemcpyDeviceToHost, s));
+    scalars_record(&g->sched, s);
+    scalars_wait(&g->sched, "the evaluation's loss sums");
+    g->eval_B = 0; // not eval_loss's logits
+    for (int r = 0; r < B; r++) { sums[r] = g->host.row_sums[r]; }
+}
+
 // The logits of the head chunk that holds position pos (the rows the training passes' head GEMMs take). Under TP a
 // rank's logits are the columns of its vocabulary rows: the row is gathered in row_gather.
 template <typename floatX> static void op_logits_at(void *ctx, const int *tokens, int T, int pos, float *out) {
@@ -1678,6 +1716,7 @@ template <typename floatX> static ModelOps gpt_ops(GPT<floatX> *g) {
     ops.forward_backward = op_forward_backward<floatX>;
     ops.update = op_update<floatX>;
     ops.eval_loss = op_eval_loss<floatX>;
+    ops.row_loss_sums = op_row_loss_sums<floatX>;
     ops.logits_at = op_logits_at<floatX>;
     ops.copy_logits = op_copy_logits<floatX>;
     ops.get_params = op_get_params<floatX>;

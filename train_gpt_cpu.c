@@ -40,6 +40,17 @@ static double cpu_eval_loss(void *ctx, const int *inputs, const int *targets, in
     return cpu_model_loss_sum(m, rows * T);
 }
 
+static void cpu_row_loss_sums(void *ctx, const int *inputs, const int *targets, int B, int T, const int *begin,
+                              const int *end, double *sums) {
+    CpuModel *m = (CpuModel *)ctx;
+    cpu_model_forward(m, inputs, targets, B, T);
+    for (int r = 0; r < B; r++) {
+        cpu_acc sum = 0.0;
+        for (int t = begin[r]; t < end[r]; t++) { sum += m->acts.losses[(size_t)r * T + t]; }
+        sums[r] = (double)sum;
+    }
+}
+
 // Attention is causal, so the logits at pos depend on tokens[0..pos] only: forward just those.
 static void cpu_logits_at(void *ctx, const int *tokens, int T, int pos, float *out) {
     CpuModel *m = (CpuModel *)ctx;
@@ -100,6 +111,7 @@ static ModelOps make_cpu_model(const GPTConfig *config, const Options *opts, con
     ops.forward_backward = cpu_forward_backward;
     ops.update = cpu_update;
     ops.eval_loss = cpu_eval_loss;
+    ops.row_loss_sums = cpu_row_loss_sums;
     ops.logits_at = cpu_logits_at;
     ops.copy_logits = cpu_copy_logits;
     ops.get_params = cpu_get_params;

@@ -7,7 +7,8 @@
  * so no fp32 copy of a (N, Vp) tensor ever exists; the trainer runs it on a chunk of rows at a time (train_gpt.cu's
  * gpt_head, llmc/head_chunks.h), so not even the logits of all N rows exist at once. Per-token losses are written in
  * fp32; loss_sum_kernel sums a prefix of them (a training micro-batch's all, a validation micro-batch's rows that are
- * not padding) in a fixed order (deterministic) for the host.
+ * not padding) in a fixed order (deterministic) for the host, row_loss_sums_kernel a span of each row (an evaluation's
+ * completions).
  *
  * One block per row, the row staged in shared memory (Vp * sizeof(T): 100 KB in bf16), so the logits are read from
  * memory once and written once. Every thread first puts all its 16-byte packs of the row in flight at once
@@ -169,6 +170,20 @@ __global__ void __launch_bounds__(LOSS_SUM_THREADS) loss_sum_kernel(float *out, 
     for (int i = threadIdx.x; i < n; i += blockDim.x) { s += losses[i]; }
     s = block_sum(s, red);
     if (threadIdx.x == 0) { out[0] = s; }
+}
+
+// One block a row: out[r] = sum of losses[r T + t] over t in [spans[2r], spans[2r + 1]) (0 for an empty span), in a
+// fixed order (deterministic). The evaluation's per-completion sums (llmc/eval.h): a span is a completion's tokens,
+// tens of them, so a block of a few warps.
+#define ROW_LOSS_THREADS 128
+__global__ void __launch_bounds__(ROW_LOSS_THREADS) row_loss_sums_kernel(float *out, const float *losses,
+                                                                         const int *spans, int T) {
+    __shared__ float red[WARP_SIZE];
+    const float *row = losses + (size_t)blockIdx.x * T;
+    float s = 0.0f;
+    for (int t = spans[2 * blockIdx.x] + threadIdx.x; t < spans[2 * blockIdx.x + 1]; t += blockDim.x) { s += row[t]; }
+    s = block_sum(s, red);
+    if (threadIdx.x == 0) { out[blockIdx.x] = s; }
 }
 
 // Whether a row of Vp logits of type T fits one block's shared memory (the one-kernel path): GPT-2's 50304 do in

@@ -40,7 +40,7 @@
 #define SETTLE_SPIN_S 1e-3           // a non-blocking NCCL call's launch is polled without sleeping this long
 #define SETTLE_POLL_US 100           // then with this sleep between polls
 #define EVENT_POLL_US 20             // between polls of an event the host waits for (a step is milliseconds)
-#define COMM_SCALARS_MAX 8           // doubles one sum_over_data_ranks call may carry
+#define COMM_SCALARS_MAX LAUNCHER_SUM_MAX // doubles one sum_over_data_ranks call may carry
 #define TRACKED_MAX 256              // collectives in flight that a timeout can name
 #define TRACKED_WHAT_LEN 128
 

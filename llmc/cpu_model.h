@@ -869,8 +869,9 @@ static double cpu_model_forward(CpuModel *m, const int *inputs, const int *targe
     int C = c->channels, L = c->num_layers, NH = c->num_heads, KV = c->num_kv_heads, HS = config_head_size(c);
     int V = c->vocab_size, Vp = c->padded_vocab_size, QKV = config_qkv_rows(c), FC = config_fc_rows(c);
     int F = c->ffn_hidden;
-    if (B < 1 || T < 1 || B > m->maxB || T > m->maxT) {
-        fail("micro-batch %d x %d does not fit the CPU model's capacity %d x %d", B, T, m->maxB, m->maxT);
+    // Every activation holds B x T rows, attention's B T^2 at most maxB maxT^2: so more, shorter rows fit too.
+    if (B < 1 || T < 1 || T > m->maxT || (long long)B * T > (long long)m->maxB * m->maxT) {
+        fail("micro-batch %d x %d does not fit the CPU model's capacity of %d x %d tokens", B, T, m->maxB, m->maxT);
     }
     int N = B * T;
     check_tokens(inputs, N, V, "input");

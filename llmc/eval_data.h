@@ -248,18 +248,17 @@ static inline void eval_data_close(EvalData *d) {
     memset(d, 0, sizeof(*d));
 }
 
-// The completion-style verdict of one example from the per-token losses of its completions (losses[c][i]: the loss
-// of completion c's token i): sets *correct (lowest sum is the label) and *correct_norm (lowest mean is the label).
-static inline void eval_score(const EvalExample *ex, const float *const *losses, int *correct, int *correct_norm) {
+// The completion-style verdict of one example from the sums of its completions' token losses (sums[c]: completion
+// c's, of completion_len[c] tokens): sets *correct (lowest sum is the label) and *correct_norm (lowest mean is the
+// label). Sums rather than per-token losses: a model returns one number per completion (llmc/eval.h).
+static inline void eval_score(const EvalExample *ex, const double *sums, int *correct, int *correct_norm) {
     int best = -1, best_norm = -1;
     double best_sum = 0.0, best_mean = 0.0;
     for (int c = 0; c < ex->num_completions; c++) {
-        double sum = 0.0;
-        for (int i = 0; i < ex->completion_len[c]; i++) { sum += (double)losses[c][i]; }
-        double mean = sum / ex->completion_len[c];
-        if (best < 0 || sum < best_sum) {
+        double mean = sums[c] / ex->completion_len[c];
+        if (best < 0 || sums[c] < best_sum) {
             best = c;
-            best_sum = sum;
+            best_sum = sums[c];
         }
         if (best_norm < 0 || mean < best_mean) {
             best_norm = c;

@@ -2,16 +2,18 @@
  * logger.h: the per-step console line and the run's files: out_dir/log.txt, out_dir/metrics.jsonl and the
  * loss curve out_dir/loss.svg (llmc/plot.h).
  *
- * log.txt holds llm.c's machine lines, "s:%d trl:%f" (train loss) and "s:%d tel:%f" (validation loss), s being
- * the number of optimizer steps done, plus the human lines the console shows; `grep '^s:'` gives llm.c's
- * format. A resumed run appends, so a run interrupted after its last checkpoint repeats the steps since then.
+ * log.txt holds llm.c's machine lines, "s:%d trl:%f" (train loss), "s:%d tel:%f" (validation loss) and
+ * "s:%d eval:%f" (multiple-choice acc_norm), s being the number of optimizer steps done, plus the human lines the
+ * console shows; `grep '^s:'` gives llm.c's format. A resumed run appends, so a run interrupted after its last
+ * checkpoint repeats the steps since then.
  *
  * metrics.jsonl holds one JSON object a line, for programs: every step's
  *   {"step":S,"train_loss":..,"lr":..,"norm":..,"ms":..,"tokens_per_s":..[,"mfu_percent":..][,"comm_ms":..]}
- * and every validation's {"step":S,"val_loss":..}. JSON lines rather than CSV: the two kinds of record have
- * different fields, a field this device does not measure (MFU on the CPU, communication on one GPU) is left out
- * instead of being a placeholder column, and a field added later breaks no reader. A value that is not finite
- * (the diverged step, written before the run stops) is null. Unlike log.txt it holds each step once: opening it
+ * every validation's {"step":S,"val_loss":..} and every multiple-choice evaluation's
+ *   {"step":S,"eval_acc":..,"eval_acc_norm":..,"eval_examples":N,"eval_ms":..}.
+ * JSON lines rather than CSV: the kinds of record have different fields, a field this device does not measure (MFU
+ * on the CPU, communication on one GPU) is left out instead of being a placeholder column, and a field added later
+ * breaks no reader. A value that is not finite (the diverged step, written before the run stops) is null. Unlike log.txt it holds each step once: opening it
  * for a resumed run drops the records after the checkpoint resumed from (a new run starts it empty), and the
  * records kept are what the picture starts from, so loss.svg covers the whole run. loss.svg is written again at
  * every validation and at the end.
@@ -219,6 +221,23 @@ static inline void logger_val(Logger *lg, int step, int steps, float loss) {
     MetricsRecord r = {step, 0, 1, NAN, NAN, loss};
     logger_add_record(lg, &r);
     logger_plot(lg);
+}
+
+// Logs a multiple-choice evaluation (llmc/eval.h): `correct` and `correct_norm` of `examples`, in `ms`. log.txt gets
+// llm.c's machine line of it too, "s:%d eval:%f" (acc_norm, the one llm.c reports).
+static inline void logger_eval(Logger *lg, int step, int correct, int correct_norm, int examples, double ms) {
+    if (!lg->f) { return; }
+    double acc = (double)correct / examples, acc_norm = (double)correct_norm / examples;
+    fprintf(lg->f, "s:%d eval:%f\n", step, acc_norm);
+    logger_line(lg, "eval | step %d | acc %.4f | acc_norm %.4f | %d examples | %.0f ms\n", step, acc, acc_norm,
+                examples, ms);
+    fprintf(lg->metrics, "{\"step\":%d", step);
+    metrics_field(lg->metrics, "eval_acc", acc, METRICS_FLOAT_DIGITS);
+    metrics_field(lg->metrics, "eval_acc_norm", acc_norm, METRICS_FLOAT_DIGITS);
+    fprintf(lg->metrics, ",\"eval_examples\":%d", examples);
+    metrics_field(lg->metrics, "eval_ms", ms, METRICS_TIMING_DIGITS);
+    fprintf(lg->metrics, "}\n");
+    fflush(lg->metrics);
 }
 
 static inline void logger_close(Logger *lg) {

@@ -43,6 +43,11 @@ typedef struct {
     // the others are padding that keeps the ranks' forwards in step (validation), computed and left out. Leaves the
     // logits of this batch readable by copy_logits.
     double (*eval_loss)(void *ctx, const int *inputs, const int *targets, int B, int T, int rows);
+    // Forward only over B rows of T tokens, B x T at most the micro-batch's tokens and T at most its length (the
+    // evaluation runs more, shorter rows: llmc/eval.h): sums[r] = the sum of row r's per-token losses at positions
+    // [begin[r], end[r]) (0 where they are equal). Deterministic: the same tokens give the same sums.
+    void (*row_loss_sums)(void *ctx, const int *inputs, const int *targets, int B, int T, const int *begin,
+                          const int *end, double *sums);
     // Forward only over one sequence tokens[0..T) (B = 1); writes the logits of position pos
     // (padded_vocab_size floats) to out. Used for text samples.
     void (*logits_at)(void *ctx, const int *tokens, int T, int pos, float *out);
@@ -73,14 +78,17 @@ typedef struct {
  * The processes of a job, outside the model. The CPU build is one process: world 1, every function NULL. The GPU
  * build fills it from llmc/bootstrap.h and llmc/comm.cuh. The trainer calls a function only where it is not NULL.
  */
+#define LAUNCHER_SUM_MAX 8 // values one sum_over_data_ranks or max_over_world call may carry
+
 typedef struct {
     int world, rank, local_rank;
     // Once every rank has checked its options and inputs: the communicators of the mesh. All ranks take part, so
     // it is also the barrier after which rank 0 may write to the output folder.
     void (*connect)(const Mesh *mesh);
-    // In place: every rank gets the sums of x[0..n) over its data group (DP x GTP: the ranks that read other tokens).
+    // In place: every rank gets the sums of x[0..n) (n <= LAUNCHER_SUM_MAX) over its data group (DP x GTP: the ranks
+    // that read other tokens).
     void (*sum_over_data_ranks)(double *x, int n);
-    // In place: every rank gets the maxima of x[0..n) over all ranks of the job.
+    // In place: every rank gets the maxima of x[0..n) (n <= LAUNCHER_SUM_MAX) over all ranks of the job.
     void (*max_over_world)(double *x, int n);
     // Waits for every rank; `what` names the wait in an error, long_wait allows slow work before it (a checkpoint
     // that rank 0 writes while the others wait).

@@ -54,6 +54,9 @@ typedef struct {
     float weight_decay, beta1, beta2, eps, grad_clip;
     // evaluation, sampling, output
     int val_every, val_batches, sample_every, sample_tokens;
+    char eval_data[OPT_STR_LEN]; // multiple-choice eval file (llmc/eval_data.h; "" = none)
+    int eval_every;
+    char eval_dump[OPT_STR_LEN]; // per-example losses of the latest evaluation ("" = none)
     char out_dir[OPT_STR_LEN];
     int checkpoint_every;
     int save;
@@ -158,6 +161,14 @@ static const OptionSpec OPTION_SPECS[] = {
     {"val-batches", OPT_INT, OPT_FIELD(val_batches), "20", 1, INT_MAX, NULL,
      "a validation pass is the first N x --batch-size windows of --val-data (or all it holds), split over the data "
      "ranks: the same tokens on any number of GPUs"},
+    {"eval-data", OPT_STR, OPT_FIELD(eval_data), "", 0, 0, NULL,
+     "multiple-choice eval file (./tokenize hellaswag; llm.c's format) scored completion style, acc and acc_norm; "
+     "empty = none"},
+    {"eval-every", OPT_INT, OPT_FIELD(eval_every), "0", 0, INT_MAX, NULL,
+     "with --eval-data: score it at step 0, every N steps and at the end; 0 = never"},
+    {"eval-dump", OPT_STR, OPT_FIELD(eval_dump), "", 0, 0, NULL,
+     "with --eval-data: write each example's completion loss sums here (JSON lines, replaced at every evaluation); "
+     "empty = none"},
     {"sample-every", OPT_INT, OPT_FIELD(sample_every), "30", 0, INT_MAX, NULL,
      "print a text sample every N steps; 0 = never"},
     {"sample-tokens", OPT_INT, OPT_FIELD(sample_tokens), "64", 1, 65536, NULL, "tokens per text sample"},
@@ -507,6 +518,17 @@ static inline void options_validate(const Options *o, int dp) {
         fail("--warmup-steps %d is more than --steps %d; lower --warmup-steps", o->warmup_steps, o->steps);
     }
     options_validate_fp8(o);
+    if (o->eval_every > 0 && o->eval_data[0] == '\0') {
+        fail("--eval-every %d needs --eval-data, the file to score; pass one or drop --eval-every", o->eval_every);
+    }
+    if (o->eval_data[0] != '\0' && o->eval_every == 0) {
+        fail("--eval-data '%s' needs --eval-every N > 0, how often to score it; pass one or drop --eval-data",
+             o->eval_data);
+    }
+    if (o->eval_dump[0] != '\0' && o->eval_data[0] == '\0') {
+        fail("--eval-dump '%s' writes the losses of --eval-data's examples, but there is no --eval-data; pass one or "
+             "drop --eval-dump", o->eval_dump);
+    }
     if (o->sample_every > 0 && o->sample_tokens >= o->seq_len) {
         fail("--sample-tokens %d must be less than --seq-len %d (a sample lives in one context window); lower "
              "--sample-tokens or pass --sample-every 0", o->sample_tokens, o->seq_len);

@@ -4,10 +4,11 @@
  * train_main() reads like the run it drives: parse and check every option, check the output folder, open the
  * data, read what the run starts from (the latest checkpoint with --resume 1, or --init-from's model file), build
  * the model, start it, then train: each step zeroes the gradients, runs the gradient-accumulation micro-steps,
- * updates with the scheduled learning rate, logs, and now and then validates, samples text, and writes a
- * checkpoint. Everything that can be wrong with the command line, the output folder, the data or the file the run
- * starts from is reported before anything in the output folder is made or touched, and nothing a previous run
- * wrote is overwritten: a folder that holds a run is only ever continued (--resume 1).
+ * updates with the scheduled learning rate, logs, and now and then validates, scores a multiple-choice set
+ * (llmc/eval.h), samples text, and writes a checkpoint. Everything that can be wrong with the command line, the
+ * output folder, the data or the file the run starts from is reported before anything in the output folder is made
+ * or touched, and nothing a previous run wrote is overwritten: a folder that holds a run is only ever continued
+ * (--resume 1).
  *
  * Several processes (a Launcher from the build: world, rank, collectives): every rank runs the same loop on its
  * stride of each global batch (data rank and size from the mesh, llmc/mesh.h) and checks everything before any
@@ -27,6 +28,7 @@
 #include "checkpoint.h"
 #include "config.h"
 #include "dataloader.h"
+#include "eval.h"
 #include "logger.h"
 #include "model_ops.h"
 #include "options.h"
@@ -71,6 +73,8 @@ typedef struct {
     long long tokens_per_step; // over all ranks
     DataLoader train, val;
     int has_val;
+    Eval eval; // --eval-data's plan
+    int has_eval;
     Tokenizer tok;
     int has_tok;
     int sample_start; // the id a sample follows (tokenizer_document_start)
@@ -291,6 +295,11 @@ static inline void trainer_open_data(Trainer *tr) {
         dataloader_open(&tr->val, o->val_data, o->batch_size, o->seq_len, data_rank, tr->data_ranks,
                         tr->config.vocab_size);
     }
+    tr->has_eval = o->eval_data[0] != '\0';
+    if (tr->has_eval) {
+        eval_open(&tr->eval, o->eval_data, o->eval_dump, tr->config.vocab_size, o->batch_size, o->seq_len,
+                  tr->mesh.tp, data_rank, tr->data_ranks);
+    }
     tr->has_tok = o->sample_every > 0;
     if (tr->has_tok) {
         JsonValue doc;
@@ -482,6 +491,13 @@ static inline float trainer_validate(Trainer *tr) {
     return (float)(sum / ((double)windows * T));
 }
 
+// Scores --eval-data (llmc/eval.h) on every rank and logs it (rank 0).
+static inline void trainer_evaluate(Trainer *tr, int step) {
+    double t0 = wall_seconds();
+    EvalCounts c = eval_run(&tr->eval, &tr->ops, &tr->launcher, tr->is_root, tr->inputs, tr->targets);
+    logger_eval(&tr->log, step, c.correct, c.correct_norm, c.examples, (wall_seconds() - t0) * 1e3);
+}
+
 // Draws from softmax(logits[0..V)) with the uniform number u, by inverting the cumulative distribution.
 static inline int sample_token(const float *logits, int V, double u) {
     float maxv = logits[0];
@@ -593,6 +609,7 @@ static inline void trainer_stop(Trainer *tr, int step, int sig) {
 // Trains from start_step; returns 0 when the run is complete, EXIT_PREEMPTED when a signal stopped it.
 static inline int trainer_loop(Trainer *tr, int start_step) {
     const Options *o = &tr->o;
+    if (tr->has_eval && start_step == 0) { trainer_evaluate(tr, 0); } // the model before training, the baseline
     for (int step = start_step; step < o->steps; step++) {
         StepStats s = trainer_step(tr, step);
         int done = s.step, last = done == o->steps;
@@ -604,6 +621,7 @@ static inline int trainer_loop(Trainer *tr, int start_step) {
             logger_val(&tr->log, done, o->steps, val);
             trainer_check_finite(tr, done, "validation loss", val, s.norm);
         }
+        if (tr->has_eval && (every(o->eval_every, done) || last)) { trainer_evaluate(tr, done); }
         int sig = trainer_stop_signal(tr);
         if (sig && !last) { // the sample of a stopped step is skipped: it changes no state and records nothing
             trainer_stop(tr, done, sig);
@@ -635,6 +653,7 @@ static inline void trainer_free(Trainer *tr) {
     if (tr->ops.destroy) { tr->ops.destroy(tr->ops.ctx); }
     dataloader_free(&tr->train);
     if (tr->has_val) { dataloader_free(&tr->val); }
+    if (tr->has_eval) { eval_free(&tr->eval); }
     if (tr->has_tok) { tokenizer_free(&tr->tok); }
     logger_close(&tr->log);
     free(tr->inputs);

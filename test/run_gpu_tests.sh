@@ -8,7 +8,8 @@
 # Llama with a 128256 vocabulary, fp32: losses, gradients, logits to fp32 rounding), the LayerNorm and RMSNorm
 # kernel test (plain, memcheck, racecheck), the RoPE and SwiGLU kernel tests (plain, memcheck), sequence parallelism's
 # ring collectives beside the GEMMs on a simulated group of 2-4 ranks (plain, memcheck), resume bit-exactness
-# in bf16 and fp8 (GPT-2 and Llama), and the GTP path on one rank against the plain path in fp32, bf16 and fp8
+# in bf16 and fp8 (GPT-2 and Llama), the multiple-choice evaluation against the CPU build's (dev/eval_parity.sh), and
+# the GTP path on one rank against the plain path in fp32, bf16 and fp8
 # (dev/gtp_check.sh, with compute-sanitizer memcheck and racecheck; GPT-2, and a grouped-query Llama in bf16 and fp8,
 # whose FP8 blocks gather FP8 codes), the update in backward against the update after
 # it in fp32, bf16 and fp8 (dev/update_check.sh), and preemption (dev/preempt_check.sh, alone and under mpirun); ends with a summary table
@@ -118,6 +119,10 @@ done
 # (test_ring_gemm.cu), plain and under memcheck (the ring's copies and adds stay inside their slots and rows)
 kernel_row "ring gemm" test/gpubin/test_ring_gemm
 kernel_row "ring gemm memcheck" compute-sanitizer --tool memcheck --error-exitcode 9 test/gpubin/test_ring_gemm
+
+# multiple-choice evaluation: the GPU build's completion loss sums and verdicts in fp32 and bf16 against the CPU
+# build's, on the same trained model file and eval file (dev/eval_parity.sh: tolerances there)
+kernel_row "eval parity" dev/eval_parity.sh "$LOG_DIR/eval_parity"
 
 # each row "NAME PRECISION [MODEL OPTIONS]": GPT-2 d12, and a Llama (untied LM head, grouped-query attention)
 LLAMA_RESUME="--model llama-tiny --depth 2 --width 256 --heads 4 --kv-heads 1 --ffn 512"

@@ -49,7 +49,8 @@
 #    Validation (fp32, the val_ rows): DP=2 and GTP=2 must report the one-GPU run's validation loss (a pass is the same
 #    tokens on every layout: llmc/dataloader.h, val_rows), with a --val-batches that leaves one rank a micro-batch of
 #    padding only. Every run starts from the one-GPU fp32 run's final model with --lr 0 (AdamW's step is lr x (...) = 0
-#    exactly), so all hold the same weights bit for bit; see VAL_LOSS_TOL_FP32.
+#    exactly), so all hold the same weights bit for bit; see VAL_LOSS_TOL_FP32. The same runs score a multiple-choice
+#    file (--eval-data), each layout's completion loss sums and verdicts against the one-GPU run's (EVAL_TOL_FP32).
 # 2. resume (bf16, under mpirun): TP=2, TP=2+SP, DP=2+ZeRO-1, GTP=2 and (4 GPUs) DP=2 x GTP=2+ZeRO-1 runs
 #    checkpointed at step 10 and resumed must end with the same step-20 model file, byte for byte, as the same run
 #    straight through; across layouts (fp32): a GTP=2 checkpoint resumed on one GPU and the other way round end
@@ -90,6 +91,13 @@ LOSS_TOL_FP8=2e-3; NORM_TOL_FP8=2e-2; WEIGHT_TOL_FP8=5e-2; STRAY_FP8=1.5e-1
 VAL_LOSS_TOL_FP32=1e-6
 VAL_BATCHES=3 # x --batch-size 4 = 12 windows: 2 ranks take 4 each, then rank 0 the last 4 while rank 1 pads
 VAL_LAYOUTS=("dp2|2|--zero 0" "gtp2|2|--gtp 2")
+# The val_ rows also score a multiple-choice file (llmc/eval.h) of EVAL_EXAMPLES examples of 4 completions, short
+# enough for --seq-len 64, so a forward holds one example: rank 0 scores one more than rank 1, which runs a padding
+# forward (under GTP it must: the forward gathers weights). dev/eval_compare.py holds each layout's --eval-dump to the
+# one-GPU run's: the same weights and forward shapes, so only the rows' places in the batch differ (1e-3 a token, as
+# dev/eval_parity.sh's fp32), and the same verdicts but for near ties.
+EVAL_EXAMPLES=101
+EVAL_TOL_FP32=1e-3
 FAULT_LIMIT_S=60
 STUCK_TIMEOUT_S=10   # TRAIN_GPT_NCCL_TIMEOUT of the fault runs: a peer waits this long for a stopped rank
 RUN_TIMEOUT_S=600
@@ -398,12 +406,16 @@ fi
 if part parity; then
     # validation on every layout, from the one-GPU fp32 run's final weights (see the header and VAL_LOSS_TOL_FP32)
     model="$LOG_DIR/single_fp32/$(printf 'model_%08d.bin' "$STEPS")"
-    VAL_RUN=(--init-from "$model" --lr 0 --val-every "$STEPS" --val-batches "$VAL_BATCHES")
+    eval_file="$LOG_DIR/eval.bin"
+    python3 dev/eval_synth.py "$(ls data/brown/brown_val_*.bin | head -1)" "$eval_file" "$EVAL_EXAMPLES" \
+        --context 20 --ending 8 > /dev/null
+    VAL_RUN=(--init-from "$model" --lr 0 --val-every "$STEPS" --val-batches "$VAL_BATCHES" --eval-data "$eval_file"
+             --eval-every "$STEPS")
     ref="$LOG_DIR/val_single_fp32"
     if [ ! -f "$model" ]; then
         skip "val: needs the one-GPU fp32 run's model $model"
     elif ! timeout "$RUN_TIMEOUT_S" ./train_gpt "${COMMON[@]}" --precision fp32 "${VAL_RUN[@]}" --out-dir "$ref" \
-        > "$ref.out" 2>&1; then
+        --eval-dump "$ref.eval.jsonl" > "$ref.out" 2>&1; then
         fail_check val_single_fp32 "the one-GPU validation run failed (see $ref.out)"
     else
         for entry in "${VAL_LAYOUTS[@]}"; do
@@ -412,7 +424,13 @@ if part parity; then
             if [ "$np" -gt "$NGPU" ]; then
                 skip "val_$name: needs $np GPUs, this machine has $NGPU"; continue
             fi
-            run_layout "val_${name}_fp32" "$np" fp32 "$ref" "$LAUNCH" "${VAL_RUN[@]}" "${opts[@]}"
+            run_layout "val_${name}_fp32" "$np" fp32 "$ref" "$LAUNCH" "${VAL_RUN[@]}" "${opts[@]}" \
+                --eval-dump "$LOG_DIR/val_${name}_fp32.eval.jsonl"
+            out=$(python3 dev/eval_compare.py "$ref.eval.jsonl" "$LOG_DIR/val_${name}_fp32.eval.jsonl" \
+                "$EVAL_TOL_FP32" "eval_${name}_fp32" 2>&1)
+            echo "$out"
+            passed=$((passed + $(grep -c '^PASS ' <<<"$out"))); failed=$((failed + $(grep -c '^FAIL ' <<<"$out")))
+            grep -q '^[A-Z]* ' <<<"$out" || fail_check "eval_${name}_fp32" "dev/eval_compare.py printed no verdict"
         done
     fi
 fi

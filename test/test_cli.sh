@@ -17,7 +17,9 @@
 #   (test/metrics_check.mjs, node's JSON parser), a picture that shows the last validation; a run interrupted after
 #   step 13 with its last checkpoint at 10 and resumed holds each step once, with the uninterrupted run's values,
 #   and the same picture.
-# Needs ./train_gpt_cpu (make) and the default shards (make data): without them this FAILS, it does not skip.
+# - --eval-data: bad ones refused before anything is made; a run scores the file at step 0, every N and the last step.
+# Needs ./train_gpt_cpu and ./tokenize (make) and the default shards (make data): without them this FAILS, it does
+# not skip.
 set -u
 cd "$(dirname "$0")/.."
 source test/cli_lib.sh
@@ -25,7 +27,7 @@ BIN=./train_gpt_cpu
 TINY=(--depth 2 --width 64 --heads 4 --seq-len 64 --batch-size 4 --total-batch-tokens 512 --precision fp32
       --warmup-steps 2 --val-batches 2 --sample-every 0 --train-data "$TRAIN_GLOB" --val-data "$VAL_GLOB")
 
-require_inputs cli_inputs "$BIN"
+require_inputs cli_inputs "$BIN" ./tokenize
 first_shard=$(ls $TRAIN_GLOB | head -1)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -73,6 +75,28 @@ mkdir -p "$tmp/vocab3"
 printf '{"a": 0, "b": 1, "c": 2}' > "$tmp/vocab3/encoder.json"
 expect_error cli_other_vocabulary "holds a vocabulary of 3 tokens, but the model's is 50257" "${TINY[@]}" \
     --sample-every 5 --sample-tokens 16 --tokenizer "$tmp/vocab3"
+# --eval-data: refused before anything is made without its partner option or where it is not an eval file; a run
+# scores it at step 0, every --eval-every steps and at the end, on the console and in log.txt and metrics.jsonl
+expect_error cli_eval_every_alone "--eval-every 2 needs --eval-data" "${TINY[@]}" --eval-every 2
+expect_error cli_eval_not_an_eval_file "not an eval file" "${TINY[@]}" --eval-data "$first_shard" --eval-every 2
+printf '%s\n' '{"ctx": "The dog ran", "endings": ["into the house", "up", "away from the cat", "home"], "label": 2}' \
+    '{"ctx": "She opened the door and", "endings": ["walked in", "sang", "closed it", "left"], "label": 0}' \
+    > "$tmp/eval.jsonl"
+if ./tokenize hellaswag "$tmp/eval.jsonl" "$tmp/eval.bin" >/dev/null &&
+    train cli_eval_run "$tmp/eval_run" --steps 3 --warmup-steps 1 --val-every 0 --eval-data "$tmp/eval.bin" \
+        --eval-every 2; then
+    lines=$(grep -c '^eval | step [023] | acc [0-9.]* | acc_norm [0-9.]* | 2 examples | [0-9]* ms$' \
+        "$tmp/eval_run.stdout")
+    records=$(grep -c '^{"step":[023],"eval_acc":[0-9.e-]*,"eval_acc_norm":[0-9.e-]*,"eval_examples":2,' \
+        "$tmp/eval_run/metrics.jsonl")
+    machine=$(grep -c '^s:[023] eval:' "$tmp/eval_run/log.txt")
+    if [ "$lines" -eq 3 ] && [ "$records" -eq 3 ] && [ "$machine" -eq 3 ]; then
+        pass cli_eval_logged_at_0_every_and_last
+    else
+        fail_check cli_eval_logged_at_0_every_and_last "$lines console lines, $records metrics records, $machine" \
+            "log.txt lines at steps 0, 2, 3; want 3 each"
+    fi
+fi
 
 # README's CPU quick start, as printed there (into a scratch folder)
 quick=$(awk '/^\.\/train_gpt_cpu /{p=1} p{print} p&&!/\\$/{exit}' README.md | tr -d '\\\n')

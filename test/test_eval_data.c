@@ -174,7 +174,7 @@ static void test_widths(void) {
     expect_child_fails(write_too_wide, NULL, "write_token_too_wide_for_u16", "does not fit version 1's 2-byte fields");
 }
 
-/* Hand computation: example 0 (label 2; completions of 1, 2, 3 tokens) with losses
+/* Hand computation: example 0 (label 2; completions of 1, 2, 3 tokens) with token losses
  *   c0: {3.0}             sum 3.0  mean 3.0
  *   c1: {1.0, 1.5}        sum 2.5  mean 1.25
  *   c2: {0.9, 0.9, 0.9}   sum 2.7  mean 0.9
@@ -183,18 +183,17 @@ static void test_widths(void) {
 static void test_score(void) {
     EvalExample ex[2];
     make_examples(ex);
-    float l0[] = {3.0f}, l1[] = {1.0f, 1.5f}, l2[] = {0.9f, 0.9f, 0.9f}, l2b[] = {0.5f, 0.5f, 0.5f}, l0t[] = {2.5f};
-    const float *losses[] = {l0, l1, l2};
+    double sums[] = {3.0, 2.5, 2.7};
     int acc = -1, acc_norm = -1;
-    eval_score(&ex[0], losses, &acc, &acc_norm);
+    eval_score(&ex[0], sums, &acc, &acc_norm);
     check(acc == 0 && acc_norm == 1, "score_sum_wrong_mean_right", "acc %d acc_norm %d, want 0 1", acc, acc_norm);
-    losses[2] = l2b;
-    eval_score(&ex[0], losses, &acc, &acc_norm);
+    sums[2] = 1.5;
+    eval_score(&ex[0], sums, &acc, &acc_norm);
     check(acc == 1 && acc_norm == 1, "score_both_right", "acc %d acc_norm %d, want 1 1", acc, acc_norm);
     ex[0].label = 0;
-    losses[0] = l0t;
-    losses[2] = l2;
-    eval_score(&ex[0], losses, &acc, &acc_norm); // sums 2.5 2.5 2.7: c0 first; means 2.5 1.25 0.9: c2
+    sums[0] = 2.5;
+    sums[2] = 2.7;
+    eval_score(&ex[0], sums, &acc, &acc_norm); // sums 2.5 2.5 2.7: c0 first; means 2.5 1.25 0.9: c2
     check(acc == 1 && acc_norm == 0, "score_tie_goes_to_first", "acc %d acc_norm %d, want 1 0", acc, acc_norm);
 }
 
