@@ -140,6 +140,11 @@ passed=0; failed=0; skipped=0; table=()
 # twins = resume, the update in backward and ZeRO-1 against plain DP, faults), so that runs under a time limit can
 # take them in turns
 MGPU_PARTS=${MGPU_PARTS:-parity llama twins faults}
+# MGPU_LAYOUTS: an extended regular expression over the layouts' names (LAYOUTS, LLAMA_LAYOUTS, the validation rows'
+# and the twins' tables, e.g. 'sp' for the sequence-parallel ones); only those it matches run in the parity, llama and
+# twins parts (default: all; the one-GPU references and the cross-layout resumes always), so that one device call can
+# take a part of them.
+MGPU_LAYOUTS=${MGPU_LAYOUTS:-.}
 part() { case " $MGPU_PARTS " in *" $1 "*) return 0 ;; esac; skip "$1: not in MGPU_PARTS ($MGPU_PARTS)"; return 1; }
 pass() { echo "PASS $1"; passed=$((passed + 1)); }
 fail_check() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
@@ -351,6 +356,7 @@ layout_sweep() {
         fi
         for entry in "${layouts[@]}"; do
             IFS='|' read -r name np opt_text precs <<<"$entry"
+            [[ "$name" =~ $MGPU_LAYOUTS ]] || continue
             local opts=()
             read -r -a opts <<<"$opt_text"
             if [ -n "$precs" ] && ! grep -qw "$prec" <<<"$precs"; then continue; fi
@@ -420,6 +426,7 @@ if part parity; then
     else
         for entry in "${VAL_LAYOUTS[@]}"; do
             IFS='|' read -r name np opt_text <<<"$entry"
+            [[ "$name" =~ $MGPU_LAYOUTS ]] || continue
             read -r -a opts <<<"$opt_text"
             if [ "$np" -gt "$NGPU" ]; then
                 skip "val_$name: needs $np GPUs, this machine has $NGPU"; continue
@@ -450,6 +457,7 @@ if part twins; then
         esac
         for entry in "${layouts[@]}"; do
             IFS='|' read -r name np opt_text <<<"$entry"
+            [[ "$name" =~ $MGPU_LAYOUTS ]] || continue
             read -r -a opts <<<"$opt_text"
             if [ "$np" -gt "$NGPU" ] || ! command -v mpirun > /dev/null; then
                 skip "${kind}_$name: needs $np GPUs and mpirun"; continue
