@@ -50,12 +50,20 @@ template <typename T> static std::vector<T> random_vec(size_t n, unsigned seed, 
 
 template <typename T> static T round_to(float x) { return to_type<T>(x); }
 
-// The simulated group: a TensorParallel, a compute stream and a ring per rank, the rings linked in a ring.
+// The simulated group: a TensorParallel, a compute stream, a ring and a cuBLASLt workspace per rank (the ranks' GEMMs
+// run at once, and a GEMM that splits its inner dimension keeps partial sums there), the rings linked in a ring.
 typedef struct {
     int P;
     TensorParallel tp[MAX_P];
     cudaStream_t compute[MAX_P];
+    void *workspace[MAX_P];
 } Group;
+
+static void *g_shared_workspace; // the one the reference GEMMs use
+
+// Rank i's work is queued next (its GEMMs take its workspace); group_done: the references' again.
+static void group_rank(Group *g, int i) { g_cuda.lt_workspace = g->workspace[i]; }
+static void group_done(void) { g_cuda.lt_workspace = g_shared_workspace; }
 
 static void group_make(Group *g, int P, size_t slot_bytes) {
     memset(g, 0, sizeof(*g));
@@ -67,6 +75,7 @@ static void group_make(Group *g, int P, size_t slot_bytes) {
         g->tp[i].ring_up = 1;
         tp_ring_events(&g->tp[i]);
         cudaCheck(cudaStreamCreateWithFlags(&g->compute[i], cudaStreamNonBlocking));
+        g->workspace[i] = cuda_alloc(CUBLASLT_WORKSPACE_BYTES, "a simulated rank's cuBLASLt workspace");
     }
     for (int i = 0; i < P; i++) {
         peer_ring_link(&g->tp[i].ring, g->tp[ring_next(i, P)].ring.base, g->tp[ring_prev(i, P)].ring.base);
@@ -131,9 +140,11 @@ template <typename T> static void test_forward(int P, const char *type) {
         out[i] = (T *)cuda_alloc((size_t)N_TOKENS * FEAT * sizeof(T), "out");
     }
     for (int i = 0; i < P; i++) {
+        group_rank(&g, i);
         Linear<T> lin = make_linear<T>(CH, FEAT, dw, db, LINEAR_COLUMN, &g.tp[i]);
         linear_forward(lin, out[i], inp[i], (T *)NULL, sp_chunk(P, i), g.compute[i]);
     }
+    group_done();
     group_sync();
     Linear<T> plain = make_linear<T>(CH, FEAT, dw, db, LINEAR_COLUMN, (TensorParallel *)NULL);
     T *blocks = (T *)cuda_alloc((size_t)N_TOKENS * FEAT * sizeof(T), "row blocks"), *whole = (T *)cuda_alloc(
@@ -178,10 +189,12 @@ template <typename T> static void test_forward(int P, const char *type) {
         prod[i] = to_host(p, (size_t)N_TOKENS * CH);
     }
     for (int i = 0; i < P; i++) {
+        group_rank(&g, i);
         Linear<T> lin = make_linear<T>(FEAT, CH, wr[i], dbias, LINEAR_ROW, &g.tp[i]);
         linear_forward(lin, outr[i], xr[i], (T *)NULL, sp_chunk(P, i), g.compute[i]);
         tp_chunk_wait(&g.tp[i], g.compute[i], 0);
     }
+    group_done();
     group_sync();
     int bad = 0;
     for (int i = 0; i < P; i++) {
@@ -204,6 +217,7 @@ template <typename T> static void test_backward(int P, const char *type) {
     for (int c = 0; c < P; c++) {
         linear_dgrad(plain, ref + c * n * FEAT, ddout + c * n * CH, (const T *)NULL, (int)n, 0);
     }
+    group_sync();
     std::vector<T *> dy(P), dx(P);
     for (int i = 0; i < P; i++) {
         std::vector<T> mine((size_t)N_TOKENS * CH, to_type<T>(5.0f));
@@ -212,10 +226,12 @@ template <typename T> static void test_backward(int P, const char *type) {
         dx[i] = (T *)cuda_alloc((size_t)N_TOKENS * FEAT * sizeof(T), "dinp");
     }
     for (int i = 0; i < P; i++) {
+        group_rank(&g, i);
         Linear<T> lin = make_linear<T>(FEAT, CH, dw, (const T *)NULL, LINEAR_ROW, &g.tp[i]);
         linear_backward_gather(lin, dy[i], N_TOKENS, g.compute[i]);
         linear_backward_input(lin, dx[i], dy[i], (const T *)NULL, (const T *)NULL, N_TOKENS, g.compute[i]);
     }
+    group_done();
     group_sync();
     std::vector<T> hr = to_host(ref, (size_t)N_TOKENS * FEAT);
     int bad = 0;
@@ -240,10 +256,12 @@ template <typename T> static void test_backward(int P, const char *type) {
         prod[i] = to_host(p, (size_t)N_TOKENS * CH);
     }
     for (int i = 0; i < P; i++) {
+        group_rank(&g, i);
         Linear<T> lin = make_linear<T>(CH, FEAT, wc[i], (const T *)NULL, LINEAR_COLUMN, &g.tp[i]);
         linear_backward_input(lin, dxc[i], dyc[i], (const T *)NULL, (const T *)NULL, N_TOKENS, g.compute[i]);
         linear_backward_join(lin, g.compute[i]);
     }
+    group_done();
     group_sync();
     bad = 0;
     for (int i = 0; i < P; i++) {
@@ -292,6 +310,7 @@ template <typename T> static void test_collectives(int P, const char *type) {
 int main(void) {
     setenv("CUDA_DEVICE_MAX_CONNECTIONS", STREAM_CONNECTIONS, 1); // before the context exists
     cuda_context_init();
+    g_shared_workspace = g_cuda.lt_workspace;
     for (int P = 2; P <= MAX_P; P++) {
         test_forward<float>(P, "fp32");
         test_forward<bf16>(P, "bf16");
