@@ -84,6 +84,18 @@ static void group_make(Group *g, int P, size_t slot_bytes) {
 
 static void group_sync(void) { cudaCheck(cudaDeviceSynchronize()); }
 
+// The group's streams and buffers given back: the next group's streams get hardware queues of their own again.
+static void group_free(Group *g) {
+    group_sync();
+    for (int i = 0; i < g->P; i++) {
+        cudaCheck(cudaStreamDestroy(g->compute[i]));
+        cudaCheck(cudaStreamDestroy(g->tp[i].stream));
+        cudaCheck(cudaStreamDestroy(g->tp[i].ring.stream));
+        cudaCheck(cudaFree(g->tp[i].ring.base));
+        cudaCheck(cudaFree(g->workspace[i]));
+    }
+}
+
 static ForwardChunk sp_chunk(int P, int rank) {
     Mesh m = mesh_make(P, rank, P, 1);
     return forward_chunk(&m, 1, 1, N_TOKENS, 1, 0);
@@ -203,6 +215,7 @@ template <typename T> static void test_forward(int P, const char *type) {
     }
     snprintf(name, sizeof(name), "%s P %d: GEMM + reduce-scatter, each rank's rows in the ring's sum order", type, P);
     check(bad == 0, name, "%d elements differ", bad);
+    group_free(&g);
 }
 
 template <typename T> static void test_backward(int P, const char *type) {
@@ -270,6 +283,7 @@ template <typename T> static void test_backward(int P, const char *type) {
     }
     snprintf(name, sizeof(name), "%s P %d: column-parallel input gradient beside its reduce-scatter", type, P);
     check(bad == 0, name, "%d elements differ", bad);
+    group_free(&g);
 }
 
 // The collectives alone, in the TP stream's order, with a part three slots long.
@@ -305,6 +319,7 @@ template <typename T> static void test_collectives(int P, const char *type) {
     snprintf(name, sizeof(name), "%s P %d: ring all-gather and reduce-scatter in pieces of %zu bytes", type, P,
              g.tp[0].ring.slot_bytes);
     check(bad_ag == 0 && bad_rs == 0, name, "%d gathered, %d summed elements differ", bad_ag, bad_rs);
+    group_free(&g);
 }
 
 int main(void) {
