@@ -155,7 +155,7 @@ JS
 }
 
 ratio() { # OURS THEIRS
-    [ -n "$2" ] && [ "$2" != - ] && printf '%.2f' "$(echo "$1 / $2" | bc -l)" || printf -- '-'
+    [ -n "$2" ] && [ "$2" != - ] && awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }' || printf -- '-'
 }
 row() { # TOKENIZER THREADS OURS REFERENCE THEIRS
     printf '%-9s %-7s %8s %10s  %-54s %9s %6s\n' "$1" "$2" "$size" "$3" "$4" "${5:--}" "$(ratio "$3" "${5:-}")"

@@ -104,37 +104,33 @@ hs=$tmp_dir/hs.jsonl
 printf '{"ind": 4, "ctx": "A man is sitting on a roof. he", "endings": ["is ripping level tiles off.", "starts pulling up roofing."], "label": 1}\n' >"$hs"
 printf '{"ctx": "Hi", "endings": ["there"], "label": 0}\n' >>"$hs"
 ./tokenize hellaswag "$hs" "$tmp_dir/hs.bin" >/dev/null
-ids() { ./tokenize encode "$1"; }
 count() { echo $#; }
-ctx=$(ids "A man is sitting on a roof. he"); e0=$(ids " is ripping level tiles off."); e1=$(ids " starts pulling up roofing.")
-n0=$((6 + $(count $ctx) + 1 + $(count $e0) + 1 + $(count $e1)))
-h0=$(ids "Hi"); f0=$(ids " there")
-n1=$((6 + $(count $h0) + 1 + $(count $f0)))
-want="65535 $((2 * n0)) 0 1 2 $(count $ctx) $ctx $(count $e0) $e0 $(count $e1) $e1 65535 $((2 * n1)) 1 0 1 $(count $h0) $h0 $(count $f0) $f0"
-got=$(od -A n -t u2 -v -j 1024 "$tmp_dir/hs.bin" | tr -s ' \n' ' ' | sed 's/^ //; s/ $//')
-header=$(od -A n -t d4 -N 16 "$tmp_dir/hs.bin" | tr -s ' ' ' ' | sed 's/^ //')
-longest=$((2 * (n0 > n1 ? n0 : n1)))
-if [ "$got" = "$want" ] && [ "$header" = "20240522 1 2 $longest" ]; then
-    pass tokenize_hellaswag_layout
-else
-    fail_check tokenize_hellaswag_layout "header '$header', fields '$got', want '20240522 1 2 $longest', '$want'"
-fi
+# hellaswag_layout NAME OUT VERSION BYTES [tokenizer options]: OUT (written from $hs) holds both examples' fields, each
+# BYTES wide (the example marker the width's largest value), their ids those of `tokenize encode` with the same options
+hellaswag_layout() {
+    local name=$1 out=$2 version=$3 bytes=$4 marker ctx e0 e1 h0 f0 n0 n1 want got header longest
+    shift 4
+    marker=$(((1 << (8 * bytes)) - 1))
+    ids() { ./tokenize encode "$@"; }
+    ctx=$(ids "$@" "A man is sitting on a roof. he"); e0=$(ids "$@" " is ripping level tiles off.")
+    e1=$(ids "$@" " starts pulling up roofing."); h0=$(ids "$@" "Hi"); f0=$(ids "$@" " there")
+    n0=$((6 + $(count $ctx) + 1 + $(count $e0) + 1 + $(count $e1)))
+    n1=$((6 + $(count $h0) + 1 + $(count $f0)))
+    want="$marker $((bytes * n0)) 0 1 2 $(count $ctx) $ctx $(count $e0) $e0 $(count $e1) $e1"
+    want="$want $marker $((bytes * n1)) 1 0 1 $(count $h0) $h0 $(count $f0) $f0"
+    got=$(od -A n -t "u$bytes" -v -j 1024 "$out" | tr -s ' \n' ' ' | sed 's/^ //; s/ $//')
+    header=$(od -A n -t d4 -N 16 "$out" | tr -s ' ' ' ' | sed 's/^ //')
+    longest=$((bytes * (n0 > n1 ? n0 : n1)))
+    if [ "$got" = "$want" ] && [ "$header" = "20240522 $version 2 $longest" ]; then
+        pass "$name"
+    else
+        fail_check "$name" "header '$header', fields '$got', want '20240522 $version 2 $longest', '$want'"
+    fi
+}
+hellaswag_layout tokenize_hellaswag_layout "$tmp_dir/hs.bin" 1 2
 # with Llama 3's tokenizer: version 2, every field uint32 (the example marker 2^32 - 1)
 ./tokenize hellaswag "$hs" "$tmp_dir/hs3.bin" --tokenizer $LLAMA3 >/dev/null
-ids() { ./tokenize encode --tokenizer $LLAMA3 "$1"; }
-ctx=$(ids "A man is sitting on a roof. he"); e0=$(ids " is ripping level tiles off."); e1=$(ids " starts pulling up roofing.")
-n0=$((6 + $(count $ctx) + 1 + $(count $e0) + 1 + $(count $e1)))
-h0=$(ids "Hi"); f0=$(ids " there")
-n1=$((6 + $(count $h0) + 1 + $(count $f0)))
-want="4294967295 $((4 * n0)) 0 1 2 $(count $ctx) $ctx $(count $e0) $e0 $(count $e1) $e1 4294967295 $((4 * n1)) 1 0 1 $(count $h0) $h0 $(count $f0) $f0"
-got=$(od -A n -t u4 -v -j 1024 "$tmp_dir/hs3.bin" | tr -s ' \n' ' ' | sed 's/^ //; s/ $//')
-header=$(od -A n -t d4 -N 16 "$tmp_dir/hs3.bin" | tr -s ' ' ' ' | sed 's/^ //')
-longest=$((4 * (n0 > n1 ? n0 : n1)))
-if [ "$got" = "$want" ] && [ "$header" = "20240522 2 2 $longest" ]; then
-    pass tokenize_hellaswag_llama3_v2
-else
-    fail_check tokenize_hellaswag_llama3_v2 "header '$header', fields '$got', want '20240522 2 2 $longest', '$want'"
-fi
+hellaswag_layout tokenize_hellaswag_llama3_v2 "$tmp_dir/hs3.bin" 2 4 --tokenizer $LLAMA3
 printf '{"ctx": "Hi", "endings": ["there"], "label": 0}\n{"ctx": "Hi", "endings": ["there"], "label": 1}\n' >"$hs"
 if fails_with_one_line "'$hs' line 2: a HellaSwag example needs" "[tokenize] error:" ./tokenize hellaswag "$hs" "$tmp_dir/x.bin"; then
     pass tokenize_hellaswag_bad_label

