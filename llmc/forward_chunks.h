@@ -12,7 +12,9 @@
  * stands between a LayerNorm and a GEMM, and every way of cutting them we measured was slower (dev/log/2026-11-23.md,
  * "SP forward"; GPT-2 1558M, TP=2 on 2 x H200): 115 ms a step as one chunk; 119.6 ms in chunks of a piece of every
  * owner's tokens, though those waited 15 ms a step for communication instead of 30; 120.7 ms in chunks of one
- * owner's tokens; 118.6 ms with each GEMM cut by owner around its collective.
+ * owner's tokens; 118.6 ms with each GEMM cut by owner around its collective. Those cuts ran NCCL's collectives, on
+ * SMs the GEMMs then lacked; SP over the peer ring (llmc/tensor_parallel.cuh, --sp-overlap) cuts each such GEMM by
+ * owner around copy-engine transfers instead, inside this one chunk.
  */
 #ifndef LLMC_FORWARD_CHUNKS_H
 #define LLMC_FORWARD_CHUNKS_H
