@@ -34,9 +34,6 @@ CUDA_ARCH ?= -gencode=arch=compute_90a,code=sm_90a
 NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -fopenmp -Xcompiler -Wall \
              -Xcompiler -Wno-unused-function -I.
 NVLDLIBS = -lcublasLt -lcublas -lnccl -lgomp
-# The trainer and the GPU tests also call the driver API (llmc/peer_ring.cuh's flag writes and waits): libcuda, part
-# of every CUDA machine's driver (nvcc links its stub here).
-NVLDLIBS_DRIVER = $(NVLDLIBS) -lcuda
 
 # MPI: autodetect Open MPI's mpicc. Where found (and not USE_MPI=0) the trainer is built with USE_MPI and starts
 # under mpirun; without it, it bootstraps from the launcher's environment (torchrun, srun) over TCP.
@@ -74,7 +71,7 @@ train_gpt_cpu: train_gpt_cpu.c $(HEADERS) $(CPU_BUILD_STAMP)
 	$(CC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS_CPU)
 
 train_gpt: train_gpt.cu $(HEADERS) $(CUDA_HEADERS) $(CUDA_BUILD_STAMP)
-	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVLDLIBS_DRIVER)
+	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVLDLIBS)
 
 tokenize: data/tokenize.c data/bpe.h llmc/tokenizer.h $(HEADERS) $(CPU_BUILD_STAMP)
 	$(CC) $(ALL_CFLAGS) -pthread $< -o $@ $(PCRE2_LIBS) $(LDLIBS_CPU)
@@ -111,7 +108,7 @@ GPU_TEST_BINS = $(patsubst test/%.cu,test/gpubin/%,$(GPU_TEST_SRCS))
 test/gpubin/%: test/%.cu $(HEADERS) $(CUDA_HEADERS) test/test_util.h test/cuda_timing.cuh test/gpu_test_util.cuh \
                train_gpt.cu $(CUDA_BUILD_STAMP)
 	@mkdir -p test/gpubin
-	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVLDLIBS_DRIVER)
+	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVLDLIBS)
 
 # The kernel benchmarks of dev/ (run by hand or by dev/ scripts on the device): built here too, so that a change to a
 # kernel's interface that breaks one fails CI rather than the next run on a GPU.

@@ -18,7 +18,9 @@
  *   peer_ring_recv:    wait until my ready[slot] >= value; the slot's bytes are then valid on the ring's stream
  *   peer_ring_release: write the predecessor's free[slot]: the slot may be written again; the next transfer
  * Flags are written with cuStreamWriteValue32 (which fences the copy before it, as __threadfence_system) and waited
- * for with cuStreamWaitValue32 (GEQ, modulo 2^32; flushing remote writes where the GPU can): the driver API (-lcuda).
+ * for with cuStreamWaitValue32 (GEQ, modulo 2^32; flushing remote writes where the GPU can): driver functions, taken
+ * from the driver the runtime loaded (cudaGetDriverEntryPointByVersion) rather than linked, so that a binary that
+ * never opens a ring still starts where no driver is installed (--help, the CPU machine's checks).
  * A flag that never comes (a dead or hung peer) stalls the ring's stream: the caller records an event behind each
  * collective and tracks it (comm_track), so the host's bounded waits name it (llmc/comm.cuh's watchdog and timeouts
  * end the job). The IPC mappings are closed at exit (peer_ring_close_all, registered with atexit: fail() and a normal
@@ -29,6 +31,7 @@
 #define LLMC_PEER_RING_CUH
 
 #include <cuda.h>
+#include <cudaTypedefs.h>
 #include <unistd.h>
 
 #include "comm.cuh"
@@ -42,11 +45,41 @@
 
 enum { RING_READY = 0, RING_FREE = RING_SLOTS };
 
+// The driver functions the ring calls (ring_driver_load), at the ABI versions these signatures are.
+#define RING_DRIVER_WAIT_WRITE_VERSION 11070
+#define RING_DRIVER_ERROR_VERSION 6000
+static struct {
+    PFN_cuStreamWaitValue32_v11070 wait_value;
+    PFN_cuStreamWriteValue32_v11070 write_value;
+    PFN_cuGetErrorString_v6000 error_string;
+} g_ring_driver;
+
+static void *ring_driver_symbol(const char *name, unsigned version) {
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult found;
+    cudaCheck(cudaGetDriverEntryPointByVersion(name, &fn, version, cudaEnableDefault, &found));
+    if (found != cudaDriverEntryPointSuccess || !fn) {
+        fail("the CUDA driver has no %s (version %u) for the SP ring; update the driver or pass --sp-overlap 0", name,
+             version);
+    }
+    return fn;
+}
+
+static void ring_driver_load(void) {
+    if (g_ring_driver.wait_value) { return; }
+    g_ring_driver.wait_value =
+        (PFN_cuStreamWaitValue32_v11070)ring_driver_symbol("cuStreamWaitValue32", RING_DRIVER_WAIT_WRITE_VERSION);
+    g_ring_driver.write_value =
+        (PFN_cuStreamWriteValue32_v11070)ring_driver_symbol("cuStreamWriteValue32", RING_DRIVER_WAIT_WRITE_VERSION);
+    g_ring_driver.error_string =
+        (PFN_cuGetErrorString_v6000)ring_driver_symbol("cuGetErrorString", RING_DRIVER_ERROR_VERSION);
+}
+
 #define cuCheck(call) cu_check_((call), #call, __FILE__, __LINE__)
 static inline void cu_check_(CUresult r, const char *what, const char *file, int line) {
     if (r != CUDA_SUCCESS) {
         const char *s = NULL;
-        cuGetErrorString(r, &s);
+        g_ring_driver.error_string(r, &s);
         fail("CUDA driver error '%s' at %s:%d (%s)", s ? s : "unknown", file, line, what);
     }
 }
@@ -85,6 +118,7 @@ static void peer_ring_close_all(void) {
 // This rank's buffer (flags zeroed, synchronously: peers may write them once the caller's exchange is done) and the
 // ring's stream, at the greatest priority (a copy is queued behind nothing of the GEMMs').
 static void peer_ring_alloc(PeerRing *r, int size, int rank, size_t slot_bytes) {
+    ring_driver_load();
     memset(r, 0, sizeof(*r));
     r->size = size;
     r->rank = rank;
@@ -100,9 +134,7 @@ static void peer_ring_alloc(PeerRing *r, int size, int rank, size_t slot_bytes) 
     // The flag arrives after the data it announces (the sender's write fences its copy), but a GPU may reorder remote
     // writes as they land: where it can, the wait flushes them, so the slot's bytes are visible to the work after it.
     int flush = 0;
-    CUdevice dev;
-    cuCheck(cuDeviceGet(&dev, g_cuda_device));
-    cuCheck(cuDeviceGetAttribute(&flush, CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES, dev));
+    cudaCheck(cudaDeviceGetAttribute(&flush, cudaDevAttrCanFlushRemoteWrites, g_cuda_device));
     r->wait_flags = CU_STREAM_WAIT_VALUE_GEQ | (flush ? CU_STREAM_WAIT_VALUE_FLUSH : 0);
 }
 
@@ -123,18 +155,18 @@ static void peer_ring_link(PeerRing *r, char *next_base, char *prev_base) {
 static void peer_ring_send(PeerRing *r, const void *src, size_t bytes) {
     if (bytes > r->slot_bytes) { fail("peer_ring_send: %zu bytes exceed the slot's %zu", bytes, r->slot_bytes); }
     RingTransfer x = ring_transfer(r->transfers);
-    cuCheck(cuStreamWaitValue32((CUstream)r->stream, ring_dptr(ring_flag(r->base, RING_FREE + x.slot)), x.send_after,
+    cuCheck(g_ring_driver.wait_value((CUstream)r->stream, ring_dptr(ring_flag(r->base, RING_FREE + x.slot)), x.send_after,
                                 CU_STREAM_WAIT_VALUE_GEQ));
     cudaCheck(cudaMemcpyAsync(ring_slot_of(r->next_base, r->slot_bytes, x.slot), src, bytes, cudaMemcpyDeviceToDevice,
                               r->stream));
-    cuCheck(cuStreamWriteValue32((CUstream)r->stream, ring_dptr(ring_flag(r->next_base, RING_READY + x.slot)),
+    cuCheck(g_ring_driver.write_value((CUstream)r->stream, ring_dptr(ring_flag(r->next_base, RING_READY + x.slot)),
                                  x.value, CU_STREAM_WRITE_VALUE_DEFAULT));
 }
 
 // The predecessor's transfer of the same number: its bytes, valid on the ring's stream from here.
 static const void *peer_ring_recv(PeerRing *r) {
     RingTransfer x = ring_transfer(r->transfers);
-    cuCheck(cuStreamWaitValue32((CUstream)r->stream, ring_dptr(ring_flag(r->base, RING_READY + x.slot)), x.value,
+    cuCheck(g_ring_driver.wait_value((CUstream)r->stream, ring_dptr(ring_flag(r->base, RING_READY + x.slot)), x.value,
                                 r->wait_flags));
     return ring_slot_of(r->base, r->slot_bytes, x.slot);
 }
@@ -142,7 +174,7 @@ static const void *peer_ring_recv(PeerRing *r) {
 // The received slot consumed (by the ring stream's work so far): the predecessor may write it again.
 static void peer_ring_release(PeerRing *r) {
     RingTransfer x = ring_transfer(r->transfers);
-    cuCheck(cuStreamWriteValue32((CUstream)r->stream, ring_dptr(ring_flag(r->prev_base, RING_FREE + x.slot)), x.value,
+    cuCheck(g_ring_driver.write_value((CUstream)r->stream, ring_dptr(ring_flag(r->prev_base, RING_FREE + x.slot)), x.value,
                                  CU_STREAM_WRITE_VALUE_DEFAULT));
     r->transfers++;
 }
