@@ -155,27 +155,27 @@ static void peer_ring_link(PeerRing *r, char *next_base, char *prev_base) {
 static void peer_ring_send(PeerRing *r, const void *src, size_t bytes) {
     if (bytes > r->slot_bytes) { fail("peer_ring_send: %zu bytes exceed the slot's %zu", bytes, r->slot_bytes); }
     RingTransfer x = ring_transfer(r->transfers);
-    cuCheck(g_ring_driver.wait_value((CUstream)r->stream, ring_dptr(ring_flag(r->base, RING_FREE + x.slot)), x.send_after,
-                                CU_STREAM_WAIT_VALUE_GEQ));
+    cuCheck(g_ring_driver.wait_value((CUstream)r->stream, ring_dptr(ring_flag(r->base, RING_FREE + x.slot)),
+                                     x.send_after, CU_STREAM_WAIT_VALUE_GEQ));
     cudaCheck(cudaMemcpyAsync(ring_slot_of(r->next_base, r->slot_bytes, x.slot), src, bytes, cudaMemcpyDeviceToDevice,
                               r->stream));
     cuCheck(g_ring_driver.write_value((CUstream)r->stream, ring_dptr(ring_flag(r->next_base, RING_READY + x.slot)),
-                                 x.value, CU_STREAM_WRITE_VALUE_DEFAULT));
+                                      x.value, CU_STREAM_WRITE_VALUE_DEFAULT));
 }
 
 // The predecessor's transfer of the same number: its bytes, valid on the ring's stream from here.
 static const void *peer_ring_recv(PeerRing *r) {
     RingTransfer x = ring_transfer(r->transfers);
-    cuCheck(g_ring_driver.wait_value((CUstream)r->stream, ring_dptr(ring_flag(r->base, RING_READY + x.slot)), x.value,
-                                r->wait_flags));
+    cuCheck(g_ring_driver.wait_value((CUstream)r->stream, ring_dptr(ring_flag(r->base, RING_READY + x.slot)),
+                                     x.value, r->wait_flags));
     return ring_slot_of(r->base, r->slot_bytes, x.slot);
 }
 
 // The received slot consumed (by the ring stream's work so far): the predecessor may write it again.
 static void peer_ring_release(PeerRing *r) {
     RingTransfer x = ring_transfer(r->transfers);
-    cuCheck(g_ring_driver.write_value((CUstream)r->stream, ring_dptr(ring_flag(r->prev_base, RING_FREE + x.slot)), x.value,
-                                 CU_STREAM_WRITE_VALUE_DEFAULT));
+    cuCheck(g_ring_driver.write_value((CUstream)r->stream, ring_dptr(ring_flag(r->prev_base, RING_FREE + x.slot)),
+                                      x.value, CU_STREAM_WRITE_VALUE_DEFAULT));
     r->transfers++;
 }
 
