@@ -218,7 +218,7 @@ template <typename floatX> struct GPT {
     int *d_buckets;
     TokenBuckets buckets;
     HostStaging host;
-    AdamWLate rest_late;           // the rest group's AdamW in two launches (rest_splits); chunks 0 where it cannot
+    AdamWLate rest_late;           // the rest group's AdamW in two launches (rest_can_split); chunks 0 where not
     int rest_split;                // this backward's update does so
     // the norm's groups (see grads_final): groups 0 .. L-1 are the layers' gradients, group L the rest
     NormGroup *norm_groups;        // L + 1: the part of each group this rank owns (all of it without ZeRO-1)
