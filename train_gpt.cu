@@ -218,7 +218,7 @@ template <typename floatX> struct GPT {
     int *d_buckets;
     TokenBuckets buckets;
     HostStaging host;
-    AdamWLate rest_late;           // the rest group's AdamW in two launches (rest_splits); chunks 0 where it cannot
+    AdamWLate rest_late;           // the rest group's AdamW in two launches (rest_can_split); chunks 0 where not
     int rest_split;                // this backward's update does so
     // the norm's groups (see grads_final): groups 0 .. L-1 are the layers' gradients, group L the rest
     NormGroup *norm_groups;        // L + 1: the part of each group this rank owns (all of it without ZeRO-1)
@@ -504,19 +504,13 @@ template <typename floatX> static bool rest_can_split(const GPT<floatX> *g) {
     return g->sched.update_in_backward && g->mesh.data_size == 1 && !g->gtp.active && !g->tp.sp;
 }
 
-// The chunks of each of the rest group's spans, as its AdamWGroup numbers them (chunk_end_append's).
-template <typename floatX> static int rest_span_chunks(const GPT<floatX> *g, int i) {
-    return (int)((dp_owned_group(&g->dp, g->config.num_layers).span[i].count + ADAMW_CHUNK - 1) / ADAMW_CHUNK);
-}
-
 template <typename floatX> static void rest_late_alloc(GPT<floatX> *g) {
     AdamWLate *l = &g->rest_late;
     ParamGroup own = dp_owned_group(&g->dp, g->config.num_layers);
-    for (int i = 0; i < own.count; i++) { l->chunks += rest_span_chunks(g, i); }
-    l->capacity = l->chunks;
+    for (int i = 0; i < own.count; i++) { l->chunks += adamw_span_chunks(own.span[i].count); }
     l->flag = dev_alloc<uint8_t>(l->chunks, "the rest group's late AdamW chunks");
-    l->list = dev_alloc<int>(l->capacity, "the rest group's late AdamW chunks");
-    cudaCheck(cudaMallocHost(&l->staging, l->capacity * sizeof(int)));
+    l->list = dev_alloc<int>(l->chunks, "the rest group's late AdamW chunks");
+    cudaCheck(cudaMallocHost(&l->staging, l->chunks * sizeof(int)));
 }
 
 // The late launch's chunks for the micro-batch whose buckets the host just built (this rank's wte rows of its
@@ -527,7 +521,7 @@ template <typename floatX> static void rest_late_upload(GPT<floatX> *g) {
     ParamGroup own = dp_owned_group(&g->dp, g->config.num_layers);
     l->count = 0;
     for (int i = 0, first = 0; i < own.count; i++) {
-        int end = first + rest_span_chunks(g, i);
+        int end = first + adamw_span_chunks(own.span[i].count);
         if (own.tensor[i] == P_WTE) {
             adamw_late_rows(l, first, g->buckets.unique, g->buckets.num_unique, (size_t)g->config.channels);
         } else if (own.tensor[i] == P_WPE) {
@@ -1078,7 +1072,7 @@ template <typename floatX> static void update_after_backward(GPT<floatX> *g) {
     StepSchedule *sc = &g->sched;
     int n = sc->update_after_layers < g->config.num_layers ? sc->update_after_layers : g->config.num_layers;
     if (n == 0) { return; }
-    update_wait_ready(sc, backward_done_point(sc));
+    update_wait_ready(sc, compute_point(sc->backward_done));
     for (int l = 0; l < n; l++) {
         update_group_adamw(g, l, &sc->update_args, (const float *)NULL, true, false, ADAMW_WHOLE);
     }
@@ -1294,7 +1288,7 @@ template <typename floatX> static void gpt_backward(GPT<floatX> *g, int B, int T
     norm_backward_of(g, a.dres + t0, dw[P_LNFW], dw[P_LNFB], grads_of(g, L - 1)[P_FCPROJB], a.proj + t0,
                      layer_acts(g, L - 1).res_out, w[P_LNFW], a.lnf_stats, a.lnf_stats + ns, ns, acc, s);
     if (g->rest_split) { // the rest group but the embedding rows of this micro-batch's tokens is final
-        update_wait_ready(&g->sched, head_grads_final_point(&g->sched));
+        update_wait_ready(&g->sched, compute_point(g->sched.head_grads_final));
         update_group_adamw(g, L, &g->sched.update_args, (const float *)NULL, true, true,
                            adamw_early_part(&g->rest_late));
     }

@@ -26,20 +26,11 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from eval_compare import compare, read_dump  # noqa: E402
+from hf_check import run  # noqa: E402 (a command's output to a log, FAIL on a non-zero exit)
 
 TOLERANCE = {"fp32": 1e-3, "bf16": 0.1}  # a token, as dev/eval_parity.sh
 EVAL_MAGIC, HEADER_INTS = 20240522, 256
 HELLASWAG_EXAMPLES = 10042
-
-
-def run(cmd, log):
-    print("$ " + " ".join(cmd), flush=True)
-    with open(log, "w") as f:
-        p = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT)
-    text = open(log).read()
-    if p.returncode != 0:
-        sys.exit(f"FAIL: {cmd[0]} exited with {p.returncode}:\n{text[-2000:]}")
-    return text
 
 
 def read_eval_file(path):

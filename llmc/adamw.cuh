@@ -237,6 +237,9 @@ static void adamw_group_add(AdamWGroup *g, size_t begin, size_t moments, size_t 
 
 static inline int adamw_group_chunks(const AdamWGroup *g) { return g->count ? g->chunk_end[g->count - 1] : 0; }
 
+// The chunks of a span of n parameters (adamw_group_add's).
+static inline int adamw_span_chunks(size_t n) { return (int)((n + ADAMW_CHUNK - 1) / ADAMW_CHUNK); }
+
 // The last span added writes the E4M3 codes of tensor t (fp8_tensor) to codes (its first element's byte; 4-aligned).
 static void adamw_group_fp8(AdamWGroup *g, uint8_t *codes, int t) {
     g->fp8[g->count - 1] = codes;
@@ -259,7 +262,7 @@ typedef struct {
     uint8_t *flag;   // (device) per chunk of the group: 1 = the late launch's
     int *list;       // (device) the late launch's chunks, ascending: `count` of them
     int *staging;    // (pinned host) the list as the host builds it (adamw_late_rows, adamw_late_span)
-    int count, capacity, chunks; // chunks: the group's
+    int count, chunks; // chunks: the group's (what the list can hold)
 } AdamWLate;
 
 typedef struct {
@@ -275,7 +278,7 @@ static AdamWPart adamw_late_part(const AdamWLate *l) { return AdamWPart{NULL, l-
 
 static void adamw_late_push(AdamWLate *l, int chunk) {
     if (l->count > 0 && l->staging[l->count - 1] >= chunk) { return; } // a chunk two rows meet, listed once
-    if (l->count == l->capacity) { fail("internal error: more than %d late AdamW chunks", l->capacity); }
+    if (l->count == l->chunks) { fail("internal error: more than the group's %d chunks are late", l->chunks); }
     l->staging[l->count++] = chunk;
 }
 

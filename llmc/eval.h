@@ -148,11 +148,8 @@ static inline void eval_pack_row(Eval *e, const EvalExample *ex, int c, int row,
     int L = e->row_len, n = ex->context_len + ex->completion_len[c];
     int *in = inputs + (size_t)row * L, *tg = targets + (size_t)row * L;
     for (int t = 0; t < L; t++) {
-        int i = t + 1; // the target's place in the row's tokens
-        in[t] = t < n - 1 ? (t < ex->context_len ? ex->context[t] : ex->completion[c][t - ex->context_len])
-                          : EVAL_PAD_TOKEN;
-        tg[t] = i < n ? (i < ex->context_len ? ex->context[i] : ex->completion[c][i - ex->context_len])
-                      : EVAL_PAD_TOKEN;
+        in[t] = t < n - 1 ? eval_example_token(ex, c, t) : EVAL_PAD_TOKEN;
+        tg[t] = t < n - 1 ? eval_example_token(ex, c, t + 1) : EVAL_PAD_TOKEN;
     }
     e->begin[row] = ex->context_len - 1;
     e->end[row] = n - 1;

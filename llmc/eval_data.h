@@ -37,6 +37,11 @@ typedef struct {
     int *completion[EVAL_MAX_COMPLETIONS];
 } EvalExample;
 
+// Token i of the example's context followed by its completion c.
+static inline int eval_example_token(const EvalExample *ex, int c, int i) {
+    return i < ex->context_len ? ex->context[i] : ex->completion[c][i - ex->context_len];
+}
+
 // The version (field width) an eval file of a vocabulary of this size is written in.
 static inline int eval_version_for_vocab(int vocab_size) {
     return vocab_size > SHARD_U16_MAX_VOCAB ? EVAL_VERSION_U32 : EVAL_VERSION_U16;

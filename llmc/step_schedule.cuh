@@ -107,10 +107,8 @@ static void step_schedule_init(StepSchedule *s, int num_layers, int update_in_ba
     cudaCheck(cudaEventCreateWithFlags(&s->scalars_ready, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&s->grads_final_event, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&s->side_done, cudaEventDisableTiming));
-    cudaCheck(cudaEventCreateWithFlags(&s->head_grads_final, cudaEventDisableTiming));
-    cudaCheck(cudaEventCreateWithFlags(&s->backward_done, cudaEventDisableTiming));
     for (cudaEvent_t *e : {&s->dfch_ready, &s->fc_bias_done, &s->sums_final, &s->forward_done, &s->gelu_recomputed,
-                           &s->fp8_transposed, &s->fp8_history_done}) {
+                           &s->fp8_transposed, &s->fp8_history_done, &s->head_grads_final, &s->backward_done}) {
         cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
     }
     cudaCheck(cudaEventCreateWithFlags(&s->norm_done, cudaEventDisableTiming));
@@ -285,17 +283,12 @@ static cudaEvent_t grads_final_point(StepSchedule *s, Gtp *gtp) {
     return s->sums_final;
 }
 
-// The rest group's gradients are final where the compute stream is after the head's and the final norm's backward,
-// but for the embedding rows of the micro-batch's tokens (train_gpt.cu's rest_can_split): the early AdamW's point.
-static cudaEvent_t head_grads_final_point(StepSchedule *s) {
-    cudaCheck(cudaEventRecord(s->head_grads_final, g_cuda.stream));
-    return s->head_grads_final;
-}
-
-// Every gradient is final where the compute stream is after grads_final_join: the deferred layers' AdamW's point.
-static cudaEvent_t backward_done_point(StepSchedule *s) {
-    cudaCheck(cudaEventRecord(s->backward_done, g_cuda.stream));
-    return s->backward_done;
+// Event e recorded where the compute stream is, for the update stream to wait for: head_grads_final after the head's
+// and the final norm's backward (the rest group's gradients but the embedding rows of the micro-batch's tokens are
+// final: train_gpt.cu's rest_can_split), backward_done after grads_final_join (every gradient: the deferred layers').
+static cudaEvent_t compute_point(cudaEvent_t e) {
+    cudaCheck(cudaEventRecord(e, g_cuda.stream));
+    return e;
 }
 
 // The side stream (the group's norm partials) follows the group's ready point.

@@ -32,3 +32,16 @@ fails_with_one_line() {
     [ "$RC" -ne 0 ] && [ "$RC" -ne 124 ] && [ "$(printf '%s\n' "$ERR" | grep -c .)" -eq 1 ] &&
         [[ "$ERR" == "$prefix"* ]] && grep -qF -- "$want" <<<"$ERR"
 }
+
+# expect_error NAME TEXT ARGS...: the trainer $BIN run with ARGS exits non-zero with exactly one error line on stderr
+# containing TEXT, and creates no output folder ($tmp/never).
+expect_error() {
+    local name=$1 want=$2
+    shift 2
+    if fails_with_one_line "$want" "[train_gpt rank 0] error: " "$BIN" --out-dir "$tmp/never" "$@" &&
+        [ ! -e "$tmp/never" ]; then
+        pass "$name"
+    else
+        fail_check "$name" "status $RC, want one line with '$want' and no $tmp/never; stderr: $ERR"
+    fi
+}

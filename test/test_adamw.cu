@@ -169,12 +169,11 @@ int main(void) {
     bf16 *dcopy2 = to_device(std::vector<bf16>(total + GUARD, to_type<bf16>(GUARD_VALUE)));
     AdamWLate late;
     late.chunks = adamw_group_chunks(&grp);
-    late.capacity = late.chunks;
     late.count = 0;
-    std::vector<int> staging(late.capacity);
+    std::vector<int> staging(late.chunks);
     late.staging = staging.data();
     cudaCheck(cudaMalloc(&late.flag, late.chunks));
-    cudaCheck(cudaMalloc(&late.list, late.capacity * sizeof(int)));
+    cudaCheck(cudaMalloc(&late.list, late.chunks * sizeof(int)));
     adamw_late_rows(&late, grp.chunk_end[LATE_ROWS_SPAN - 1], late_rows.data(), (int)late_rows.size(), LATE_WIDTH);
     adamw_late_span(&late, grp.chunk_end[UNCOUNTED - 1], grp.chunk_end[UNCOUNTED]);
     adamw_late_upload(&late, g_cuda.stream);

@@ -32,18 +32,6 @@ first_shard=$(ls $TRAIN_GLOB | head -1)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# expect_error NAME TEXT ARGS...: the run exits non-zero with exactly one error line on stderr containing TEXT,
-# and creates no output folder.
-expect_error() {
-    local name=$1 want=$2
-    shift 2
-    if fails_with_one_line "$want" "[train_gpt rank 0] error: " "$BIN" --out-dir "$tmp/never" "$@" &&
-        [ ! -e "$tmp/never" ]; then
-        pass "$name"
-    else
-        fail_check "$name" "status $RC, want one line with '$want' and no $tmp/never; stderr: $ERR"
-    fi
-}
 
 # train NAME OUT_DIR ARGS...: a run that must succeed; its console output goes to OUT_DIR.stdout.
 train() {

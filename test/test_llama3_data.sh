@@ -51,17 +51,6 @@ else
     fail_check llama3_data_trains "status $?: $(tail -3 "$run.stdout")"
 fi
 
-# expect_error NAME TEXT ARGS...: one error line containing TEXT, and no output folder
-expect_error() {
-    local name=$1 want=$2
-    shift 2
-    if fails_with_one_line "$want" "[train_gpt rank 0] error: " "$BIN" --out-dir "$tmp/never" "$@" &&
-        [ ! -e "$tmp/never" ]; then
-        pass "$name"
-    else
-        fail_check "$name" "status $RC, stderr '$ERR'"
-    fi
-}
 GPT2_TINY=(--depth 1 --width 64 --heads 4 --seq-len 32 --batch-size 4 --total-batch-tokens 128 --precision fp32
            --warmup-steps 1 --val-every 0 --steps 1)
 expect_error llama3_data_refused_by_gpt2_vocab "is 128000, outside the model's vocabulary of 50257" \
