@@ -804,9 +804,10 @@ template <typename floatX> static void gpt_load_tokens(GPT<floatX> *g, const int
                               cudaMemcpyHostToDevice, g_cuda.stream));
 }
 
-// The forward's chunks: at most one where every FP8 cast needs its whole tensor's amax first (current scaling).
+// The forward's chunks: at most one where every FP8 cast needs its whole tensor's amax first (current scaling, and
+// delayed scaling's first step: the kept input codes of several chunks would have several scales under one scale_inv).
 template <typename floatX> static int gpt_most_chunks(const GPT<floatX> *g) {
-    return g->fp8 && g->fp8->recipe.scaling == FP8_CURRENT ? 1 : TP_SEQUENCE_CHUNKS;
+    return g->fp8 && fp8_scales_current(g->fp8) ? 1 : TP_SEQUENCE_CHUNKS;
 }
 template <typename floatX> static ForwardChunk gpt_chunk(const GPT<floatX> *g, int B, int T, int k) {
     return forward_chunk(&g->mesh, g->tp.sp, B, T, gpt_most_chunks(g), k);

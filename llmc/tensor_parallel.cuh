@@ -358,10 +358,11 @@ template <typename T> static bool linear_is(const Linear<T> &lin, LinearSplit sp
 }
 
 // Whether the layer's forward GEMM may run a block of rows at a time beside the ring: not an FP8 layer whose input
-// cast needs the whole tensor's amax first (current scaling). Its input gradient: not in FP8 (the cast of the output
-// gradient takes all rows).
+// cast needs the whole tensor's amax first (current scaling, and delayed scaling's first step, which has no history
+// yet: a cast of each block by its own amax would leave the kept input codes in several scales under one scale_inv).
+// Its input gradient: not in FP8 (the cast of the output gradient takes all rows).
 template <typename T> static bool linear_forward_by_rows(const Linear<T> &lin) {
-    return !lin.fp8 || lin.fp8->dev->recipe.scaling != FP8_CURRENT;
+    return !lin.fp8 || !fp8_scales_current(lin.fp8->dev);
 }
 template <typename T> static bool linear_dgrad_by_rows(const Linear<T> &lin) { return !lin.fp8; }
 

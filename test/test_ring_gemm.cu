@@ -23,6 +23,8 @@
  * first so that no two of them share a hardware queue (where they did, a wait could hold up the write it waits for).
  */
 #include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <vector>
 
@@ -36,6 +38,7 @@
 #define FEAT 192       // a rank's features of the split dimension
 #define GEMM_ROWS_TOL 1e-5 // fp32 relative to the largest output: another accumulation order of a 256-deep dot product
 #define STREAM_CONNECTIONS "32"
+#define RING_STALL_S 20  // seconds a simulated ring's collective may take before it counts as stalled
 
 static float frand(unsigned *s) {
     *s = *s * 1664525u + 1013904223u;
@@ -84,7 +87,37 @@ static void group_make(Group *g, int P, size_t slot_bytes) {
 
 static void group_sync(void) { cudaCheck(cudaDeviceSynchronize()); }
 
-// The group's streams and buffers given back: the next group's streams get hardware queues of their own again.
+// The ranks' work just queued, done within RING_STALL_S; else the test ends with a FAIL naming it (a ring that stalls
+// does not come back, and the rows after it could not run).
+static void group_wait(Group *g, const char *type, const char *what) {
+    std::vector<cudaEvent_t> done;
+    for (int i = 0; i < g->P; i++) {
+        cudaStream_t streams[3] = {g->compute[i], g->tp[i].stream, g->tp[i].ring.stream};
+        for (cudaStream_t st : streams) {
+            cudaEvent_t e;
+            cudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+            cudaCheck(cudaEventRecord(e, st));
+            done.push_back(e);
+        }
+    }
+    time_t start = time(NULL);
+    for (cudaEvent_t e : done) {
+        cudaError_t r;
+        while ((r = cudaEventQuery(e)) == cudaErrorNotReady) {
+            if (time(NULL) - start > RING_STALL_S) {
+                printf("FAIL %s P %d: %s: the simulated ring stalled (no progress in %d s)\n", type, g->P, what,
+                       RING_STALL_S);
+                fflush(stdout);
+                _exit(1);
+            }
+            usleep(1000);
+        }
+        cudaCheck(r);
+        cudaCheck(cudaEventDestroy(e));
+    }
+    group_sync();
+}
+
 static void group_free(Group *g) {
     group_sync();
     for (int i = 0; i < g->P; i++) {
@@ -157,7 +190,7 @@ template <typename T> static void test_forward(int P, const char *type) {
         linear_forward(lin, out[i], inp[i], (T *)NULL, sp_chunk(P, i), g.compute[i]);
     }
     group_done();
-    group_sync();
+    group_wait(&g, type, "all-gather + GEMM");
     Linear<T> plain = make_linear<T>(CH, FEAT, dw, db, LINEAR_COLUMN, (TensorParallel *)NULL);
     T *blocks = (T *)cuda_alloc((size_t)N_TOKENS * FEAT * sizeof(T), "row blocks"), *whole = (T *)cuda_alloc(
         (size_t)N_TOKENS * FEAT * sizeof(T), "whole");
@@ -207,7 +240,7 @@ template <typename T> static void test_forward(int P, const char *type) {
         tp_chunk_wait(&g.tp[i], g.compute[i], 0);
     }
     group_done();
-    group_sync();
+    group_wait(&g, type, "GEMM + reduce-scatter");
     int bad = 0;
     for (int i = 0; i < P; i++) {
         std::vector<T> got = to_host(outr[i], (size_t)N_TOKENS * CH), want = ring_sum(prod, P, i, n * CH);
@@ -245,7 +278,7 @@ template <typename T> static void test_backward(int P, const char *type) {
         linear_backward_input(lin, dx[i], dy[i], (const T *)NULL, (const T *)NULL, N_TOKENS, g.compute[i]);
     }
     group_done();
-    group_sync();
+    group_wait(&g, type, "row-parallel input gradient");
     std::vector<T> hr = to_host(ref, (size_t)N_TOKENS * FEAT);
     int bad = 0;
     for (int i = 0; i < P; i++) {
@@ -275,7 +308,7 @@ template <typename T> static void test_backward(int P, const char *type) {
         linear_backward_join(lin, g.compute[i]);
     }
     group_done();
-    group_sync();
+    group_wait(&g, type, "column-parallel input gradient");
     bad = 0;
     for (int i = 0; i < P; i++) {
         std::vector<T> got = to_host(dxc[i], (size_t)N_TOKENS * CH), want = ring_sum(prod, P, i, n * CH);
@@ -309,7 +342,7 @@ template <typename T> static void test_collectives(int P, const char *type) {
         tp_reduce_scatter(&g.tp[i], sums[i], mine[i], n, "test reduce-scatter");
         tp_join(&g.tp[i], g.compute[i], "test collectives");
     }
-    group_sync();
+    group_wait(&g, type, "the collectives alone");
     int bad_ag = 0, bad_rs = 0;
     for (int i = 0; i < P; i++) {
         bad_ag += count_diff(to_host(buf[i], n * P), whole, 0, n * P);
@@ -323,7 +356,7 @@ template <typename T> static void test_collectives(int P, const char *type) {
 }
 
 int main(void) {
-    setenv("CUDA_DEVICE_MAX_CONNECTIONS", STREAM_CONNECTIONS, 1); // before the context exists
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", STREAM_CONNECTIONS, 0); // before the context exists; a caller's value stays
     cuda_context_init();
     g_shared_workspace = g_cuda.lt_workspace;
     for (int P = 2; P <= MAX_P; P++) {
