@@ -637,9 +637,10 @@ template <typename floatX> static uint8_t *fp8_codes(const GPT<floatX> *g, int l
  * (2 or more bytes an element: W as fp8_codes, then W transposed; under GTP the chain's buffer instead, set by
  * gtp_acquire for the GEMMs that read it); the inputs' transposed copies, kept per layer for the weight gradients
  * (the fc projection's in the layers that keep gelu(fch); the others recompute it into the alternating h4t buffers);
- * the row-major scratch of the inputs and output gradients every layer shares; and a transposed output gradient per
- * kind of layer (it lives from the input gradient to the weight gradient, and the backward interleaves a block's two
- * pairs of layers). fc and the fc projection are coupled through the MLP's activation (Fp8Linear::act_consumer):
+ * the row-major scratch of the inputs and output gradients every layer shares (the fc projection's inputs in one of
+ * their own: under SP over the peer ring fc's forward runs every chunk before the projection reads any, and its next
+ * chunk's input codes would land on the activation's); and a transposed output gradient per kind of layer (it lives
+ * from the input gradient to the weight gradient, and the backward interleaves a block's two pairs of layers). fc and the fc projection are coupled through the MLP's activation (Fp8Linear::act_consumer):
  * fc's forward casts gelu(fch) or swiglu(fch) as the fc projection's input, whose input-gradient step casts fc's
  * output gradient through the activation's backward. SwiGLU's output is kept transposed in FP8 in every layer
  * (N F bytes a layer, half of what its bf16 copy took): recasting it in the backward, as the GELU layers past
@@ -660,6 +661,7 @@ template <typename floatX> static void fp8_make(GPT<floatX> *g) {
         g->fp8_partials[i] = dev_alloc<float>(BLOCK_LINEARS * g->fp8->amax_blocks, "FP8 amax scratch");
     }
     uint8_t *x = (uint8_t *)cuda_alloc(N * widest, "FP8 inputs"), *dy = (uint8_t *)cuda_alloc(N * widest, "FP8 grads");
+    uint8_t *x_act = (uint8_t *)cuda_alloc(N * in[LIN_FCPROJ], "FP8 inputs of the fc projections");
     uint8_t *dy_t[BLOCK_LINEARS];
     for (int k = 0; k < BLOCK_LINEARS; k++) { dy_t[k] = (uint8_t *)cuda_alloc(N * out[k], "FP8 output gradients"); }
     float *dbias = g->config.bias ? dev_alloc<float>(fp8_col_sums_floats((int)N, M), "fc bias gradient partial sums")
@@ -675,7 +677,7 @@ template <typename floatX> static void fp8_make(GPT<floatX> *g) {
             q->linear = k;
             q->w = g->gtp.active ? NULL : fp8_codes(g, l, k);
             q->w_t = q->w ? q->w + (size_t)lin->out * lin->in : NULL;
-            q->x = x;
+            q->x = k == LIN_FCPROJ ? x_act : x;
             q->dy = dy;
             q->dy_t = dy_t[k];
             q->partials = g->fp8_partials[0];

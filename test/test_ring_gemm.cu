@@ -20,7 +20,9 @@
  *   the collectives alone on the TP stream (tp_all_gather, tp_reduce_scatter), with slots a third of a part, so that
  *     a part moves in pieces: exact (gather) and the ring's sum order (reduce-scatter).
  * Streams of different simulated ranks wait for each other's flags on one GPU: CUDA_DEVICE_MAX_CONNECTIONS is raised
- * first so that no two of them share a hardware queue (where they did, a wait could hold up the write it waits for).
+ * first so that no two of them share a hardware queue (where they did, a wait could hold up the write it waits for),
+ * and kernels are loaded at start-up (CUDA_MODULE_LOADING=EAGER: a lazy load waits for the work in flight, which
+ * waits for the ranks queued after it). A ring that stalls all the same ends the test with a FAIL naming it.
  */
 #include <stdlib.h>
 #include <time.h>
@@ -357,6 +359,9 @@ template <typename T> static void test_collectives(int P, const char *type) {
 
 int main(void) {
     setenv("CUDA_DEVICE_MAX_CONNECTIONS", STREAM_CONNECTIONS, 0); // before the context exists; a caller's value stays
+    // Every kernel loaded now: a kernel's first launch loads it lazily, which waits for the GPU's work in flight, and
+    // one simulated rank's ring waits for a rank the host queues after it.
+    setenv("CUDA_MODULE_LOADING", "EAGER", 1);
     cuda_context_init();
     g_shared_workspace = g_cuda.lt_workspace;
     for (int P = 2; P <= MAX_P; P++) {
