@@ -11,6 +11,7 @@
 # sp (not in gpt2; BENCH_ROWS="1558M_tp2 1558M_tp2_sp sp"): 1558M TP=2+SP with its collectives over NCCL
 #   (--sp-overlap 0) beside the default peer ring, in bf16 and fp8, and TP=2 in fp8; their lines: TP=2+SP / TP=2
 #   tokens/s (bar >= 0.98x: step time <= 1.02x), exposed communication (bar < 5%), peak memory, ring / NCCL
+# sp4 (4 GPUs): 1558M TP=4 and TP=4+SP over the peer ring (batch 8), the same two lines
 #   4.7B (48 layers, 2816 channels): ours DP=2 and GTP=2 (batch 4 per GPU)
 #   On 4 GPUs (rows skipped where fewer are present): 124M ours DP=4; 1558M ours DP=4, GTP=4 and DP=2 x GTP=2 (batch
 #   8 per data rank each) and torch FSDP on 4 GPUs
@@ -293,6 +294,9 @@ row llama ours 3B_dp4 "ours DP=4" 4 llama3.2-3b "$B3" "$STEPS_LARGE"
 row llama ours 3B_gtp4 "ours GTP=4" 4 llama3.2-3b "$B3" "$STEPS_LARGE" --gtp 4
 row llama ours 8B_gtp4 "ours GTP=4" 4 llama3.1-8b 1 "$STEPS_BIG" --gtp 4
 row gpt2 torch_run 1558M_fsdp4 "torch FSDP" fsdp d48 8 "$STEPS_LARGE" 4
+# 4 GPUs, TP=4: SP's collectives over the peer ring (a ring of four: three transfers a collective) beside plain TP
+row sp4 ours 1558M_tp4 "ours TP=4" 4 d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --tp 4
+row sp4 ours 1558M_tp4_sp "ours TP=4+SP" 4 d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --tp 4 --sequence-parallel 1
 
 echo
 python3 dev/bench_mgpu_table.py "$WARMUP_STEPS" "${results[@]}"

@@ -149,6 +149,8 @@ def ratios(rows, shapes):
         exposed(name, 5)
     ratio("ours GTP=4 / torch FSDP 4 GPUs tokens/s", "1558M_gtp4", "1558M_fsdp4", None)
     ratio("Llama 8B ours GTP=4 / GTP=2 tokens/s", "8B_gtp4", "8B_gtp2", None)
+    ratio("ours TP=4+SP / TP=4 tokens/s", "1558M_tp4_sp", "1558M_tp4", 0.98)
+    exposed("1558M_tp4_sp", 5)
     exposed("8B_gtp4", 5)
 
 
