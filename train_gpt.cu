@@ -620,6 +620,8 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, con
     if (rest_can_split(g)) { rest_late_alloc(g); }
     snprintf(g->device_name, sizeof(g->device_name), "%s", g_cuda.props.name);
     cudaCheck(cudaStreamSynchronize(s));
+    // the gathers' transport, once the weights the peers read are written (its set-up ends with a barrier)
+    gtp_ce_connect(&g->gtp, o->gtp_transport, g->weights, E * sizeof(floatX), config->num_layers, mesh->rank == 0);
     return g;
 }
 
@@ -751,7 +753,7 @@ template <typename floatX> static void gtp_issue(GPT<floatX> *g, int i) {
     char what[TRACKED_WHAT_LEN];
     snprintf(what, sizeof(what), "the GTP all-gather of layer %d's %s", u.layer,
              PARAM_NAMES[BLOCK_LINEAR_WEIGHT[u.linear]]);
-    gtp_gather(&g->gtp, gtp_chain_slot(&g->gtp.chain, i), shard, bytes, transpose ? &t : NULL, after, what);
+    gtp_gather(&g->gtp, gtp_chain_slot(&g->gtp.chain, i), u.layer, shard, bytes, transpose ? &t : NULL, after, what);
 }
 
 template <typename floatX> static void gtp_pass_start(GPT<floatX> *g, GtpPass pass) {
@@ -894,7 +896,10 @@ template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T)
 
     if (g->fp8 && g->fp8->weights_stale) { // the masters were set from outside (or a tuning pass forgot the casts)
         for (int l = 0; l < L; l++) {
-            if (fp8_layer(g, l)) { fp8_cast_layer_weights(g, l, g->fp8_partials[0], s); }
+            if (!fp8_layer(g, l)) { continue; }
+            gtp_before_write(&g->gtp, l, s); // the peers' gathers read the codes in place
+            fp8_cast_layer_weights(g, l, g->fp8_partials[0], s);
+            gtp_published_on(&g->gtp, l, s);
         }
         g->fp8->weights_stale = 0;
         if (g->gtp.active) { gtp_after_compute(&g->gtp, s); } // the gathers take the codes just cast
@@ -1402,6 +1407,9 @@ static void update_group_adamw(GPT<floatX> *g, int k, const UpdateArgs *u, const
     if (g->fp8) { f8 = adamw_fp8_of(g->fp8); }
     ParamGroup own = dp_owned_group(&g->dp, k);
     const NormGroup *ng = &g->norm_groups[k];
+    // the first write of a layer's shards in an update (its casts and, under ZeRO-1, broadcast follow on this stream
+    // or behind its event): the peers' gathers of the old ones come first (gtp_published follows in gpt_update)
+    if (k < g->config.num_layers) { gtp_before_write(&g->gtp, k, g_cuda.update); }
     AdamWGroup grp;
     memset(&grp, 0, sizeof(grp));
     for (int i = 0, slice = 0; i < own.count; i++) {
@@ -1502,6 +1510,7 @@ template <typename floatX> static float gpt_update(GPT<floatX> *g, const UpdateA
         int k = i == 0 ? L : i - 1; // the rest first, then the layers in forward order
         if (!started) { update_group_adamw(g, k, u, clip_factor, false, false, ADAMW_WHOLE); }
         update_group_publish(g, k, codes_by_adamw);
+        if (k < L) { gtp_published(&g->gtp, k, g->sched.updated[k]); } // updated[k]: the group's last write
     }
     if (codes_by_adamw && !g->gtp.active) { fp8_transposed_record(&g->sched); }
     g->sched.update_pending = 1;
@@ -1647,12 +1656,15 @@ template <typename floatX> static void op_get_params(void *ctx, float *out) {
 }
 template <typename floatX> static void op_set_params(void *ctx, const float *in) {
     GPT<floatX> *g = (GPT<floatX> *)ctx;
+    int L = g->config.num_layers;
     updated_join(&g->sched);
+    for (int l = 0; l < L; l++) { gtp_before_write(&g->gtp, l, g_cuda.stream); } // in fp32 the masters are them
     scatter_to_device(&g->shards, in, g->params, 0, g->layout.total);
     if ((void *)g->weights != (void *)g->params) {
         convert_from_float(g->weights, g->params, g->layout.total, g_cuda.stream);
         comm_wait_stream(g_cuda.stream, "the conversion of the weights");
     }
+    for (int l = 0; l < L; l++) { gtp_published_on(&g->gtp, l, g_cuda.stream); }
     if (g->fp8) { g->fp8->weights_stale = 1; } // the conversion wrote over the FP8 weights' room too
 }
 // Under ZeRO-1, only this rank's slice holds gradients summed over the ranks (and get_opt_state reuses the buffer).

@@ -21,6 +21,48 @@
  * The pool's buffers are bytes: a weight is gathered in its compute precision, or as FP8 codes (llmc/gtp_plan.h).
  * With one rank (--gtp-materialize under --gtp 1) the same calls run through a communicator of one rank: a gather and
  * a reduce-scatter are copies, and the run gives the plain path's bits (test/run_gpu_tests.sh checks it).
+ *
+ * The gathers' transport (--gtp-transport): NCCL's all-gather (nccl), or copy-engine pulls from the peers' weights
+ * mapped into this process (ce: gtp_ce_connect, where every rank of the GTP group is on this host and can map the
+ * others' GPU memory, else NCCL and rank 0 says why). The reduce-scatters and all-reduces stay NCCL's either way.
+ *
+ * Copy-engine gathers (ce). Every GTP rank's weights (the compute-precision copy, whose room holds an FP8 layer's
+ * codes) lie in one cudaMalloc allocation of the same layout, so a shard is at the same offset in each: at start-up
+ * each rank maps every peer's allocation and its flags (llmc/peer_memory.cuh). A gather of buffer b (weight w of
+ * layer l) on the AG stream: for each rank p, from this one round the group (so the ranks do not all pull from one
+ * peer at once): wait until ready[p][l] >= version[l], copy p's shard (its mapped base + the shard's offset) into
+ * the buffer at p's place (cudaMemcpyAsync: a copy engine, no SMs; this rank's own shard is a copy too); then write
+ * read[me][l] = the gather's number in every rank's flags; then the FP8 transpose as ever, then gathered[b].
+ * One AG stream, not one per peer: at G = 2 a gather pulls from one peer (the own copy is local), and the next
+ * gather of the prefetch chain queues on the same stream anyway; at G >= 4 the pulls from several peers run one
+ * after another, each over its own NVLink path (to be measured against NCCL: dev/bench_mgpu.sh).
+ *
+ * Hazards, and the two flags that close them (a layer's four weights are one flag group: one update writes them):
+ *   read after write: a rank may pull owner p's shard of layer l only once p wrote it (its update, or its cast, or a
+ *     set_params, of the version the reader expects). Every such write is a publication: the owner's flag stream
+ *     waits for the write's event (the group's updated[l], or an event on the writing stream) and writes
+ *     ready[me][l] = version[l] into every rank's flags (gtp_published). A reader's AG stream waits for its own copy
+ *     of that flag >= its own version[l] before the pull. Every rank publishes at the same points of the same
+ *     program (each update, set_params, the first forward's casts), so version[l] counts alike everywhere.
+ *   write after read: the owner must not overwrite its shard of layer l (the next update's AdamW or cast, under
+ *     ZeRO-1 the broadcast behind it, a set_params) while a peer may still pull the old one: a slow peer's backward
+ *     may gather layer l while the owner, ahead, updates layer l in its backward. Each reader, after a gather's
+ *     pulls, writes read[me][l] = issued[l] (the gathers of layer l it issued so far) into every owner's flags; the
+ *     stream that writes the shard first waits until every rank's read[p][l] >= this rank's own issued[l]
+ *     (gtp_before_write). Every rank issues the same gathers in the same order (the same passes: training,
+ *     validation and evaluation forwards, samples, the GEMM tuning pass), so issued[l] counts alike everywhere.
+ *   no cycle: every rank queues the same operations in the same order (one SPMD program). A wait queued at point P
+ *     of it is for work the peer queued at a point before P (a publication or a gather the waiter itself counted
+ *     before P), and that work waits, on its own streams and events, only for work queued before it: its stream's
+ *     earlier work, events recorded earlier, and flag waits that are again for earlier points. By induction on the
+ *     points every wait is met (a hardware queue that two streams share runs their work in the order it was queued,
+ *     so the induction holds there too). The ready flag is written on a stream of its own that waits for nothing
+ *     but the local write's event, so a publication never waits behind the owner's later work.
+ *   Flags are 32-bit counters compared modulo 2^32 (cuStreamWaitValue32 GEQ), written into the peer's memory and
+ *     waited for in one's own; a flag that never comes (a dead or hung peer) stalls the AG stream or the writer's:
+ *     gathered[b] and the event behind each write wait are tracked (comm_track), so the host's bounded waits name
+ *     them and the watchdog ends the job. With one rank (--gtp-materialize) the rank is its own peer: its own
+ *     weights and flags, no mapping, the same protocol.
  */
 #ifndef LLMC_GTP_CUH
 #define LLMC_GTP_CUH
@@ -28,8 +70,28 @@
 #include "comm.cuh"
 #include "fp8.cuh"
 #include "gtp_plan.h"
+#include "peer_memory.cuh"
 
 #define GTP_RS_BUFFERS 2 // one gradient reduce-scattered while the next GEMM writes the other
+
+enum { GTP_READY = 0, GTP_READ = 1 }; // the two kinds of flag, each [G][layers] in a rank's flags
+
+// The copy-engine gathers' state (gtp_ce_connect; on 0: NCCL's all-gathers).
+typedef struct {
+    int on;
+    int layers;                 // flag groups: one a layer
+    const char *base;           // this rank's weights (one allocation, bytes long): the shards the gathers read
+    size_t bytes;
+    const char **peer_base;     // G: every GTP rank's weights as this rank addresses them (its own: base)
+    uint32_t *flags;            // mine: ready[G][layers] (written by each owner), read[G][layers] (by each reader)
+    uint32_t **peer_flags;      // G: every rank's flags, mapped (its own: flags)
+    uint32_t *version;          // layers: publications of each layer's shards so far, alike on every rank
+    uint32_t *issued;           // layers: gathers of each layer issued so far, alike on every rank
+    cudaStream_t flag_stream;   // the ready flags, behind each publication's write
+    cudaEvent_t written;        // a write on some stream, for gtp_published_on
+    cudaEvent_t *write_ok;      // layers: behind the wait for the peers' reads before a write (tracked)
+    unsigned wait_flags;        // llmc/peer_memory.cuh's peer_wait_flags
+} GtpPeers;
 
 typedef struct {
     int active;             // the GTP path runs: --gtp > 1, or --gtp-materialize
@@ -44,6 +106,7 @@ typedef struct {
     cudaEvent_t rs_ready[GTP_RS_BUFFERS], rs_done[GTP_RS_BUFFERS];
     int rs_next;
     cudaEvent_t rs_mark, compute_mark, reduce_from, reduced;
+    GtpPeers ce;            // --gtp-transport ce
 } Gtp;
 
 // slot_bytes: a pool buffer (gtp_buffer_bytes); gathered_elems: the largest padded weight (G x shard rows x cols).
@@ -85,19 +148,82 @@ typedef struct {
     size_t at;
 } GtpTransposed;
 
-// Gathers the G shards of a weight (shard_bytes each; this rank's at `shard`) into buffer b, after `after` (an
-// update's event, or NULL) and after the buffer's previous weight was released; with t, the transposed copy of the
-// gathered FP8 codes is made too before the buffer counts as gathered. An all-gather moves bits, not values, so bytes
-// carry any element type (NCCL itself runs every all-gather as one of bytes).
-static void gtp_gather(Gtp *g, int b, const void *shard, size_t shard_bytes, const GtpTransposed *t, cudaEvent_t after,
-                       const char *what) {
+// Rank p's flag of `kind` for layer l in the flags at f.
+static inline uint32_t *gtp_flag(const Gtp *g, uint32_t *f, int kind, int p, int l) {
+    return f + ((size_t)kind * g->size + p) * g->ce.layers + l;
+}
+
+// The copy-engine gather of the G shards of layer `group`'s weight at `shard` (this rank's) into buffer b, on the AG
+// stream: each rank's pull once it published the version this rank expects, then the read flags (see the header).
+static void gtp_ce_pull(Gtp *g, int b, int group, const void *shard, size_t shard_bytes) {
+    GtpPeers *c = &g->ce;
+    const char *at = (const char *)shard;
+    if (at < c->base || (size_t)(at - c->base) + shard_bytes > c->bytes) {
+        fail("internal error: a GTP shard of layer %d lies outside the weights' allocation the peers map", group);
+    }
+    size_t off = (size_t)(at - c->base);
+    uint32_t n = ++c->issued[group];
+    for (int j = 0; j < g->size; j++) {
+        int p = (g->rank + j) % g->size;
+        peer_flag_wait(g->ag, gtp_flag(g, c->flags, GTP_READY, p, group), c->version[group], c->wait_flags);
+        cudaCheck(cudaMemcpyAsync(g->slot[b] + (size_t)p * shard_bytes, c->peer_base[p] + off, shard_bytes,
+                                  cudaMemcpyDeviceToDevice, g->ag));
+    }
+    for (int p = 0; p < g->size; p++) { peer_flag_write(g->ag, gtp_flag(g, c->peer_flags[p], GTP_READ, g->rank, group), n); }
+}
+
+// Gathers the G shards of layer `group`'s weight (shard_bytes each; this rank's at `shard`) into buffer b, after
+// `after` (an update's event, or NULL) and after the buffer's previous weight was released; with t, the transposed
+// copy of the gathered FP8 codes is made too before the buffer counts as gathered. An all-gather moves bits, not
+// values, so bytes carry any element type (NCCL itself runs every all-gather as one of bytes).
+static void gtp_gather(Gtp *g, int b, int group, const void *shard, size_t shard_bytes, const GtpTransposed *t,
+                       cudaEvent_t after, const char *what) {
     cudaCheck(cudaStreamWaitEvent(g->ag, g->released[b], 0));
     if (after) { cudaCheck(cudaStreamWaitEvent(g->ag, after, 0)); }
-    ncclCheck(ncclAllGather(shard, g->slot[b], shard_bytes, ncclUint8, comm_get(COMM_GTP), g->ag));
-    comm_settle(comm_get(COMM_GTP), what, g_comm.timeout_s);
+    if (g->ce.on) {
+        gtp_ce_pull(g, b, group, shard, shard_bytes);
+    } else {
+        ncclCheck(ncclAllGather(shard, g->slot[b], shard_bytes, ncclUint8, comm_get(COMM_GTP), g->ag));
+        comm_settle(comm_get(COMM_GTP), what, g_comm.timeout_s);
+    }
     if (t) { fp8_transpose(g->slot[b], g->slot[b] + t->at, t->rows, t->cols, g->ag); }
     cudaCheck(cudaEventRecord(g->gathered[b], g->ag));
     comm_track(g->gathered[b], what);
+}
+
+// Stream s is about to write this rank's shards of layer `group` (an update, a cast, set_params): it first waits
+// until every rank has pulled them as often as this rank gathered them (write after read; nothing under NCCL, whose
+// all-gathers the writers' events already order).
+static void gtp_before_write(Gtp *g, int group, cudaStream_t s) {
+    GtpPeers *c = &g->ce;
+    if (!c->on) { return; }
+    for (int p = 0; p < g->size; p++) {
+        peer_flag_wait(s, gtp_flag(g, c->flags, GTP_READ, p, group), c->issued[group], c->wait_flags);
+    }
+    char what[TRACKED_WHAT_LEN];
+    snprintf(what, sizeof(what), "the wait for the GTP peers' pulls of layer %d's weights before they are rewritten",
+             group);
+    cudaCheck(cudaEventRecord(c->write_ok[group], s));
+    comm_track(c->write_ok[group], what);
+}
+
+// This rank's shards of layer `group` are written where `written` fired: the next version, announced to every rank
+// (read before write: the pulls of this version wait for it).
+static void gtp_published(Gtp *g, int group, cudaEvent_t written) {
+    GtpPeers *c = &g->ce;
+    if (!c->on) { return; }
+    uint32_t v = ++c->version[group];
+    cudaCheck(cudaStreamWaitEvent(c->flag_stream, written, 0));
+    for (int p = 0; p < g->size; p++) {
+        peer_flag_write(c->flag_stream, gtp_flag(g, c->peer_flags[p], GTP_READY, g->rank, group), v);
+    }
+}
+
+// The same for a write stream s has queued so far.
+static void gtp_published_on(Gtp *g, int group, cudaStream_t s) {
+    if (!g->ce.on) { return; }
+    cudaCheck(cudaEventRecord(g->ce.written, s));
+    gtp_published(g, group, g->ce.written);
 }
 
 // The compute stream waits until buffer b holds its weight.
@@ -171,6 +297,87 @@ static cudaEvent_t gtp_all_reduce(Gtp *g, void *x, size_t n, ncclDataType_t type
     cudaCheck(cudaEventRecord(g->reduced, g->rs));
     comm_track(g->reduced, what);
     return g->reduced;
+}
+
+// ----------------------------------------------------------------------------------------------------------------
+// the copy-engine gathers' set-up
+
+static const char *const GTP_CE_DRIVER_USER = "GTP's copy-engine gathers; pass --gtp-transport nccl";
+
+/*
+ * With transport "ce": the copy-engine gathers over the GTP group, where every rank of it can map every other's GPU
+ * memory (llmc/peer_memory.cuh; a group of one is its own peer: nothing to map), else NCCL's all-gathers. weights:
+ * this rank's allocation the gathers read (bytes long, the same layout on every rank, written before this is called);
+ * layers: the flag groups. Every rank calls it (with GTP ranks on several groups, each decides for itself; the world
+ * then passes one barrier, after which peers may write each other's flags); rank 0 says which transport runs, when
+ * log is set.
+ */
+static void gtp_ce_connect(Gtp *g, const char *transport, void *weights, size_t bytes, int layers, int log) {
+    if (!g->active) { return; }
+    const char *why = "--gtp-transport nccl";
+    int want = strcmp(transport, "ce") == 0, G = g->size;
+    GtpPeers *c = &g->ce;
+    if (want) {
+        const char *what = "the exchange of the GTP ranks' weight mappings";
+        why = "--gtp-transport ce, but the GTP ranks cannot map each other's GPU memory";
+        int *peers = (int *)calloc_check((size_t)G, sizeof(int), "GTP peers"), n = 0;
+        for (int p = 0; p < G; p++) {
+            if (p != g->rank) { peers[n++] = p; }
+        }
+        c->on = G == 1 || peer_group_mappable(G, g->rank, COMM_GTP, peers, n, what);
+        free(peers);
+        if (c->on) {
+            peer_driver_load(GTP_CE_DRIVER_USER);
+            c->layers = layers;
+            c->base = (const char *)weights;
+            c->bytes = bytes;
+            size_t flag_bytes = 2 * (size_t)G * layers * sizeof(uint32_t);
+            cudaCheck(cudaMalloc(&c->flags, flag_bytes)); // cudaMalloc itself: IPC exports only its allocations
+            g_cuda_allocated_bytes += flag_bytes;
+            cudaCheck(cudaMemsetAsync(c->flags, 0, flag_bytes, g->ag));
+            comm_wait_stream(g->ag, "zeroing the GTP gathers' flags");
+            c->peer_base = (const char **)calloc_check((size_t)G, sizeof(char *), "GTP peer weights");
+            c->peer_flags = (uint32_t **)calloc_check((size_t)G, sizeof(uint32_t *), "GTP peer flags");
+            c->peer_base[g->rank] = c->base;
+            c->peer_flags[g->rank] = c->flags;
+            if (G > 1) {
+                PeerInfo *w = peer_exchange_handles(weights, bytes, G, g->rank, COMM_GTP, what);
+                PeerInfo *f = peer_exchange_handles(c->flags, flag_bytes, G, g->rank, COMM_GTP, what);
+                for (int p = 0; p < G; p++) {
+                    if (p == g->rank) { continue; }
+                    if (w[p].bytes != bytes) {
+                        fail("GTP rank %d's weights take %zu bytes where this rank's take %zu: the GTP ranks must run "
+                             "the same model and options", p, w[p].bytes, bytes);
+                    }
+                    c->peer_base[p] = (const char *)peer_open(&w[p]);
+                    c->peer_flags[p] = (uint32_t *)peer_open(&f[p]);
+                }
+                free(w);
+                free(f);
+            }
+            c->version = (uint32_t *)calloc_check((size_t)layers, sizeof(uint32_t), "GTP flag counts");
+            c->issued = (uint32_t *)calloc_check((size_t)layers, sizeof(uint32_t), "GTP flag counts");
+            c->write_ok = (cudaEvent_t *)calloc_check((size_t)layers, sizeof(cudaEvent_t), "GTP flag events");
+            for (int l = 0; l < layers; l++) {
+                cudaCheck(cudaEventCreateWithFlags(&c->write_ok[l], cudaEventDisableTiming));
+            }
+            cudaCheck(cudaEventCreateWithFlags(&c->written, cudaEventDisableTiming));
+            int least, greatest;
+            cudaCheck(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+            cudaCheck(cudaStreamCreateWithPriority(&c->flag_stream, cudaStreamNonBlocking, greatest));
+            c->wait_flags = peer_wait_flags();
+        }
+        // no rank writes a peer's flags before every rank has zeroed its own and mapped the others'; every rank of
+        // every group passes it, whichever way its group went
+        if (G > 1) { comm_barrier("the GTP gathers' set-up", 0); }
+    }
+    if (log) {
+        if (c->on) {
+            printf("GTP weight gathers: copy engines over peer memory (--gtp-transport ce)\n");
+        } else {
+            printf("GTP weight gathers: NCCL (%s)\n", why);
+        }
+    }
 }
 
 #endif // LLMC_GTP_CUH

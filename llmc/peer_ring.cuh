@@ -5,84 +5,33 @@
  *
  * Each rank allocates one buffer: RING_FLAG_BYTES of flags (llmc/ring_schedule.h: ready[RING_SLOTS], written by its
  * predecessor, free[RING_SLOTS], written by its successor), then RING_SLOTS receive slots of slot_bytes. At start-up
- * (peer_ring_connect) the ranks exchange over the TP communicator their host name and GPU (PCI bus id); where every
- * rank's successor and predecessor are on its host and visible to it, and the GPUs can map each other's memory
- * (cudaDeviceCanAccessPeer), every rank exports its buffer (cudaIpcGetMemHandle), the handles are exchanged the same
- * way, and each rank opens its neighbours' (cudaIpcOpenMemHandle). Otherwise nothing is allocated and the caller keeps
- * NCCL. The exchange goes over NCCL rather than the TCP bootstrap: once the watchdog runs, the bootstrap's connections
- * carry only the news of a dead rank (llmc/comm.cuh).
+ * (peer_ring_connect, over the TP communicator: llmc/peer_memory.cuh) where every rank can map its successor's and its
+ * predecessor's memory, every rank exports its buffer and opens its neighbours'. Otherwise nothing is allocated and
+ * the caller keeps NCCL.
  *
  * A transfer (the t-th of the ring's life), all on the ring's stream, in the order of ring_schedule.h:
  *   peer_ring_send:    wait until my free[slot] >= send_after (the successor consumed the slot's last use), copy
  *                      into the successor's slot (cudaMemcpyAsync: a copy engine), write the successor's ready[slot]
  *   peer_ring_recv:    wait until my ready[slot] >= value; the slot's bytes are then valid on the ring's stream
  *   peer_ring_release: write the predecessor's free[slot]: the slot may be written again; the next transfer
- * Flags are written with cuStreamWriteValue32 (which fences the copy before it, as __threadfence_system) and waited
- * for with cuStreamWaitValue32 (GEQ, modulo 2^32; flushing remote writes where the GPU can): driver functions, taken
- * from the driver the runtime loaded (cudaGetDriverEntryPointByVersion) rather than linked, so that a binary that
- * never opens a ring still starts where no driver is installed (--help, the CPU machine's checks).
- * A flag that never comes (a dead or hung peer) stalls the ring's stream: the caller records an event behind each
- * collective and tracks it (comm_track), so the host's bounded waits name it (llmc/comm.cuh's watchdog and timeouts
- * end the job). The IPC mappings are closed at exit (peer_ring_close_all, registered with atexit: fail() and a normal
- * end both pass there, the abort alarm bounding a close behind a stalled ring; a process killed outright has its
- * mappings released by the driver).
+ * Flags (llmc/peer_memory.cuh) are written and waited for on the ring's stream. A flag that never comes (a dead or
+ * hung peer) stalls the ring's stream: the caller records an event behind each collective and tracks it (comm_track),
+ * so the host's bounded waits name it (llmc/comm.cuh's watchdog and timeouts end the job). The IPC mappings are
+ * closed at exit (llmc/peer_memory.cuh).
  */
 #ifndef LLMC_PEER_RING_CUH
 #define LLMC_PEER_RING_CUH
 
-#include <cuda.h>
-#include <cudaTypedefs.h>
-#include <unistd.h>
-
 #include "comm.cuh"
+#include "peer_memory.cuh"
 #include "ring_schedule.h"
 
 #define RING_FLAG_BYTES 256  // the flags, then the slots at an aligned offset
-#define RING_HOST_LEN 64
-#define RING_BUS_ID_LEN 16   // "0000:00:00.0" and its NUL
-#define RING_MAX_OPEN 2      // the successor's mapping and the predecessor's (one for a ring of two)
-#define RING_MAX_RINGS 8     // rings with IPC mappings one process may hold (a trainer: one per model)
 
 enum { RING_READY = 0, RING_FREE = RING_SLOTS };
 
-// The driver functions the ring calls (ring_driver_load), at the ABI versions these signatures are.
-#define RING_DRIVER_WAIT_WRITE_VERSION 11070
-#define RING_DRIVER_ERROR_VERSION 6000
-static struct {
-    PFN_cuStreamWaitValue32_v11070 wait_value;
-    PFN_cuStreamWriteValue32_v11070 write_value;
-    PFN_cuGetErrorString_v6000 error_string;
-} g_ring_driver;
-
-static void *ring_driver_symbol(const char *name, unsigned version) {
-    void *fn = NULL;
-    cudaDriverEntryPointQueryResult found;
-    cudaCheck(cudaGetDriverEntryPointByVersion(name, &fn, version, cudaEnableDefault, &found));
-    if (found != cudaDriverEntryPointSuccess || !fn) {
-        fail("the CUDA driver has no %s (version %u) for the SP ring; update the driver or pass --sp-overlap 0", name,
-             version);
-    }
-    return fn;
-}
-
-static void ring_driver_load(void) {
-    if (g_ring_driver.wait_value) { return; }
-    g_ring_driver.wait_value =
-        (PFN_cuStreamWaitValue32_v11070)ring_driver_symbol("cuStreamWaitValue32", RING_DRIVER_WAIT_WRITE_VERSION);
-    g_ring_driver.write_value =
-        (PFN_cuStreamWriteValue32_v11070)ring_driver_symbol("cuStreamWriteValue32", RING_DRIVER_WAIT_WRITE_VERSION);
-    g_ring_driver.error_string =
-        (PFN_cuGetErrorString_v6000)ring_driver_symbol("cuGetErrorString", RING_DRIVER_ERROR_VERSION);
-}
-
-#define cuCheck(call) cu_check_((call), #call, __FILE__, __LINE__)
-static inline void cu_check_(CUresult r, const char *what, const char *file, int line) {
-    if (r != CUDA_SUCCESS) {
-        const char *s = NULL;
-        g_ring_driver.error_string(r, &s);
-        fail("CUDA driver error '%s' at %s:%d (%s)", s ? s : "unknown", file, line, what);
-    }
-}
+// Who loads the driver's flag functions, for the line that says what to do where it has none.
+static const char *const RING_DRIVER_USER = "the SP ring; pass --sp-overlap 0";
 
 typedef struct PeerRing {
     int size, rank;
@@ -90,35 +39,19 @@ typedef struct PeerRing {
     size_t slot_bytes;
     char *base;                   // mine: flags, then the slots
     char *next_base, *prev_base;  // the successor's and the predecessor's, mapped
-    void *opened[RING_MAX_OPEN];  // IPC mappings to close
-    int num_opened;
     uint64_t transfers;           // transfers so far, the same count on every rank
     unsigned wait_flags;          // cuStreamWaitValue32's: GEQ, and a flush of remote writes where the GPU has one
 } PeerRing;
-
-static PeerRing *g_rings[RING_MAX_RINGS];
-static int g_num_rings = 0;
 
 static inline uint32_t *ring_flag(char *base, int i) { return (uint32_t *)base + i; }
 static inline char *ring_slot_of(char *base, size_t slot_bytes, int slot) {
     return base + RING_FLAG_BYTES + (size_t)slot * slot_bytes;
 }
-static inline CUdeviceptr ring_dptr(const void *p) { return (CUdeviceptr)(uintptr_t)p; }
-
-// Closes every ring's IPC mappings (atexit; also safe to call twice).
-static void peer_ring_close_all(void) {
-    for (int i = 0; i < g_num_rings; i++) {
-        PeerRing *r = g_rings[i];
-        for (int k = 0; k < r->num_opened; k++) { cudaIpcCloseMemHandle(r->opened[k]); }
-        r->num_opened = 0;
-    }
-    g_num_rings = 0;
-}
 
 // This rank's buffer (flags zeroed, synchronously: peers may write them once the caller's exchange is done) and the
 // ring's stream, at the greatest priority (a copy is queued behind nothing of the GEMMs').
 static void peer_ring_alloc(PeerRing *r, int size, int rank, size_t slot_bytes) {
-    ring_driver_load();
+    peer_driver_load(RING_DRIVER_USER);
     memset(r, 0, sizeof(*r));
     r->size = size;
     r->rank = rank;
@@ -131,18 +64,7 @@ static void peer_ring_alloc(PeerRing *r, int size, int rank, size_t slot_bytes) 
     cudaCheck(cudaStreamCreateWithPriority(&r->stream, cudaStreamNonBlocking, greatest));
     cudaCheck(cudaMemsetAsync(r->base, 0, RING_FLAG_BYTES, r->stream));
     comm_wait_stream(r->stream, "zeroing the ring's flags");
-    // The flag arrives after the data it announces (the sender's write fences its copy), but a GPU may reorder remote
-    // writes as they land: where it can, the wait flushes them, so the slot's bytes are visible to the work after it.
-    int flush = 0;
-    cudaCheck(cudaDeviceGetAttribute(&flush, cudaDevAttrCanFlushRemoteWrites, g_cuda_device));
-    r->wait_flags = CU_STREAM_WAIT_VALUE_GEQ | (flush ? CU_STREAM_WAIT_VALUE_FLUSH : 0);
-}
-
-// The ring's IPC mappings are closed at exit.
-static void peer_ring_register(PeerRing *r) {
-    if (g_num_rings == RING_MAX_RINGS) { fail("more than %d peer rings in one process", RING_MAX_RINGS); }
-    if (g_num_rings == 0) { atexit(peer_ring_close_all); }
-    g_rings[g_num_rings++] = r;
+    r->wait_flags = peer_wait_flags();
 }
 
 // The neighbours' buffers as this rank addresses them (mapped, or on one GPU the other rings' own).
@@ -155,68 +77,28 @@ static void peer_ring_link(PeerRing *r, char *next_base, char *prev_base) {
 static void peer_ring_send(PeerRing *r, const void *src, size_t bytes) {
     if (bytes > r->slot_bytes) { fail("peer_ring_send: %zu bytes exceed the slot's %zu", bytes, r->slot_bytes); }
     RingTransfer x = ring_transfer(r->transfers);
-    cuCheck(g_ring_driver.wait_value((CUstream)r->stream, ring_dptr(ring_flag(r->base, RING_FREE + x.slot)),
-                                     x.send_after, CU_STREAM_WAIT_VALUE_GEQ));
+    peer_flag_wait(r->stream, ring_flag(r->base, RING_FREE + x.slot), x.send_after, CU_STREAM_WAIT_VALUE_GEQ);
     cudaCheck(cudaMemcpyAsync(ring_slot_of(r->next_base, r->slot_bytes, x.slot), src, bytes, cudaMemcpyDeviceToDevice,
                               r->stream));
-    cuCheck(g_ring_driver.write_value((CUstream)r->stream, ring_dptr(ring_flag(r->next_base, RING_READY + x.slot)),
-                                      x.value, CU_STREAM_WRITE_VALUE_DEFAULT));
+    peer_flag_write(r->stream, ring_flag(r->next_base, RING_READY + x.slot), x.value);
 }
 
 // The predecessor's transfer of the same number: its bytes, valid on the ring's stream from here.
 static const void *peer_ring_recv(PeerRing *r) {
     RingTransfer x = ring_transfer(r->transfers);
-    cuCheck(g_ring_driver.wait_value((CUstream)r->stream, ring_dptr(ring_flag(r->base, RING_READY + x.slot)),
-                                     x.value, r->wait_flags));
+    peer_flag_wait(r->stream, ring_flag(r->base, RING_READY + x.slot), x.value, r->wait_flags);
     return ring_slot_of(r->base, r->slot_bytes, x.slot);
 }
 
 // The received slot consumed (by the ring stream's work so far): the predecessor may write it again.
 static void peer_ring_release(PeerRing *r) {
     RingTransfer x = ring_transfer(r->transfers);
-    cuCheck(g_ring_driver.write_value((CUstream)r->stream, ring_dptr(ring_flag(r->prev_base, RING_FREE + x.slot)),
-                                      x.value, CU_STREAM_WRITE_VALUE_DEFAULT));
+    peer_flag_write(r->stream, ring_flag(r->prev_base, RING_FREE + x.slot), x.value);
     r->transfers++;
 }
 
 // ----------------------------------------------------------------------------------------------------------------
 // set-up over the TP communicator
-
-typedef struct {
-    char host[RING_HOST_LEN];
-    char bus[RING_BUS_ID_LEN];
-    int can_map;          // second round: this rank can map both neighbours
-    cudaIpcMemHandle_t handle;
-} RingPeerInfo;
-
-// Every rank's `mine` into all[its rank] over communicator id (this one `rank` of size), through the device; the host
-// waits (bounded).
-static void ring_all_gather_info(const RingPeerInfo *mine, RingPeerInfo *all, int size, int rank, CommId id) {
-    Comm *c = &g_comm;
-    size_t n = sizeof(RingPeerInfo);
-    char *d = (char *)cuda_alloc(n * (size_t)size, "the ring's set-up exchange");
-    const char *what = "the exchange of the ring's peer buffers over the tensor-parallel ranks";
-    cudaCheck(cudaMemcpyAsync(d + (size_t)rank * n, mine, n, cudaMemcpyHostToDevice, c->dp_stream));
-    ncclCheck(ncclAllGather(d + (size_t)rank * n, d, n, ncclUint8, comm_get(id), c->dp_stream));
-    comm_settle(comm_get(id), what, c->timeout_s);
-    cudaCheck(cudaMemcpyAsync(all, d, n * (size_t)size, cudaMemcpyDeviceToHost, c->dp_stream));
-    comm_wait_stream(c->dp_stream, what);
-    cudaCheck(cudaFree(d));
-    g_cuda_allocated_bytes -= n * (size_t)size;
-}
-
-// Whether this rank can map rank `peer`'s buffer: same host, its GPU visible here and reachable by peer access.
-static int ring_can_map(const RingPeerInfo *me, const RingPeerInfo *peer) {
-    if (strcmp(me->host, peer->host) != 0) { return 0; }
-    int dev = -1, ok = 0;
-    if (cudaDeviceGetByPCIBusId(&dev, peer->bus) != cudaSuccess) {
-        cudaGetLastError(); // not visible to this process: clear the error
-        return 0;
-    }
-    if (dev == g_cuda_device) { return 1; }
-    cudaCheck(cudaDeviceCanAccessPeer(&ok, g_cuda_device, dev));
-    return ok;
-}
 
 /*
  * The ring of the TP group of communicator id (size ranks, this one `rank`), slots of slot_bytes: returns 1 with the
@@ -224,36 +106,17 @@ static int ring_can_map(const RingPeerInfo *me, const RingPeerInfo *peer) {
  * of the group calls it and gets the same answer.
  */
 static int peer_ring_connect(PeerRing *r, int size, int rank, size_t slot_bytes, CommId id) {
-    RingPeerInfo mine, *all = (RingPeerInfo *)calloc_check((size_t)size, sizeof(RingPeerInfo), "ring peers");
-    memset(&mine, 0, sizeof(mine));
-    if (gethostname(mine.host, sizeof(mine.host) - 1) != 0) { fail("gethostname failed: %s", strerror(errno)); }
-    cudaCheck(cudaDeviceGetPCIBusId(mine.bus, RING_BUS_ID_LEN, g_cuda_device));
-    ring_all_gather_info(&mine, all, size, rank, id);
-    mine.can_map = ring_can_map(&mine, &all[ring_next(rank, size)]) && ring_can_map(&mine, &all[ring_prev(rank, size)]);
-    ring_all_gather_info(&mine, all, size, rank, id);
-    int every = 1;
-    for (int i = 0; i < size; i++) { every &= all[i].can_map; }
-    if (!every) {
-        free(all);
+    const char *what = "the exchange of the ring's peer buffers over the tensor-parallel ranks";
+    int next = ring_next(rank, size), prev = ring_prev(rank, size), peers[2] = {next, prev};
+    if (!peer_group_mappable(size, rank, id, peers, 2, what)) {
         comm_barrier("the ring's set-up", 0); // every rank passes it, whichever way its group went
         return 0;
     }
     peer_ring_alloc(r, size, rank, slot_bytes);
-    peer_ring_register(r);
-    cudaCheck(cudaIpcGetMemHandle(&mine.handle, r->base));
-    ring_all_gather_info(&mine, all, size, rank, id);
-    int next = ring_next(rank, size), prev = ring_prev(rank, size);
+    PeerInfo *all = peer_exchange_handles(r->base, 0, size, rank, id, what);
     char *bases[2] = {NULL, NULL};
-    int peers[2] = {next, prev};
     for (int k = 0; k < 2; k++) {
-        if (k == 1 && prev == next) {
-            bases[1] = bases[0];
-            break;
-        }
-        void *p = NULL;
-        cudaCheck(cudaIpcOpenMemHandle(&p, all[peers[k]].handle, cudaIpcMemLazyEnablePeerAccess));
-        r->opened[r->num_opened++] = p;
-        bases[k] = (char *)p;
+        bases[k] = k == 1 && prev == next ? bases[0] : (char *)peer_open(&all[peers[k]]);
     }
     peer_ring_link(r, bases[0], bases[1]);
     free(all);
