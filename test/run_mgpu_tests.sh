@@ -111,7 +111,9 @@ COMMON=(--depth 2 --width 256 --heads 4 --seq-len 64 --batch-size 4 --total-batc
 # name | ranks | options | precisions (empty: all); world = DP x GTP x TP, so DP = ranks / (TP x GTP). tp2_sp_b1:
 # micro-batches of one sequence, which SP splits between the two ranks' tokens (tp2_sp: 4 sequences, 2 a rank).
 # SP layouts run their collectives over the peer ring beside the GEMMs (--sp-overlap 1, the default) but
-# tp2_sp_nccl (NCCL, as before the ring); each must say so on its first lines (sp_path_check).
+# tp2_sp_nccl (NCCL, as before the ring); each must say so on its first lines (path_check). The _ce GTP layouts
+# gather the weights over the copy engines (--gtp-transport ce: pulls from the peers' mapped weights behind ready and
+# read flags) and must say so too.
 # shellcheck disable=SC2034 # read through layout_sweep's name reference
 LAYOUTS=(
     "dp2|2|--zero 0|"
@@ -127,8 +129,11 @@ LAYOUTS=(
     "dp2_tp2|4|--tp 2|"
     "gtp2|2|--gtp 2|"
     "gtp2_prefetch1|2|--gtp 2 --gtp-prefetch 1|fp32"
+    "gtp2_ce|2|--gtp 2 --gtp-transport ce|"
     "gtp4|4|--gtp 4|"
+    "gtp4_ce|4|--gtp 4 --gtp-transport ce|"
     "dp2_gtp2|4|--gtp 2|"
+    "dp2_gtp2_zero1_ce|4|--gtp 2 --zero 1 --gtp-transport ce|"
     "dp2_gtp2_zero1|4|--gtp 2 --zero 1|"
     "tp2_gtp2|4|--tp 2 --gtp 2|"
 )
@@ -234,24 +239,33 @@ run_layout() {
         fail_check "$name" "exited $rc (see $LOG_DIR/$name.*)"
         row "${name%_"$prec"}" "$prec" - - - - - FAILED; return
     fi
-    sp_path_check "$name" "$launch" "$*"
+    path_check "$name" "$launch" "$*"
     echo "== $name ($launch) against the one-GPU run"
     compare "$name" "$prec" "$ref"
 }
 
-# sp_path_check NAME LAUNCH OPTIONS: a layout with sequence parallelism printed the path its collectives took: NCCL
-# where --sp-overlap 0 says so, else the ring over peer memory (the GPUs of one machine map each other's), so that an
-# SP row cannot pass on the path it was not meant to test.
-sp_path_check() {
-    local name=$1 out="$LOG_DIR/$1.out" want
-    [[ " $3 " == *" --sequence-parallel 1 "* ]] || return 0
-    [ "$2" = mpi ] || out="$LOG_DIR/$name.rank0.out"
-    want="SP collectives: ring exchange over peer memory"
-    [[ " $3 " == *" --sp-overlap 0 "* ]] && want="SP collectives: NCCL (--sp-overlap 0)"
-    if grep -qF "$want" "$out"; then
-        pass "$name: $want"
+# path_check NAME LAUNCH OPTIONS [OUT]: a layout printed the path it was meant to test (the GPUs of one machine map
+# each other's memory, so no fallback is expected): with sequence parallelism its collectives' (NCCL where
+# --sp-overlap 0 says so, else the ring over peer memory), with --gtp-transport ce the weight gathers' (copy engines).
+# OUT: rank 0's output (default: the layout's log, LAUNCH's way).
+path_check() {
+    local name=$1 out=${4:-$LOG_DIR/$1.out} want
+    [ -n "${4:-}" ] || [ "$2" = mpi ] || out="$LOG_DIR/$name.rank0.out"
+    if [[ " $3 " == *" --sequence-parallel 1 "* ]]; then
+        want="SP collectives: ring exchange over peer memory"
+        [[ " $3 " == *" --sp-overlap 0 "* ]] && want="SP collectives: NCCL (--sp-overlap 0)"
+        path_expect "$name" "$want" "$out" 'SP collectives'
+    fi
+    if [[ " $3 " == *" --gtp-transport ce "* ]]; then
+        path_expect "$name" "GTP weight gathers: copy engines over peer memory (--gtp-transport ce)" "$out" \
+            'GTP weight gathers'
+    fi
+}
+path_expect() { # NAME WANT OUT PREFIX
+    if grep -qF "$2" "$3"; then
+        pass "$1: $2"
     else
-        fail_check "$name" "expected '$want' in $out, got: $(grep 'SP collectives' "$out")"
+        fail_check "$1" "expected '$2' in $3, got: $(grep "$4" "$3")"
     fi
 }
 
@@ -259,10 +273,13 @@ sp_path_check() {
 # Llama's in section 1's llama part).
 RESUME_AT=10
 RESUME_LAYOUTS=("tp2|2|--tp 2" "tp2_sp|2|--tp 2 --sequence-parallel 1" "dp2_zero1|2|--zero 1" "gtp2|2|--gtp 2"
+                "gtp2_ce|2|--gtp 2 --gtp-transport ce" "gtp2_ce_fp8|2|--gtp 2 --gtp-transport ce --precision fp8"
                 "dp2_gtp2_zero1|4|--gtp 2 --zero 1")
 EARLY_LAYOUTS=("dp2|2|--zero 0" "dp2_zero1|2|--zero 1" "tp2|2|--tp 2" "tp2_sp|2|--tp 2 --sequence-parallel 1" "gtp2|2|--gtp 2"
                "dp2_gtp2_zero1|4|--gtp 2 --zero 1" "dp2_zero1_fp8|2|--zero 1 --precision fp8"
-               "tp2_sp_fp8|2|--tp 2 --sequence-parallel 1 --precision fp8" "gtp2_fp8|2|--gtp 2 --precision fp8")
+               "tp2_sp_fp8|2|--tp 2 --sequence-parallel 1 --precision fp8" "gtp2_fp8|2|--gtp 2 --precision fp8"
+               "gtp2_ce|2|--gtp 2 --gtp-transport ce" "gtp2_ce_fp8|2|--gtp 2 --gtp-transport ce --precision fp8"
+               "gtp4_ce|4|--gtp 4 --gtp-transport ce")
 # ZeRO-1 against plain DP: without clipping (the norm over the owners' slices may differ in its last bits, and would
 # change the clip factor) each parameter's update is the same arithmetic on the same summed gradient, so the models
 # must match bit for bit. In fp8 after the backward plain DP's AdamW writes the FP8 codes itself, and ZeRO-1's ranks
@@ -298,6 +315,7 @@ twin_test() { # resume|early|zero NAME NP OPTIONS...: two runs (bf16 unless OPTI
             fail_check "$name" "the $s run failed (see $d/$s.out)"; return
         fi
     done
+    path_check "$name" mpi "$*" "$d/${runs[0]}.out"
     if ! cmp -s "$d/${runs[0]}/$final" "$d/${runs[1]}/$final"; then
         fail_check "$name" "the step-$STEPS models of the ${runs[0]} and the ${runs[1]} run differ ($d)"
     elif [ "$kind" = resume ]; then
@@ -392,6 +410,7 @@ LLAMA_LAYOUTS=(
     "tp2|2|--tp 2|"
     "tp2_sp|2|--tp 2 --sequence-parallel 1|"
     "gtp2|2|--gtp 2|"
+    "gtp2_ce|2|--gtp 2 --gtp-transport ce|"
     "tp4|4|--tp 4|fp32 fp8"
     "dp2_tp2|4|--tp 2|fp32 fp8"
     "tp2_gtp2|4|--tp 2 --gtp 2|fp32 fp8"
@@ -570,6 +589,11 @@ if part faults; then
         fault_test kill_rank1_sp_ring 1 KILL $((PORT_FAULT + 8)) "rank 1" --tp 2 --sequence-parallel 1
         fault_test stopped_rank1_sp_ring 1 STOP $((PORT_FAULT + 9)) "waited [0-9.]+ s for .*still incomplete" \
             --tp 2 --sequence-parallel 1
+        # and under GTP=2 with the copy-engine gathers: the pulls wait for a dead peer's ready flags, its updates
+        # for its read flags
+        fault_test kill_rank1_gtp_ce 1 KILL $((PORT_FAULT + 11)) "rank 1" --gtp 2 --gtp-transport ce
+        fault_test stopped_rank1_gtp_ce 1 STOP $((PORT_FAULT + 12)) "waited [0-9.]+ s for .*still incomplete" \
+            --gtp 2 --gtp-transport ce
 
         # a missing rank: only rank 0 of 2 is started
         port=$((PORT_FAULT + 3))
