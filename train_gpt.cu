@@ -899,7 +899,7 @@ template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T)
             if (!fp8_layer(g, l)) { continue; }
             gtp_before_write(&g->gtp, l, s); // the peers' gathers read the codes in place
             fp8_cast_layer_weights(g, l, g->fp8_partials[0], s);
-            gtp_published_on(&g->gtp, l, s);
+            gtp_published(&g->gtp, l, s);
         }
         g->fp8->weights_stale = 0;
         if (g->gtp.active) { gtp_after_compute(&g->gtp, s); } // the gathers take the codes just cast
@@ -1447,7 +1447,7 @@ template <typename floatX> static void update_group_publish(GPT<floatX> *g, int 
             if (!fp8_weight(g, k, tensor)) { return {g->weights + part.begin, NcclType<floatX>::id}; }
             return {g->params + part.begin, ncclFloat32}; // the ranks cast them (fp8_codes_by_adamw)
         }, g->sched.updated[k]);
-        updated_recorded(&g->sched, k);
+        updated_recorded(&g->sched, k, g_comm.dp_stream);
     }
     if (!g->fp8) { return; }
     updated_wait_on(&g->sched, k, g_cuda.update);
@@ -1510,7 +1510,7 @@ template <typename floatX> static float gpt_update(GPT<floatX> *g, const UpdateA
         int k = i == 0 ? L : i - 1; // the rest first, then the layers in forward order
         if (!started) { update_group_adamw(g, k, u, clip_factor, false, false, ADAMW_WHOLE); }
         update_group_publish(g, k, codes_by_adamw);
-        if (k < L) { gtp_published(&g->gtp, k, g->sched.updated[k]); } // updated[k]: the group's last write
+        if (k < L) { gtp_published(&g->gtp, k, g->sched.updated_on[k]); } // behind the group's last write
     }
     if (codes_by_adamw && !g->gtp.active) { fp8_transposed_record(&g->sched); }
     g->sched.update_pending = 1;
@@ -1664,7 +1664,7 @@ template <typename floatX> static void op_set_params(void *ctx, const float *in)
         convert_from_float(g->weights, g->params, g->layout.total, g_cuda.stream);
         comm_wait_stream(g_cuda.stream, "the conversion of the weights");
     }
-    for (int l = 0; l < L; l++) { gtp_published_on(&g->gtp, l, g_cuda.stream); }
+    for (int l = 0; l < L; l++) { gtp_published(&g->gtp, l, g_cuda.stream); }
     if (g->fp8) { g->fp8->weights_stale = 1; } // the conversion wrote over the FP8 weights' room too
 }
 // Under ZeRO-1, only this rank's slice holds gradients summed over the ranks (and get_opt_state reuses the buffer).

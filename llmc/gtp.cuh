@@ -39,8 +39,9 @@
  *
  * Hazards, and the two flags that close them (a layer's four weights are one flag group: one update writes them):
  *   read after write: a rank may pull owner p's shard of layer l only once p wrote it (its update, or its cast, or a
- *     set_params, of the version the reader expects). Every such write is a publication: the owner's flag stream
- *     waits for the write's event (the group's updated[l], or an event on the writing stream) and writes
+ *     set_params, of the version the reader expects). Every such write is a publication: the stream that wrote last
+ *     (the update stream, or under ZeRO-1 without FP8 the DP stream's broadcast: the stream that recorded the group's
+ *     updated[l]; the compute stream for set_params and the casts after it) writes, behind that work,
  *     ready[me][l] = version[l] into every rank's flags (gtp_published). A reader's AG stream waits for its own copy
  *     of that flag >= its own version[l] before the pull. Every rank publishes at the same points of the same
  *     program (each update, set_params, the first forward's casts), so version[l] counts alike everywhere.
@@ -56,8 +57,8 @@
  *     before P), and that work waits, on its own streams and events, only for work queued before it: its stream's
  *     earlier work, events recorded earlier, and flag waits that are again for earlier points. By induction on the
  *     points every wait is met (a hardware queue that two streams share runs their work in the order it was queued,
- *     so the induction holds there too). The ready flag is written on a stream of its own that waits for nothing
- *     but the local write's event, so a publication never waits behind the owner's later work.
+ *     so the induction holds there too). A flag's write waits for nothing itself: it follows the work it announces
+ *     on that work's stream, and no new stream (no new wait on an event) is added.
  *   Flags are 32-bit counters compared modulo 2^32 (cuStreamWaitValue32 GEQ), written into the peer's memory and
  *     waited for in one's own; a flag that never comes (a dead or hung peer) stalls the AG stream or the writer's:
  *     gathered[b] and the event behind each write wait are tracked (comm_track), so the host's bounded waits name
@@ -87,8 +88,6 @@ typedef struct {
     uint32_t **peer_flags;      // G: every rank's flags, mapped (its own: flags)
     uint32_t *version;          // layers: publications of each layer's shards so far, alike on every rank
     uint32_t *issued;           // layers: gathers of each layer issued so far, alike on every rank
-    cudaStream_t flag_stream;   // the ready flags, behind each publication's write
-    cudaEvent_t written;        // a write on some stream, for gtp_published_on
     cudaEvent_t *write_ok;      // layers: behind the wait for the peers' reads before a write (tracked)
     unsigned wait_flags;        // llmc/peer_memory.cuh's peer_wait_flags
 } GtpPeers;
@@ -207,23 +206,13 @@ static void gtp_before_write(Gtp *g, int group, cudaStream_t s) {
     comm_track(c->write_ok[group], what);
 }
 
-// This rank's shards of layer `group` are written where `written` fired: the next version, announced to every rank
-// (read before write: the pulls of this version wait for it).
-static void gtp_published(Gtp *g, int group, cudaEvent_t written) {
+// This rank's shards of layer `group` are written by the work stream s queued so far: the next version, announced to
+// every rank behind that work (read after write: the pulls of this version wait for it).
+static void gtp_published(Gtp *g, int group, cudaStream_t s) {
     GtpPeers *c = &g->ce;
     if (!c->on) { return; }
     uint32_t v = ++c->version[group];
-    cudaCheck(cudaStreamWaitEvent(c->flag_stream, written, 0));
-    for (int p = 0; p < g->size; p++) {
-        peer_flag_write(c->flag_stream, gtp_flag(g, c->peer_flags[p], GTP_READY, g->rank, group), v);
-    }
-}
-
-// The same for a write stream s has queued so far.
-static void gtp_published_on(Gtp *g, int group, cudaStream_t s) {
-    if (!g->ce.on) { return; }
-    cudaCheck(cudaEventRecord(g->ce.written, s));
-    gtp_published(g, group, g->ce.written);
+    for (int p = 0; p < g->size; p++) { peer_flag_write(s, gtp_flag(g, c->peer_flags[p], GTP_READY, g->rank, group), v); }
 }
 
 // The compute stream waits until buffer b holds its weight.
@@ -361,10 +350,6 @@ static void gtp_ce_connect(Gtp *g, const char *transport, void *weights, size_t 
             for (int l = 0; l < layers; l++) {
                 cudaCheck(cudaEventCreateWithFlags(&c->write_ok[l], cudaEventDisableTiming));
             }
-            cudaCheck(cudaEventCreateWithFlags(&c->written, cudaEventDisableTiming));
-            int least, greatest;
-            cudaCheck(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-            cudaCheck(cudaStreamCreateWithPriority(&c->flag_stream, cudaStreamNonBlocking, greatest));
             c->wait_flags = peer_wait_flags();
         }
         // no rank writes a peer's flags before every rank has zeroed its own and mapped the others'; every rank of

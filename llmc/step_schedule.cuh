@@ -89,6 +89,7 @@ typedef struct {
     // before it reads it
     cudaEvent_t norm_done;         // the clip factor AdamW reads is ready
     cudaEvent_t *updated;          // L + 1: group k's parameters are updated
+    cudaStream_t *updated_on;      // L + 1: the stream that recorded updated[k] last
     int update_last;               // the group whose event was recorded last: it follows all the others
     int update_pending;            // AdamW was queued and the compute stream has not waited for all of it
     int update_in_backward;        // --update-in-backward
@@ -113,6 +114,7 @@ static void step_schedule_init(StepSchedule *s, int num_layers, int update_in_ba
     }
     cudaCheck(cudaEventCreateWithFlags(&s->norm_done, cudaEventDisableTiming));
     s->updated = (cudaEvent_t *)malloc_check((num_layers + 1) * sizeof(cudaEvent_t), "update events");
+    s->updated_on = (cudaStream_t *)calloc_check((size_t)num_layers + 1, sizeof(cudaStream_t), "update streams");
     for (int k = 0; k <= num_layers; k++) {
         cudaCheck(cudaEventCreateWithFlags(&s->updated[k], cudaEventDisableTiming));
     }
@@ -172,14 +174,18 @@ static void updated_wait_on(StepSchedule *s, int group, cudaStream_t st) {
     cudaCheck(cudaStreamWaitEvent(st, s->updated[group], 0));
 }
 
-// Group k's update so far is published: recorded on the update stream, or (recorded) by ZeRO-1's broadcast on the
-// DP stream. The last one recorded follows all the others (updated_join).
+// Group k's update so far is published: recorded on the update stream, or (recorded) by ZeRO-1's broadcast on
+// `stream`, the DP stream. The last one recorded follows all the others (updated_join).
 static void updated_record(StepSchedule *s, int group) {
     cudaCheck(cudaEventRecord(s->updated[group], g_cuda.update));
+    s->updated_on[group] = g_cuda.update;
     s->update_last = group;
 }
 
-static void updated_recorded(StepSchedule *s, int group) { s->update_last = group; }
+static void updated_recorded(StepSchedule *s, int group, cudaStream_t stream) {
+    s->updated_on[group] = stream;
+    s->update_last = group;
+}
 
 /*
  * Under the update in backward a group's AdamW runs as soon as its gradients are final (grads_final), except the first
