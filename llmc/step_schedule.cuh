@@ -12,7 +12,8 @@
  *
  * The table (stream, priority: what it runs; what it waits for; what it records):
  * compute (g_cuda.stream, highest): the forward, the LM head and loss with the head's backward chunk by chunk, the
- *   backward's kernels and GEMMs, the norm's finish, token copies. Waits for updated[k] before the forward reads
+ *   backward's kernels and GEMMs, the norm's finish, token copies; set_params's writes and the FP8 casts after it
+ *   (under --gtp-transport ce behind the GTP peers' read flags, then writing the ready flags: llmc/gtp.cuh). Waits for updated[k] before the forward reads
  *   group k (only while an update is pending: updated_wait); gathered[b] before a GTP weight's first GEMM; a TP
  *   chunk's chunk_done or tp_mark where it reads a collective's result; the norm's sums over DP, TP and GTP ranks
  *   where it is split; gelu_recomputed before a recomputing layer's fc projection backward; fc_bias_done before it
@@ -33,7 +34,9 @@
  *   Waits for norm_done (update after the backward), or the group's ready point (update in backward) and then
  *   fp8_history_done before the casts; on one data rank the rest group's AdamW but the embedding rows of the
  *   micro-batch's tokens first, behind head_grads_final, before the layers'; the first --update-after-layers
- *   layers' after the backward (behind backward_done), in forward order. Records updated[k].
+ *   layers' after the backward (behind backward_done), in forward order. Records updated[k]. Under --gtp-transport
+ *   ce a layer's AdamW first waits for the GTP peers' read flags of its shards, and behind the group's last write
+ *   (this stream's, or the DP stream's broadcast: updated_on[k]) the ready flags go to the peers (llmc/gtp.cuh).
  * DP (g_comm.dp_stream, highest): the gradient sums of each group over DP/data ranks; ZeRO-1's reduce onto owners
  *   and per-group broadcasts; the loss and stop-flag all-reduces; the fp8 amax all-reduce; the barrier. Waits for
  *   the group's ready point; updated[k] before a broadcast, after which it records updated[k] again.
@@ -49,8 +52,9 @@
  *   forward's reduce-scatter).
  * AG (gtp->ag, highest): GTP weight all-gathers into pool buffer b (and the transposed FP8 codes for the backward).
  *   Waits for released[b] (after the last GEMM that read the buffer's previous weight); updated[l] for the first
- *   forward after an update (updated_if_pending); compute_mark after a cast of the masters set from outside.
- *   Records gathered[b].
+ *   forward after an update (updated_if_pending); compute_mark after a cast of the masters set from outside; under
+ *   --gtp-transport ce each owner's ready flag before its pull (the pulls are copy-engine copies on this stream),
+ *   after which it writes its read flag into every owner's memory. Records gathered[b].
  * RS (gtp->rs, highest): GTP weight-gradient reduce-scatters; GTP all-reduces (the norm's squares, the shards' FP8
  *   amaxes). Waits for rs_ready[b]; reduce_from. Records rs_done[b], rs_mark, reduced.
  *
