@@ -75,8 +75,6 @@
 
 #define GTP_RS_BUFFERS 2 // one gradient reduce-scattered while the next GEMM writes the other
 
-enum { GTP_READY = 0, GTP_READ = 1 }; // the two kinds of flag, each [G][layers] in a rank's flags
-
 // The copy-engine gathers' state (gtp_ce_connect; on 0: NCCL's all-gathers).
 typedef struct {
     int on;
@@ -84,10 +82,10 @@ typedef struct {
     const char *base;           // this rank's weights (one allocation, bytes long): the shards the gathers read
     size_t bytes;
     const char **peer_base;     // G: every GTP rank's weights as this rank addresses them (its own: base)
-    uint32_t *flags;            // mine: ready[G][layers] (written by each owner), read[G][layers] (by each reader)
+    uint32_t *flags;            // mine: ready[G][layers] (written by each owner), read[G][layers] (by each reader):
+                                // llmc/gtp_plan.h's gtp_flag_index
     uint32_t **peer_flags;      // G: every rank's flags, mapped (its own: flags)
-    uint32_t *version;          // layers: publications of each layer's shards so far, alike on every rank
-    uint32_t *issued;           // layers: gathers of each layer issued so far, alike on every rank
+    GtpFlagCounts counts;       // this rank's publications and gathers of each layer (llmc/gtp_plan.h)
     cudaEvent_t *write_ok;      // layers: behind the wait for the peers' reads before a write (tracked)
     unsigned wait_flags;        // llmc/peer_memory.cuh's peer_wait_flags
 } GtpPeers;
@@ -149,7 +147,7 @@ typedef struct {
 
 // Rank p's flag of `kind` for layer l in the flags at f.
 static inline uint32_t *gtp_flag(const Gtp *g, uint32_t *f, int kind, int p, int l) {
-    return f + ((size_t)kind * g->size + p) * g->ce.layers + l;
+    return f + gtp_flag_index(g->size, g->ce.layers, kind, p, l);
 }
 
 // The copy-engine gather of the G shards of layer `group`'s weight at `shard` (this rank's) into buffer b, on the AG
@@ -161,14 +159,16 @@ static void gtp_ce_pull(Gtp *g, int b, int group, const void *shard, size_t shar
         fail("internal error: a GTP shard of layer %d lies outside the weights' allocation the peers map", group);
     }
     size_t off = (size_t)(at - c->base);
-    uint32_t n = ++c->issued[group];
+    GtpPull n = gtp_flags_pull(&c->counts, group);
     for (int j = 0; j < g->size; j++) {
         int p = (g->rank + j) % g->size;
-        peer_flag_wait(g->ag, gtp_flag(g, c->flags, GTP_READY, p, group), c->version[group], c->wait_flags);
+        peer_flag_wait(g->ag, gtp_flag(g, c->flags, GTP_READY, p, group), n.ready, c->wait_flags);
         cudaCheck(cudaMemcpyAsync(g->slot[b] + (size_t)p * shard_bytes, c->peer_base[p] + off, shard_bytes,
                                   cudaMemcpyDeviceToDevice, g->ag));
     }
-    for (int p = 0; p < g->size; p++) { peer_flag_write(g->ag, gtp_flag(g, c->peer_flags[p], GTP_READ, g->rank, group), n); }
+    for (int p = 0; p < g->size; p++) {
+        peer_flag_write(g->ag, gtp_flag(g, c->peer_flags[p], GTP_READ, g->rank, group), n.read);
+    }
 }
 
 // Gathers the G shards of layer `group`'s weight (shard_bytes each; this rank's at `shard`) into buffer b, after
@@ -197,7 +197,8 @@ static void gtp_before_write(Gtp *g, int group, cudaStream_t s) {
     GtpPeers *c = &g->ce;
     if (!c->on) { return; }
     for (int p = 0; p < g->size; p++) {
-        peer_flag_wait(s, gtp_flag(g, c->flags, GTP_READ, p, group), c->issued[group], c->wait_flags);
+        peer_flag_wait(s, gtp_flag(g, c->flags, GTP_READ, p, group), gtp_flags_before_write(&c->counts, group),
+                       c->wait_flags);
     }
     char what[TRACKED_WHAT_LEN];
     snprintf(what, sizeof(what), "the wait for the GTP peers' pulls of layer %d's weights before they are rewritten",
@@ -211,7 +212,7 @@ static void gtp_before_write(Gtp *g, int group, cudaStream_t s) {
 static void gtp_published(Gtp *g, int group, cudaStream_t s) {
     GtpPeers *c = &g->ce;
     if (!c->on) { return; }
-    uint32_t v = ++c->version[group];
+    uint32_t v = gtp_flags_published(&c->counts, group);
     for (int p = 0; p < g->size; p++) { peer_flag_write(s, gtp_flag(g, c->peer_flags[p], GTP_READY, g->rank, group), v); }
 }
 
@@ -320,7 +321,7 @@ static void gtp_ce_connect(Gtp *g, const char *transport, void *weights, size_t 
             c->layers = layers;
             c->base = (const char *)weights;
             c->bytes = bytes;
-            size_t flag_bytes = 2 * (size_t)G * layers * sizeof(uint32_t);
+            size_t flag_bytes = gtp_flag_count(G, layers) * sizeof(uint32_t);
             cudaCheck(cudaMalloc(&c->flags, flag_bytes)); // cudaMalloc itself: IPC exports only its allocations
             g_cuda_allocated_bytes += flag_bytes;
             cudaCheck(cudaMemsetAsync(c->flags, 0, flag_bytes, g->ag));
@@ -344,8 +345,8 @@ static void gtp_ce_connect(Gtp *g, const char *transport, void *weights, size_t 
                 free(w);
                 free(f);
             }
-            c->version = (uint32_t *)calloc_check((size_t)layers, sizeof(uint32_t), "GTP flag counts");
-            c->issued = (uint32_t *)calloc_check((size_t)layers, sizeof(uint32_t), "GTP flag counts");
+            c->counts.version = (uint32_t *)calloc_check((size_t)layers, sizeof(uint32_t), "GTP flag counts");
+            c->counts.issued = (uint32_t *)calloc_check((size_t)layers, sizeof(uint32_t), "GTP flag counts");
             c->write_ok = (cudaEvent_t *)calloc_check((size_t)layers, sizeof(cudaEvent_t), "GTP flag events");
             for (int l = 0; l < layers; l++) {
                 cudaCheck(cudaEventCreateWithFlags(&c->write_ok[l], cudaEventDisableTiming));

@@ -1,8 +1,8 @@
 /*
  * gtp_plan.h: the arithmetic of GTP weight sharding (llmc/mesh.h's GTP group): which rows of which tensor each rank
  * keeps, the rank's flat buffer, the maps to and from the TP-local tensors, which ranks sum each gradient and which
- * one counts it in the norm, and the prefetch chain that materializes each sharded weight just before a pass uses it.
- * Plain C: the GPU build runs it, the CPU tests check it.
+ * one counts it in the norm, the prefetch chain that materializes each sharded weight just before a pass uses it,
+ * and the counts behind the copy-engine gathers' flags (--gtp-transport ce). Plain C: the GPU build runs it, the CPU tests check it.
  *
  * Shards. The block linear layers' weight matrices (qkv, attention projection, fc, fc projection; TP-local
  * (rows, cols) = (out, in) features of this TP rank) are split along their first dimension, output features, over
@@ -308,5 +308,50 @@ static inline size_t gtp_pass_gather_bytes(const GPTConfig *c, const Mesh *m, co
 static inline int gtp_group_spans_nodes(const Mesh *m, int local_rank) {
     return m->gtp > 1 && local_rank < m->gtp_rank * m->tp;
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// The copy-engine gathers' flags (--gtp-transport ce; llmc/gtp.cuh has the protocol and why no cycle forms)
+
+/*
+ * Each rank holds 2 x G x L 32-bit flags: ready[p][l], the count of owner p's publications of its layer-l shards
+ * (written by p behind each write of them), and read[p][l], the count of rank p's gathers of layer l whose pulls
+ * are done (written by reader p after each). A rank counts alike (GtpFlagCounts): version[l], its own
+ * publications of layer l, and issued[l], its own gathers of layer l, which equal every peer's at the same point of
+ * the program. A pull of layer l waits for ready[p][l] >= version[l] and then writes read[me][l] = issued[l] (this
+ * gather's); a write of this rank's layer-l shards waits for read[p][l] >= issued[l] of every p. Flags compare
+ * modulo 2^32 (gtp_flag_reached), as cuStreamWaitValue32's GEQ does.
+ */
+enum { GTP_READY = 0, GTP_READ = 1 }; // the two kinds of flag
+
+static inline size_t gtp_flag_count(int ranks, int layers) { return 2 * (size_t)ranks * (size_t)layers; }
+
+// Where rank p's flag of `kind` for layer l lies in a rank's flags.
+static inline size_t gtp_flag_index(int ranks, int layers, int kind, int p, int l) {
+    return ((size_t)kind * (size_t)ranks + (size_t)p) * (size_t)layers + (size_t)l;
+}
+
+// Whether a flag holding `flag` has reached `want`, modulo 2^32.
+static inline int gtp_flag_reached(uint32_t flag, uint32_t want) { return (int32_t)(flag - want) >= 0; }
+
+typedef struct {
+    uint32_t *version; // layers: publications of each layer's shards so far
+    uint32_t *issued;  // layers: gathers of each layer issued so far
+} GtpFlagCounts;
+
+// A gather of layer l: the ready count it waits for from every owner, and the read count it writes after its pulls.
+typedef struct {
+    uint32_t ready, read;
+} GtpPull;
+
+static inline GtpPull gtp_flags_pull(GtpFlagCounts *f, int l) {
+    GtpPull p = {f->version[l], ++f->issued[l]};
+    return p;
+}
+
+// A write of this rank's layer-l shards: the read count every rank's flag must reach before it.
+static inline uint32_t gtp_flags_before_write(const GtpFlagCounts *f, int l) { return f->issued[l]; }
+
+// The write is published: the ready count written behind it.
+static inline uint32_t gtp_flags_published(GtpFlagCounts *f, int l) { return ++f->version[l]; }
 
 #endif // LLMC_GTP_PLAN_H

@@ -536,6 +536,287 @@ static void test_data_sums(void) {
           "without GTP every gradient sums over DP", "wte over data %d", gtp_grad_sums_over_data(&one, P_WTE));
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// The copy-engine gathers' flags (llmc/gtp.cuh), simulated: G ranks run the same program of gathers, uses and
+// updates on three streams each (compute, AG, update), in random interleavings, with the flag arithmetic of
+// llmc/gtp_plan.h. Every pull must read the version of the owner's shard its reader expects (neither an older one:
+// read after write; nor a newer one: write after read), and the program must end (no wait that is never met).
+
+#define SIM_MAX_ITEMS 4096
+#define SIM_MAX_RANKS 4
+#define SIM_LAYERS 3
+enum { SIM_COMPUTE, SIM_AG, SIM_UPDATE, SIM_STREAMS };
+enum { SIM_PULL, SIM_READ_FLAGS, SIM_WRITE, SIM_PUBLISH, SIM_USE, SIM_JOINT };
+
+typedef struct {
+    int stream, kind, layer, owner; // owner: a pull's peer
+    uint32_t want, value;           // the flag count waited for (pull, write); the count or version written
+    int dep[2];                     // local items done first (events), or -1
+} SimItem;
+
+typedef struct {
+    SimItem *items;
+    int n, *done, next[SIM_STREAMS]; // next: each stream's first item not done (items of a stream run in order)
+    uint32_t flags[2 * SIM_MAX_RANKS * SIM_LAYERS];
+    uint32_t shard[SIM_LAYERS];      // the version the rank's shard of each layer holds
+    uint32_t version[SIM_LAYERS], issued[SIM_LAYERS];
+    GtpFlagCounts counts;
+    int me, ranks;
+    int last_publish[SIM_LAYERS], last_compute;
+} SimFlagRank;
+
+typedef struct {
+    int ranks, depth, in_backward, micro_steps, steps;
+    uint32_t base;      // every count and flag starts here (near 2^32: the counts wrap during the run)
+    int no_read_wait;   // a broken protocol: writes do not wait for the read flags (the test must catch it)
+    int no_ready_wait;  // a broken protocol: pulls do not wait for the ready flags
+} SimFlagCase;
+
+static int sim_add(SimFlagRank *r, SimItem it) {
+    if (r->n == SIM_MAX_ITEMS) {
+        fprintf(stderr, "flag simulation: more than %d items\n", SIM_MAX_ITEMS);
+        exit(1);
+    }
+    if (it.stream == SIM_COMPUTE) { r->last_compute = r->n; }
+    r->items[r->n] = it;
+    return r->n++;
+}
+
+// A gather of layer l behind the local items dep0, dep1: a pull from each rank (this one first, then round the
+// group), then the read flags; returns the last item, which gathered[b] follows.
+static int sim_gather(SimFlagRank *r, const SimFlagCase *sc, int l, int dep0, int dep1) {
+    GtpPull n = gtp_flags_pull(&r->counts, l);
+    for (int j = 0; j < r->ranks; j++) {
+        SimItem it = {SIM_AG, SIM_PULL, l, (r->me + j) % r->ranks, sc->no_ready_wait ? 0 : n.ready, n.ready,
+                      {j == 0 ? dep0 : -1, j == 0 ? dep1 : -1}};
+        if (sc->no_ready_wait) { it.want = r->counts.version[l] - (1u << 30); } // always reached
+        sim_add(r, it);
+    }
+    SimItem rf = {SIM_AG, SIM_READ_FLAGS, l, 0, 0, n.read, {-1, -1}};
+    return sim_add(r, rf);
+}
+
+// A write of this rank's layer-l shards on `stream` behind dep, then (publish) its ready flags on the same stream.
+static void sim_write(SimFlagRank *r, const SimFlagCase *sc, int l, int stream, int dep) {
+    uint32_t want = gtp_flags_before_write(&r->counts, l);
+    if (sc->no_read_wait) { want = r->counts.issued[l] - (1u << 30); }
+    SimItem w = {stream, SIM_WRITE, l, 0, want, r->counts.version[l] + 1, {dep, -1}};
+    sim_add(r, w);
+}
+static void sim_publish(SimFlagRank *r, int l, int stream) {
+    SimItem p = {stream, SIM_PUBLISH, l, 0, 0, gtp_flags_published(&r->counts, l), {-1, -1}};
+    r->last_publish[l] = sim_add(r, p);
+}
+
+// A pass of the prefetch chain (llmc/gtp_plan.h): its gathers on AG, each weight's use on the compute stream; a
+// forward after an update waits for each layer's publication (gather and use), a backward that updates writes each
+// layer behind its last use.
+static void sim_pass(SimFlagRank *r, const SimFlagCase *sc, GtpPass pass, int pending, int update) {
+    int uses = gtp_chain_uses(SIM_LAYERS), slots = sc->depth + 1, gathered[SIM_LAYERS * BLOCK_LINEARS];
+    int after[SIM_LAYERS];
+    for (int l = 0; l < SIM_LAYERS; l++) { after[l] = pending && pass == GTP_FORWARD ? r->last_publish[l] : -1; }
+    for (int i = 0; i < uses && i < slots; i++) {
+        gathered[i] = sim_gather(r, sc, gtp_chain_use(SIM_LAYERS, pass, i).layer, -1,
+                                 after[gtp_chain_use(SIM_LAYERS, pass, i).layer]);
+    }
+    for (int i = 0; i < uses; i++) {
+        GtpUse u = gtp_chain_use(SIM_LAYERS, pass, i);
+        SimItem use = {SIM_COMPUTE, SIM_USE, u.layer, 0, 0, 0, {gathered[i], after[u.layer]}};
+        int used = sim_add(r, use);
+        if (i + slots < uses) {
+            int l = gtp_chain_use(SIM_LAYERS, pass, i + slots).layer;
+            gathered[i + slots] = sim_gather(r, sc, l, used, after[l]);
+        }
+        if (update && pass == GTP_BACKWARD && u.linear == 0) { sim_write(r, sc, u.layer, SIM_UPDATE, used); }
+    }
+}
+
+static void sim_joint(SimFlagRank *r) {
+    SimItem j = {SIM_COMPUTE, SIM_JOINT, 0, 0, 0, 0, {-1, -1}};
+    sim_add(r, j);
+}
+
+// The program every rank queues: a tuning pass, set_params (its writes and the FP8 casts after it, on the compute
+// stream), then steps of micro-steps with the update in the backward or after it, an evaluation forward after step 1.
+static void sim_program(SimFlagRank *r, const SimFlagCase *sc) {
+    for (int l = 0; l < SIM_LAYERS; l++) { r->last_publish[l] = -1; }
+    sim_pass(r, sc, GTP_FORWARD, 0, 0);
+    sim_pass(r, sc, GTP_BACKWARD, 0, 0);
+    sim_joint(r);
+    for (int cast = 0; cast < 2; cast++) { // set_params, then the casts of the first forward
+        for (int l = 0; l < SIM_LAYERS; l++) { sim_write(r, sc, l, SIM_COMPUTE, -1); }
+        for (int l = 0; l < SIM_LAYERS; l++) { sim_publish(r, l, SIM_COMPUTE); }
+    }
+    int pending = 0;
+    for (int s = 0; s < sc->steps; s++) {
+        for (int a = 0; a < sc->micro_steps; a++) {
+            int last = a == sc->micro_steps - 1;
+            sim_pass(r, sc, GTP_FORWARD, pending, 0);
+            pending = 0;
+            sim_pass(r, sc, GTP_BACKWARD, 0, last && sc->in_backward);
+            sim_joint(r);
+        }
+        int end = r->last_compute; // the norm: the update after the backward waits for it
+        for (int l = 0; l < SIM_LAYERS; l++) {
+            if (!sc->in_backward) { sim_write(r, sc, l, SIM_UPDATE, end); }
+            sim_publish(r, l, SIM_UPDATE);
+        }
+        pending = 1;
+        if (s == 0) { // validation: a forward of the updated weights
+            sim_pass(r, sc, GTP_FORWARD, pending, 0);
+            pending = 0;
+            sim_joint(r);
+        }
+    }
+}
+
+static int sim_runnable(SimFlagRank *ranks, const SimFlagRank *r, int i) {
+    const SimItem *it = &r->items[i];
+    for (int d = 0; d < 2; d++) {
+        if (it->dep[d] >= 0 && !r->done[it->dep[d]]) { return 0; }
+    }
+    if (it->kind == SIM_PULL) {
+        return gtp_flag_reached(r->flags[gtp_flag_index(r->ranks, SIM_LAYERS, GTP_READY, it->owner, it->layer)],
+                                it->want);
+    }
+    if (it->kind == SIM_WRITE) {
+        for (int p = 0; p < r->ranks; p++) {
+            if (!gtp_flag_reached(r->flags[gtp_flag_index(r->ranks, SIM_LAYERS, GTP_READ, p, it->layer)], it->want)) {
+                return 0;
+            }
+        }
+    }
+    if (it->kind == SIM_JOINT) { // every rank's compute stream has reached this item (the same program)
+        for (int p = 0; p < r->ranks; p++) {
+            if (ranks[p].next[SIM_COMPUTE] != i) { return 0; }
+        }
+    }
+    return 1;
+}
+
+static void sim_advance(SimFlagRank *r, int s) {
+    while (r->next[s] < r->n && (r->done[r->next[s]] || r->items[r->next[s]].stream != s)) { r->next[s]++; }
+}
+
+// Runs the case once in the interleaving drawn from seed; returns the errors (stale or early pulls, a stall).
+static int sim_flags_run(const SimFlagCase *sc, uint64_t seed, char *why, size_t why_len) {
+    SimFlagRank ranks[SIM_MAX_RANKS];
+    int G = sc->ranks, errors = 0;
+    for (int p = 0; p < G; p++) {
+        SimFlagRank *r = &ranks[p];
+        memset(r, 0, sizeof(*r));
+        r->items = (SimItem *)calloc(SIM_MAX_ITEMS, sizeof(SimItem));
+        r->done = (int *)calloc(SIM_MAX_ITEMS, sizeof(int));
+        r->me = p;
+        r->ranks = G;
+        for (size_t f = 0; f < sizeof(r->flags) / sizeof(r->flags[0]); f++) { r->flags[f] = sc->base; }
+        for (int l = 0; l < SIM_LAYERS; l++) { r->version[l] = r->issued[l] = r->shard[l] = sc->base; }
+        r->counts.version = r->version;
+        r->counts.issued = r->issued;
+        sim_program(r, sc);
+        for (int s = 0; s < SIM_STREAMS; s++) { sim_advance(r, s); }
+    }
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (;;) {
+        int cand[SIM_MAX_RANKS * SIM_STREAMS][2], nc = 0, left = 0;
+        for (int p = 0; p < G; p++) {
+            for (int s = 0; s < SIM_STREAMS; s++) {
+                int i = ranks[p].next[s];
+                if (i >= ranks[p].n) { continue; }
+                left = 1;
+                if (sim_runnable(ranks, &ranks[p], i)) {
+                    cand[nc][0] = p;
+                    cand[nc][1] = s;
+                    nc++;
+                }
+            }
+        }
+        if (!left) { break; }
+        if (nc == 0) {
+            snprintf(why, why_len, "stalled: no stream of any rank can go on (rank 0 at items %d %d %d of %d)",
+                     ranks[0].next[0], ranks[0].next[1], ranks[0].next[2], ranks[0].n);
+            errors++;
+            break;
+        }
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        int p = cand[x % (uint64_t)nc][0], s = cand[x % (uint64_t)nc][1];
+        SimFlagRank *r = &ranks[p];
+        int i = r->next[s];
+        const SimItem *it = &r->items[i];
+        if (it->kind == SIM_PULL && ranks[it->owner].shard[it->layer] != it->value) {
+            if (errors++ == 0) {
+                snprintf(why, why_len, "rank %d pulled version %u of rank %d's layer %d, expecting %u", p,
+                         ranks[it->owner].shard[it->layer], it->owner, it->layer, it->value);
+            }
+        } else if (it->kind == SIM_READ_FLAGS) {
+            for (int q = 0; q < G; q++) {
+                ranks[q].flags[gtp_flag_index(G, SIM_LAYERS, GTP_READ, p, it->layer)] = it->value;
+            }
+        } else if (it->kind == SIM_WRITE) {
+            r->shard[it->layer] = it->value;
+        } else if (it->kind == SIM_PUBLISH) {
+            for (int q = 0; q < G; q++) {
+                ranks[q].flags[gtp_flag_index(G, SIM_LAYERS, GTP_READY, p, it->layer)] = it->value;
+            }
+        }
+        if (it->kind == SIM_JOINT) {
+            for (int q = 0; q < G; q++) {
+                ranks[q].done[i] = 1;
+                sim_advance(&ranks[q], SIM_COMPUTE);
+            }
+        } else {
+            r->done[i] = 1;
+            sim_advance(r, s);
+        }
+    }
+    for (int p = 0; p < G; p++) {
+        free(ranks[p].items);
+        free(ranks[p].done);
+    }
+    return errors;
+}
+
+static void test_flags(void) {
+    const int seeds = 40; // interleavings a case (the broken protocols are caught within the first few)
+    int bad_cases = 0, runs = 0;
+    char first[256] = "";
+    for (int G = 1; G <= SIM_MAX_RANKS; G++) {
+        for (int depth = 1; depth <= 2; depth++) {
+            for (int in_backward = 0; in_backward <= 1; in_backward++) {
+                for (int A = 1; A <= 2; A++) {
+                    for (int wrap = 0; wrap <= 1; wrap++) {
+                        SimFlagCase sc = {G, depth, in_backward, A, 3, wrap ? 0xFFFFFFF0u : 0u, 0, 0};
+                        for (int seed = 0; seed < seeds; seed++, runs++) {
+                            char why[200];
+                            if (sim_flags_run(&sc, (uint64_t)seed, why, sizeof(why)) && bad_cases++ == 0) {
+                                snprintf(first, sizeof(first), "G %d depth %d in backward %d A %d base %u seed %d: %s",
+                                         G, depth, in_backward, A, sc.base, seed, why);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    check(bad_cases == 0, "gtp ce flags: every pull reads the version it expects, no stall (G 1-4, random interleavings)",
+          "%d of %d runs failed; first: %s", bad_cases, runs, first);
+    // The simulation can fail: without the read flags' wait an owner ahead overwrites a shard a peer has yet to pull;
+    // without the ready flags' wait a peer ahead pulls the old version
+    for (int broken = 0; broken < 2; broken++) {
+        SimFlagCase sc = {2, 2, 1, 2, 3, 0, broken == 0, broken == 1};
+        int caught = 0;
+        for (int seed = 0; seed < seeds && !caught; seed++) {
+            char why[200];
+            caught = sim_flags_run(&sc, (uint64_t)seed, why, sizeof(why)) > 0;
+        }
+        check(caught, broken == 0 ? "gtp ce flags: writes that skip the read flags are caught"
+                                  : "gtp ce flags: pulls that skip the ready flags are caught",
+              "no interleaving of %d showed a wrong version", seeds);
+    }
+}
+
 int main(void) {
     test_nodes();
     test_shards();
@@ -543,5 +824,6 @@ int main(void) {
     test_chain();
     test_bytes();
     test_data_sums();
+    test_flags();
     return test_exit();
 }
