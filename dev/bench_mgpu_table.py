@@ -139,7 +139,8 @@ def ratios(rows, shapes):
         exposed(gtp, 5)
     # GTP's weight gathers over the copy engines (--gtp-transport ce) against NCCL's all-gather: the faster is kept
     # as the default (no bar: the measurement decides)
-    for ce, nccl, label in (("1558M_gtp2_ce", "1558M_gtp2", "GTP=2"), ("1558M_gtp2_ce_fp8", "1558M_gtp2_fp8", "GTP=2 fp8"),
+    for ce, nccl, label in (("1558M_gtp2_ce", "1558M_gtp2", "GTP=2"),
+                            ("1558M_gtp2_ce_fp8", "1558M_gtp2_fp8", "GTP=2 fp8"),
                             ("1558M_gtp4_ce", "1558M_gtp4", "GTP=4")):
         ratio(f"{label} ce / nccl tokens/s", ce, nccl, None)
         exposed(ce, 5)

@@ -213,7 +213,9 @@ static void gtp_published(Gtp *g, int group, cudaStream_t s) {
     GtpPeers *c = &g->ce;
     if (!c->on) { return; }
     uint32_t v = gtp_flags_published(&c->counts, group);
-    for (int p = 0; p < g->size; p++) { peer_flag_write(s, gtp_flag(g, c->peer_flags[p], GTP_READY, g->rank, group), v); }
+    for (int p = 0; p < g->size; p++) {
+        peer_flag_write(s, gtp_flag(g, c->peer_flags[p], GTP_READY, g->rank, group), v);
+    }
 }
 
 // The compute stream waits until buffer b holds its weight.

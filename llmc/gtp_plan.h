@@ -2,7 +2,8 @@
  * gtp_plan.h: the arithmetic of GTP weight sharding (llmc/mesh.h's GTP group): which rows of which tensor each rank
  * keeps, the rank's flat buffer, the maps to and from the TP-local tensors, which ranks sum each gradient and which
  * one counts it in the norm, the prefetch chain that materializes each sharded weight just before a pass uses it,
- * and the counts behind the copy-engine gathers' flags (--gtp-transport ce). Plain C: the GPU build runs it, the CPU tests check it.
+ * and the counts behind the copy-engine gathers' flags (--gtp-transport ce). Plain C: the GPU build runs it, the CPU
+ * tests check it.
  *
  * Shards. The block linear layers' weight matrices (qkv, attention projection, fc, fc projection; TP-local
  * (rows, cols) = (out, in) features of this TP rank) are split along their first dimension, output features, over

@@ -13,8 +13,8 @@
  * The table (stream, priority: what it runs; what it waits for; what it records):
  * compute (g_cuda.stream, highest): the forward, the LM head and loss with the head's backward chunk by chunk, the
  *   backward's kernels and GEMMs, the norm's finish, token copies; set_params's writes and the FP8 casts after it
- *   (under --gtp-transport ce behind the GTP peers' read flags, then writing the ready flags: llmc/gtp.cuh). Waits for updated[k] before the forward reads
- *   group k (only while an update is pending: updated_wait); gathered[b] before a GTP weight's first GEMM; a TP
+ *   (under --gtp-transport ce behind the GTP peers' read flags, then writing the ready flags: llmc/gtp.cuh). Waits
+ *   for updated[k] before the forward reads group k (only while an update is pending: updated_wait); gathered[b] before a GTP weight's first GEMM; a TP
  *   chunk's chunk_done or tp_mark where it reads a collective's result; the norm's sums over DP, TP and GTP ranks
  *   where it is split; gelu_recomputed before a recomputing layer's fc projection backward; fc_bias_done before it
  *   writes d fch again; fp8_transposed before the first FP8 input gradient; rs_done[b] before an RS buffer takes

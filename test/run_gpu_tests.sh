@@ -11,8 +11,8 @@
 # in bf16 and fp8 (GPT-2 and Llama), the multiple-choice evaluation against the CPU build's (dev/eval_parity.sh), and
 # the GTP path on one rank against the plain path in fp32, bf16 and fp8
 # (dev/gtp_check.sh, with compute-sanitizer memcheck and racecheck; GPT-2, and a grouped-query Llama in bf16 and fp8,
-# whose FP8 blocks gather FP8 codes; its gathers over NCCL and over the copy engines), the update in backward against the update after
-# it in fp32, bf16 and fp8 (dev/update_check.sh), and preemption (dev/preempt_check.sh, alone and under mpirun); ends with a summary table
+# whose FP8 blocks gather FP8 codes; its gathers over NCCL, and over the copy engines with the flags), the update
+# in backward against the update after it in fp32, bf16 and fp8 (dev/update_check.sh), and preemption (dev/preempt_check.sh, alone and under mpirun); ends with a summary table
 # and a non-zero exit on any failure. Logs go to $LOG_DIR (default: a fresh temporary folder).
 # GPU_ROWS: an extended regular expression over the rows' names (as the summary table prints them, e.g.
 # 'parity llama|resume'); only the rows it matches run (default: all), so that one device call can take a part.

@@ -800,7 +800,8 @@ static void test_flags(void) {
             }
         }
     }
-    check(bad_cases == 0, "gtp ce flags: every pull reads the version it expects, no stall (G 1-4, random interleavings)",
+    check(bad_cases == 0,
+          "gtp ce flags: every pull reads the version it expects, no stall (G 1-4, random interleavings)",
           "%d of %d runs failed; first: %s", bad_cases, runs, first);
     // The simulation can fail: without the read flags' wait an owner ahead overwrites a shard a peer has yet to pull;
     // without the ready flags' wait a peer ahead pulls the old version

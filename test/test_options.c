@@ -141,8 +141,9 @@ static void test_validate(void) {
                  "--gtp", "2", "--gtp-materialize", "1", NULL);
     expect_error("choice_gtp_transport", "--gtp-transport: 'nvlink' is not one of nccl|ce", "--gtp", "2",
                  "--gtp-transport", "nvlink", NULL);
-    expect_error("gtp_transport_needs_gtp", "--gtp-transport ce applies to GTP (--gtp > 1, or --gtp-materialize 1) only",
-                 "--gtp-transport", "ce", NULL);
+    expect_error("gtp_transport_needs_gtp",
+                 "--gtp-transport ce applies to GTP (--gtp > 1, or --gtp-materialize 1) only", "--gtp-transport", "ce",
+                 NULL);
     expect_error("gtp_prefetch_needs_gtp", "--gtp-prefetch 3 applies to GTP (--gtp > 1) only", "--gtp-prefetch", "3",
                  NULL);
     expect_error("heads_divide_width", "--heads 5 must be >= 1 and divide --width 64", "--width", "64", "--heads",
