@@ -781,7 +781,7 @@ static int sim_flags_run(const SimFlagCase *sc, uint64_t seed, char *why, size_t
 static void test_flags(void) {
     const int seeds = 40; // interleavings a case (the broken protocols are caught within the first few)
     int bad_cases = 0, runs = 0;
-    char first[256] = "";
+    char first[320] = "";
     for (int G = 1; G <= SIM_MAX_RANKS; G++) {
         for (int depth = 1; depth <= 2; depth++) {
             for (int in_backward = 0; in_backward <= 1; in_backward++) {
