@@ -1,31 +1,47 @@
 /*
- * peer_ring.cuh: the transport of sequence parallelism's ring collectives (llmc/tensor_parallel.cuh) between the TP
- * ranks of one node: receive buffers every rank maps into its ring neighbours' address space, chunk copies into them
- * on copy engines (no SMs taken from the GEMMs), and readiness flags in GPU memory.
+ * peer_ring.cuh: the transports of sequence parallelism's ring collectives (llmc/tensor_parallel.cuh), which move a
+ * chunk from each TP rank to its successor (llmc/ring_schedule.h). Two, behind one exchange (--sp-transport):
+ *   ce (the default): between the TP ranks of one node, receive buffers every rank maps into its ring neighbours'
+ *     address space, chunk copies into them on copy engines (no SMs taken from the GEMMs), readiness flags in GPU
+ *     memory;
+ *   nccl: ncclSend / ncclRecv on a communicator of the TP group that serves the ring's stream alone (COMM_TP_RING):
+ *     NCCL's kernels (a few SMs), wherever NCCL connects the ranks, across nodes too; no mapping, no flags.
+ * The measurement decides which is the default (dev/bench_mgpu.sh, group sp: "ring ce / nccl p2p tokens/s").
  *
  * Each rank allocates one buffer: RING_FLAG_BYTES of flags (llmc/ring_schedule.h: ready[RING_SLOTS], written by its
- * predecessor, free[RING_SLOTS], written by its successor), then RING_SLOTS receive slots of slot_bytes. At start-up
- * (peer_ring_connect) the ranks exchange over the TP communicator their host name and GPU (PCI bus id); where every
- * rank's successor and predecessor are on its host and visible to it, and the GPUs can map each other's memory
- * (cudaDeviceCanAccessPeer), every rank exports its buffer (cudaIpcGetMemHandle), the handles are exchanged the same
- * way, and each rank opens its neighbours' (cudaIpcOpenMemHandle). Otherwise nothing is allocated and the caller keeps
- * NCCL. The exchange goes over NCCL rather than the TCP bootstrap: once the watchdog runs, the bootstrap's connections
- * carry only the news of a dead rank (llmc/comm.cuh).
+ * predecessor, free[RING_SLOTS], written by its successor; the nccl transport leaves them unused), then RING_SLOTS
+ * receive slots of slot_bytes. ce, at start-up (peer_ring_connect): the ranks exchange over the TP communicator their
+ * host name and GPU (PCI bus id); where every rank's successor and predecessor are on its host and visible to it, and
+ * the GPUs can map each other's memory (cudaDeviceCanAccessPeer), every rank exports its buffer
+ * (cudaIpcGetMemHandle), the handles are exchanged the same way, and each rank opens its neighbours'
+ * (cudaIpcOpenMemHandle). Otherwise nothing is allocated and the caller keeps NCCL's collectives. The exchange goes
+ * over NCCL rather than the TCP bootstrap: once the watchdog runs, the bootstrap's connections carry only the news of
+ * a dead rank (llmc/comm.cuh). nccl (peer_ring_connect_nccl): the buffer and the communicator, split from the TP
+ * group's.
  *
- * A transfer (the t-th of the ring's life), all on the ring's stream, in the order of ring_schedule.h:
- *   peer_ring_send:    wait until my free[slot] >= send_after (the successor consumed the slot's last use), copy
- *                      into the successor's slot (cudaMemcpyAsync: a copy engine), write the successor's ready[slot]
- *   peer_ring_recv:    wait until my ready[slot] >= value; the slot's bytes are then valid on the ring's stream
- *   peer_ring_release: write the predecessor's free[slot]: the slot may be written again; the next transfer
- * Flags are written with cuStreamWriteValue32 (which fences the copy before it, as __threadfence_system) and waited
- * for with cuStreamWaitValue32 (GEQ, modulo 2^32; flushing remote writes where the GPU can): driver functions, taken
- * from the driver the runtime loaded (cudaGetDriverEntryPointByVersion) rather than linked, so that a binary that
- * never opens a ring still starts where no driver is installed (--help, the CPU machine's checks).
- * A flag that never comes (a dead or hung peer) stalls the ring's stream: the caller records an event behind each
- * collective and tracks it (comm_track), so the host's bounded waits name it (llmc/comm.cuh's watchdog and timeouts
- * end the job). The IPC mappings are closed at exit (peer_ring_close_all, registered with atexit: fail() and a normal
- * end both pass there, the abort alarm bounding a close behind a stalled ring; a process killed outright has its
- * mappings released by the driver).
+ * A hop is an exchange: transfer t (the t-th of the ring's life) sends to the successor and receives the
+ * predecessor's transfer t. NCCL's point-to-point needs each rank's send and receive posted together (every rank of a
+ * ring sends first: ungrouped, each send would wait for a receive its successor has not posted), so the exchange is
+ * one group; the ce transport's receive is a wait for a flag, which the caller queues where it needs the bytes (so
+ * that on a hardware queue the ring's stream shares, the wait sits behind the work that needs no data of its). All on
+ * the ring's stream, in the order of ring_schedule.h:
+ *   peer_ring_exchange: ce: wait until my free[slot] >= send_after (the successor consumed the slot's last use),
+ *                       copy into the successor's slot (cudaMemcpyAsync: a copy engine), write the successor's
+ *                       ready[slot]. nccl: ncclGroupStart, ncclSend to the successor, ncclRecv from the predecessor
+ *                       into my slot (or straight where the caller wants the bytes), ncclGroupEnd
+ *   peer_ring_received: ce: wait until my ready[slot] >= value; nccl: nothing (the receive is earlier on the stream).
+ *                       Where the bytes are, valid on the ring's stream from here
+ *   peer_ring_release:  ce: write the predecessor's free[slot]: the slot may be written again. The next transfer
+ * ce's flags are written with cuStreamWriteValue32 (which fences the copy before it, as __threadfence_system) and
+ * waited for with cuStreamWaitValue32 (GEQ, modulo 2^32; flushing remote writes where the GPU can): driver functions,
+ * taken from the driver the runtime loaded (cudaGetDriverEntryPointByVersion) rather than linked, so that a binary
+ * that never opens a ring still starts where no driver is installed (--help, the CPU machine's checks).
+ * A flag or a receive that never comes (a dead or hung peer) stalls the ring's stream: the caller records an event
+ * behind each collective and tracks it (comm_track), so the host's bounded waits name it (llmc/comm.cuh's watchdog and
+ * timeouts end the job, its abort of every communicator, the ring's included, ending NCCL's kernels). ce's IPC
+ * mappings are closed at exit (peer_ring_close_all, registered with atexit: fail() and a normal end both pass there,
+ * the abort alarm bounding a close behind a stalled ring; a process killed outright has its mappings released by the
+ * driver).
  */
 #ifndef LLMC_PEER_RING_CUH
 #define LLMC_PEER_RING_CUH
@@ -44,6 +60,8 @@
 #define RING_MAX_RINGS 8     // rings with IPC mappings one process may hold (a trainer: one per model)
 
 enum { RING_READY = 0, RING_FREE = RING_SLOTS };
+
+typedef enum { RING_CE, RING_NCCL } RingTransport;
 
 // The driver functions the ring calls (ring_driver_load), at the ABI versions these signatures are.
 #define RING_DRIVER_WAIT_WRITE_VERSION 11070
@@ -86,14 +104,19 @@ static inline void cu_check_(CUresult r, const char *what, const char *file, int
 
 typedef struct PeerRing {
     int size, rank;
-    cudaStream_t stream;          // the copies and the flags' writes and waits
+    RingTransport transport;
+    cudaStream_t stream;          // the transfers (ce: copies and the flags' writes and waits; nccl: send/recv)
     size_t slot_bytes;
     char *base;                   // mine: flags, then the slots
+    uint64_t transfers;           // transfers so far, the same count on every rank
+    // ce
     char *next_base, *prev_base;  // the successor's and the predecessor's, mapped
     void *opened[RING_MAX_OPEN];  // IPC mappings to close
     int num_opened;
-    uint64_t transfers;           // transfers so far, the same count on every rank
     unsigned wait_flags;          // cuStreamWaitValue32's: GEQ, and a flush of remote writes where the GPU has one
+    // nccl
+    ncclComm_t comm;              // the TP group's communicator of the ring's stream (COMM_TP_RING)
+    const void *landed;           // where the exchange put the transfer's bytes
 } PeerRing;
 
 static PeerRing *g_rings[RING_MAX_RINGS];
@@ -115,13 +138,13 @@ static void peer_ring_close_all(void) {
     g_num_rings = 0;
 }
 
-// This rank's buffer (flags zeroed, synchronously: peers may write them once the caller's exchange is done) and the
-// ring's stream, at the greatest priority (a copy is queued behind nothing of the GEMMs').
-static void peer_ring_alloc(PeerRing *r, int size, int rank, size_t slot_bytes) {
-    ring_driver_load();
+// This rank's buffer (ce: flags zeroed, synchronously: peers may write them once the caller's exchange is done) and
+// the ring's stream, at the greatest priority (a transfer is queued behind nothing of the GEMMs').
+static void peer_ring_alloc(PeerRing *r, int size, int rank, size_t slot_bytes, RingTransport transport) {
     memset(r, 0, sizeof(*r));
     r->size = size;
     r->rank = rank;
+    r->transport = transport;
     r->slot_bytes = (slot_bytes + 255) / 256 * 256;
     size_t bytes = RING_FLAG_BYTES + RING_SLOTS * r->slot_bytes;
     cudaCheck(cudaMalloc(&r->base, bytes)); // cudaMalloc itself: IPC exports only its allocations
@@ -129,6 +152,8 @@ static void peer_ring_alloc(PeerRing *r, int size, int rank, size_t slot_bytes) 
     int least, greatest;
     cudaCheck(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     cudaCheck(cudaStreamCreateWithPriority(&r->stream, cudaStreamNonBlocking, greatest));
+    if (transport == RING_NCCL) { return; }
+    ring_driver_load();
     cudaCheck(cudaMemsetAsync(r->base, 0, RING_FLAG_BYTES, r->stream));
     comm_wait_stream(r->stream, "zeroing the ring's flags");
     // The flag arrives after the data it announces (the sender's write fences its copy), but a GPU may reorder remote
@@ -151,10 +176,25 @@ static void peer_ring_link(PeerRing *r, char *next_base, char *prev_base) {
     r->prev_base = prev_base;
 }
 
-// Transfer `transfers`: bytes (at most slot_bytes) from src to the successor's slot, behind the ring stream's work.
-static void peer_ring_send(PeerRing *r, const void *src, size_t bytes) {
-    if (bytes > r->slot_bytes) { fail("peer_ring_send: %zu bytes exceed the slot's %zu", bytes, r->slot_bytes); }
+/*
+ * Transfer t (r->transfers), in the ring's stream's order: bytes (at most slot_bytes) from src to the successor, and
+ * the predecessor's transfer t to this rank: ce into my slot (the predecessor's copy), nccl at land where given (the
+ * bytes' final place, sparing a copy), else into my slot. Every transfer of a collective has the same size on every
+ * rank. what names the collective for a timeout.
+ */
+static void peer_ring_exchange(PeerRing *r, const void *src, size_t bytes, void *land, const char *what) {
+    if (bytes > r->slot_bytes) { fail("peer_ring_exchange: %zu bytes exceed the slot's %zu", bytes, r->slot_bytes); }
     RingTransfer x = ring_transfer(r->transfers);
+    if (r->transport == RING_NCCL) {
+        void *dst = land ? land : ring_slot_of(r->base, r->slot_bytes, x.slot);
+        ncclCheck(ncclGroupStart());
+        ncclCheck(ncclSend(src, bytes, ncclUint8, ring_next(r->rank, r->size), r->comm, r->stream));
+        ncclCheck(ncclRecv(dst, bytes, ncclUint8, ring_prev(r->rank, r->size), r->comm, r->stream));
+        ncclCheck(ncclGroupEnd());
+        comm_settle(r->comm, what, g_comm.timeout_s);
+        r->landed = dst;
+        return;
+    }
     cuCheck(g_ring_driver.wait_value((CUstream)r->stream, ring_dptr(ring_flag(r->base, RING_FREE + x.slot)),
                                      x.send_after, CU_STREAM_WAIT_VALUE_GEQ));
     cudaCheck(cudaMemcpyAsync(ring_slot_of(r->next_base, r->slot_bytes, x.slot), src, bytes, cudaMemcpyDeviceToDevice,
@@ -163,19 +203,23 @@ static void peer_ring_send(PeerRing *r, const void *src, size_t bytes) {
                                       x.value, CU_STREAM_WRITE_VALUE_DEFAULT));
 }
 
-// The predecessor's transfer of the same number: its bytes, valid on the ring's stream from here.
-static const void *peer_ring_recv(PeerRing *r) {
+// The predecessor's transfer of the same number: where its bytes are, valid on the ring's stream from here.
+static const void *peer_ring_received(PeerRing *r) {
+    if (r->transport == RING_NCCL) { return r->landed; }
     RingTransfer x = ring_transfer(r->transfers);
     cuCheck(g_ring_driver.wait_value((CUstream)r->stream, ring_dptr(ring_flag(r->base, RING_READY + x.slot)),
                                      x.value, r->wait_flags));
     return ring_slot_of(r->base, r->slot_bytes, x.slot);
 }
 
-// The received slot consumed (by the ring stream's work so far): the predecessor may write it again.
+// The received bytes consumed (by the ring stream's work so far): ce: the predecessor may write the slot again
+// (nccl's next receive into it comes later on this stream). The next transfer.
 static void peer_ring_release(PeerRing *r) {
-    RingTransfer x = ring_transfer(r->transfers);
-    cuCheck(g_ring_driver.write_value((CUstream)r->stream, ring_dptr(ring_flag(r->prev_base, RING_FREE + x.slot)),
-                                      x.value, CU_STREAM_WRITE_VALUE_DEFAULT));
+    if (r->transport == RING_CE) {
+        RingTransfer x = ring_transfer(r->transfers);
+        cuCheck(g_ring_driver.write_value((CUstream)r->stream, ring_dptr(ring_flag(r->prev_base, RING_FREE + x.slot)),
+                                          x.value, CU_STREAM_WRITE_VALUE_DEFAULT));
+    }
     r->transfers++;
 }
 
@@ -238,7 +282,7 @@ static int peer_ring_connect(PeerRing *r, int size, int rank, size_t slot_bytes,
         comm_barrier("the ring's set-up", 0); // every rank passes it, whichever way its group went
         return 0;
     }
-    peer_ring_alloc(r, size, rank, slot_bytes);
+    peer_ring_alloc(r, size, rank, slot_bytes, RING_CE);
     peer_ring_register(r);
     cudaCheck(cudaIpcGetMemHandle(&mine.handle, r->base));
     ring_all_gather_info(&mine, all, size, rank, id);
@@ -261,6 +305,13 @@ static int peer_ring_connect(PeerRing *r, int size, int rank, size_t slot_bytes,
     // every group passes it, whichever way its group went
     comm_barrier("the ring's set-up", 0);
     return 1;
+}
+
+// The ring over NCCL send/recv, slots of slot_bytes: runs wherever NCCL connects the group's ranks. Every rank of the
+// group calls it (the communicator's split is collective).
+static void peer_ring_connect_nccl(PeerRing *r, int size, int rank, size_t slot_bytes) {
+    peer_ring_alloc(r, size, rank, slot_bytes, RING_NCCL);
+    r->comm = comm_split_tp_ring(rank);
 }
 
 #endif // LLMC_PEER_RING_CUH
