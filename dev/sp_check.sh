@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sequence parallelism's ring collectives on the GPU machine, in as few calls as possible: the one-GPU simulated ring
-# (test/gpubin/test_ring_gemm, plain and under memcheck), then on 2 GPUs the SP parity rows with the ring and with
-# --sp-overlap 0, the resume/update twins and the fault rows, and the 1558M TP=2 / TP=2+SP benchmark (bf16, fp8).
+# (test/gpubin/test_ring_gemm, plain and under memcheck: the copy-engine transport), then on 2 GPUs the SP parity
+# rows with the ring (copy engines, and NCCL send/recv: the _p2p rows) and with --sp-overlap 0, the resume/update twins
+# and the fault rows, and the 1558M TP=2 / TP=2+SP benchmark (bf16, fp8) with both ring transports.
 # Each part is bounded so that `all` fits one 10-minute call on 2 GPUs but the fp8 benchmark (run it alone next).
 #   dev/sp_check.sh [ring|parity|twins|bench|bench_fp8|all]        logs under $OUT (or /tmp/sp_check)
 set -uo pipefail
@@ -29,18 +30,20 @@ if [ "$what" = ring ] || [ "$what" = all ]; then
     step ring_memcheck 200 compute-sanitizer --tool memcheck --error-exitcode 1 test/gpubin/test_ring_gemm
 fi
 if [ "$what" = parity ] || [ "$what" = all ]; then
-    step parity 240 env LOG_DIR="$LOGS/mgpu_parity" MGPU_PARTS=parity MGPU_LAYOUTS=sp test/run_mgpu_tests.sh
+    step parity 300 env LOG_DIR="$LOGS/mgpu_parity" MGPU_PARTS=parity MGPU_LAYOUTS=sp test/run_mgpu_tests.sh
     sed -n '/^layout/,$p' "$LOGS/parity.log" | head -20
 fi
 if [ "$what" = twins ] || [ "$what" = all ]; then
-    step twins 180 env LOG_DIR="$LOGS/mgpu_twins" MGPU_PARTS="twins faults" MGPU_LAYOUTS=sp test/run_mgpu_tests.sh
+    step twins 240 env LOG_DIR="$LOGS/mgpu_twins" MGPU_PARTS="twins faults" MGPU_LAYOUTS=sp test/run_mgpu_tests.sh
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
-    step bench 200 env OUT="$LOGS" BENCH_ROWS="1558M_tp2 1558M_tp2_sp 1558M_tp2_sp_nccl" dev/bench_mgpu.sh
-    tail -12 "$LOGS/bench.log"
+    step bench 260 env OUT="$LOGS" BENCH_ROWS="1558M_tp2 1558M_tp2_sp 1558M_tp2_sp_nccl 1558M_tp2_sp_p2p" \
+        dev/bench_mgpu.sh
+    tail -14 "$LOGS/bench.log"
 fi
 if [ "$what" = bench_fp8 ]; then
-    step bench_fp8 300 env OUT="$LOGS" BENCH_ROWS="1558M_tp2_fp8 1558M_tp2_sp_fp8 1558M_tp2_sp_fp8_nccl" dev/bench_mgpu.sh
-    tail -12 "$LOGS/bench_fp8.log"
+    step bench_fp8 360 env OUT="$LOGS" \
+        BENCH_ROWS="1558M_tp2_fp8 1558M_tp2_sp_fp8 1558M_tp2_sp_fp8_nccl 1558M_tp2_sp_fp8_p2p" dev/bench_mgpu.sh
+    tail -14 "$LOGS/bench_fp8.log"
 fi
 exit $status

@@ -496,7 +496,7 @@ static void comm_connect(const Mesh *m) {
 // here the watchdog polls it and an abort includes it.
 static ncclComm_t comm_split_tp_ring(int tp_rank) {
     Comm *c = &g_comm;
-    if (c->comms[COMM_TP_RING]) { fail("comm_split_tp_ring: the SP ring's communicator exists already (one a process)"); }
+    if (c->comms[COMM_TP_RING]) { fail("comm_split_tp_ring: the SP ring's communicator exists already (one a run)"); }
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
     ncclCheck(ncclCommSplit(c->comms[COMM_TP], 0, tp_rank, &c->comms[COMM_TP_RING], &cfg));
