@@ -233,9 +233,9 @@ static const OptionSpec OPTION_SPECS[] = {
     {"sequence-parallel", OPT_INT, OPT_FIELD(sequence_parallel), "0", 0, 1, NULL,
      "1 = sequence parallelism in the TP group"},
     {"sp-overlap", OPT_INT, OPT_FIELD(sp_overlap), "1", 0, 1, NULL,
-     "GPU build, sequence parallelism: 1 = its all-gathers and reduce-scatters run as a ring over the TP ranks' "
-     "mapped GPU memory (copy engines), chunk by chunk beside the GEMMs that consume or produce them, where the "
-     "ranks' GPUs can map each other's (one node); 0 (or where they cannot) = NCCL"},
+     "GPU build, sequence parallelism: 1 = its all-gathers and reduce-scatters run as a ring over the TP ranks, "
+     "chunk by chunk beside the GEMMs that consume or produce them (--sp-transport moves the chunks); 0 (or with "
+     "--sp-transport ce where the ranks' GPUs cannot map each other's memory) = NCCL's collectives, whole"},
     {"sp-transport", OPT_STR, OPT_FIELD(sp_transport), "ce", 0, 0, "ce|nccl",
      "GPU build, sequence parallelism over the ring (--sp-overlap 1): what moves a chunk to the next TP rank: ce = "
      "copy engines into the neighbours' mapped memory (one node); nccl = NCCL send/recv (wherever NCCL runs)"},
