@@ -6,6 +6,8 @@ around them), each stream's busy time, and the GPU time per kernel family, all p
 import collections, re, sys
 
 def family(name):
+    if name.startswith("memcpy"):  # "memcpy KIND BYTES" (dev/kernel_trace.c)
+        return "copies " + (name.split()[1] if len(name.split()) > 1 else "")
     n = name.lower()
     if "fp8_cast_kernel" in n:
         return "FP8 cast" + (" of gelu" if "fp8gelu" in n else "") + (" from fp32" if "<float" in n else "")
@@ -26,7 +28,7 @@ def family(name):
     return re.sub(r"^_Z\d+", "", name)[:40]
 
 rows = []
-for line in open(sys.argv[1]).read().splitlines()[1:]:
+for line in open(sys.argv[1]).read().splitlines():
     s, e, st, name = line.split(",", 3)
     rows.append((int(s), int(e), st, name))
 rows.sort()
@@ -88,6 +90,18 @@ for s, e, st, n in win:
 print(f"kernel time per step by family (sum {per(sum(fam.values())):.2f} ms; streams overlap):")
 for f, t in fam.most_common():
     print(f"  {per(t):8.2f} ms {cnt[f] / steps_wanted:6.0f}x  {f}")
+# copies by kind: their bytes and the bandwidth while one ran (PtoP: between GPUs, the SP ring's transfers)
+copies = collections.defaultdict(lambda: [0, 0, 0])
+for s_, e, st, n in win:
+    parts = n.split()
+    if parts[0] == "memcpy" and len(parts) == 3:
+        c = copies[parts[1]]
+        c[0] += 1
+        c[1] += int(parts[2])
+        c[2] += e - s_
+for kind, (count, nbytes, t) in sorted(copies.items()):
+    print(f"copies {kind}: {count / steps_wanted:.0f} a step, {nbytes / steps_wanted / 1e6:.1f} MB a step, "
+          f"{per(t):.2f} ms a step, {nbytes / t if t else 0:.1f} GB/s while copying")
 names = collections.Counter()
 for s_, e, st, n in win:
     names[n[:90]] += e - s_

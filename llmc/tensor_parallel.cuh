@@ -387,7 +387,9 @@ static void linear_forward(const Linear<T> &lin, T *out, T *inp, T *gelu_aux, co
     TensorParallel *tp = lin.tp;
     bool row_parallel = linear_is(lin, LINEAR_ROW), column_sp = linear_is(lin, LINEAR_COLUMN) && tp->sp;
     const T *bias = row_parallel && tp->rank != 0 ? NULL : lin.b;
-    auto gemm_rows = [&](int r0, int r1) { linear_rows_forward(lin, bias, out, inp, r0, r1, f.tokens, gelu_aux, stream); };
+    auto gemm_rows = [&](int r0, int r1) {
+        linear_rows_forward(lin, bias, out, inp, r0, r1, f.tokens, gelu_aux, stream);
+    };
     int P = tp_active(tp) ? tp->size : 1, n = f.ln_rows; // under SP: rows a rank owns
     if (column_sp && tp_ring(tp)) {
         const char *what = "the tensor-parallel ring all-gather of a column-parallel layer's input";

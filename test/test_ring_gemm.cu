@@ -157,6 +157,19 @@ static std::vector<T> ring_sum(const std::vector<std::vector<T>> &prod, int P, i
     return acc;
 }
 
+// Elements of each rank's own rows (rank i's: rows [i n, (i+1) n) of outs[i], part = n x cols) that differ from the
+// ring's sum of the rank products over those rows.
+template <typename T>
+static int ring_sum_mismatches(const std::vector<T *> &outs, const std::vector<std::vector<T>> &prod, int P,
+                               size_t part) {
+    int bad = 0;
+    for (int i = 0; i < P; i++) {
+        std::vector<T> got = to_host(outs[i], (size_t)P * part), want = ring_sum(prod, P, i, part);
+        for (size_t k = 0; k < part; k++) { bad += memcmp(&got[i * part + k], &want[k], sizeof(T)) != 0; }
+    }
+    return bad;
+}
+
 template <typename T> static Linear<T> make_linear(int in, int out, const T *w, const T *b, LinearSplit split,
                                                    TensorParallel *tp) {
     Linear<T> lin;
@@ -243,11 +256,7 @@ template <typename T> static void test_forward(int P, const char *type) {
     }
     group_done();
     group_wait(&g, type, "GEMM + reduce-scatter");
-    int bad = 0;
-    for (int i = 0; i < P; i++) {
-        std::vector<T> got = to_host(outr[i], (size_t)N_TOKENS * CH), want = ring_sum(prod, P, i, n * CH);
-        for (size_t k = 0; k < n * CH; k++) { bad += memcmp(&got[i * n * CH + k], &want[k], sizeof(T)) != 0; }
-    }
+    int bad = ring_sum_mismatches(outr, prod, P, n * CH);
     snprintf(name, sizeof(name), "%s P %d: GEMM + reduce-scatter, each rank's rows in the ring's sum order", type, P);
     check(bad == 0, name, "%d elements differ", bad);
     group_free(&g);
@@ -311,11 +320,7 @@ template <typename T> static void test_backward(int P, const char *type) {
     }
     group_done();
     group_wait(&g, type, "column-parallel input gradient");
-    bad = 0;
-    for (int i = 0; i < P; i++) {
-        std::vector<T> got = to_host(dxc[i], (size_t)N_TOKENS * CH), want = ring_sum(prod, P, i, n * CH);
-        for (size_t k = 0; k < n * CH; k++) { bad += memcmp(&got[i * n * CH + k], &want[k], sizeof(T)) != 0; }
-    }
+    bad = ring_sum_mismatches(dxc, prod, P, n * CH);
     snprintf(name, sizeof(name), "%s P %d: column-parallel input gradient beside its reduce-scatter", type, P);
     check(bad == 0, name, "%d elements differ", bad);
     group_free(&g);
