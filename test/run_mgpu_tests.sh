@@ -315,6 +315,12 @@ twin_test() { # resume|early|zero|transport NAME NP OPTIONS...: two runs (bf16 u
             fail_check "$name" "the $s run failed (see $d/$s.out)"; return
         fi
     done
+    # the transport twins must have run the two transports, or they would compare a ring with itself
+    if [ "$kind" = transport ] && ! { grep -qF "SP collectives: ring exchange over peer memory" "$d/ce.out" &&
+        grep -qF "SP collectives: ring exchange over NCCL send/recv" "$d/nccl.out"; }; then
+        fail_check "$name" "the runs did not say they took copy engines and NCCL send/recv (see $d/ce.out, $d/nccl.out)"
+        return
+    fi
     if ! cmp -s "$d/${runs[0]}/$final" "$d/${runs[1]}/$final"; then
         fail_check "$name" "the step-$STEPS models of the ${runs[0]} and the ${runs[1]} run differ ($d)"
     elif [ "$kind" = resume ]; then
