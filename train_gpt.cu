@@ -548,7 +548,8 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, con
     g->head_rows = head_rows < B * T ? head_rows : B * T;
     g->mesh = *mesh;
     tp_init(&g->tp, mesh, o->sequence_parallel);
-    tp_ring_connect(&g->tp, o->sp_overlap, (size_t)(B * T / mesh->tp) * config->channels * sizeof(floatX),
+    RingTransport transport = strcmp(o->sp_transport, "nccl") == 0 ? RING_NCCL : RING_CE;
+    tp_ring_connect(&g->tp, o->sp_overlap, transport, (size_t)(B * T / mesh->tp) * config->channels * sizeof(floatX),
                     mesh->rank == 0);
     Span vocab = tp_vocab_rows(mesh, config);
     g->emb = {(int)vocab.begin, (int)vocab.count, config->pos == POS_LEARNED && mesh->tp_rank == 0};

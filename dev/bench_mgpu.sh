@@ -9,9 +9,12 @@
 #   GPT-2 1558M: ours TP=2 (batch 8) | ours TP=2 + sequence parallel (batch 8) | torch FSDP on 2 GPUs (batch 8 per GPU)
 #                | ours DP=2 and ours GTP=2 (batch 8 per GPU each), in bf16 and in fp8
 # sp (not in gpt2; BENCH_ROWS="1558M_tp2 1558M_tp2_sp sp"): 1558M TP=2+SP with its collectives over NCCL
-#   (--sp-overlap 0) beside the default peer ring, in bf16 and fp8, and TP=2 in fp8; their lines: TP=2+SP / TP=2
-#   tokens/s (bar >= 0.98x: step time <= 1.02x), exposed communication (bar < 5%), peak memory, ring / NCCL
-# sp4 (4 GPUs): 1558M TP=4 and TP=4+SP over the peer ring (batch 8), the same two lines
+#   (--sp-overlap 0) and over the ring of NCCL send/recv (--sp-transport nccl, the _p2p rows) beside the default
+#   ring over peer memory (copy engines), in bf16 and fp8, and TP=2 in fp8; their lines: TP=2+SP / TP=2 tokens/s (bar
+#   >= 0.98x: step time <= 1.02x), exposed communication (bar < 5%), peak memory, ring / NCCL, and the two ring
+#   transports against each other: ring ce / nccl p2p tokens/s (above 1: copy engines faster; the faster is kept as
+#   the default of --sp-transport)
+# sp4 (4 GPUs): 1558M TP=4 and TP=4+SP over the ring, both transports (batch 8), the same lines
 # gtpce (BENCH_ROWS="1558M_gtp2 1558M_gtp2_fp8 gtpce"; 1558M_gtp4 and 4 GPUs for the last): 1558M GTP=2 in bf16 and
 #   fp8, and GTP=4, with the weight gathers over the copy engines (--gtp-transport ce) beside NCCL's all-gather (the
 #   gpt2 rows); their lines: "GTP=2 ce / nccl tokens/s" (and fp8, GTP=4), and the ce rows' exposed communication
@@ -265,11 +268,16 @@ row gpt2 ours 1558M_tp2_sp "ours TP=2+SP" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu
 # in bf16 and fp8, beside TP=2 in fp8 (group sp: BENCH_ROWS="1558M_tp2 1558M_tp2_sp sp" for the whole comparison)
 row sp ours 1558M_tp2_sp_nccl "ours TP=2+SP NCCL" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --tp "$NP" \
     --sequence-parallel 1 --sp-overlap 0
+# the same ring, its hops by NCCL send/recv instead of copy engines (--sp-transport nccl)
+row sp ours 1558M_tp2_sp_p2p "ours TP=2+SP p2p" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --tp "$NP" \
+    --sequence-parallel 1 --sp-transport nccl
 row sp ours 1558M_tp2_fp8 "ours TP=2 fp8" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --tp "$NP" --precision fp8
 row sp ours 1558M_tp2_sp_fp8 "ours TP=2+SP fp8" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --tp "$NP" \
     --sequence-parallel 1 --precision fp8
 row sp ours 1558M_tp2_sp_fp8_nccl "ours TP=2+SP fp8 NCCL" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 \
     --tp "$NP" --sequence-parallel 1 --precision fp8 --sp-overlap 0
+row sp ours 1558M_tp2_sp_fp8_p2p "ours TP=2+SP fp8 p2p" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 \
+    --tp "$NP" --sequence-parallel 1 --precision fp8 --sp-transport nccl
 row gpt2 ours 1558M_dp2_fp8 "ours DP=2 fp8" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --precision fp8
 row gpt2 ours 1558M_gtp2_fp8 "ours GTP=2 fp8" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --precision fp8 \
     --gtp "$NP"
@@ -303,9 +311,12 @@ row llama ours 3B_dp4 "ours DP=4" 4 llama3.2-3b "$B3" "$STEPS_LARGE"
 row llama ours 3B_gtp4 "ours GTP=4" 4 llama3.2-3b "$B3" "$STEPS_LARGE" --gtp 4
 row llama ours 8B_gtp4 "ours GTP=4" 4 llama3.1-8b 1 "$STEPS_BIG" --gtp 4
 row gpt2 torch_run 1558M_fsdp4 "torch FSDP" fsdp d48 8 "$STEPS_LARGE" 4
-# 4 GPUs, TP=4: SP's collectives over the peer ring (a ring of four: three transfers a collective) beside plain TP
+# 4 GPUs, TP=4: SP's collectives over the ring (a ring of four: three transfers a collective), by copy engines and
+# by NCCL send/recv, beside plain TP
 row sp4 ours 1558M_tp4 "ours TP=4" 4 d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --tp 4
 row sp4 ours 1558M_tp4_sp "ours TP=4+SP" 4 d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --tp 4 --sequence-parallel 1
+row sp4 ours 1558M_tp4_sp_p2p "ours TP=4+SP p2p" 4 d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --tp 4 \
+    --sequence-parallel 1 --sp-transport nccl
 
 echo
 python3 dev/bench_mgpu_table.py "$WARMUP_STEPS" "${results[@]}"

@@ -45,8 +45,11 @@
 #define TRACKED_WHAT_LEN 128
 
 // COMM_GTP_RS: a second communicator of the GTP group, for the reduce-scatters on their own stream: operations of one
-// communicator must not run on two streams at once (each rank would be free to order them differently).
-typedef enum { COMM_WORLD, COMM_TP, COMM_GTP, COMM_DP, COMM_DATA, COMM_GTP_RS, NUM_COMMS } CommId;
+// communicator must not run on two streams at once (each rank would be free to order them differently). COMM_TP_RING:
+// the same for the TP group's SP ring over NCCL send/recv (llmc/peer_ring.cuh), made only for it (comm_split_tp_ring),
+// hence last: comm_connect makes those before it.
+typedef enum { COMM_WORLD, COMM_TP, COMM_GTP, COMM_DP, COMM_DATA, COMM_GTP_RS, COMM_TP_RING, NUM_COMMS } CommId;
+#define COMMS_AT_CONNECT COMM_TP_RING
 
 template <typename T> struct NcclType;
 template <> struct NcclType<float> {
@@ -63,7 +66,7 @@ template <> struct NcclType<double> {
 typedef struct {
     cudaEvent_t begin, end;
 } WaitTimer;
-static const char *const COMM_NAMES[NUM_COMMS] = {"world", "tp", "gtp", "dp", "data", "gtp-rs"};
+static const char *const COMM_NAMES[NUM_COMMS] = {"world", "tp", "gtp", "dp", "data", "gtp-rs", "tp-ring"};
 
 typedef struct {
     cudaEvent_t done;
@@ -434,7 +437,7 @@ static void comm_publish(CommId id) {
 // The mesh group a communicator other than the world's spans.
 static MeshGroup comm_group(CommId id) {
     switch (id) {
-    case COMM_TP: return GROUP_TP;
+    case COMM_TP: case COMM_TP_RING: return GROUP_TP;
     case COMM_GTP: case COMM_GTP_RS: return GROUP_GTP;
     case COMM_DP: return GROUP_DP;
     default: return GROUP_DATA;
@@ -463,7 +466,7 @@ static void comm_connect(const Mesh *m) {
     ncclCheck(ncclCommInitRankConfig(&c->comms[COMM_WORLD], m->world, id, m->rank, &cfg));
     comm_settle(c->comms[COMM_WORLD], "creating the world communicator", init_timeout);
     comm_publish(COMM_WORLD);
-    for (int id = COMM_WORLD + 1; id < NUM_COMMS; id++) { // each a split of the world by its mesh group
+    for (int id = COMM_WORLD + 1; id < COMMS_AT_CONNECT; id++) { // each a split of the world by its mesh group
         MeshGroup g = comm_group((CommId)id);
         ncclComm_t *dst = &c->comms[id];
         ncclCheck(ncclCommSplit(c->comms[COMM_WORLD], mesh_group_color(m, g), mesh_group_key(m, g), dst, &cfg));
@@ -487,6 +490,20 @@ static void comm_connect(const Mesh *m) {
     c->d_barrier = (int *)cuda_alloc(sizeof(int), "barrier token");
     cudaCheck(cudaMallocHost(&c->h_sums, COMM_SCALARS_MAX * sizeof(double)));
     c->connected = 1;
+}
+
+// COMM_TP_RING, split from the TP group's communicator (every rank of the group calls it, this one tp_rank); from
+// here the watchdog polls it and an abort includes it.
+static ncclComm_t comm_split_tp_ring(int tp_rank) {
+    Comm *c = &g_comm;
+    if (c->comms[COMM_TP_RING]) { fail("comm_split_tp_ring: the SP ring's communicator exists already (one a run)"); }
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclCheck(ncclCommSplit(c->comms[COMM_TP], 0, tp_rank, &c->comms[COMM_TP_RING], &cfg));
+    comm_settle_split(c->comms[COMM_TP], &c->comms[COMM_TP_RING], "splitting the tp-ring communicator",
+                      bootstrap_timeout_from_env());
+    comm_publish(COMM_TP_RING);
+    return c->comms[COMM_TP_RING];
 }
 
 // In place: x[0..n) reduced by op over the ranks of communicator `id`, through the device, waited for on the host.

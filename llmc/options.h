@@ -77,6 +77,7 @@ typedef struct {
     // parallel layout (world = DP x GTP x TP)
     int tp, gtp, gtp_prefetch, gtp_materialize, sequence_parallel, sp_overlap, zero;
     char gtp_transport[OPT_STR_LEN]; // GPU build, GTP: nccl | ce, what carries the weight gathers
+    char sp_transport[OPT_STR_LEN]; // GPU build: ce | nccl, what moves a chunk along SP's ring
     // CPU build: reference state for the GPU parity test
     char ref_out[OPT_STR_LEN];
     int ref_steps;
@@ -237,9 +238,12 @@ static const OptionSpec OPTION_SPECS[] = {
     {"sequence-parallel", OPT_INT, OPT_FIELD(sequence_parallel), "0", 0, 1, NULL,
      "1 = sequence parallelism in the TP group"},
     {"sp-overlap", OPT_INT, OPT_FIELD(sp_overlap), "1", 0, 1, NULL,
-     "GPU build, sequence parallelism: 1 = its all-gathers and reduce-scatters run as a ring over the TP ranks' "
-     "mapped GPU memory (copy engines), chunk by chunk beside the GEMMs that consume or produce them, where the "
-     "ranks' GPUs can map each other's (one node); 0 (or where they cannot) = NCCL"},
+     "GPU build, sequence parallelism: 1 = its all-gathers and reduce-scatters run as a ring over the TP ranks, "
+     "chunk by chunk beside the GEMMs that consume or produce them (--sp-transport moves the chunks); 0 (or with "
+     "--sp-transport ce where the ranks' GPUs cannot map each other's memory) = NCCL's collectives, whole"},
+    {"sp-transport", OPT_STR, OPT_FIELD(sp_transport), "ce", 0, 0, "ce|nccl",
+     "GPU build, sequence parallelism over the ring (--sp-overlap 1): what moves a chunk to the next TP rank: ce = "
+     "copy engines into the neighbours' mapped memory (one node); nccl = NCCL send/recv (wherever NCCL runs)"},
     {"zero", OPT_INT, OPT_FIELD(zero), "0", 0, 1, NULL, "1 = ZeRO-1: shard optimizer state over data-parallel ranks"},
     {"ref-out", OPT_STR, OPT_FIELD(ref_out), "", 0, 0, NULL,
      "CPU build: write the reference state for the GPU parity test to this file"},
@@ -263,7 +267,7 @@ static inline void option_set(Options *o, const OptionSpec *s, const char *val) 
                 if (len == n && strncmp(c, val, n) == 0) { ok = 1; }
                 c += len + (bar ? 1 : 0);
             }
-            if (!ok) { fail("--%s: '%s' is not one of %s", s->name, val, s->choices); }
+            if (!ok) { fail("--%s: '%s' is not one of %s; pass one of those", s->name, val, s->choices); }
         }
         strcpy(p, val);
         return;
@@ -518,6 +522,10 @@ static inline void options_validate(const Options *o, int dp) {
     if (o->sequence_parallel && o->tp == 1) {
         fail("--sequence-parallel 1 splits the tokens over the tensor-parallel ranks and needs --tp > 1; set --tp or "
              "--sequence-parallel 0");
+    }
+    if (strcmp(o->sp_transport, "ce") != 0 && !(o->sequence_parallel && o->sp_overlap)) {
+        fail("--sp-transport %s moves sequence parallelism's ring and applies only with --sequence-parallel 1 and "
+             "--sp-overlap 1; drop it or pass those", o->sp_transport);
     }
     if (o->train_data[0] == '\0') { fail("--train-data is empty; give a glob of training shards"); }
     if (o->out_dir[0] == '\0') { fail("--out-dir is empty; give a folder for the log and checkpoints"); }

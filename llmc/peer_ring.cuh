@@ -1,23 +1,38 @@
 /*
- * peer_ring.cuh: the transport of sequence parallelism's ring collectives (llmc/tensor_parallel.cuh) between the TP
- * ranks of one node: receive buffers every rank maps into its ring neighbours' address space, chunk copies into them
- * on copy engines (no SMs taken from the GEMMs), and readiness flags in GPU memory.
+ * peer_ring.cuh: the transports of sequence parallelism's ring collectives (llmc/tensor_parallel.cuh), which move a
+ * chunk from each TP rank to its successor (llmc/ring_schedule.h). Two, behind one exchange (--sp-transport):
+ *   ce (the default): between the TP ranks of one node, receive buffers every rank maps into its ring neighbours'
+ *     address space, chunk copies into them on copy engines (no SMs taken from the GEMMs), readiness flags in GPU
+ *     memory;
+ *   nccl: ncclSend / ncclRecv on a communicator of the TP group that serves the ring's stream alone (COMM_TP_RING):
+ *     NCCL's kernels (a few SMs), wherever NCCL connects the ranks, across nodes too; no mapping, no flags.
+ * The measurement decides which is the default (dev/bench_mgpu.sh, group sp: "ring ce / nccl p2p tokens/s").
  *
  * Each rank allocates one buffer: RING_FLAG_BYTES of flags (llmc/ring_schedule.h: ready[RING_SLOTS], written by its
- * predecessor, free[RING_SLOTS], written by its successor), then RING_SLOTS receive slots of slot_bytes. At start-up
- * (peer_ring_connect, over the TP communicator: llmc/peer_memory.cuh) where every rank can map its successor's and its
- * predecessor's memory, every rank exports its buffer and opens its neighbours'. Otherwise nothing is allocated and
- * the caller keeps NCCL.
+ * predecessor, free[RING_SLOTS], written by its successor; the nccl transport leaves them unused), then RING_SLOTS
+ * receive slots of slot_bytes. ce, at start-up (peer_ring_connect, over the TP communicator: llmc/peer_memory.cuh),
+ * where every rank can map its successor's and its predecessor's memory, every rank exports its buffer and opens its
+ * neighbours'; otherwise nothing is allocated and the caller keeps NCCL's collectives. nccl (peer_ring_connect_nccl):
+ * the buffer and the communicator, split from the TP group's.
  *
- * A transfer (the t-th of the ring's life), all on the ring's stream, in the order of ring_schedule.h:
- *   peer_ring_send:    wait until my free[slot] >= send_after (the successor consumed the slot's last use), copy
- *                      into the successor's slot (cudaMemcpyAsync: a copy engine), write the successor's ready[slot]
- *   peer_ring_recv:    wait until my ready[slot] >= value; the slot's bytes are then valid on the ring's stream
- *   peer_ring_release: write the predecessor's free[slot]: the slot may be written again; the next transfer
- * Flags (llmc/peer_memory.cuh) are written and waited for on the ring's stream. A flag that never comes (a dead or
- * hung peer) stalls the ring's stream: the caller records an event behind each collective and tracks it (comm_track),
- * so the host's bounded waits name it (llmc/comm.cuh's watchdog and timeouts end the job). The IPC mappings are
- * closed at exit (llmc/peer_memory.cuh).
+ * A hop is an exchange: transfer t (the t-th of the ring's life) sends to the successor and receives the
+ * predecessor's transfer t. NCCL's point-to-point needs each rank's send and receive posted together (every rank of a
+ * ring sends first: ungrouped, each send would wait for a receive its successor has not posted), so the exchange is
+ * one group; the ce transport's receive is a wait for a flag, which the caller queues where it needs the bytes (so
+ * that on a hardware queue the ring's stream shares, the wait sits behind the work that needs no data of its). All on
+ * the ring's stream, in the order of ring_schedule.h:
+ *   peer_ring_exchange: ce: wait until my free[slot] >= send_after (the successor consumed the slot's last use),
+ *                       copy into the successor's slot (cudaMemcpyAsync: a copy engine), write the successor's
+ *                       ready[slot]. nccl: ncclGroupStart, ncclSend to the successor, ncclRecv from the predecessor
+ *                       into my slot (or straight where the caller wants the bytes), ncclGroupEnd
+ *   peer_ring_received: ce: wait until my ready[slot] >= value; nccl: nothing (the receive is earlier on the stream).
+ *                       Where the bytes are, valid on the ring's stream from here
+ *   peer_ring_release:  ce: write the predecessor's free[slot]: the slot may be written again. The next transfer
+ ce's flags are written and waited for on the ring's stream (llmc/peer_memory.cuh).
+ * A flag or a receive that never comes (a dead or hung peer) stalls the ring's stream: the caller records an event
+ * behind each collective and tracks it (comm_track), so the host's bounded waits name it (llmc/comm.cuh's watchdog and
+ * timeouts end the job, its abort of every communicator, the ring's included, ending NCCL's kernels). ce's IPC
+ * mappings are closed at exit (llmc/peer_memory.cuh).
  */
 #ifndef LLMC_PEER_RING_CUH
 #define LLMC_PEER_RING_CUH
@@ -30,17 +45,24 @@
 
 enum { RING_READY = 0, RING_FREE = RING_SLOTS };
 
+typedef enum { RING_CE, RING_NCCL } RingTransport;
+
 // Who loads the driver's flag functions, for the line that says what to do where it has none.
 static const char *const RING_DRIVER_USER = "the SP ring; pass --sp-overlap 0";
 
 typedef struct PeerRing {
     int size, rank;
-    cudaStream_t stream;          // the copies and the flags' writes and waits
+    RingTransport transport;
+    cudaStream_t stream;          // the transfers (ce: copies and the flags' writes and waits; nccl: send/recv)
     size_t slot_bytes;
     char *base;                   // mine: flags, then the slots
-    char *next_base, *prev_base;  // the successor's and the predecessor's, mapped
     uint64_t transfers;           // transfers so far, the same count on every rank
+    // ce
+    char *next_base, *prev_base;  // the successor's and the predecessor's, mapped
     unsigned wait_flags;          // cuStreamWaitValue32's: GEQ, and a flush of remote writes where the GPU has one
+    // nccl
+    ncclComm_t comm;              // the TP group's communicator of the ring's stream (COMM_TP_RING)
+    const void *landed;           // where the exchange put the transfer's bytes
 } PeerRing;
 
 static inline uint32_t *ring_flag(char *base, int i) { return (uint32_t *)base + i; }
@@ -48,13 +70,13 @@ static inline char *ring_slot_of(char *base, size_t slot_bytes, int slot) {
     return base + RING_FLAG_BYTES + (size_t)slot * slot_bytes;
 }
 
-// This rank's buffer (flags zeroed, synchronously: peers may write them once the caller's exchange is done) and the
-// ring's stream, at the greatest priority (a copy is queued behind nothing of the GEMMs').
-static void peer_ring_alloc(PeerRing *r, int size, int rank, size_t slot_bytes) {
-    peer_driver_load(RING_DRIVER_USER);
+// This rank's buffer (ce: flags zeroed, synchronously: peers may write them once the caller's exchange is done) and
+// the ring's stream, at the greatest priority (a transfer is queued behind nothing of the GEMMs').
+static void peer_ring_alloc(PeerRing *r, int size, int rank, size_t slot_bytes, RingTransport transport) {
     memset(r, 0, sizeof(*r));
     r->size = size;
     r->rank = rank;
+    r->transport = transport;
     r->slot_bytes = (slot_bytes + 255) / 256 * 256;
     size_t bytes = RING_FLAG_BYTES + RING_SLOTS * r->slot_bytes;
     cudaCheck(cudaMalloc(&r->base, bytes)); // cudaMalloc itself: IPC exports only its allocations
@@ -62,6 +84,8 @@ static void peer_ring_alloc(PeerRing *r, int size, int rank, size_t slot_bytes) 
     int least, greatest;
     cudaCheck(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     cudaCheck(cudaStreamCreateWithPriority(&r->stream, cudaStreamNonBlocking, greatest));
+    if (transport == RING_NCCL) { return; }
+    peer_driver_load(RING_DRIVER_USER);
     cudaCheck(cudaMemsetAsync(r->base, 0, RING_FLAG_BYTES, r->stream));
     comm_wait_stream(r->stream, "zeroing the ring's flags");
     r->wait_flags = peer_wait_flags();
@@ -73,27 +97,46 @@ static void peer_ring_link(PeerRing *r, char *next_base, char *prev_base) {
     r->prev_base = prev_base;
 }
 
-// Transfer `transfers`: bytes (at most slot_bytes) from src to the successor's slot, behind the ring stream's work.
-static void peer_ring_send(PeerRing *r, const void *src, size_t bytes) {
-    if (bytes > r->slot_bytes) { fail("peer_ring_send: %zu bytes exceed the slot's %zu", bytes, r->slot_bytes); }
+/*
+ * Transfer t (r->transfers), in the ring's stream's order: bytes (at most slot_bytes) from src to the successor, and
+ * the predecessor's transfer t to this rank: ce into my slot (the predecessor's copy), nccl at land where given (the
+ * bytes' final place, sparing a copy), else into my slot. Every transfer of a collective has the same size on every
+ * rank. what names the collective for a timeout.
+ */
+static void peer_ring_exchange(PeerRing *r, const void *src, size_t bytes, void *land, const char *what) {
+    if (bytes > r->slot_bytes) { fail("peer_ring_exchange: %zu bytes exceed the slot's %zu", bytes, r->slot_bytes); }
     RingTransfer x = ring_transfer(r->transfers);
+    if (r->transport == RING_NCCL) {
+        void *dst = land ? land : ring_slot_of(r->base, r->slot_bytes, x.slot);
+        ncclCheck(ncclGroupStart());
+        ncclCheck(ncclSend(src, bytes, ncclUint8, ring_next(r->rank, r->size), r->comm, r->stream));
+        ncclCheck(ncclRecv(dst, bytes, ncclUint8, ring_prev(r->rank, r->size), r->comm, r->stream));
+        ncclCheck(ncclGroupEnd());
+        comm_settle(r->comm, what, g_comm.timeout_s);
+        r->landed = dst;
+        return;
+    }
     peer_flag_wait(r->stream, ring_flag(r->base, RING_FREE + x.slot), x.send_after, CU_STREAM_WAIT_VALUE_GEQ);
     cudaCheck(cudaMemcpyAsync(ring_slot_of(r->next_base, r->slot_bytes, x.slot), src, bytes, cudaMemcpyDeviceToDevice,
                               r->stream));
     peer_flag_write(r->stream, ring_flag(r->next_base, RING_READY + x.slot), x.value);
 }
 
-// The predecessor's transfer of the same number: its bytes, valid on the ring's stream from here.
-static const void *peer_ring_recv(PeerRing *r) {
+// The predecessor's transfer of the same number: where its bytes are, valid on the ring's stream from here.
+static const void *peer_ring_received(PeerRing *r) {
+    if (r->transport == RING_NCCL) { return r->landed; }
     RingTransfer x = ring_transfer(r->transfers);
     peer_flag_wait(r->stream, ring_flag(r->base, RING_READY + x.slot), x.value, r->wait_flags);
     return ring_slot_of(r->base, r->slot_bytes, x.slot);
 }
 
-// The received slot consumed (by the ring stream's work so far): the predecessor may write it again.
+// The received bytes consumed (by the ring stream's work so far): ce: the predecessor may write the slot again
+// (nccl's next receive into it comes later on this stream). The next transfer.
 static void peer_ring_release(PeerRing *r) {
-    RingTransfer x = ring_transfer(r->transfers);
-    peer_flag_write(r->stream, ring_flag(r->prev_base, RING_FREE + x.slot), x.value);
+    if (r->transport == RING_CE) {
+        RingTransfer x = ring_transfer(r->transfers);
+        peer_flag_write(r->stream, ring_flag(r->prev_base, RING_FREE + x.slot), x.value);
+    }
     r->transfers++;
 }
 
@@ -112,7 +155,7 @@ static int peer_ring_connect(PeerRing *r, int size, int rank, size_t slot_bytes,
         comm_barrier("the ring's set-up", 0); // every rank passes it, whichever way its group went
         return 0;
     }
-    peer_ring_alloc(r, size, rank, slot_bytes);
+    peer_ring_alloc(r, size, rank, slot_bytes, RING_CE);
     PeerInfo *all = peer_exchange_handles(r->base, 0, size, rank, id, what);
     char *bases[2] = {NULL, NULL};
     for (int k = 0; k < 2; k++) {
@@ -124,6 +167,13 @@ static int peer_ring_connect(PeerRing *r, int size, int rank, size_t slot_bytes,
     // every group passes it, whichever way its group went
     comm_barrier("the ring's set-up", 0);
     return 1;
+}
+
+// The ring over NCCL send/recv, slots of slot_bytes: runs wherever NCCL connects the group's ranks. Every rank of the
+// group calls it (the communicator's split is collective).
+static void peer_ring_connect_nccl(PeerRing *r, int size, int rank, size_t slot_bytes) {
+    peer_ring_alloc(r, size, rank, slot_bytes, RING_NCCL);
+    r->comm = comm_split_tp_ring(rank);
 }
 
 #endif // LLMC_PEER_RING_CUH

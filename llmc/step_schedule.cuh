@@ -42,14 +42,15 @@
  *   the group's ready point; updated[k] before a broadcast, after which it records updated[k] again.
  * TP (tp->stream, highest): the forward's row-parallel sums (SP: reduce-scatters) and SP's all-gathers per chunk;
  *   the backward's input-gradient sums; SP's sum of replicated gradients. Waits for compute_mark (tp_fork); over the
- *   peer ring, for ring_out behind each collective it hands the ring. Records chunk_done[k], tp_mark, ring_in.
- * ring (tp->ring.stream, highest; SP over the peer ring, llmc/peer_ring.cuh): every SP all-gather and
- *   reduce-scatter as copy-engine copies into the neighbours' slots, the flags' writes and waits, the reduce-scatter's
- *   adds. Waits for ring_in (a collective of the TP stream's order), compute_mark (a column-parallel layer's input
+ *   ring, for ring_out behind each collective it hands the ring. Records chunk_done[k], tp_mark, ring_in.
+ * ring (tp->ring.stream, highest; SP over the ring, llmc/peer_ring.cuh): every SP all-gather and reduce-scatter as
+ *   exchanges with the ring neighbours (ce: copy-engine copies into the neighbours' slots, the flags' writes and
+ *   waits; nccl: grouped ncclSend/ncclRecv on COMM_TP_RING, which no other stream uses), the reduce-scatter's adds.
+ *   Waits for ring_in (a collective of the TP stream's order), compute_mark (a column-parallel layer's input
  *   gathered beside its GEMM), arrived[k] recorded on the compute stream (each GEMM chunk's product, which the
- *   reduce-scatter adds and passes on), and the neighbours' flags. Records arrived[k] (an all-gather's chunk k in
- *   place, which the compute stream waits for before that chunk's GEMM), ring_out, chunk_done[k] (a row-parallel
- *   forward's reduce-scatter).
+ *   reduce-scatter adds and passes on), and the neighbours (flags, or NCCL). Records arrived[k] (an all-gather's
+ *   chunk k in place, which the compute stream waits for before that chunk's GEMM), ring_out, chunk_done[k] (a
+ *   row-parallel forward's reduce-scatter).
  * AG (gtp->ag, highest): GTP weight all-gathers into pool buffer b (and the transposed FP8 codes for the backward).
  *   Waits for released[b] (after the last GEMM that read the buffer's previous weight); updated[l] for the first
  *   forward after an update (updated_if_pending); compute_mark after a cast of the masters set from outside; under

@@ -27,10 +27,10 @@
  *     column-parallel input gradient, and under SP the all-gather of the residual gradient for a row-parallel one).
  * TP = 1: no stream, no event, no collective: the collectives return at once, and a linear layer is its GEMMs.
  *
- * SP over the peer ring (--sp-overlap 1, where the group's GPUs map each other's memory: llmc/peer_ring.cuh):
- * the all-gathers and reduce-scatters run as rings of copy-engine transfers on the ring's stream (llmc/ring_schedule.h
- * says which chunk moves when), and those next to a GEMM run chunk by chunk beside it, as TransformerEngine's
- * comm-GEMM overlap does:
+ * SP over the ring (--sp-overlap 1; llmc/peer_ring.cuh's transports, --sp-transport: ce where the group's GPUs map
+ * each other's memory, copy-engine copies; nccl, NCCL send/recv): the all-gathers and reduce-scatters run as rings of
+ * exchanges with the ring neighbours on the ring's stream (llmc/ring_schedule.h says which chunk moves when), and
+ * those next to a GEMM run chunk by chunk beside it, as TransformerEngine's comm-GEMM overlap does:
  *   all-gather + GEMM (a column-parallel forward, which gathers its own input: linear_forward; a row-parallel input
  *     gradient, whose output gradient's gather linear_backward_gather started): the GEMM runs on one chunk of N/TP
  *     tokens at a time, this rank's own first, each next one as it arrives (arrived[k]), writing its output rows in
@@ -61,7 +61,7 @@ typedef struct TensorParallel {
     cudaStream_t stream;
     cudaEvent_t compute_mark, tp_mark;
     cudaEvent_t chunk_done[TP_SEQUENCE_CHUNKS]; // the last collective queued for each chunk of the forward
-    // SP over the peer ring (tp_ring_connect)
+    // SP over the ring (tp_ring_connect)
     int ring_up;
     PeerRing ring;
     cudaEvent_t ring_in, ring_out; // the TP stream's order into the ring's stream, and back
@@ -86,7 +86,7 @@ static void tp_init(TensorParallel *tp, const Mesh *m, int sp) {
 
 static inline int tp_active(const TensorParallel *tp) { return tp && tp->size > 1; }
 
-// SP's collectives run over the peer ring.
+// SP's collectives run over the ring.
 static inline int tp_ring(const TensorParallel *tp) { return tp_active(tp) && tp->ring_up; }
 
 static void tp_ring_events(TensorParallel *tp) {
@@ -97,25 +97,31 @@ static void tp_ring_events(TensorParallel *tp) {
 }
 
 /*
- * Under SP, with overlap asked for: SP's collectives over the peer ring where every rank of the group can map its
- * neighbours' memory, in slots of part_bytes (the largest part one moves: N/TP tokens of the residual stream), else
- * NCCL; rank 0 says which. Every rank calls it (the set-up ends with a barrier of every rank).
+ * Under SP, with overlap asked for: SP's collectives over the ring, in slots of part_bytes (the largest part one
+ * moves: N/TP tokens of the residual stream), by the transport asked for: ce where every rank of the group can map
+ * its neighbours' memory (else NCCL's collectives), nccl wherever NCCL runs; rank 0 says which. Every rank calls it
+ * (ce's set-up ends with a barrier of every rank; nccl's splits the TP group's communicator).
  */
-static void tp_ring_connect(TensorParallel *tp, int overlap, size_t part_bytes, int log) {
+static void tp_ring_connect(TensorParallel *tp, int overlap, RingTransport transport, size_t part_bytes, int log) {
     if (!tp_active(tp) || !tp->sp) { return; }
     const char *why = "--sp-overlap 0";
-    if (overlap) {
+    if (overlap && transport == RING_NCCL) {
+        peer_ring_connect_nccl(&tp->ring, tp->size, tp->rank, part_bytes);
+        tp->ring_up = 1;
+    } else if (overlap) {
         tp->ring_up = peer_ring_connect(&tp->ring, tp->size, tp->rank, part_bytes, COMM_TP);
-        why = "peers cannot map each other's memory";
+        why = "peers cannot map each other's memory; --sp-transport nccl runs the ring over NCCL send/recv there";
     }
     if (tp->ring_up) { tp_ring_events(tp); }
-    if (log) {
-        if (tp->ring_up) {
-            printf("SP collectives: ring exchange over peer memory (copy engines), %.1f MB slots\n",
-                   tp->ring.slot_bytes / 1e6);
-        } else {
-            printf("SP collectives: NCCL (%s)\n", why);
-        }
+    if (!log) { return; }
+    if (!tp->ring_up) {
+        printf("SP collectives: NCCL (%s)\n", why);
+    } else if (transport == RING_NCCL) {
+        printf("SP collectives: ring exchange over NCCL send/recv (wherever NCCL connects the ranks), %.1f MB slots\n",
+               tp->ring.slot_bytes / 1e6);
+    } else {
+        printf("SP collectives: ring exchange over peer memory (copy engines), %.1f MB slots\n",
+               tp->ring.slot_bytes / 1e6);
     }
 }
 
@@ -184,12 +190,12 @@ template <typename T> static void ring_add(T *dst, const T *a, const T *b, size_
 
 /*
  * In place: every rank's part of buf (part_bytes each, rank r's at buf + r part_bytes) to every rank, around the ring:
- * at step j each rank sends the part it got at step j - 1 (its own at step 0) and copies the one that comes into
- * place; arrived[k] fires once the part the rank takes at step k (ring_ag_chunk) is in place, k = 1 .. TP-1. A part
- * larger than a slot moves in pieces, a transfer each. consume(k) queues the work that reads step k's part (a GEMM
- * waiting for arrived[k]; nothing where the reader comes later), called in order as the ring's work for that part is
- * queued: so on a hardware queue the ring's stream shares, the ring's waits queue behind the work that needs no data
- * of theirs.
+ * at step j each rank exchanges the part it got at step j - 1 (its own at step 0) for the one that comes, which lands
+ * in place (nccl) or is copied there from the slot (ce); arrived[k] fires once the part the rank takes at step k
+ * (ring_ag_chunk) is in place, k = 1 .. TP-1. A part larger than a slot moves in pieces, an exchange each. consume(k)
+ * queues the work that reads step k's part (a GEMM waiting for arrived[k]; nothing where the reader comes later),
+ * called in order as the ring's work for that part is queued: so on a hardware queue the ring's stream shares, the
+ * ring's waits queue behind the work that needs no data of theirs.
  */
 template <typename Consume>
 static void tp_ring_all_gather(TensorParallel *tp, char *buf, size_t part_bytes, Consume consume, const char *what) {
@@ -199,10 +205,10 @@ static void tp_ring_all_gather(TensorParallel *tp, char *buf, size_t part_bytes,
     for (int j = 0; j < P - 1; j++) {
         for (size_t off = 0; off < part_bytes; off += r->slot_bytes) {
             size_t bytes = part_bytes - off < r->slot_bytes ? part_bytes - off : r->slot_bytes;
-            peer_ring_send(r, buf + (size_t)ring_ag_chunk(me, j, P) * part_bytes + off, bytes);
-            const void *in = peer_ring_recv(r);
-            cudaCheck(cudaMemcpyAsync(buf + (size_t)ring_ag_chunk(me, j + 1, P) * part_bytes + off, in, bytes,
-                                      cudaMemcpyDeviceToDevice, r->stream));
+            char *place = buf + (size_t)ring_ag_chunk(me, j + 1, P) * part_bytes + off;
+            peer_ring_exchange(r, buf + (size_t)ring_ag_chunk(me, j, P) * part_bytes + off, bytes, place, what);
+            const void *in = peer_ring_received(r);
+            if (in != place) { cudaCheck(cudaMemcpyAsync(place, in, bytes, cudaMemcpyDeviceToDevice, r->stream)); }
             peer_ring_release(r);
         }
         cudaCheck(cudaEventRecord(tp->arrived[j + 1], r->stream));
@@ -244,13 +250,13 @@ static void tp_ring_reduce_scatter(TensorParallel *tp, T *buf, T *mine, size_t n
                 if (one_piece) { make(k); }
                 cudaCheck(cudaStreamWaitEvent(r->stream, tp->arrived[k], 0));
             }
-            if (k > 0) {
-                ring_add(dst, (const T *)peer_ring_recv(r), part, m, r->stream);
+            if (k > 0) { // the partial sum of exchange k - 1
+                ring_add(dst, (const T *)peer_ring_received(r), part, m, r->stream);
                 peer_ring_release(r);
             } else if (dst != part) { // a ring of one
                 cudaCheck(cudaMemcpyAsync(dst, part, m * sizeof(T), cudaMemcpyDeviceToDevice, r->stream));
             }
-            if (k < P - 1) { peer_ring_send(r, dst, m * sizeof(T)); }
+            if (k < P - 1) { peer_ring_exchange(r, dst, m * sizeof(T), NULL, what); }
         }
     }
     cudaCheck(cudaEventRecord(tp->ring_out, r->stream));

@@ -8,9 +8,9 @@
 #    tensor (see its header: the key biases are held to AdamW's sign-flip bound, other elements to WEIGHT_TOL but for
 #    a stray fraction). tp2_head_chunks: TP=2 with the LM head in chunks of a few rows (1 MiB of logits), each chunk's
 #    classifier statistics exchanged over the group and its chunks run between the forward chunks' final norms.
-#    Layouts run under mpirun where it exists, else with torchrun-style variables; DP=2 and TP=2 run once more
-#    with those variables over TCP with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 (the socket transport, as between
-#    nodes). Each layout starts from the one-GPU run's GEMM algorithm choices (see run_layout).
+#    Layouts run under mpirun where it exists, else with torchrun-style variables; DP=2, TP=2 and TP=2+SP over
+#    the ring of NCCL send/recv run once more with those variables over TCP with NCCL_P2P_DISABLE=1
+#    NCCL_SHM_DISABLE=1 (the socket transport, as between nodes). Each layout starts from the one-GPU run's GEMM algorithm choices (see run_layout).
 #    llama: a Llama (llama-tiny at width 512, 8 query heads in 4 key/value groups, MLP 512, untied) against its own
 #    one-GPU run, judged alike: the layouts of LLAMA_LAYOUTS (DP=2 + ZeRO-1, TP=2, TP=2+SP, GTP=2, which in fp8
 #    gathers FP8 codes; with 4 GPUs TP=4, one key/value head a rank, DP=2 x TP=2, TP=2 x GTP=2, GTP=4), a TP=2
@@ -51,21 +51,24 @@
 #    padding only. Every run starts from the one-GPU fp32 run's final model with --lr 0 (AdamW's step is lr x (...) = 0
 #    exactly), so all hold the same weights bit for bit; see VAL_LOSS_TOL_FP32. The same runs score a multiple-choice
 #    file (--eval-data), each layout's completion loss sums and verdicts against the one-GPU run's (EVAL_TOL_FP32).
-# 2. resume (bf16, under mpirun): TP=2, TP=2+SP, DP=2+ZeRO-1, GTP=2 and (4 GPUs) DP=2 x GTP=2+ZeRO-1 runs
+# 2. resume (bf16, under mpirun): TP=2, TP=2+SP (both ring transports), DP=2+ZeRO-1, GTP=2 and (4 GPUs) DP=2 x GTP=2+ZeRO-1 runs
 #    checkpointed at step 10 and resumed must end with the same step-20 model file, byte for byte, as the same run
 #    straight through; across layouts (fp32): a GTP=2 checkpoint resumed on one GPU and the other way round end
 #    within the fp32 parity tolerances. The update in backward (bf16, --grad-clip 0, layer 1's AdamW in the backward
 #    and layer 0's after it: --update-after-layers 1): DP=2, DP=2+ZeRO-1, TP=2 (the rest group's AdamW in two
-#    launches), TP=2+SP, GTP=2 and (4 GPUs) DP=2 x GTP=2+ZeRO-1 end with the same step-20 model file as with
-#    --update-in-backward 0; in
-#    fp8 (delayed) DP=2+ZeRO-1, TP=2+SP and GTP=2 too (the weights' codes cast after the history there, written by
+#    launches), TP=2+SP (both ring transports), GTP=2 and (4 GPUs) DP=2 x GTP=2+ZeRO-1 end with the same step-20
+#    model file as with --update-in-backward 0; in
+#    fp8 (delayed) DP=2+ZeRO-1, TP=2+SP (both ring transports) and GTP=2 too (the weights' codes cast after the history there, written by
 #    AdamW after the backward, or cast from the broadcast masters under ZeRO-1). ZeRO-1 (fp8, --grad-clip 0, the
 #    update after the backward): DP=2 and (4 GPUs) DP=2 x GTP=2 end with the same step-20 model file as without it:
-#    the same updates, whoever owns them (every rank sets every FP8 weight's scale).
+#    the same updates, whoever owns them (every rank sets every FP8 weight's scale). The ring's transports (bf16 and
+#    fp8, TP=2+SP and with 4 GPUs TP=4+SP): NCCL send/recv (--sp-transport nccl) ends with the same step-20 model file
+#    as copy engines: the same chunks summed in the same order, whatever moved them.
 # 3. faults (2 ranks): kill -9 of one rank mid-run (rank 1, then rank 0): the other exits with status 1 within
 #    FAULT_LIMIT_S with an error line naming the failure; SIGSTOP of rank 1 mid-run (alive but silent): rank 0
 #    exits with status 1 and a line naming the collective it waited for; both again (rank 1) under TP=2 + SP, whose
-#    collectives then wait for the dead rank's flags in the peer ring; a rank missing at start-up, a port in
+#    collectives then wait for the dead rank's flags in the peer ring, and over the ring of NCCL send/recv, whose
+#    receives wait for it; a rank missing at start-up, a port in
 #    use, a wrong world size: one line, non-zero exit; --tp greater than the model's key/value heads: one line on
 #    every rank, each non-zero; SIGUSR1 to mpirun -np 2
 #    stops both ranks at one step with a checkpoint, and the same command finishes the run bit-exactly
@@ -110,8 +113,9 @@ COMMON=(--depth 2 --width 256 --heads 4 --seq-len 64 --batch-size 4 --total-batc
 
 # name | ranks | options | precisions (empty: all); world = DP x GTP x TP, so DP = ranks / (TP x GTP). tp2_sp_b1:
 # micro-batches of one sequence, which SP splits between the two ranks' tokens (tp2_sp: 4 sequences, 2 a rank).
-# SP layouts run their collectives over the peer ring beside the GEMMs (--sp-overlap 1, the default) but
-# tp2_sp_nccl (NCCL, as before the ring); each must say so on its first lines (path_check). The _ce GTP layouts
+# SP layouts run their collectives over the ring beside the GEMMs (--sp-overlap 1, the default), its hops by copy
+# engines into peer memory (--sp-transport ce, the default) or by NCCL send/recv (the _p2p layouts), but tp2_sp_nccl
+# (NCCL's collectives, as before the ring); each must say so on its first lines (path_check). The _ce GTP layouts
 # gather the weights over the copy engines (--gtp-transport ce: pulls from the peers' mapped weights behind ready and
 # read flags) and must say so too.
 # shellcheck disable=SC2034 # read through layout_sweep's name reference
@@ -123,8 +127,10 @@ LAYOUTS=(
     "tp2_sp|2|--tp 2 --sequence-parallel 1|"
     "tp2_sp_b1|2|--tp 2 --sequence-parallel 1 --batch-size 1|"
     "tp2_sp_nccl|2|--tp 2 --sequence-parallel 1 --sp-overlap 0|"
+    "tp2_sp_p2p|2|--tp 2 --sequence-parallel 1 --sp-transport nccl|"
     "tp4|4|--tp 4|"
     "tp4_sp|4|--tp 4 --sequence-parallel 1|"
+    "tp4_sp_p2p|4|--tp 4 --sequence-parallel 1 --sp-transport nccl|"
     "dp2_tp2_sp|4|--tp 2 --sequence-parallel 1|"
     "dp2_tp2|4|--tp 2|"
     "gtp2|2|--gtp 2|"
@@ -137,13 +143,13 @@ LAYOUTS=(
     "dp2_gtp2_zero1|4|--gtp 2 --zero 1|"
     "tp2_gtp2|4|--tp 2 --gtp 2|"
 )
-# layouts that also run over sockets with torchrun-style variables
-TCP_LAYOUTS=(dp2 tp2)
+# layouts that also run over sockets with torchrun-style variables (the ring of NCCL send/recv runs wherever NCCL does)
+TCP_LAYOUTS=(dp2 tp2 tp2_sp_p2p)
 
 passed=0; failed=0; skipped=0; table=()
 # MGPU_PARTS: which of the sections below run (parity, llama = a Llama on the layouts of LLAMA_LAYOUTS and its resumes,
-# twins = resume, the update in backward and ZeRO-1 against plain DP, faults), so that runs under a time limit can
-# take them in turns
+# twins = resume, the update in backward, ZeRO-1 against plain DP and the SP ring's two transports, faults), so that
+# runs under a time limit can take them in turns
 MGPU_PARTS=${MGPU_PARTS:-parity llama twins faults}
 # MGPU_LAYOUTS: an extended regular expression over the layouts' names (LAYOUTS, LLAMA_LAYOUTS, the validation rows'
 # and the twins' tables, e.g. 'sp' for the sequence-parallel ones); only those it matches run in the parity, llama and
@@ -246,13 +252,15 @@ run_layout() {
 
 # path_check NAME LAUNCH OPTIONS [OUT]: a layout printed the path it was meant to test (the GPUs of one machine map
 # each other's memory, so no fallback is expected): with sequence parallelism its collectives' (NCCL where
-# --sp-overlap 0 says so, else the ring over peer memory), with --gtp-transport ce the weight gathers' (copy engines).
+# --sp-overlap 0 says so, the ring over NCCL send/recv where --sp-transport nccl does, else the ring over peer memory),
+# with --gtp-transport ce the weight gathers' (copy engines).
 # OUT: rank 0's output (default: the layout's log, LAUNCH's way).
 path_check() {
     local name=$1 out=${4:-$LOG_DIR/$1.out} want
     [ -n "${4:-}" ] || [ "$2" = mpi ] || out="$LOG_DIR/$name.rank0.out"
     if [[ " $3 " == *" --sequence-parallel 1 "* ]]; then
         want="SP collectives: ring exchange over peer memory"
+        [[ " $3 " == *" --sp-transport nccl "* ]] && want="SP collectives: ring exchange over NCCL send/recv"
         [[ " $3 " == *" --sp-overlap 0 "* ]] && want="SP collectives: NCCL (--sp-overlap 0)"
         path_expect "$name" "$want" "$out" 'SP collectives'
     fi
@@ -272,12 +280,16 @@ path_expect() { # NAME WANT OUT PREFIX
 # Resume, update-in-backward and ZeRO-1 twins, and resumes across layouts: defined here, run in section 2 (and the
 # Llama's in section 1's llama part).
 RESUME_AT=10
-RESUME_LAYOUTS=("tp2|2|--tp 2" "tp2_sp|2|--tp 2 --sequence-parallel 1" "dp2_zero1|2|--zero 1" "gtp2|2|--gtp 2"
+RESUME_LAYOUTS=("tp2|2|--tp 2" "tp2_sp|2|--tp 2 --sequence-parallel 1"
+                "tp2_sp_p2p|2|--tp 2 --sequence-parallel 1 --sp-transport nccl" "dp2_zero1|2|--zero 1" "gtp2|2|--gtp 2"
                 "gtp2_ce|2|--gtp 2 --gtp-transport ce" "gtp2_ce_fp8|2|--gtp 2 --gtp-transport ce --precision fp8"
                 "dp2_gtp2_zero1|4|--gtp 2 --zero 1")
-EARLY_LAYOUTS=("dp2|2|--zero 0" "dp2_zero1|2|--zero 1" "tp2|2|--tp 2" "tp2_sp|2|--tp 2 --sequence-parallel 1" "gtp2|2|--gtp 2"
+EARLY_LAYOUTS=("dp2|2|--zero 0" "dp2_zero1|2|--zero 1" "tp2|2|--tp 2" "tp2_sp|2|--tp 2 --sequence-parallel 1"
+               "tp2_sp_p2p|2|--tp 2 --sequence-parallel 1 --sp-transport nccl" "gtp2|2|--gtp 2"
                "dp2_gtp2_zero1|4|--gtp 2 --zero 1" "dp2_zero1_fp8|2|--zero 1 --precision fp8"
-               "tp2_sp_fp8|2|--tp 2 --sequence-parallel 1 --precision fp8" "gtp2_fp8|2|--gtp 2 --precision fp8"
+               "tp2_sp_fp8|2|--tp 2 --sequence-parallel 1 --precision fp8"
+               "tp2_sp_p2p_fp8|2|--tp 2 --sequence-parallel 1 --sp-transport nccl --precision fp8"
+               "gtp2_fp8|2|--gtp 2 --precision fp8"
                "gtp2_ce|2|--gtp 2 --gtp-transport ce" "gtp2_ce_fp8|2|--gtp 2 --gtp-transport ce --precision fp8"
                "gtp4_ce|4|--gtp 4 --gtp-transport ce")
 # ZeRO-1 against plain DP: without clipping (the norm over the owners' slices may differ in its last bits, and would
@@ -286,8 +298,11 @@ EARLY_LAYOUTS=("dp2|2|--zero 0" "dp2_zero1|2|--zero 1" "tp2|2|--tp 2" "tp2_sp|2|
 # cast the masters the owners broadcast: the same codes and scales on every rank (a rank that owned none of a weight
 # once kept its old scale).
 ZERO_LAYOUTS=("dp2_fp8|2|--precision fp8" "dp2_gtp2_fp8|4|--gtp 2 --precision fp8")
-twin_test() { # resume|early|zero NAME NP OPTIONS...: two runs (bf16 unless OPTIONS say) under mpirun that must end
-              # with the same model file
+# The ring's hops by NCCL send/recv against copy engines (the second run takes the first one's GEMM choices).
+TRANSPORT_LAYOUTS=("tp2_sp|2|--tp 2 --sequence-parallel 1" "tp2_sp_fp8|2|--tp 2 --sequence-parallel 1 --precision fp8"
+                   "tp4_sp|4|--tp 4 --sequence-parallel 1")
+twin_test() { # resume|early|zero|transport NAME NP OPTIONS...: two runs (bf16 unless OPTIONS say) under mpirun that
+              # must end with the same model file
     local kind=$1 name="$1_$2" np=$3 d s final runs
     shift 3
     d="$LOG_DIR/$name"
@@ -296,6 +311,7 @@ twin_test() { # resume|early|zero NAME NP OPTIONS...: two runs (bf16 unless OPTI
         resume) runs=(straight resumed); args+=(--checkpoint-every "$RESUME_AT") ;;
         early) runs=(after during); args+=(--grad-clip 0 --update-after-layers 1) ;; # layer 1 in it, 0 after
         zero) runs=(plain zero1); args+=(--grad-clip 0 --update-in-backward 0) ;;
+        transport) runs=(ce nccl) ;;
     esac
     mkdir -p "$d/${runs[0]}" "$d/${runs[1]}"
     final=$(printf 'model_%08d.bin' "$STEPS")
@@ -310,18 +326,27 @@ twin_test() { # resume|early|zero NAME NP OPTIONS...: two runs (bf16 unless OPTI
         [ "$s" = after ] && more=(--update-in-backward 0)
         [ "$s" = during ] && cp "$d/after/"$GEMM_ALGOS_GLOB "$d/during/"
         [ "$s" = zero1 ] && more=(--zero 1) && cp "$d/plain/"$GEMM_ALGOS_GLOB "$d/zero1/"
+        [ "$s" = nccl ] && more=(--sp-transport nccl) && cp "$d/ce/"$GEMM_ALGOS_GLOB "$d/nccl/"
         if ! timeout "$RUN_TIMEOUT_S" mpirun --allow-run-as-root -np "$np" --bind-to none -x NCCL_NVLS_ENABLE \
             ./train_gpt "${args[@]}" "${more[@]}" --out-dir "$d/$s" > "$d/$s.out" 2>&1; then
             fail_check "$name" "the $s run failed (see $d/$s.out)"; return
         fi
     done
     path_check "$name" mpi "$*" "$d/${runs[0]}.out"
+    # the transport twins must have run the two transports, or they would compare a ring with itself
+    if [ "$kind" = transport ] && ! { grep -qF "SP collectives: ring exchange over peer memory" "$d/ce.out" &&
+        grep -qF "SP collectives: ring exchange over NCCL send/recv" "$d/nccl.out"; }; then
+        fail_check "$name" "the runs did not say they took copy engines and NCCL send/recv (see $d/ce.out, $d/nccl.out)"
+        return
+    fi
     if ! cmp -s "$d/${runs[0]}/$final" "$d/${runs[1]}/$final"; then
         fail_check "$name" "the step-$STEPS models of the ${runs[0]} and the ${runs[1]} run differ ($d)"
     elif [ "$kind" = resume ]; then
         pass "$name: resumed at step $RESUME_AT, step-$STEPS model bit-identical to the straight run"
     elif [ "$kind" = early ]; then
         pass "$name: update during the backward, step-$STEPS model bit-identical to the update after it"
+    elif [ "$kind" = transport ]; then
+        pass "$name: the ring over NCCL send/recv, step-$STEPS model bit-identical to the ring over copy engines"
     else
         pass "$name: ZeRO-1, step-$STEPS model bit-identical to the run without it"
     fi
@@ -461,18 +486,19 @@ if part parity; then
     fi
 fi
 
-# --- 2. resume on parallel layouts, the update in backward, ZeRO-1 against plain DP -----------------------------
+# --- 2. resume on parallel layouts, the update in backward, ZeRO-1 against plain DP, the ring's transports -------
 # A run checkpointed at step RESUME_AT and resumed from there must end with the same bits as the same run straight
 # through: the layout's checkpoint gathers its shards (TP slices, ZeRO-1 moments) and the resume scatters them back.
 # Without clipping the update starts in the backward, each group's AdamW behind that layout's own events for it (the
 # DP sums, ZeRO-1's reduction onto the owners and the broadcasts after it, SP's TP sums, GTP's reduce-scatters): such
 # a run must end with the same bits as the same run updating after the backward (--update-in-backward 0).
 if part twins; then
-    for kind in resume early zero; do
+    for kind in resume early zero transport; do
         case $kind in
             resume) layouts=("${RESUME_LAYOUTS[@]}") ;;
             early) layouts=("${EARLY_LAYOUTS[@]}") ;;
             zero) layouts=("${ZERO_LAYOUTS[@]}") ;;
+            transport) layouts=("${TRANSPORT_LAYOUTS[@]}") ;;
         esac
         for entry in "${layouts[@]}"; do
             IFS='|' read -r name np opt_text <<<"$entry"
@@ -594,6 +620,14 @@ if part faults; then
         fault_test kill_rank1_gtp_ce 1 KILL $((PORT_FAULT + 11)) "rank 1" --gtp 2 --gtp-transport ce
         fault_test stopped_rank1_gtp_ce 1 STOP $((PORT_FAULT + 12)) "waited [0-9.]+ s for .*still incomplete" \
             --gtp 2 --gtp-transport ce
+        # and over the ring of NCCL send/recv: its receives wait for the dead rank in NCCL's kernels, which the abort
+        # of every communicator (the ring's among them) ends; the stopped rank's peer may be held in the bounded wait
+        # for a group's launch instead (comm_settle), whose line names the collective too
+        fault_test kill_rank1_sp_p2p 1 KILL $((PORT_FAULT + 13)) "rank 1" --tp 2 --sequence-parallel 1 \
+            --sp-transport nccl
+        fault_test stopped_rank1_sp_p2p 1 STOP $((PORT_FAULT + 14)) \
+            "waited [0-9.]+ s for .*still incomplete|NCCL did not finish .* within [0-9.]+ s" \
+            --tp 2 --sequence-parallel 1 --sp-transport nccl
 
         # a missing rank: only rank 0 of 2 is started
         port=$((PORT_FAULT + 3))

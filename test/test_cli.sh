@@ -49,6 +49,8 @@ expect_error cli_out_of_range "--batch-size: 0 is out of range" "${TINY[@]}" --b
 expect_error cli_unknown_option "unknown option '--batchsize'" "${TINY[@]}" --batchsize 4
 expect_error cli_missing_value "--steps needs a value" "${TINY[@]}" --steps
 expect_error cli_bad_choice "--lr-schedule: 'cos' is not one of" "${TINY[@]}" --lr-schedule cos
+expect_error cli_sp_transport_needs_sp "--sp-transport nccl moves sequence parallelism's ring and applies only with" \
+    "${TINY[@]}" --sp-transport nccl
 expect_error cli_not_a_number "--lr: 'fast' is not a valid number" "${TINY[@]}" --lr fast
 expect_error cli_batch_divisibility "--total-batch-tokens 500 is not a multiple" "${TINY[@]}" --total-batch-tokens 500
 expect_error cli_warmup "--warmup-steps 30 is more than --steps 10" "${TINY[@]}" --steps 10 --warmup-steps 30

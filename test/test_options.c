@@ -137,6 +137,12 @@ static void test_validate(void) {
                  "--total-batch-tokens", "0", NULL);
     expect_error("sp_needs_tp", "--sequence-parallel 1 splits the tokens over the tensor-parallel ranks and needs --tp > 1",
                  "--sequence-parallel", "1", NULL);
+    expect_error("choice_sp_transport", "--sp-transport: 'p2p' is not one of ce|nccl; pass one of those",
+                 "--sp-transport", "p2p", NULL);
+    expect_error("sp_transport_needs_sp", "--sp-transport nccl moves sequence parallelism's ring and applies only with "
+                 "--sequence-parallel 1 and --sp-overlap 1", "--tp", "2", "--sp-transport", "nccl", NULL);
+    expect_error("sp_transport_needs_overlap", "--sp-transport nccl moves sequence parallelism's ring", "--tp", "2",
+                 "--sequence-parallel", "1", "--sp-overlap", "0", "--sp-transport", "nccl", NULL);
     expect_error("gtp_materialize_needs_gtp_1", "--gtp-materialize 1 runs the GTP path on one rank and needs --gtp 1",
                  "--gtp", "2", "--gtp-materialize", "1", NULL);
     expect_error("choice_gtp_transport", "--gtp-transport: 'nvlink' is not one of nccl|ce", "--gtp", "2",
@@ -178,6 +184,11 @@ static void test_validate(void) {
     options_validate(&gf, 1); // exits with the reason if refused
     check(options_fp8(&gf) && options_gtp_path(&gf) && strcmp(gf.gtp_transport, "ce") == 0, "gtp_fp8_accepted",
           "precision %s gtp path %d transport %s", gf.precision, options_gtp_path(&gf), gf.gtp_transport);
+
+    Options sp = parse("--tp", "2", "--sequence-parallel", "1", "--sp-transport", "nccl", "--sample-every", "0", NULL);
+    options_validate(&sp, 1); // exits with the reason if refused
+    check(strcmp(sp.sp_transport, "nccl") == 0 && strcmp(parse(NULL).sp_transport, "ce") == 0, "sp_transport",
+          "--sp-transport %s, default %s", sp.sp_transport, parse(NULL).sp_transport);
 
     Options z = parse("--zero", "1", "--sample-every", "0", "--batch-size", "4", "--seq-len", "64", "--total-batch-tokens", "1024", NULL);
     options_validate(&z, 2); // exits with the reason if refused

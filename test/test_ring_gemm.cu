@@ -76,7 +76,7 @@ static void group_make(Group *g, int P, size_t slot_bytes) {
     for (int i = 0; i < P; i++) {
         Mesh m = mesh_make(P, i, P, 1);
         tp_init(&g->tp[i], &m, 1);
-        peer_ring_alloc(&g->tp[i].ring, P, i, slot_bytes);
+        peer_ring_alloc(&g->tp[i].ring, P, i, slot_bytes, RING_CE);
         g->tp[i].ring_up = 1;
         tp_ring_events(&g->tp[i]);
         cudaCheck(cudaStreamCreateWithFlags(&g->compute[i], cudaStreamNonBlocking));
