@@ -3,7 +3,9 @@
 # (test/gpubin/test_ring_gemm, plain and under memcheck), then on 2 GPUs the SP parity rows with the ring and with
 # --sp-overlap 0, the resume/update twins and the fault rows, and the 1558M TP=2 / TP=2+SP benchmark (bf16, fp8).
 # Each part is bounded so that `all` fits one 10-minute call on 2 GPUs but the fp8 benchmark (run it alone next).
-#   dev/sp_check.sh [ring|parity|twins|bench|bench_fp8|all]        logs under $OUT (or /tmp/sp_check)
+# trace (not in all): rank 0's GPU timeline of 1558M TP=2+SP over the ring (dev/trace.sh: where the compute stream
+# stands still, and the ring's peer copies with their bandwidth).
+#   dev/sp_check.sh [ring|parity|twins|bench|bench_fp8|trace|all]        logs under $OUT (or /tmp/sp_check)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 what=${1:-all}
@@ -38,6 +40,11 @@ fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
     step bench 200 env OUT="$LOGS" BENCH_ROWS="1558M_tp2 1558M_tp2_sp 1558M_tp2_sp_nccl" dev/bench_mgpu.sh
     tail -12 "$LOGS/bench.log"
+fi
+if [ "$what" = trace ]; then
+    step trace 240 env OUT="$LOGS" TRACE_NP=2 dev/trace.sh d48 8 12 --keep-gelu-layers 12 --grad-clip 0 --tp 2 \
+        --sequence-parallel 1
+    sed -n '/steps,/,$p' "$LOGS/trace.log"
 fi
 if [ "$what" = bench_fp8 ]; then
     step bench_fp8 300 env OUT="$LOGS" BENCH_ROWS="1558M_tp2_fp8 1558M_tp2_sp_fp8 1558M_tp2_sp_fp8_nccl" dev/bench_mgpu.sh
