@@ -640,9 +640,10 @@ template <typename floatX> static uint8_t *fp8_codes(const GPT<floatX> *g, int l
  * (2 or more bytes an element: W as fp8_codes, then W transposed; under GTP the chain's buffer instead, set by
  * gtp_acquire for the GEMMs that read it); the inputs' transposed copies, kept per layer for the weight gradients
  * (the fc projection's in the layers that keep gelu(fch); the others recompute it into the alternating h4t buffers);
- * the row-major scratch of the inputs and output gradients every layer shares (the fc projection's inputs in one of
- * their own: under SP over the peer ring fc's forward runs every chunk before the projection reads any, and its next
- * chunk's input codes would land on the activation's); and a transposed output gradient per kind of layer (it lives
+ * the row-major scratch of the inputs and output gradients every layer shares (the fc projection's inputs and fc's
+ * output gradient in ones of their own: under SP over the peer ring fc's forward runs every chunk before the
+ * projection reads any, and the projection's input gradient every chunk before fc's reads any, and the next chunk's
+ * codes would land on those the activation's cast left); and a transposed output gradient per kind of layer (it lives
  * from the input gradient to the weight gradient, and the backward interleaves a block's two pairs of layers). fc and the fc projection are coupled through the MLP's activation (Fp8Linear::act_consumer):
  * fc's forward casts gelu(fch) or swiglu(fch) as the fc projection's input, whose input-gradient step casts fc's
  * output gradient through the activation's backward. SwiGLU's output is kept transposed in FP8 in every layer
@@ -665,6 +666,7 @@ template <typename floatX> static void fp8_make(GPT<floatX> *g) {
     }
     uint8_t *x = (uint8_t *)cuda_alloc(N * widest, "FP8 inputs"), *dy = (uint8_t *)cuda_alloc(N * widest, "FP8 grads");
     uint8_t *x_act = (uint8_t *)cuda_alloc(N * in[LIN_FCPROJ], "FP8 inputs of the fc projections");
+    uint8_t *dy_act = (uint8_t *)cuda_alloc(N * out[LIN_FC], "FP8 output gradients of fc");
     uint8_t *dy_t[BLOCK_LINEARS];
     for (int k = 0; k < BLOCK_LINEARS; k++) { dy_t[k] = (uint8_t *)cuda_alloc(N * out[k], "FP8 output gradients"); }
     float *dbias = g->config.bias ? dev_alloc<float>(fp8_col_sums_floats((int)N, M), "fc bias gradient partial sums")
@@ -681,7 +683,7 @@ template <typename floatX> static void fp8_make(GPT<floatX> *g) {
             q->w = g->gtp.active ? NULL : fp8_codes(g, l, k);
             q->w_t = q->w ? q->w + (size_t)lin->out * lin->in : NULL;
             q->x = k == LIN_FCPROJ ? x_act : x;
-            q->dy = dy;
+            q->dy = k == LIN_FC ? dy_act : dy;
             q->dy_t = dy_t[k];
             q->partials = g->fp8_partials[0];
             q->keeps_input = k != LIN_FCPROJ || !recomputes_gelu(g, l);

@@ -537,51 +537,73 @@ static void linear_rows_forward(const Linear<T> &lin, const T *bias, T *out, con
  * (fc: grad_from_consumer); the product, and for the fc projection (act_aux: fc's output, the activation's input) the
  * activation's backward of it cast as fc's output gradient (gelu', with the column sums of fc's bias gradient; or
  * SwiGLU's [dgate | dup], twice as wide): dinp holds the product, the gradient of the activation's output.
+ * dinp, dout and act_aux point at a block of `rows` rows that starts at row `row` of the layer's N: the codes land
+ * at those rows (and columns of the transposed copies, and tiles of the column sums: row % FP8_TILE_ROWS == 0), so
+ * that blocks cast one after another (SP's ring, llmc/tensor_parallel.cuh) leave what one cast of all N leaves, given
+ * scales from the history (a block's own amax would scale it apart from the others: fp8_dgrad_by_rows).
  */
 template <typename T>
-static void fp8_linear_dgrad(const Linear<T> &lin, T *dinp, const T *dout, const T *act_aux, int N,
+static void fp8_linear_dgrad(const Linear<T> &lin, T *dinp, const T *dout, const T *act_aux, int rows, int row, int N,
                              cudaStream_t stream) {
     const Fp8Linear *q = lin.fp8;
     const Fp8Device *d = q->dev;
+    if (rows < N && (fp8_scales_current(d) || row % FP8_TILE_ROWS != 0)) {
+        fail("fp8_linear_dgrad: rows [%d, %d) of %d cast alone (needs scales from the history and a first row that is "
+             "a multiple of %d)", row, row + rows, N, FP8_TILE_ROWS);
+    }
     int tg = fp8_tensor_of(lin, FP8_GRAD), tw = fp8_tensor_of(lin, FP8_WEIGHT);
+    size_t r0 = (size_t)row;
     if (!q->grad_from_consumer) {
-        Fp8CastOut o = {q->dy, q->dy_t, N, 0, NULL};
-        fp8_cast(d, tg, Fp8Plain<T>{dout}, N, lin.out, o, d->recording, FP8_SCALE_RECIPE, q->partials, stream);
+        Fp8CastOut o = {q->dy + r0 * lin.out, q->dy_t, N, row, NULL};
+        fp8_cast(d, tg, Fp8Plain<T>{dout}, rows, lin.out, o, d->recording, FP8_SCALE_RECIPE, q->partials, stream);
     }
     GemmOperand w = {q->w, q->w_t, CUDA_R_8F_E4M3, fp8_scale_inv(d, tw)};
-    GemmOperand dy = {q->dy, q->dy_t, CUDA_R_8F_E5M2, fp8_scale_inv(d, tg)};
-    gemm_lt(dinp, TypeInfo<T>::cuda, w, 0, lin.in, dy, 0, lin.out, lin.in, N, lin.out, 0.0f, GEMM_PLAIN, 0, stream);
+    GemmOperand dy = {q->dy + r0 * lin.out, NULL, CUDA_R_8F_E5M2, fp8_scale_inv(d, tg)};
+    gemm_lt(dinp, TypeInfo<T>::cuda, w, 0, lin.in, dy, 0, lin.out, lin.in, rows, lin.out, 0.0f, GEMM_PLAIN, 0, stream);
     if (act_aux) {
         const Fp8Linear *p = q->act_producer;
-        Fp8CastOut o = {p->dy, p->dy_t, N, 0, p->dbias_partials};
+        int F = p->act == MLP_SWIGLU ? 2 * lin.in : lin.in; // fc's output gradient: [dgate | dup], or d fch
+        float *sums = p->dbias_partials ? p->dbias_partials + (size_t)(row / FP8_TILE_ROWS) * F : (float *)NULL;
+        Fp8CastOut o = {p->dy + r0 * F, p->dy_t, N, row, sums};
         int tdfch = fp8_tensor(p->layer, p->linear, FP8_GRAD);
         if (p->act == MLP_SWIGLU) {
-            fp8_cast(d, tdfch, Fp8DswigluOf<T>{dinp, act_aux, lin.in}, N, 2 * lin.in, o, d->recording,
-                     FP8_SCALE_RECIPE, q->partials, stream);
-        } else {
-            fp8_cast(d, tdfch, Fp8DgeluOf<T>{dinp, act_aux}, N, lin.in, o, d->recording, FP8_SCALE_RECIPE,
+            fp8_cast(d, tdfch, Fp8DswigluOf<T>{dinp, act_aux, lin.in}, rows, F, o, d->recording, FP8_SCALE_RECIPE,
                      q->partials, stream);
+        } else {
+            fp8_cast(d, tdfch, Fp8DgeluOf<T>{dinp, act_aux}, rows, F, o, d->recording, FP8_SCALE_RECIPE, q->partials,
+                     stream);
         }
     }
 }
 
-// dinp = dout W, times gelu'(gelu_aux) when that is given (in FP8: fp8_linear_dgrad, gelu_aux the activation's input).
+// Whether an FP8 layer's input gradient may run a block of rows at a time (fp8_linear_dgrad): scales from the
+// history, and blocks of whole cast tiles.
+static bool fp8_dgrad_by_rows(const Fp8Device *d, int block_rows) {
+    return !fp8_scales_current(d) && block_rows % FP8_TILE_ROWS == 0;
+}
+
+/*
+ * dinp = dout W, times gelu'(gelu_aux) when that is given (in FP8: fp8_linear_dgrad, gelu_aux the activation's
+ * input), for `rows` rows; the pointers at the block's first row. In FP8 the block is rows [row, row + rows) of the
+ * layer's `of` rows, where the codes are kept (a whole tensor: the defaults).
+ */
 template <typename T>
-static void linear_dgrad(const Linear<T> &lin, T *dinp, const T *dout, const T *gelu_aux, int N, cudaStream_t stream) {
+static void linear_dgrad(const Linear<T> &lin, T *dinp, const T *dout, const T *gelu_aux, int rows, cudaStream_t stream,
+                         int row = 0, int of = 0) {
     if (lin.fp8) {
-        fp8_linear_dgrad(lin, dinp, dout, gelu_aux, N, stream);
+        fp8_linear_dgrad(lin, dinp, dout, gelu_aux, rows, row, of > 0 ? of : rows, stream);
         return;
     }
     cudaDataType_t t = TypeInfo<T>::cuda;
     GemmOperand w = gemm_operand(lin.w, t), dy = gemm_operand(dout, t);
     if (gelu_aux) {
         GemmEpilogue dgelu = {CUBLASLT_EPILOGUE_DGELU, NULL, (void *)gelu_aux};
-        if (gemm_lt(dinp, t, w, 0, lin.in, dy, 0, lin.out, lin.in, N, lin.out, 0.0f, dgelu, 0, stream)) { return; }
+        if (gemm_lt(dinp, t, w, 0, lin.in, dy, 0, lin.out, lin.in, rows, lin.out, 0.0f, dgelu, 0, stream)) { return; }
     }
-    gemm_lt(dinp, t, w, 0, lin.in, dy, 0, lin.out, lin.in, N, lin.out, 0.0f, GEMM_PLAIN, 0, stream);
+    gemm_lt(dinp, t, w, 0, lin.in, dy, 0, lin.out, lin.in, rows, lin.out, 0.0f, GEMM_PLAIN, 0, stream);
     if (gelu_aux) {
         const int threads = 256;
-        size_t n = (size_t)N * lin.in;
+        size_t n = (size_t)rows * lin.in;
         gelu_backward_kernel<<<grid_for(n / Packed<T>::N, threads), threads, 0, stream>>>(dinp, gelu_aux, n);
         cudaCheckLaunch();
     }

@@ -366,11 +366,13 @@ template <typename T> static bool linear_is(const Linear<T> &lin, LinearSplit sp
 // Whether the layer's forward GEMM may run a block of rows at a time beside the ring: not an FP8 layer whose input
 // cast needs the whole tensor's amax first (current scaling, and delayed scaling's first step, which has no history
 // yet: a cast of each block by its own amax would leave the kept input codes in several scales under one scale_inv).
-// Its input gradient: not in FP8 (the cast of the output gradient takes all rows).
+// Its input gradient, in blocks of block_rows: the same for the output gradient's cast (fp8_dgrad_by_rows).
 template <typename T> static bool linear_forward_by_rows(const Linear<T> &lin) {
     return !lin.fp8 || !fp8_scales_current(lin.fp8->dev);
 }
-template <typename T> static bool linear_dgrad_by_rows(const Linear<T> &lin) { return !lin.fp8; }
+template <typename T> static bool linear_dgrad_by_rows(const Linear<T> &lin, int block_rows) {
+    return !lin.fp8 || fp8_dgrad_by_rows(lin.fp8->dev, block_rows);
+}
 
 /*
  * Rows [f.row, f.row + f.rows) of forward chunk f (llmc/forward_chunks.h): out = inp W^T + b; with gelu_aux:
@@ -480,12 +482,12 @@ static void linear_backward_input(const Linear<T> &lin, T *dinp, const T *dout, 
     // rows [r0, r1) of dinp
     auto dgrad_rows = [&](int r0, int r1) {
         linear_dgrad(lin, dinp + (size_t)r0 * lin.in, dout + (size_t)r0 * lin.out,
-                     gelu_aux ? gelu_aux + (size_t)r0 * lin.in : (const T *)NULL, r1 - r0, stream);
+                     gelu_aux ? gelu_aux + (size_t)r0 * lin.in : (const T *)NULL, r1 - r0, stream, r0, N);
     };
     if (linear_gathers_output_grad(lin)) {
         if (!tp->gather_pending) { fail("linear_backward_input: the output gradient was not gathered first"); }
         tp->gather_pending = 0;
-        if (tp_ring(tp) && linear_dgrad_by_rows(lin)) { // each chunk of dout as it arrives (tp_ring_all_gather)
+        if (tp_ring(tp) && linear_dgrad_by_rows(lin, n)) { // each chunk of dout as it arrives (tp_ring_all_gather)
             for (int k = 0; k < P; k++) {
                 int c = ring_ag_chunk(tp->rank, k, P);
                 if (k > 0) { comm_compute_wait(stream, tp->arrived[k]); }
@@ -495,7 +497,7 @@ static void linear_backward_input(const Linear<T> &lin, T *dinp, const T *dout, 
         }
         tp_join(tp, stream, "the tensor-parallel all-gather of a row-parallel layer's output gradient");
     }
-    if (linear_is(lin, LINEAR_COLUMN) && tp->sp && tp_ring(tp) && linear_dgrad_by_rows(lin)) {
+    if (linear_is(lin, LINEAR_COLUMN) && tp->sp && tp_ring(tp) && linear_dgrad_by_rows(lin, n)) {
         const char *what = "the tensor-parallel ring reduce-scatter of a column-parallel layer's input gradient";
         tp_ring_reduce_scatter(tp, dinp, (T *)NULL, (size_t)n * lin.in, stream,
                                [&](int c) { dgrad_rows(c * n, (c + 1) * n); }, what);
