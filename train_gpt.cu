@@ -644,9 +644,10 @@ template <typename floatX> static uint8_t *fp8_codes(const GPT<floatX> *g, int l
  * output gradient in ones of their own: under SP over the peer ring fc's forward runs every chunk before the
  * projection reads any, and the projection's input gradient every chunk before fc's reads any, and the next chunk's
  * codes would land on those the activation's cast left); and a transposed output gradient per kind of layer (it lives
- * from the input gradient to the weight gradient, and the backward interleaves a block's two pairs of layers). fc and the fc projection are coupled through the MLP's activation (Fp8Linear::act_consumer):
- * fc's forward casts gelu(fch) or swiglu(fch) as the fc projection's input, whose input-gradient step casts fc's
- * output gradient through the activation's backward. SwiGLU's output is kept transposed in FP8 in every layer
+ * from the input gradient to the weight gradient, and the backward interleaves a block's two pairs of layers). fc and
+ * the fc projection are coupled through the MLP's activation (Fp8Linear::act_consumer): fc's forward casts gelu(fch)
+ * or swiglu(fch) as the fc projection's input, whose input-gradient step casts fc's output gradient through the
+ * activation's backward. SwiGLU's output is kept transposed in FP8 in every layer
  * (N F bytes a layer, half of what its bf16 copy took): recasting it in the backward, as the GELU layers past
  * --keep-gelu-layers do, would read fch again (4 bytes an element for every byte written) beside each layer's
  * backward, and fp8's bar is speed.

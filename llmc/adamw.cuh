@@ -22,8 +22,9 @@
  * Both the norm's sums of squares and AdamW work on a group of spans (a layer's tensors) in one launch, each span cut
  * into fixed chunks: span k's chunks are [chunk_end[k-1], chunk_end[k]).
  */
+static inline int span_chunks(size_t n, size_t chunk) { return (int)((n + chunk - 1) / chunk); }
 static inline void chunk_end_append(int *chunk_end, int k, size_t n, size_t chunk) {
-    chunk_end[k] = (k ? chunk_end[k - 1] : 0) + (int)((n + chunk - 1) / chunk);
+    chunk_end[k] = (k ? chunk_end[k - 1] : 0) + span_chunks(n, chunk);
 }
 
 // Which span chunk c of a group with chunk_end (NormGroup, AdamWGroup) lies in, and which of its chunks it is.
@@ -238,7 +239,7 @@ static void adamw_group_add(AdamWGroup *g, size_t begin, size_t moments, size_t 
 static inline int adamw_group_chunks(const AdamWGroup *g) { return g->count ? g->chunk_end[g->count - 1] : 0; }
 
 // The chunks of a span of n parameters (adamw_group_add's).
-static inline int adamw_span_chunks(size_t n) { return (int)((n + ADAMW_CHUNK - 1) / ADAMW_CHUNK); }
+static inline int adamw_span_chunks(size_t n) { return span_chunks(n, ADAMW_CHUNK); }
 
 // The last span added writes the E4M3 codes of tensor t (fp8_tensor) to codes (its first element's byte; 4-aligned).
 static void adamw_group_fp8(AdamWGroup *g, uint8_t *codes, int t) {

@@ -18,10 +18,10 @@
  * on every rank, which issue the same collectives in the same order) uses slot t % RING_SLOTS for the
  * (t / RING_SLOTS)-th time, "use" u. Two flags per slot, 32-bit counters of uses: ready (in the receiver's memory,
  * written by the sender after its copy: u + 1) and free (in the sender's memory, written by the receiver once it has
- * consumed the slot: u + 1). Before writing use u the sender waits for free >= u; the receiver waits for ready >= u + 1.
- * Counters compare modulo 2^32 (the GPU's wait is (int32_t)(flag - value) >= 0), so they may wrap. (The flags are the
- * copy-engine transport's; over NCCL send/recv transfer j is one grouped send and receive, which NCCL matches itself,
- * and a slot's next receive is queued behind the work that consumed its last use on the same stream.)
+ * consumed the slot: u + 1). Before writing use u the sender waits for free >= u; the receiver waits for
+ * ready >= u + 1. Counters compare modulo 2^32 (the GPU's wait is (int32_t)(flag - value) >= 0), so they may wrap. (The
+ * flags are the copy-engine transport's; over NCCL send/recv transfer j is one grouped send and receive, which NCCL
+ * matches itself, and a slot's next receive is queued behind the work that consumed its last use on the same stream.)
  */
 #ifndef LLMC_RING_SCHEDULE_H
 #define LLMC_RING_SCHEDULE_H

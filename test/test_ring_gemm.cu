@@ -227,7 +227,8 @@ template <typename T> static void test_forward(int P, const char *type) {
             top = fabs(host_float(hw[k])) > top ? fabs(host_float(hw[k])) : top;
         }
     }
-    snprintf(name, sizeof(name), "%s P %d: all-gather + GEMM, gathered input and row-block output bit for bit", type, P);
+    snprintf(name, sizeof(name), "%s P %d: all-gather + GEMM, gathered input and row-block output bit for bit", type,
+             P);
     check(bad_in == 0 && bad_out == 0, name, "%d input, %d output elements differ", bad_in, bad_out);
     double tol = sizeof(T) == 2 ? 1.0 / 128 : GEMM_ROWS_TOL; // bf16: at most a rounding of the output apart
     snprintf(name, sizeof(name), "%s P %d: all-gather + GEMM against the one GEMM of all rows", type, P);
@@ -244,7 +245,9 @@ template <typename T> static void test_forward(int P, const char *type) {
         outr[i] = (T *)cuda_alloc((size_t)N_TOKENS * CH * sizeof(T), "rs out");
         Linear<T> one = make_linear<T>(FEAT, CH, wr[i], i == 0 ? dbias : (T *)NULL, LINEAR_ROW, (TensorParallel *)NULL);
         T *p = (T *)cuda_alloc((size_t)N_TOKENS * CH * sizeof(T), "products");
-        for (int c = 0; c < P; c++) { linear_rows_forward(one, one.b, p, xr[i], (int)(c * n), (int)((c + 1) * n), N_TOKENS, (T *)NULL, 0); }
+        for (int c = 0; c < P; c++) {
+            linear_rows_forward(one, one.b, p, xr[i], (int)(c * n), (int)((c + 1) * n), N_TOKENS, (T *)NULL, 0);
+        }
         group_sync();
         prod[i] = to_host(p, (size_t)N_TOKENS * CH);
     }
@@ -268,7 +271,8 @@ template <typename T> static void test_backward(int P, const char *type) {
     group_make(&g, P, n * CH * sizeof(T));
     char name[160];
     // row-parallel input gradient: dout (N, CH) gathered from each rank's rows, dinp = dout W (W: (CH, FEAT))
-    std::vector<T> dout = random_vec<T>((size_t)N_TOKENS * CH, 31, 1.0f), w = random_vec<T>((size_t)CH * FEAT, 32, 0.1f);
+    std::vector<T> dout = random_vec<T>((size_t)N_TOKENS * CH, 31, 1.0f);
+    std::vector<T> w = random_vec<T>((size_t)CH * FEAT, 32, 0.1f);
     T *dw = to_device(w), *ddout = to_device(dout), *ref = (T *)cuda_alloc((size_t)N_TOKENS * FEAT * sizeof(T), "ref");
     Linear<T> plain = make_linear<T>(FEAT, CH, dw, (const T *)NULL, LINEAR_ROW, (TensorParallel *)NULL);
     for (int c = 0; c < P; c++) {
@@ -308,7 +312,9 @@ template <typename T> static void test_backward(int P, const char *type) {
         dxc[i] = (T *)cuda_alloc((size_t)N_TOKENS * CH * sizeof(T), "dinp");
         Linear<T> one = make_linear<T>(CH, FEAT, wc[i], (const T *)NULL, LINEAR_COLUMN, (TensorParallel *)NULL);
         T *p = (T *)cuda_alloc((size_t)N_TOKENS * CH * sizeof(T), "products");
-        for (int c = 0; c < P; c++) { linear_dgrad(one, p + c * n * CH, dyc[i] + c * n * FEAT, (const T *)NULL, (int)n, 0); }
+        for (int c = 0; c < P; c++) {
+            linear_dgrad(one, p + c * n * CH, dyc[i] + c * n * FEAT, (const T *)NULL, (int)n, 0);
+        }
         group_sync();
         prod[i] = to_host(p, (size_t)N_TOKENS * CH);
     }
