@@ -384,10 +384,11 @@ static void comm_wait_stream(cudaStream_t stream, const char *what) {
 // ---------------------------------------------------------------------------------------------------------
 // exposed communication: how long the compute stream stood still waiting for collectives
 
-// The compute stream waits for `done` (recorded behind a collective on another stream). The timer's begin marks
-// when the compute stream reached the wait, its end when it went on, so their difference is the time the collective
-// was exposed: zero when it finished behind earlier compute.
-static void comm_compute_wait(cudaStream_t compute, cudaEvent_t done) {
+// The compute stream's wait for communication that wait() queues on it (for an event recorded behind a collective on
+// another stream, or for a flag a peer writes), timed: the timer's begin marks when the compute stream reached the
+// wait, its end when it went on, so their difference is the time the communication was exposed: zero when it
+// finished behind earlier compute.
+template <typename Wait> static void comm_compute_wait_for(cudaStream_t compute, Wait wait) {
     Comm *c = &g_comm;
     if (c->num_waits == c->max_waits) {
         int grown = c->max_waits ? 2 * c->max_waits : 256;
@@ -401,8 +402,13 @@ static void comm_compute_wait(cudaStream_t compute, cudaEvent_t done) {
     }
     WaitTimer *w = &c->waits[c->num_waits++];
     cudaCheck(cudaEventRecord(w->begin, compute));
-    cudaCheck(cudaStreamWaitEvent(compute, done, 0));
+    wait();
     cudaCheck(cudaEventRecord(w->end, compute));
+}
+
+// The compute stream waits for `done`, recorded behind a collective on another stream (timed, as above).
+static void comm_compute_wait(cudaStream_t compute, cudaEvent_t done) {
+    comm_compute_wait_for(compute, [&]() { cudaCheck(cudaStreamWaitEvent(compute, done, 0)); });
 }
 
 // The exposed time of every wait since the last call, in ms; the timers are then reused. Call it once the compute

@@ -473,7 +473,8 @@ static void linear_gemm_bias(const Linear<T> &lin, T *out, GemmOperand w, GemmOp
 static int mlp_act_features(int act, int fc_out) { return act == MLP_SWIGLU ? fc_out / 2 : fc_out; }
 
 /*
- * Rows [row, row + rows) of the N rows of out = inp W^T + bias in FP8 (lin.fp8): the input cast to E4M3 (row-major
+ * Rows [row, row + rows) of the N rows of out = inp W^T + bias in FP8 (lin.fp8), inp pointing at the block's first
+ * row (wherever its rows are: SP's ring reads a peer's rows where they landed): the input cast to E4M3 (row-major
  * into the shared scratch, and into the kept transposed copy at the rows' columns), unless fc cast it already, then
  * the GEMM. fc (act_consumer) then casts the activation of its output as the fc projection's input: with gelu_aux
  * (GELU) the GEMM writes the pre-GELU activation there and out is not written; SwiGLU's GEMM writes out (fch), which
@@ -488,7 +489,7 @@ static void fp8_linear_rows_forward(const Linear<T> &lin, const T *bias, T *out,
     int tx = fp8_tensor_of(lin, FP8_INPUT), tw = fp8_tensor_of(lin, FP8_WEIGHT);
     if (!q->input_from_producer) {
         Fp8CastOut o = {q->x + r0 * lin.in, q->keeps_input ? q->x_t : NULL, N, row, NULL};
-        fp8_cast(d, tx, Fp8Plain<T>{inp + r0 * lin.in}, rows, lin.in, o, d->recording, FP8_SCALE_RECIPE,
+        fp8_cast(d, tx, Fp8Plain<T>{inp}, rows, lin.in, o, d->recording, FP8_SCALE_RECIPE,
                  q->partials, stream);
     }
     GemmOperand w = {q->w, q->w_t, CUDA_R_8F_E4M3, fp8_scale_inv(d, tw)};
@@ -507,8 +508,8 @@ static void fp8_linear_rows_forward(const Linear<T> &lin, const T *bias, T *out,
     }
 }
 
-// Rows [r0, r1) of the N rows of out = inp W^T + bias (bias may be NULL); with gelu_aux: gelu_aux = that, and
-// out = gelu(that) (but in FP8: fp8_linear_rows_forward).
+// Rows [r0, r1) of the N rows of out = inp W^T + bias (bias may be NULL), inp pointing at row r0's input (the block's
+// rows, wherever they are); with gelu_aux: gelu_aux = that, and out = gelu(that) (but in FP8: fp8_linear_rows_forward).
 template <typename T>
 static void linear_rows_forward(const Linear<T> &lin, const T *bias, T *out, const T *inp, int r0, int r1, int N,
                                 T *gelu_aux, cudaStream_t stream) {
@@ -520,7 +521,7 @@ static void linear_rows_forward(const Linear<T> &lin, const T *bias, T *out, con
     int n = r1 - r0;
     if (n <= 0) { return; }
     out += (size_t)r0 * lin.out;
-    GemmOperand w = gemm_operand(lin.w, t), x = gemm_operand(inp + (size_t)r0 * lin.in, t);
+    GemmOperand w = gemm_operand(lin.w, t), x = gemm_operand(inp, t);
     if (gelu_aux) {
         gelu_aux += (size_t)r0 * lin.out;
         GemmEpilogue gelu = {bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, bias, gelu_aux};

@@ -25,10 +25,16 @@
  *                       copy into the successor's slot (cudaMemcpyAsync: a copy engine), write the successor's
  *                       ready[slot]. nccl: ncclGroupStart, ncclSend to the successor, ncclRecv from the predecessor
  *                       into my slot (or straight where the caller wants the bytes), ncclGroupEnd
- *   peer_ring_received: ce: wait until my ready[slot] >= value; nccl: nothing (the receive is earlier on the stream).
- *                       Where the bytes are, valid on the ring's stream from here
- *   peer_ring_release:  ce: write the predecessor's free[slot]: the slot may be written again. The next transfer
- ce's flags are written and waited for on the ring's stream (llmc/peer_memory.cuh).
+ *   peer_ring_received: where the bytes are, valid from here on the stream that reads them (the ring's, or the
+ *                       stream of the GEMM that takes them: see below). ce: that stream waits until my ready[slot] >=
+ *                       value; nccl: it waits for the ring's stream (the receive is earlier there)
+ *   peer_ring_release:  the bytes consumed by the work queued so far on the reading stream: ce: that stream writes the
+ *                       predecessor's free[slot] (the slot may be written again); nccl: the ring's stream waits for it
+ *                       (a slot's next receive is queued there). The next transfer
+ * Reading a transfer on the stream that needs it, not the ring's, spares a hop between streams (an event or a flag
+ * that the consumer's stream waits for a few microseconds after the ring's) and keeps SM work that stands on the
+ * critical path (a reduce-scatter's last sum) from running beside, and starved by, the GEMMs on the other stream.
+ ce's flags are written and waited for on the streams named (llmc/peer_memory.cuh).
  * A flag or a receive that never comes (a dead or hung peer) stalls the ring's stream: the caller records an event
  * behind each collective and tracks it (comm_track), so the host's bounded waits name it (llmc/comm.cuh's watchdog and
  * timeouts end the job, its abort of every communicator, the ring's included, ending NCCL's kernels). ce's IPC
@@ -63,6 +69,7 @@ typedef struct PeerRing {
     // nccl
     ncclComm_t comm;              // the TP group's communicator of the ring's stream (COMM_TP_RING)
     const void *landed;           // where the exchange put the transfer's bytes
+    cudaEvent_t handoff;          // a receive, or a consumption, passed between the ring's stream and a reader's
 } PeerRing;
 
 static inline uint32_t *ring_flag(char *base, int i) { return (uint32_t *)base + i; }
@@ -84,7 +91,10 @@ static void peer_ring_alloc(PeerRing *r, int size, int rank, size_t slot_bytes, 
     int least, greatest;
     cudaCheck(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     cudaCheck(cudaStreamCreateWithPriority(&r->stream, cudaStreamNonBlocking, greatest));
-    if (transport == RING_NCCL) { return; }
+    if (transport == RING_NCCL) {
+        cudaCheck(cudaEventCreateWithFlags(&r->handoff, cudaEventDisableTiming));
+        return;
+    }
     peer_driver_load(RING_DRIVER_USER);
     cudaCheck(cudaMemsetAsync(r->base, 0, RING_FLAG_BYTES, r->stream));
     comm_wait_stream(r->stream, "zeroing the ring's flags");
@@ -122,20 +132,31 @@ static void peer_ring_exchange(PeerRing *r, const void *src, size_t bytes, void 
     peer_flag_write(r->stream, ring_flag(r->next_base, RING_READY + x.slot), x.value);
 }
 
-// The predecessor's transfer of the same number: where its bytes are, valid on the ring's stream from here.
-static const void *peer_ring_received(PeerRing *r) {
-    if (r->transport == RING_NCCL) { return r->landed; }
+// The predecessor's transfer of the same number: where its bytes are, valid on stream s (the ring's, or a reader's)
+// from here. Several streams may ask for the same transfer; one releases it.
+static const void *peer_ring_received(PeerRing *r, cudaStream_t s) {
+    if (r->transport == RING_NCCL) {
+        if (s != r->stream) {
+            cudaCheck(cudaEventRecord(r->handoff, r->stream));
+            cudaCheck(cudaStreamWaitEvent(s, r->handoff, 0));
+        }
+        return r->landed;
+    }
     RingTransfer x = ring_transfer(r->transfers);
-    peer_flag_wait(r->stream, ring_flag(r->base, RING_READY + x.slot), x.value, r->wait_flags);
+    peer_flag_wait(s, ring_flag(r->base, RING_READY + x.slot), x.value, r->wait_flags);
     return ring_slot_of(r->base, r->slot_bytes, x.slot);
 }
 
-// The received bytes consumed (by the ring stream's work so far): ce: the predecessor may write the slot again
-// (nccl's next receive into it comes later on this stream). The next transfer.
-static void peer_ring_release(PeerRing *r) {
+// The received bytes consumed by the work queued so far on stream s (and, where s is another stream, by whatever of
+// the ring's stream s waited for): ce: s lets the predecessor write the slot again; nccl: the ring's stream, where
+// the slot's next receive is queued, waits for s. The next transfer.
+static void peer_ring_release(PeerRing *r, cudaStream_t s) {
     if (r->transport == RING_CE) {
         RingTransfer x = ring_transfer(r->transfers);
-        peer_flag_write(r->stream, ring_flag(r->prev_base, RING_FREE + x.slot), x.value);
+        peer_flag_write(s, ring_flag(r->prev_base, RING_FREE + x.slot), x.value);
+    } else if (s != r->stream) {
+        cudaCheck(cudaEventRecord(r->handoff, s));
+        cudaCheck(cudaStreamWaitEvent(r->stream, r->handoff, 0));
     }
     r->transfers++;
 }

@@ -192,27 +192,43 @@ template <typename T> static void ring_add(T *dst, const T *a, const T *b, size_
  * In place: every rank's part of buf (part_bytes each, rank r's at buf + r part_bytes) to every rank, around the ring:
  * at step j each rank exchanges the part it got at step j - 1 (its own at step 0) for the one that comes, which lands
  * in place (nccl) or is copied there from the slot (ce); arrived[k] fires once the part the rank takes at step k
- * (ring_ag_chunk) is in place, k = 1 .. TP-1. A part larger than a slot moves in pieces, an exchange each. consume(k)
- * queues the work that reads step k's part (a GEMM waiting for arrived[k]; nothing where the reader comes later),
- * called in order as the ring's work for that part is queued: so on a hardware queue the ring's stream shares, the
- * ring's waits queue behind the work that needs no data of theirs.
+ * (ring_ag_chunk) is in place, k = 1 .. TP-1. A part larger than a slot moves in pieces, an exchange each. With a
+ * consumer stream, consume(k, part) queues there the work that reads step k's part at `part` (a GEMM's block of rows),
+ * behind a wait this queues first, called in order as the ring's work for that part is queued (so on a hardware queue
+ * the ring's stream shares, the ring's waits queue behind the work that needs no data of theirs). A part that ce
+ * lands whole in a slot is read there: the consumer waits for its flag alone, not for its copy into place beside it
+ * (which later steps forward and later passes read), and frees the slot once both are done.
  */
 template <typename Consume>
-static void tp_ring_all_gather(TensorParallel *tp, char *buf, size_t part_bytes, Consume consume, const char *what) {
+static void tp_ring_all_gather(TensorParallel *tp, char *buf, size_t part_bytes, cudaStream_t consumer,
+                               Consume consume, const char *what) {
     PeerRing *r = &tp->ring;
     int P = tp->size, me = tp->rank;
-    consume(0);
+    bool in_slot = consumer && r->transport == RING_CE && part_bytes <= r->slot_bytes;
+    if (consumer) { consume(0, buf + (size_t)me * part_bytes); }
     for (int j = 0; j < P - 1; j++) {
+        char *place = buf + (size_t)ring_ag_chunk(me, j + 1, P) * part_bytes;
+        const void *in = NULL;
         for (size_t off = 0; off < part_bytes; off += r->slot_bytes) {
             size_t bytes = part_bytes - off < r->slot_bytes ? part_bytes - off : r->slot_bytes;
-            char *place = buf + (size_t)ring_ag_chunk(me, j + 1, P) * part_bytes + off;
-            peer_ring_exchange(r, buf + (size_t)ring_ag_chunk(me, j, P) * part_bytes + off, bytes, place, what);
-            const void *in = peer_ring_received(r);
-            if (in != place) { cudaCheck(cudaMemcpyAsync(place, in, bytes, cudaMemcpyDeviceToDevice, r->stream)); }
-            peer_ring_release(r);
+            peer_ring_exchange(r, buf + (size_t)ring_ag_chunk(me, j, P) * part_bytes + off, bytes, place + off, what);
+            in = peer_ring_received(r, r->stream);
+            if (in != place + off) {
+                cudaCheck(cudaMemcpyAsync(place + off, in, bytes, cudaMemcpyDeviceToDevice, r->stream));
+            }
+            if (!in_slot) { peer_ring_release(r, r->stream); }
         }
         cudaCheck(cudaEventRecord(tp->arrived[j + 1], r->stream));
-        consume(j + 1);
+        if (!consumer) { continue; }
+        if (in_slot) {
+            comm_compute_wait_for(consumer, [&]() { peer_ring_received(r, consumer); });
+            consume(j + 1, (const char *)in);
+            comm_compute_wait(consumer, tp->arrived[j + 1]); // the copy into place has read the slot too
+            peer_ring_release(r, consumer);
+        } else {
+            comm_compute_wait(consumer, tp->arrived[j + 1]);
+            consume(j + 1, place);
+        }
     }
     if (P > 1) { comm_track(tp->arrived[P - 1], what); }
 }
@@ -221,11 +237,14 @@ static void tp_ring_all_gather(TensorParallel *tp, char *buf, size_t part_bytes,
  * The parts of buf (P of n elements) summed over the group into this rank's part, or into mine where given (n
  * elements), around the ring: produce(c) makes part c on the producer's stream (a GEMM's rows; nothing where buf is
  * whole already), called in the ring's order (ring_rs_chunk), and the ring's stream, as each is made, adds it to the
- * partial sum its predecessor sent and sends the sum on. Part c is summed in one order (rank c + 1 first, c last),
- * in fp32 rounded to T at each hop. The other parts of buf are left holding partial sums. A part larger than a slot
- * moves in pieces, one whole ring per piece (a step's sends of several pieces before their receives would wait for
- * slots the successor frees only in its next step); a part within a slot has each product queued just before the
- * ring's work that adds it (as in tp_ring_all_gather).
+ * partial sum its predecessor sent and sends the sum on. The last step's sum, this rank's own part, is made on the
+ * producer's stream, which made its product and whose next work reads the sum: there it waits for the predecessor's
+ * partial sum itself, and its add does not run beside (starved by) the GEMMs that follow. Part c is summed in one
+ * order (rank c + 1 first, c last), in fp32 rounded to T at each hop. The other parts of buf are left holding partial
+ * sums. A part larger than a slot moves in pieces, one whole ring per piece (a step's sends of several pieces before
+ * their receives would wait for slots the successor frees only in its next step); a part within a slot has each
+ * product queued just before the ring's work that adds it (as in tp_ring_all_gather). ring_out is recorded on the
+ * producer's stream once the sum is whole and every send that read buf is done.
  */
 template <typename T, typename Produce>
 static void tp_ring_reduce_scatter(TensorParallel *tp, T *buf, T *mine, size_t n, cudaStream_t producer,
@@ -246,20 +265,31 @@ static void tp_ring_reduce_scatter(TensorParallel *tp, T *buf, T *mine, size_t n
         for (int k = 0; k < P; k++) {
             T *part = buf + (size_t)ring_rs_chunk(me, k, P) * n + off;
             T *dst = k == P - 1 && mine ? mine + off : part; // the last step's part is this rank's own
+            cudaStream_t s = k == P - 1 ? producer : r->stream;
             if (off == 0) {
                 if (one_piece) { make(k); }
-                cudaCheck(cudaStreamWaitEvent(r->stream, tp->arrived[k], 0));
+                if (s == r->stream) { cudaCheck(cudaStreamWaitEvent(r->stream, tp->arrived[k], 0)); }
             }
             if (k > 0) { // the partial sum of exchange k - 1
-                ring_add(dst, (const T *)peer_ring_received(r), part, m, r->stream);
-                peer_ring_release(r);
+                const T *in = NULL;
+                if (s == r->stream) {
+                    in = (const T *)peer_ring_received(r, s);
+                } else { // and for the ring's sends so far, which read buf's parts the producer may write next
+                    cudaCheck(cudaEventRecord(tp->ring_out, r->stream));
+                    comm_compute_wait_for(s, [&]() {
+                        cudaCheck(cudaStreamWaitEvent(s, tp->ring_out, 0));
+                        in = (const T *)peer_ring_received(r, s);
+                    });
+                }
+                ring_add(dst, in, part, m, s);
+                peer_ring_release(r, s);
             } else if (dst != part) { // a ring of one
-                cudaCheck(cudaMemcpyAsync(dst, part, m * sizeof(T), cudaMemcpyDeviceToDevice, r->stream));
+                cudaCheck(cudaMemcpyAsync(dst, part, m * sizeof(T), cudaMemcpyDeviceToDevice, s));
             }
             if (k < P - 1) { peer_ring_exchange(r, dst, m * sizeof(T), NULL, what); }
         }
     }
-    cudaCheck(cudaEventRecord(tp->ring_out, r->stream));
+    cudaCheck(cudaEventRecord(tp->ring_out, producer));
     comm_track(tp->ring_out, what);
 }
 
@@ -281,7 +311,7 @@ static void tp_ring_leave(TensorParallel *tp, const char *what) {
 template <typename T> static void tp_all_gather(TensorParallel *tp, T *buf, size_t n, const char *what) {
     if (tp_ring(tp)) {
         tp_ring_enter(tp);
-        tp_ring_all_gather(tp, (char *)buf, n * sizeof(T), [](int) {}, what);
+        tp_ring_all_gather(tp, (char *)buf, n * sizeof(T), (cudaStream_t)NULL, [](int, const char *) {}, what);
         tp_ring_leave(tp, what);
         return;
     }
@@ -389,27 +419,25 @@ static void linear_forward(const Linear<T> &lin, T *out, T *inp, T *gelu_aux, co
     TensorParallel *tp = lin.tp;
     bool row_parallel = linear_is(lin, LINEAR_ROW), column_sp = linear_is(lin, LINEAR_COLUMN) && tp->sp;
     const T *bias = row_parallel && tp->rank != 0 ? NULL : lin.b;
-    auto gemm_rows = [&](int r0, int r1) {
-        linear_rows_forward(lin, bias, out, inp, r0, r1, f.tokens, gelu_aux, stream);
+    auto gemm_rows = [&](int r0, int r1, const T *rows_in) { // rows_in: row r0's input
+        linear_rows_forward(lin, bias, out, rows_in, r0, r1, f.tokens, gelu_aux, stream);
     };
+    auto gemm_all = [&](int r0, int r1) { gemm_rows(r0, r1, inp + (size_t)r0 * lin.in); };
     int P = tp_active(tp) ? tp->size : 1, n = f.ln_rows; // under SP: rows a rank owns
     if (column_sp && tp_ring(tp)) {
         const char *what = "the tensor-parallel ring all-gather of a column-parallel layer's input";
         bool by_rows = linear_forward_by_rows(lin);
         cudaCheck(cudaEventRecord(tp->compute_mark, stream)); // this rank's rows are written
         cudaCheck(cudaStreamWaitEvent(tp->ring.stream, tp->compute_mark, 0));
-        tp_ring_all_gather(tp, (char *)(inp + (size_t)f.row * lin.in), (size_t)n * lin.in * sizeof(T), [&](int k) {
-            if (!by_rows) { // the whole GEMM once every part is in
-                if (k == P - 1) {
-                    comm_compute_wait(stream, tp->arrived[k]);
-                    gemm_rows(f.row, f.row + f.rows);
-                }
-                return;
-            }
-            int c = ring_ag_chunk(tp->rank, k, P);
-            if (k > 0) { comm_compute_wait(stream, tp->arrived[k]); }
-            gemm_rows(f.row + c * n, f.row + (c + 1) * n);
+        tp_ring_all_gather(tp, (char *)(inp + (size_t)f.row * lin.in), (size_t)n * lin.in * sizeof(T),
+                           by_rows ? stream : (cudaStream_t)NULL, [&](int k, const char *part) {
+            int r0 = f.row + ring_ag_chunk(tp->rank, k, P) * n;
+            gemm_rows(r0, r0 + n, (const T *)part);
         }, what);
+        if (!by_rows) { // the whole GEMM once every part is in
+            comm_compute_wait(stream, tp->arrived[P - 1]);
+            gemm_all(f.row, f.row + f.rows);
+        }
         return;
     }
     if (column_sp) {
@@ -420,11 +448,11 @@ static void linear_forward(const Linear<T> &lin, T *out, T *inp, T *gelu_aux, co
         const char *what = "the tensor-parallel ring reduce-scatter of a row-parallel layer's output";
         T *rows = out + (size_t)f.row * lin.out;
         tp_ring_reduce_scatter(tp, rows, (T *)NULL, (size_t)n * lin.out, stream,
-                               [&](int c) { gemm_rows(f.row + c * n, f.row + (c + 1) * n); }, what);
-        cudaCheck(cudaEventRecord(tp->chunk_done[f.k], tp->ring.stream));
+                               [&](int c) { gemm_all(f.row + c * n, f.row + (c + 1) * n); }, what);
+        cudaCheck(cudaEventRecord(tp->chunk_done[f.k], stream)); // the sum is whole there (tp_ring_reduce_scatter)
         return;
     }
-    gemm_rows(f.row, f.row + f.rows);
+    gemm_all(f.row, f.row + f.rows);
     if (row_parallel) {
         const char *what = "the tensor-parallel sum of a row-parallel layer's output";
         tp_chunk_sum(tp, out, (T *)NULL, lin.out, f, stream, what);
@@ -499,9 +527,9 @@ static void linear_backward_input(const Linear<T> &lin, T *dinp, const T *dout, 
     }
     if (linear_is(lin, LINEAR_COLUMN) && tp->sp && tp_ring(tp) && linear_dgrad_by_rows(lin, n)) {
         const char *what = "the tensor-parallel ring reduce-scatter of a column-parallel layer's input gradient";
+        // the sum is made whole on the compute stream (tp_ring_reduce_scatter): linear_backward_join finds it done
         tp_ring_reduce_scatter(tp, dinp, (T *)NULL, (size_t)n * lin.in, stream,
                                [&](int c) { dgrad_rows(c * n, (c + 1) * n); }, what);
-        cudaCheck(cudaStreamWaitEvent(tp->stream, tp->ring_out, 0)); // linear_backward_join waits for the TP stream
         return;
     }
     linear_dgrad(lin, dinp, dout, gelu_aux, N, stream);

@@ -210,7 +210,8 @@ template <typename T> static void test_forward(int P, const char *type) {
     T *blocks = (T *)cuda_alloc((size_t)N_TOKENS * FEAT * sizeof(T), "row blocks"), *whole = (T *)cuda_alloc(
         (size_t)N_TOKENS * FEAT * sizeof(T), "whole");
     for (int c = 0; c < P; c++) {
-        linear_rows_forward(plain, db, blocks, dx_ref, (int)(c * n), (int)((c + 1) * n), N_TOKENS, (T *)NULL, 0);
+        linear_rows_forward(plain, db, blocks, dx_ref + c * n * CH, (int)(c * n), (int)((c + 1) * n), N_TOKENS,
+                            (T *)NULL, 0);
     }
     linear_rows_forward(plain, db, whole, dx_ref, 0, N_TOKENS, N_TOKENS, (T *)NULL, 0);
     group_sync();
@@ -246,7 +247,8 @@ template <typename T> static void test_forward(int P, const char *type) {
         Linear<T> one = make_linear<T>(FEAT, CH, wr[i], i == 0 ? dbias : (T *)NULL, LINEAR_ROW, (TensorParallel *)NULL);
         T *p = (T *)cuda_alloc((size_t)N_TOKENS * CH * sizeof(T), "products");
         for (int c = 0; c < P; c++) {
-            linear_rows_forward(one, one.b, p, xr[i], (int)(c * n), (int)((c + 1) * n), N_TOKENS, (T *)NULL, 0);
+            linear_rows_forward(one, one.b, p, xr[i] + c * n * FEAT, (int)(c * n), (int)((c + 1) * n), N_TOKENS,
+                                (T *)NULL, 0);
         }
         group_sync();
         prod[i] = to_host(p, (size_t)N_TOKENS * CH);
