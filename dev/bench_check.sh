@@ -212,25 +212,25 @@ check mgpu_gpt2_big_line "$T" "$want a GPU; DP=2 cannot hold it (row above)"
 check mgpu_gpt2_no_llama "$T" "not asked for: 3B_dp2 (BENCH_ROWS)"
 check_absent mgpu_gpt2_no_llama_lines "$T" "Llama"
 
-# GTP's gathers over the copy engines (group gtpce) beside NCCL's: each transport's row, the ce / nccl lines, the
-# trainer given --gtp-transport ce on those rows only.
+# GTP's gathers over NCCL (group gtpnccl) beside the copy engines' (the default rows): each transport's row, the
+# ce / nccl lines (the default row over the _nccl one), the trainer given --gtp-transport nccl on those rows only.
 cat > "$FAKE_TABLE" <<'EOF'
 * 200 2.0 30.0
-1558M_gtp2 190 3.0 32.5
-1558M_gtp2_ce 185 1.0 32.6
-1558M_gtp2_fp8 150 3.0 31.0
-1558M_gtp2_ce_fp8 160 2.0 31.1
+1558M_gtp2 185 1.0 32.6
+1558M_gtp2_nccl 190 3.0 32.5
+1558M_gtp2_fp8 160 2.0 31.1
+1558M_gtp2_nccl_fp8 150 3.0 31.0
 1558M_gtp4 200 4.0 25.8
 EOF
-run_case mgpu_gtpce 4 81559 env BENCH_ROWS="1558M_gtp2 1558M_gtp2_fp8 1558M_gtp4 gtpce" \
+run_case mgpu_gtpnccl 4 81559 env BENCH_ROWS="1558M_gtp2 1558M_gtp2_fp8 1558M_gtp4 gtpnccl" \
     dev/bench_mgpu.sh "$WORK/torch_fake.py" "$SHARD"
-T=$WORK/mgpu_gtpce.txt
-check mgpu_gtpce_bf16 "$T" "GTP=2 ce / nccl tokens/s 1.027x (no bar)"
-check mgpu_gtpce_fp8 "$T" "GTP=2 fp8 ce / nccl tokens/s 0.938x (no bar)"
-check mgpu_gtpce_gtp4 "$T" "GTP=4 ce / nccl tokens/s 1.000x (no bar)"
-check mgpu_gtpce_exposed "$T" "1558M_gtp2_ce exposed comm / step 0.5% (bar < 5%: meets)"
-check_called mgpu_gtpce_option "^1558M_gtp2_ce_fp8 .*--gtp 2 --gtp-transport ce"
-check_absent mgpu_gtpce_nccl_rows "$FAKE_CALLS" "^1558M_gtp(2|2_fp8|4) .*--gtp-transport"
+T=$WORK/mgpu_gtpnccl.txt
+check mgpu_gtpnccl_bf16 "$T" "GTP=2 ce / nccl tokens/s 1.027x (no bar)"
+check mgpu_gtpnccl_fp8 "$T" "GTP=2 fp8 ce / nccl tokens/s 0.938x (no bar)"
+check mgpu_gtpnccl_gtp4 "$T" "GTP=4 ce / nccl tokens/s 1.000x (no bar)"
+check mgpu_gtpnccl_exposed "$T" "1558M_gtp2_nccl exposed comm / step 1.6% (bar < 5%: meets)"
+check_called mgpu_gtpnccl_option "^1558M_gtp2_nccl_fp8 .*--gtp 2 --gtp-transport nccl"
+check_absent mgpu_gtpnccl_default_rows "$FAKE_CALLS" "^1558M_gtp(2|2_fp8|4) .*--gtp-transport"
 
 # One GPU: dev/bench_llama.sh's table (its MFU and parameters from bench_table.py).
 cat > "$FAKE_TABLE" <<'EOF'

@@ -15,9 +15,10 @@
 #   transports against each other: ring ce / nccl p2p tokens/s (above 1: copy engines faster; the faster is kept as
 #   the default of --sp-transport)
 # sp4 (4 GPUs): 1558M TP=4 and TP=4+SP over the ring, both transports (batch 8), the same lines
-# gtpce (BENCH_ROWS="1558M_gtp2 1558M_gtp2_fp8 gtpce"; 1558M_gtp4 and 4 GPUs for the last): 1558M GTP=2 in bf16 and
-#   fp8, and GTP=4, with the weight gathers over the copy engines (--gtp-transport ce) beside NCCL's all-gather (the
-#   gpt2 rows); their lines: "GTP=2 ce / nccl tokens/s" (and fp8, GTP=4), and the ce rows' exposed communication
+# gtpnccl (BENCH_ROWS="1558M_gtp2 1558M_gtp2_fp8 gtpnccl"; 1558M_gtp4 and 4 GPUs for the last): 1558M GTP=2 in bf16
+#   and fp8, and GTP=4, with the weight gathers over NCCL's all-gather (--gtp-transport nccl) beside the copy engines'
+#   pulls (the default, the gpt2 rows); their lines: "GTP=2 ce / nccl tokens/s" (and fp8, GTP=4: above 1, the copy
+#   engines faster, which is why they are the default of --gtp-transport), and the nccl rows' exposed communication
 #   4.7B (48 layers, 2816 channels): ours DP=2 and GTP=2 (batch 4 per GPU)
 #   On 4 GPUs (rows skipped where fewer are present): 124M ours DP=4; 1558M ours DP=4, GTP=4 and DP=2 x GTP=2 (batch
 #   8 per data rank each) and torch FSDP on 4 GPUs
@@ -281,11 +282,12 @@ row sp ours 1558M_tp2_sp_fp8_p2p "ours TP=2+SP fp8 p2p" "$NP" d48 8 "$STEPS_LARG
 row gpt2 ours 1558M_dp2_fp8 "ours DP=2 fp8" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --precision fp8
 row gpt2 ours 1558M_gtp2_fp8 "ours GTP=2 fp8" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --precision fp8 \
     --gtp "$NP"
-# GTP's weight gathers as copy-engine pulls from the peers' mapped weights, beside 1558M_gtp2 (NCCL's all-gather)
-row gtpce ours 1558M_gtp2_ce "ours GTP=2 ce" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --gtp "$NP" \
-    --gtp-transport ce
-row gtpce ours 1558M_gtp2_ce_fp8 "ours GTP=2 ce fp8" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 \
-    --precision fp8 --gtp "$NP" --gtp-transport ce
+# GTP's weight gathers by NCCL's all-gather, beside 1558M_gtp2 (the default: copy-engine pulls from the peers' mapped
+# weights)
+row gtpnccl ours 1558M_gtp2_nccl "ours GTP=2 nccl" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --gtp "$NP" \
+    --gtp-transport nccl
+row gtpnccl ours 1558M_gtp2_nccl_fp8 "ours GTP=2 nccl fp8" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 \
+    --precision fp8 --gtp "$NP" --gtp-transport nccl
 # What GTP is for: BIG_MODEL (4.7B parameters; under DP a GPU holds 18 bytes a parameter, fp32 and bf16 weights, fp32
 # gradients, both AdamW moments: 85 GB, more than an 80 GB card) trains with GTP=2, which halves the block weights'
 # share (44 GB); the DP=2 row shows the failure a user would get.
@@ -306,7 +308,8 @@ row gpt2 ours 124M_dp4 "ours DP=4" 4 d12 32 "$STEPS_SMALL" --keep-gelu-layers 12
 row gpt2 ours 1558M_dp4 "ours DP=4" 4 d48 8 "$STEPS_LARGE" --keep-gelu-layers 12
 row gpt2 ours 1558M_gtp4 "ours GTP=4" 4 d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --gtp 4
 row gpt2 ours 1558M_dp2_gtp2 "ours DP2xGTP2" 4 d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --gtp 2
-row gtpce ours 1558M_gtp4_ce "ours GTP=4 ce" 4 d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --gtp 4 --gtp-transport ce
+row gtpnccl ours 1558M_gtp4_nccl "ours GTP=4 nccl" 4 d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --gtp 4 \
+    --gtp-transport nccl
 row llama ours 3B_dp4 "ours DP=4" 4 llama3.2-3b "$B3" "$STEPS_LARGE"
 row llama ours 3B_gtp4 "ours GTP=4" 4 llama3.2-3b "$B3" "$STEPS_LARGE" --gtp 4
 row llama ours 8B_gtp4 "ours GTP=4" 4 llama3.1-8b 1 "$STEPS_BIG" --gtp 4

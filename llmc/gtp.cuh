@@ -22,9 +22,10 @@
  * With one rank (--gtp-materialize under --gtp 1) the same calls run through a communicator of one rank: a gather and
  * a reduce-scatter are copies, and the run gives the plain path's bits (test/run_gpu_tests.sh checks it).
  *
- * The gathers' transport (--gtp-transport): NCCL's all-gather (nccl), or copy-engine pulls from the peers' weights
- * mapped into this process (ce: gtp_ce_connect, where every rank of the GTP group is on this host and can map the
- * others' GPU memory, else NCCL and rank 0 says why). The reduce-scatters and all-reduces stay NCCL's either way.
+ * The gathers' transport (--gtp-transport): copy-engine pulls from the peers' weights mapped into this process (ce,
+ * the default, measured faster than NCCL's on H200: gtp_ce_connect, where every rank of the GTP group is on this host
+ * and can map the others' GPU memory, else NCCL and rank 0 says why), or NCCL's all-gather (nccl). The
+ * reduce-scatters and all-reduces stay NCCL's either way.
  *
  * Copy-engine gathers (ce). Every GTP rank's weights (the compute-precision copy, whose room holds an FP8 layer's
  * codes) lie in one cudaMalloc allocation of the same layout, so a shard is at the same offset in each: at start-up
@@ -35,7 +36,8 @@
  * read[me][l] = the gather's number in every rank's flags; then the FP8 transpose as ever, then gathered[b].
  * One AG stream, not one per peer: at G = 2 a gather pulls from one peer (the own copy is local), and the next
  * gather of the prefetch chain queues on the same stream anyway; at G >= 4 the pulls from several peers run one
- * after another, each over its own NVLink path (to be measured against NCCL: dev/bench_mgpu.sh).
+ * after another, each over its own NVLink path (to be measured against NCCL: dev/bench_mgpu.sh, 1558M_gtp4 beside
+ * 1558M_gtp4_nccl).
  *
  * Hazards, and the two flags that close them (a layer's four weights are one flag group: one update writes them):
  *   read after write: a rank may pull owner p's shard of layer l only once p wrote it (its update, or its cast, or a
@@ -297,12 +299,12 @@ static cudaEvent_t gtp_all_reduce(Gtp *g, void *x, size_t n, ncclDataType_t type
 static const char *const GTP_CE_DRIVER_USER = "GTP's copy-engine gathers; pass --gtp-transport nccl";
 
 /*
- * With transport "ce": the copy-engine gathers over the GTP group, where every rank of it can map every other's GPU
- * memory (llmc/peer_memory.cuh; a group of one is its own peer: nothing to map), else NCCL's all-gathers. weights:
- * this rank's allocation the gathers read (bytes long, the same layout on every rank, written before this is called);
- * layers: the flag groups. Every rank calls it (with GTP ranks on several groups, each decides for itself; the world
- * then passes one barrier, after which peers may write each other's flags); rank 0 says which transport runs, when
- * log is set.
+ * With transport "ce" (the default): the copy-engine gathers over the GTP group, where every rank of it can map
+ * every other's GPU memory (llmc/peer_memory.cuh; a group of one is its own peer: nothing to map), else NCCL's
+ * all-gathers. weights: this rank's allocation the gathers read (bytes long, the same layout on every rank, written
+ * before this is called); layers: the flag groups. Every rank calls it (with GTP ranks on several groups, each decides
+ * for itself; the world then passes one barrier, after which peers may write each other's flags); rank 0 says which
+ * transport runs, when log is set.
  */
 static void gtp_ce_connect(Gtp *g, const char *transport, void *weights, size_t bytes, int layers, int log) {
     if (!g->active) { return; }
@@ -311,7 +313,8 @@ static void gtp_ce_connect(Gtp *g, const char *transport, void *weights, size_t 
     GtpPeers *c = &g->ce;
     if (want) {
         const char *what = "the exchange of the GTP ranks' weight mappings";
-        why = "--gtp-transport ce, but the GTP ranks cannot map each other's GPU memory";
+        why = "the GTP ranks cannot map each other's GPU memory: another node, a GPU this process cannot see, or no "
+              "peer access; --gtp-transport ce needs them on one node with peer access";
         int *peers = (int *)calloc_check((size_t)G, sizeof(int), "GTP peers"), n = 0;
         for (int p = 0; p < G; p++) {
             if (p != g->rank) { peers[n++] = p; }

@@ -76,7 +76,7 @@ typedef struct {
     int logits_mib;              // GPU build: the most logits the LM head holds at once (llmc/head_chunks.h); 0 = all
     // parallel layout (world = DP x GTP x TP)
     int tp, gtp, gtp_prefetch, gtp_materialize, sequence_parallel, sp_overlap, zero;
-    char gtp_transport[OPT_STR_LEN]; // GPU build, GTP: nccl | ce, what carries the weight gathers
+    char gtp_transport[OPT_STR_LEN]; // GPU build, GTP: ce | nccl, what carries the weight gathers
     char sp_transport[OPT_STR_LEN]; // GPU build: ce | nccl, what moves a chunk along SP's ring
     // CPU build: reference state for the GPU parity test
     char ref_out[OPT_STR_LEN];
@@ -231,10 +231,11 @@ static const OptionSpec OPTION_SPECS[] = {
     {"gtp-materialize", OPT_INT, OPT_FIELD(gtp_materialize), "0", 0, 1, NULL,
      "GPU build, with --gtp 1: 1 = run the GTP path (gathers, reduce-scatters, the prefetch chain) through a "
      "communicator of one rank, for testing it on one GPU"},
-    {"gtp-transport", OPT_STR, OPT_FIELD(gtp_transport), "nccl", 0, 0, "nccl|ce",
-     "GPU build, GTP: what carries the weight gathers: nccl = NCCL's all-gather; ce = copy-engine copies from the "
-     "GTP ranks' weights mapped into each other's memory (one node; where the ranks cannot map it, NCCL, said at "
-     "start-up). The gradients' reduce-scatters stay NCCL's"},
+    {"gtp-transport", OPT_STR, OPT_FIELD(gtp_transport), "ce", 0, 0, "ce|nccl",
+     "GPU build, GTP: what carries the weight gathers: ce = copy-engine copies from the GTP ranks' weights mapped "
+     "into each other's memory (one node; where the ranks cannot map it, NCCL, said at start-up), the default: "
+     "faster than NCCL's on H200 (1558M at --gtp 2: ~4% more tokens/s in bf16, ~3% in fp8); nccl = NCCL's "
+     "all-gather (wherever NCCL runs). The gradients' reduce-scatters stay NCCL's"},
     {"sequence-parallel", OPT_INT, OPT_FIELD(sequence_parallel), "0", 0, 1, NULL,
      "1 = sequence parallelism in the TP group"},
     {"sp-overlap", OPT_INT, OPT_FIELD(sp_overlap), "1", 0, 1, NULL,
@@ -511,7 +512,7 @@ static inline void options_validate_gtp(const Options *o) {
     if (!options_gtp_path(o) && o->gtp_prefetch != GTP_PREFETCH_DEFAULT) {
         fail("--gtp-prefetch %d applies to GTP (--gtp > 1) only; drop it or set --gtp", o->gtp_prefetch);
     }
-    if (!options_gtp_path(o) && strcmp(o->gtp_transport, "nccl") != 0) {
+    if (!options_gtp_path(o) && strcmp(o->gtp_transport, "ce") != 0) {
         fail("--gtp-transport %s applies to GTP (--gtp > 1, or --gtp-materialize 1) only; drop it or set --gtp",
              o->gtp_transport);
     }

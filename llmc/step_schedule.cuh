@@ -13,15 +13,15 @@
  * The table (stream, priority: what it runs; what it waits for; what it records):
  * compute (g_cuda.stream, highest): the forward, the LM head and loss with the head's backward chunk by chunk, the
  *   backward's kernels and GEMMs, the norm's finish, token copies; set_params's writes and the FP8 casts after it
- *   (under --gtp-transport ce behind the GTP peers' read flags, then writing the ready flags: llmc/gtp.cuh). Waits
- *   for updated[k] before the forward reads group k (only while an update is pending: updated_wait); gathered[b] before a GTP weight's first GEMM; a TP
- *   chunk's chunk_done or tp_mark where it reads a collective's result; the norm's sums over DP, TP and GTP ranks
- *   where it is split; gelu_recomputed before a recomputing layer's fc projection backward; fc_bias_done before it
- *   writes d fch again; fp8_transposed before the first FP8 input gradient; rs_done[b] before an RS buffer takes
- *   another gradient; side_done at the end of the backward (grads_final_join); under the update in backward, the last
- *   group's updated[k] before the norm's finish (AdamW wrote the partial sums: norm_wait_update). Records
- *   grads_final_event, head_grads_final, backward_done, dfch_ready, forward_done, fp8_history_done, norm_done,
- *   scalars_ready.
+ *   (under --gtp-transport ce, the default, behind the GTP peers' read flags, then writing the ready flags:
+ *   llmc/gtp.cuh). Waits for updated[k] before the forward reads group k (only while an update is pending:
+ *   updated_wait); gathered[b] before a GTP weight's first GEMM; a TP chunk's chunk_done or tp_mark where it reads a
+ *   collective's result; the norm's sums over DP, TP and GTP ranks where it is split; gelu_recomputed before a
+ *   recomputing layer's fc projection backward; fc_bias_done before it writes d fch again; fp8_transposed before the
+ *   first FP8 input gradient; rs_done[b] before an RS buffer takes another gradient; side_done at the end of the
+ *   backward (grads_final_join); under the update in backward, the last group's updated[k] before the norm's finish
+ *   (AdamW wrote the partial sums: norm_wait_update). Records grads_final_event, head_grads_final, backward_done,
+ *   dfch_ready, forward_done, fp8_history_done, norm_done, scalars_ready.
  * side (one below highest): the gradient norm's partial sums per group, on the update's last micro-step, unless
  *   AdamW runs in the backward and writes them itself. Waits for the group's ready point: sums_final, or behind it
  *   SP's TP sum and the DP sum (reduced[k]). Records side_done.

@@ -11,7 +11,7 @@
 # in bf16 and fp8 (GPT-2 and Llama), the multiple-choice evaluation against the CPU build's (dev/eval_parity.sh), and
 # the GTP path on one rank against the plain path in fp32, bf16 and fp8
 # (dev/gtp_check.sh, with compute-sanitizer memcheck and racecheck; GPT-2, and a grouped-query Llama in bf16 and fp8,
-# whose FP8 blocks gather FP8 codes; its gathers over NCCL, and over the copy engines with the flags), the update
+# whose FP8 blocks gather FP8 codes; its gathers over the copy engines with the flags, and over NCCL), the update
 # in backward against the update after it in fp32, bf16 and fp8 (dev/update_check.sh), and preemption (dev/preempt_check.sh, alone and under mpirun); ends with a summary table
 # and a non-zero exit on any failure. Logs go to $LOG_DIR (default: a fresh temporary folder).
 # GPU_ROWS: an extended regular expression over the rows' names (as the summary table prints them, e.g.
@@ -163,13 +163,13 @@ LLAMA_GTP="--model llama-tiny --kv-heads 2 --ffn 512"
 GTP_CHECKS=("fp32 1" "bf16 2 memcheck" "bf16 3 racecheck" "fp8 2 memcheck"
             "fp8 1|--fp8-recipe current --fp8-bf16-blocks 1" "bf16 2|--grad-clip 0" "fp8 1|--grad-clip 0"
             "bf16 2|$LLAMA_GTP" "fp8 2|$LLAMA_GTP")
-# The copy-engine gathers (--gtp-transport ce: the rank pulls its own shard behind its own ready flag and writes its
-# read flag, which its updates wait for), the same bits: bf16 and fp8 after the backward and in it (the casts after
-# the history publish the codes), fp8 under memcheck.
-GTP_CE_CHECKS=("bf16 2" "fp8 2 memcheck" "bf16 2|--grad-clip 0" "fp8 1|--grad-clip 0" "fp8 2|$LLAMA_GTP")
-for transport in nccl ce; do
+# GTP_CHECKS run the gathers over the copy engines (--gtp-transport ce, the default: the rank pulls its own shard
+# behind its own ready flag and writes its read flag, which its updates wait for); GTP_NCCL_CHECKS over NCCL's
+# all-gather (--gtp-transport nccl), the same bits: bf16 and fp8 after the backward and in it, fp8 under memcheck.
+GTP_NCCL_CHECKS=("bf16 2" "fp8 2 memcheck" "bf16 2|--grad-clip 0" "fp8 1|--grad-clip 0" "fp8 2|$LLAMA_GTP")
+for transport in ce nccl; do
     checks=("${GTP_CHECKS[@]}")
-    [ "$transport" = ce ] && checks=("${GTP_CE_CHECKS[@]}")
+    [ "$transport" = nccl ] && checks=("${GTP_NCCL_CHECKS[@]}")
     for c in "${checks[@]}"; do
         IFS='|' read -r spec opts <<<"$c"
         read -r prec depth tool <<<"$spec"

@@ -12,10 +12,10 @@
 #    the ring of NCCL send/recv run once more with those variables over TCP with NCCL_P2P_DISABLE=1
 #    NCCL_SHM_DISABLE=1 (the socket transport, as between nodes). Each layout starts from the one-GPU run's GEMM algorithm choices (see run_layout).
 #    llama: a Llama (llama-tiny at width 512, 8 query heads in 4 key/value groups, MLP 512, untied) against its own
-#    one-GPU run, judged alike: the layouts of LLAMA_LAYOUTS (DP=2 + ZeRO-1, TP=2, TP=2+SP, GTP=2, which in fp8
-#    gathers FP8 codes; with 4 GPUs TP=4, one key/value head a rank, DP=2 x TP=2, TP=2 x GTP=2, GTP=4), a TP=2
-#    checkpoint resumed on one GPU and on GTP=2 (fp32, within the parity tolerances) and a TP=2+SP one resumed on
-#    TP=2+SP (bf16, bit-exact).
+#    one-GPU run, judged alike: the layouts of LLAMA_LAYOUTS (DP=2 + ZeRO-1, TP=2, TP=2+SP, GTP=2 with its gathers
+#    over the copy engines and over NCCL, which in fp8 gathers FP8 codes; with 4 GPUs TP=4, one key/value head a
+#    rank, DP=2 x TP=2, TP=2 x GTP=2, GTP=4), a TP=2 checkpoint resumed on one GPU and on GTP=2 (fp32, within the
+#    parity tolerances) and a TP=2+SP one resumed on TP=2+SP (bf16, bit-exact).
 #    Tolerances (relative; weights relative to the tensor's largest element):
 #    fp32: loss, norm and weights 1e-5 (the multi-GPU work's requirement). Only the summation order differs from one GPU.
 #      Stray fraction 5e-2: accumulating the same 1024 tokens in other micro-batch orders (the CPU build, B 4 vs
@@ -51,26 +51,30 @@
 #    padding only. Every run starts from the one-GPU fp32 run's final model with --lr 0 (AdamW's step is lr x (...) = 0
 #    exactly), so all hold the same weights bit for bit; see VAL_LOSS_TOL_FP32. The same runs score a multiple-choice
 #    file (--eval-data), each layout's completion loss sums and verdicts against the one-GPU run's (EVAL_TOL_FP32).
-# 2. resume (bf16, under mpirun): TP=2, TP=2+SP (both ring transports), DP=2+ZeRO-1, GTP=2 and (4 GPUs) DP=2 x GTP=2+ZeRO-1 runs
-#    checkpointed at step 10 and resumed must end with the same step-20 model file, byte for byte, as the same run
-#    straight through; across layouts (fp32): a GTP=2 checkpoint resumed on one GPU and the other way round end
-#    within the fp32 parity tolerances. The update in backward (bf16, --grad-clip 0, layer 1's AdamW in the backward
-#    and layer 0's after it: --update-after-layers 1): DP=2, DP=2+ZeRO-1, TP=2 (the rest group's AdamW in two
-#    launches), TP=2+SP (both ring transports), GTP=2 and (4 GPUs) DP=2 x GTP=2+ZeRO-1 end with the same step-20
-#    model file as with --update-in-backward 0; in
-#    fp8 (delayed) DP=2+ZeRO-1, TP=2+SP (both ring transports) and GTP=2 too (the weights' codes cast after the history there, written by
-#    AdamW after the backward, or cast from the broadcast masters under ZeRO-1). ZeRO-1 (fp8, --grad-clip 0, the
-#    update after the backward): DP=2 and (4 GPUs) DP=2 x GTP=2 end with the same step-20 model file as without it:
-#    the same updates, whoever owns them (every rank sets every FP8 weight's scale). The ring's transports (bf16 and
-#    fp8, TP=2+SP and with 4 GPUs TP=4+SP): NCCL send/recv (--sp-transport nccl) ends with the same step-20 model file
-#    as copy engines: the same chunks summed in the same order, whatever moved them.
+# 2. resume (bf16, under mpirun): TP=2, TP=2+SP (both ring transports), DP=2+ZeRO-1, GTP=2 (both gather transports, the
+#    copy engines in fp8 too) and (4 GPUs) DP=2 x GTP=2+ZeRO-1 runs checkpointed at step 10 and resumed must end with the
+#    same step-20 model file, byte for byte, as the same run straight through; across layouts (fp32): a GTP=2 checkpoint
+#    resumed on one GPU and the other way round end within the fp32 parity tolerances. The update in backward (bf16,
+#    --grad-clip 0, layer 1's AdamW in the backward and layer 0's after it: --update-after-layers 1): DP=2, DP=2+ZeRO-1,
+#    TP=2 (the rest group's AdamW in two launches), TP=2+SP (both ring transports), GTP=2 (both gather transports; with
+#    4 GPUs GTP=4 too) and (4 GPUs) DP=2 x GTP=2+ZeRO-1 end with the same step-20 model file as with
+#    --update-in-backward 0; in fp8 (delayed) DP=2+ZeRO-1, TP=2+SP (both ring transports) and GTP=2 (both gather
+#    transports) too (the weights' codes cast after the history there, written by AdamW after the backward, or cast from
+#    the broadcast masters under ZeRO-1). ZeRO-1 (fp8, --grad-clip 0, the update after the backward): DP=2 and (4 GPUs)
+#    DP=2 x GTP=2 end with the same step-20 model file as without it: the same updates, whoever owns them (every rank
+#    sets every FP8 weight's scale). The ring's transports (bf16 and fp8, TP=2+SP and with 4 GPUs TP=4+SP): NCCL
+#    send/recv (--sp-transport nccl) ends with the same step-20 model file as copy engines: the same chunks summed in
+#    the same order, whatever moved them; and GTP's gathers (bf16 and fp8, GTP=2): NCCL's all-gather (--gtp-transport
+#    nccl) against the copy engines' pulls, the same bytes in the same buffers.
 # 3. faults (2 ranks): kill -9 of one rank mid-run (rank 1, then rank 0): the other exits with status 1 within
 #    FAULT_LIMIT_S with an error line naming the failure; SIGSTOP of rank 1 mid-run (alive but silent): rank 0
 #    exits with status 1 and a line naming the collective it waited for; both again (rank 1) under TP=2 + SP, whose
-#    collectives then wait for the dead rank's flags in the peer ring, and over the ring of NCCL send/recv, whose
-#    receives wait for it; a rank missing at start-up, a port in
+#    collectives then wait for the dead rank's flags in the peer ring, over the ring of NCCL send/recv, whose
+#    receives wait for it, and under GTP=2, whose copy-engine gathers wait for its ready flags and updates for its
+#    read flags; a rank missing at start-up, a port in
 #    use, a wrong world size: one line, non-zero exit; --tp greater than the model's key/value heads: one line on
-#    every rank, each non-zero; SIGUSR1 to mpirun -np 2
+#    every rank, each non-zero; GTP=2 ranks that each see their own GPU only: the gathers over NCCL, rank 0 saying
+#    why, and the run trains; SIGUSR1 to mpirun -np 2
 #    stops both ranks at one step with a checkpoint, and the same command finishes the run bit-exactly
 #    (dev/preempt_check.sh).
 # Logs stay in $LOG_DIR (default: a fresh temporary folder).
@@ -115,9 +119,9 @@ COMMON=(--depth 2 --width 256 --heads 4 --seq-len 64 --batch-size 4 --total-batc
 # micro-batches of one sequence, which SP splits between the two ranks' tokens (tp2_sp: 4 sequences, 2 a rank).
 # SP layouts run their collectives over the ring beside the GEMMs (--sp-overlap 1, the default), its hops by copy
 # engines into peer memory (--sp-transport ce, the default) or by NCCL send/recv (the _p2p layouts), but tp2_sp_nccl
-# (NCCL's collectives, as before the ring); each must say so on its first lines (path_check). The _ce GTP layouts
-# gather the weights over the copy engines (--gtp-transport ce: pulls from the peers' mapped weights behind ready and
-# read flags) and must say so too.
+# (NCCL's collectives, as before the ring); each must say so on its first lines (path_check). GTP layouts gather the
+# weights over the copy engines (--gtp-transport ce, the default: pulls from the peers' mapped weights behind ready
+# and read flags), but the _nccl ones over NCCL's all-gather (--gtp-transport nccl), and must say which too.
 # shellcheck disable=SC2034 # read through layout_sweep's name reference
 LAYOUTS=(
     "dp2|2|--zero 0|"
@@ -135,11 +139,11 @@ LAYOUTS=(
     "dp2_tp2|4|--tp 2|"
     "gtp2|2|--gtp 2|"
     "gtp2_prefetch1|2|--gtp 2 --gtp-prefetch 1|fp32"
-    "gtp2_ce|2|--gtp 2 --gtp-transport ce|"
+    "gtp2_nccl|2|--gtp 2 --gtp-transport nccl|"
     "gtp4|4|--gtp 4|"
-    "gtp4_ce|4|--gtp 4 --gtp-transport ce|"
+    "gtp4_nccl|4|--gtp 4 --gtp-transport nccl|"
     "dp2_gtp2|4|--gtp 2|"
-    "dp2_gtp2_zero1_ce|4|--gtp 2 --zero 1 --gtp-transport ce|"
+    "dp2_gtp2_zero1_nccl|4|--gtp 2 --zero 1 --gtp-transport nccl|"
     "dp2_gtp2_zero1|4|--gtp 2 --zero 1|"
     "tp2_gtp2|4|--tp 2 --gtp 2|"
 )
@@ -253,27 +257,30 @@ run_layout() {
 # path_check NAME LAUNCH OPTIONS [OUT]: a layout printed the path it was meant to test (the GPUs of one machine map
 # each other's memory, so no fallback is expected): with sequence parallelism its collectives' (NCCL where
 # --sp-overlap 0 says so, the ring over NCCL send/recv where --sp-transport nccl does, else the ring over peer memory),
-# with --gtp-transport ce the weight gathers' (copy engines).
-# OUT: rank 0's output (default: the layout's log, LAUNCH's way).
+# with GTP (--gtp > 1) the weight gathers' (NCCL where --gtp-transport nccl says so, else the copy engines).
+# OUT: rank 0's output (default: the layout's log, LAUNCH's way). Returns non-zero where a path was not the one meant.
 path_check() {
-    local name=$1 out=${4:-$LOG_DIR/$1.out} want
+    local name=$1 out=${4:-$LOG_DIR/$1.out} want rc=0
     [ -n "${4:-}" ] || [ "$2" = mpi ] || out="$LOG_DIR/$name.rank0.out"
     if [[ " $3 " == *" --sequence-parallel 1 "* ]]; then
         want="SP collectives: ring exchange over peer memory"
         [[ " $3 " == *" --sp-transport nccl "* ]] && want="SP collectives: ring exchange over NCCL send/recv"
         [[ " $3 " == *" --sp-overlap 0 "* ]] && want="SP collectives: NCCL (--sp-overlap 0)"
-        path_expect "$name" "$want" "$out" 'SP collectives'
+        path_expect "$name" "$want" "$out" 'SP collectives' || rc=1
     fi
-    if [[ " $3 " == *" --gtp-transport ce "* ]]; then
-        path_expect "$name" "GTP weight gathers: copy engines over peer memory (--gtp-transport ce)" "$out" \
-            'GTP weight gathers'
+    if [[ " $3 " =~ \ --gtp\ ([0-9]+)\  ]] && [ "${BASH_REMATCH[1]}" -gt 1 ]; then
+        want="GTP weight gathers: copy engines over peer memory (--gtp-transport ce)"
+        [[ " $3 " == *" --gtp-transport nccl "* ]] && want="GTP weight gathers: NCCL (--gtp-transport nccl)"
+        path_expect "$name" "$want" "$out" 'GTP weight gathers' || rc=1
     fi
+    return "$rc"
 }
 path_expect() { # NAME WANT OUT PREFIX
     if grep -qF "$2" "$3"; then
         pass "$1: $2"
     else
         fail_check "$1" "expected '$2' in $3, got: $(grep "$4" "$3")"
+        return 1
     fi
 }
 
@@ -282,7 +289,7 @@ path_expect() { # NAME WANT OUT PREFIX
 RESUME_AT=10
 RESUME_LAYOUTS=("tp2|2|--tp 2" "tp2_sp|2|--tp 2 --sequence-parallel 1"
                 "tp2_sp_p2p|2|--tp 2 --sequence-parallel 1 --sp-transport nccl" "dp2_zero1|2|--zero 1" "gtp2|2|--gtp 2"
-                "gtp2_ce|2|--gtp 2 --gtp-transport ce" "gtp2_ce_fp8|2|--gtp 2 --gtp-transport ce --precision fp8"
+                "gtp2_fp8|2|--gtp 2 --precision fp8" "gtp2_nccl|2|--gtp 2 --gtp-transport nccl"
                 "dp2_gtp2_zero1|4|--gtp 2 --zero 1")
 EARLY_LAYOUTS=("dp2|2|--zero 0" "dp2_zero1|2|--zero 1" "tp2|2|--tp 2" "tp2_sp|2|--tp 2 --sequence-parallel 1"
                "tp2_sp_p2p|2|--tp 2 --sequence-parallel 1 --sp-transport nccl" "gtp2|2|--gtp 2"
@@ -290,17 +297,18 @@ EARLY_LAYOUTS=("dp2|2|--zero 0" "dp2_zero1|2|--zero 1" "tp2|2|--tp 2" "tp2_sp|2|
                "tp2_sp_fp8|2|--tp 2 --sequence-parallel 1 --precision fp8"
                "tp2_sp_p2p_fp8|2|--tp 2 --sequence-parallel 1 --sp-transport nccl --precision fp8"
                "gtp2_fp8|2|--gtp 2 --precision fp8"
-               "gtp2_ce|2|--gtp 2 --gtp-transport ce" "gtp2_ce_fp8|2|--gtp 2 --gtp-transport ce --precision fp8"
-               "gtp4_ce|4|--gtp 4 --gtp-transport ce")
+               "gtp2_nccl|2|--gtp 2 --gtp-transport nccl"
+               "gtp2_nccl_fp8|2|--gtp 2 --gtp-transport nccl --precision fp8" "gtp4|4|--gtp 4")
 # ZeRO-1 against plain DP: without clipping (the norm over the owners' slices may differ in its last bits, and would
 # change the clip factor) each parameter's update is the same arithmetic on the same summed gradient, so the models
 # must match bit for bit. In fp8 after the backward plain DP's AdamW writes the FP8 codes itself, and ZeRO-1's ranks
 # cast the masters the owners broadcast: the same codes and scales on every rank (a rank that owned none of a weight
 # once kept its old scale).
 ZERO_LAYOUTS=("dp2_fp8|2|--precision fp8" "dp2_gtp2_fp8|4|--gtp 2 --precision fp8")
-# The ring's hops by NCCL send/recv against copy engines (the second run takes the first one's GEMM choices).
+# NCCL against the copy engines (the second run takes the first one's GEMM choices): SP's ring hops by NCCL
+# send/recv (--sp-transport nccl), GTP's weight gathers by NCCL's all-gather (--gtp-transport nccl).
 TRANSPORT_LAYOUTS=("tp2_sp|2|--tp 2 --sequence-parallel 1" "tp2_sp_fp8|2|--tp 2 --sequence-parallel 1 --precision fp8"
-                   "tp4_sp|4|--tp 4 --sequence-parallel 1")
+                   "tp4_sp|4|--tp 4 --sequence-parallel 1" "gtp2|2|--gtp 2" "gtp2_fp8|2|--gtp 2 --precision fp8")
 twin_test() { # resume|early|zero|transport NAME NP OPTIONS...: two runs (bf16 unless OPTIONS say) under mpirun that
               # must end with the same model file
     local kind=$1 name="$1_$2" np=$3 d s final runs
@@ -326,19 +334,19 @@ twin_test() { # resume|early|zero|transport NAME NP OPTIONS...: two runs (bf16 u
         [ "$s" = after ] && more=(--update-in-backward 0)
         [ "$s" = during ] && cp "$d/after/"$GEMM_ALGOS_GLOB "$d/during/"
         [ "$s" = zero1 ] && more=(--zero 1) && cp "$d/plain/"$GEMM_ALGOS_GLOB "$d/zero1/"
-        [ "$s" = nccl ] && more=(--sp-transport nccl) && cp "$d/ce/"$GEMM_ALGOS_GLOB "$d/nccl/"
+        if [ "$s" = nccl ]; then
+            more=(--sp-transport nccl)
+            [[ " $* " == *" --gtp "* ]] && more=(--gtp-transport nccl)
+            cp "$d/ce/"$GEMM_ALGOS_GLOB "$d/nccl/"
+        fi
         if ! timeout "$RUN_TIMEOUT_S" mpirun --allow-run-as-root -np "$np" --bind-to none -x NCCL_NVLS_ENABLE \
             ./train_gpt "${args[@]}" "${more[@]}" --out-dir "$d/$s" > "$d/$s.out" 2>&1; then
             fail_check "$name" "the $s run failed (see $d/$s.out)"; return
         fi
     done
-    path_check "$name" mpi "$*" "$d/${runs[0]}.out"
-    # the transport twins must have run the two transports, or they would compare a ring with itself
-    if [ "$kind" = transport ] && ! { grep -qF "SP collectives: ring exchange over peer memory" "$d/ce.out" &&
-        grep -qF "SP collectives: ring exchange over NCCL send/recv" "$d/nccl.out"; }; then
-        fail_check "$name" "the runs did not say they took copy engines and NCCL send/recv (see $d/ce.out, $d/nccl.out)"
-        return
-    fi
+    path_check "$name" mpi "$*" "$d/${runs[0]}.out" || return
+    # the transport twins must have run the two transports, or they would compare a path with itself
+    if [ "$kind" = transport ]; then path_check "$name" mpi "$* ${more[*]}" "$d/nccl.out" || return; fi
     if ! cmp -s "$d/${runs[0]}/$final" "$d/${runs[1]}/$final"; then
         fail_check "$name" "the step-$STEPS models of the ${runs[0]} and the ${runs[1]} run differ ($d)"
     elif [ "$kind" = resume ]; then
@@ -346,7 +354,7 @@ twin_test() { # resume|early|zero|transport NAME NP OPTIONS...: two runs (bf16 u
     elif [ "$kind" = early ]; then
         pass "$name: update during the backward, step-$STEPS model bit-identical to the update after it"
     elif [ "$kind" = transport ]; then
-        pass "$name: the ring over NCCL send/recv, step-$STEPS model bit-identical to the ring over copy engines"
+        pass "$name: over NCCL (${more[*]}), step-$STEPS model bit-identical to the copy engines'"
     else
         pass "$name: ZeRO-1, step-$STEPS model bit-identical to the run without it"
     fi
@@ -435,7 +443,7 @@ LLAMA_LAYOUTS=(
     "tp2|2|--tp 2|"
     "tp2_sp|2|--tp 2 --sequence-parallel 1|"
     "gtp2|2|--gtp 2|"
-    "gtp2_ce|2|--gtp 2 --gtp-transport ce|"
+    "gtp2_nccl|2|--gtp 2 --gtp-transport nccl|"
     "tp4|4|--tp 4|fp32 fp8"
     "dp2_tp2|4|--tp 2|fp32 fp8"
     "tp2_gtp2|4|--tp 2 --gtp 2|fp32 fp8"
@@ -565,6 +573,7 @@ fault_test() {
         fail_check "$name" "rank $survivor exited $rc after ${waited}s; expected status 1 and one error line \
 matching '$want', got: $causes"
     fi
+    path_check "$name" env "${*:6}" # the path whose waits it meant to fail (rank 0's start-up lines)
 }
 
 # expect_start_error NAME TEXT: every rank of the last launch exits non-zero within FAULT_LIMIT_S, one says TEXT.
@@ -615,11 +624,10 @@ if part faults; then
         fault_test kill_rank1_sp_ring 1 KILL $((PORT_FAULT + 8)) "rank 1" --tp 2 --sequence-parallel 1
         fault_test stopped_rank1_sp_ring 1 STOP $((PORT_FAULT + 9)) "waited [0-9.]+ s for .*still incomplete" \
             --tp 2 --sequence-parallel 1
-        # and under GTP=2 with the copy-engine gathers: the pulls wait for a dead peer's ready flags, its updates
-        # for its read flags
-        fault_test kill_rank1_gtp_ce 1 KILL $((PORT_FAULT + 11)) "rank 1" --gtp 2 --gtp-transport ce
-        fault_test stopped_rank1_gtp_ce 1 STOP $((PORT_FAULT + 12)) "waited [0-9.]+ s for .*still incomplete" \
-            --gtp 2 --gtp-transport ce
+        # and under GTP=2 with the copy-engine gathers (the default): the pulls wait for a dead peer's ready flags,
+        # its updates for its read flags (over NCCL a GTP gather waits as the DP sums above do)
+        fault_test kill_rank1_gtp 1 KILL $((PORT_FAULT + 11)) "rank 1" --gtp 2
+        fault_test stopped_rank1_gtp 1 STOP $((PORT_FAULT + 12)) "waited [0-9.]+ s for .*still incomplete" --gtp 2
         # and over the ring of NCCL send/recv: its receives wait for the dead rank in NCCL's kernels, which the abort
         # of every communicator (the ring's among them) ends; the stopped rank's peer may be held in the bounded wait
         # for a group's launch instead (comm_settle), whose line names the collective too
@@ -660,6 +668,25 @@ if part faults; then
             PIDS+=($!)
         done
         expect_refused_everywhere tp_kv_heads "--tp 2 exceeds the model's 1 key/value heads (each TP rank needs one)"
+
+        # GTP ranks that cannot map each other's GPU memory (each process sees its own GPU only, as under a scheduler
+        # that binds a GPU to a task): the default copy-engine gathers fall back to NCCL's, rank 0 says why, and the
+        # run trains
+        port=$((PORT_FAULT + 15))
+        IFS=, read -r -a visible <<<"${CUDA_VISIBLE_DEVICES:-$(seq -s, 0 $((NGPU - 1)))}"
+        PIDS=()
+        for r in 0 1; do
+            CUDA_VISIBLE_DEVICES=${visible[$r]} RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 \
+                MASTER_PORT=$port ./train_gpt "${LONG[@]}" --steps 3 --gtp 2 --out-dir "$LOG_DIR/gtp_unmapped" \
+                > "$LOG_DIR/gtp_unmapped.rank$r.out" 2> "$LOG_DIR/gtp_unmapped.rank$r.err" &
+            PIDS+=($!)
+        done
+        if wait_all; then
+            path_expect gtp_unmapped "GTP weight gathers: NCCL (the GTP ranks cannot map each other's GPU memory" \
+                "$LOG_DIR/gtp_unmapped.rank0.out" 'GTP weight gathers'
+        else
+            fail_check gtp_unmapped "a rank exited non-zero (see $LOG_DIR/gtp_unmapped.rank*.err)"
+        fi
 
         # a port in use: the rank 0 of another job (waiting for its rank 1) holds MASTER_PORT
         port=$((PORT_FAULT + 5))

@@ -145,11 +145,11 @@ static void test_validate(void) {
                  "--sequence-parallel", "1", "--sp-overlap", "0", "--sp-transport", "nccl", NULL);
     expect_error("gtp_materialize_needs_gtp_1", "--gtp-materialize 1 runs the GTP path on one rank and needs --gtp 1",
                  "--gtp", "2", "--gtp-materialize", "1", NULL);
-    expect_error("choice_gtp_transport", "--gtp-transport: 'nvlink' is not one of nccl|ce", "--gtp", "2",
+    expect_error("choice_gtp_transport", "--gtp-transport: 'nvlink' is not one of ce|nccl", "--gtp", "2",
                  "--gtp-transport", "nvlink", NULL);
     expect_error("gtp_transport_needs_gtp",
-                 "--gtp-transport ce applies to GTP (--gtp > 1, or --gtp-materialize 1) only", "--gtp-transport", "ce",
-                 NULL);
+                 "--gtp-transport nccl applies to GTP (--gtp > 1, or --gtp-materialize 1) only", "--gtp-transport",
+                 "nccl", NULL);
     expect_error("gtp_prefetch_needs_gtp", "--gtp-prefetch 3 applies to GTP (--gtp > 1) only", "--gtp-prefetch", "3",
                  NULL);
     expect_error("heads_divide_width", "--heads 5 must be >= 1 and divide --width 64", "--width", "64", "--heads",
@@ -179,11 +179,14 @@ static void test_validate(void) {
     options_validate(&f, 1); // exits with the reason if refused
     check(options_fp8(&f) && strcmp(f.fp8_recipe, "current") == 0 && f.fp8_bf16_blocks == 1, "fp8_accepted",
           "precision %s recipe %s bf16 blocks %d", f.precision, f.fp8_recipe, f.fp8_bf16_blocks);
-    Options gf = parse("--precision", "fp8", "--gtp-materialize", "1", "--gtp-transport", "ce", "--sample-every", "0",
-                       "--batch-size", "4", "--seq-len", "64", "--total-batch-tokens", "256", NULL);
+    Options gf = parse("--precision", "fp8", "--gtp-materialize", "1", "--gtp-transport", "nccl", "--sample-every",
+                       "0", "--batch-size", "4", "--seq-len", "64", "--total-batch-tokens", "256", NULL);
     options_validate(&gf, 1); // exits with the reason if refused
-    check(options_fp8(&gf) && options_gtp_path(&gf) && strcmp(gf.gtp_transport, "ce") == 0, "gtp_fp8_accepted",
+    check(options_fp8(&gf) && options_gtp_path(&gf) && strcmp(gf.gtp_transport, "nccl") == 0, "gtp_fp8_accepted",
           "precision %s gtp path %d transport %s", gf.precision, options_gtp_path(&gf), gf.gtp_transport);
+    // the copy engines by default, which a run without GTP passes unasked (the plain runs below validate with it)
+    check(strcmp(parse(NULL).gtp_transport, "ce") == 0, "gtp_transport_default", "--gtp-transport default %s",
+          parse(NULL).gtp_transport);
 
     Options sp = parse("--tp", "2", "--sequence-parallel", "1", "--sp-transport", "nccl", "--sample-every", "0", NULL);
     options_validate(&sp, 1); // exits with the reason if refused
