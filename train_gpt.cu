@@ -117,7 +117,8 @@ template <typename floatX> struct Activations {
     floatX *res;                   // (L+1, Ns, C) residual stream: [0] the embeddings, [l+1] the output of block l
     floatX *res2;                  // (L, Ns, C) residual stream after attention
     floatX *ln1, *ln2;             // (L, N, C); fp8: a slot for each bf16 block, one the FP8 blocks share (their
-                                   // weight gradients read the FP8 input Fp8Linear::x_t instead)
+                                   // weight gradients read the FP8 input Fp8Linear::x_t instead; under SP over the
+                                   // ring, where they gather their input's codes, only this rank's rows are valid)
     float *ln1_stats, *ln2_stats;  // (L, 2, Ns): mean then rstd
     floatX *qkv;                   // (L, N, QKV/TP); the query and key heads rotated (RoPE) where the model has it
     floatX *atty;                  // (L, N, C/TP) attention output, heads side by side
@@ -550,7 +551,7 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, con
     tp_init(&g->tp, mesh, o->sequence_parallel);
     RingTransport transport = strcmp(o->sp_transport, "nccl") == 0 ? RING_NCCL : RING_CE;
     tp_ring_connect(&g->tp, o->sp_overlap, transport, (size_t)(B * T / mesh->tp) * config->channels * sizeof(floatX),
-                    mesh->rank == 0);
+                    fp8 && fp8->scaling == FP8_DELAYED && o->sp_fp8_codes, mesh->rank == 0);
     Span vocab = tp_vocab_rows(mesh, config);
     g->emb = {(int)vocab.begin, (int)vocab.count, config->pos == POS_LEARNED && mesh->tp_rank == 0};
     g->heads = (int)tp_heads(mesh, config).count;
@@ -1461,7 +1462,7 @@ template <typename floatX> static void update_group_publish(GPT<floatX> *g, int 
         updated_wait_on(&g->sched, k, g_cuda.sums);
         for (int j = 0; j < BLOCK_LINEARS; j++) {
             const Linear<floatX> &lin = block_linear(g, k, j);
-            fp8_transpose(lin.fp8->w, lin.fp8->w_t, lin.out, lin.in, g_cuda.sums);
+            fp8_transpose(lin.fp8->w, lin.fp8->w_t, lin.out, lin.in, lin.out, 0, g_cuda.sums);
         }
     }
 }

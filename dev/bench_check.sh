@@ -232,6 +232,21 @@ check mgpu_gtpnccl_exposed "$T" "1558M_gtp2_nccl exposed comm / step 1.6% (bar <
 check_called mgpu_gtpnccl_option "^1558M_gtp2_nccl_fp8 .*--gtp 2 --gtp-transport nccl"
 check_absent mgpu_gtpnccl_default_rows "$FAKE_CALLS" "^1558M_gtp(2|2_fp8|4) .*--gtp-transport"
 
+# FP8 under SP over the ring: the inputs gathered as E4M3 codes (the default row) against the activations (the _act
+# row, the trainer given --sp-fp8-codes 0 there only), and that row's exposed communication.
+cat > "$FAKE_TABLE" <<'EOF'
+* 200 2.0 30.0
+1558M_tp2_sp_fp8 88 3.5 40.0
+1558M_tp2_sp_fp8_act 90 7.0 40.0
+EOF
+run_case mgpu_spcodes 2 143771 env BENCH_ROWS="1558M_tp2_sp_fp8 1558M_tp2_sp_fp8_act" \
+    dev/bench_mgpu.sh "$WORK/torch_fake.py" "$SHARD"
+T=$WORK/mgpu_spcodes.txt
+check mgpu_spcodes_ratio "$T" "ours TP=2+SP fp8 codes / activations tokens/s 1.023x (no bar)"
+check mgpu_spcodes_exposed "$T" "1558M_tp2_sp_fp8_act exposed comm / step 7.8% (bar < 5%: MISSES)"
+check_called mgpu_spcodes_option "^1558M_tp2_sp_fp8_act .*--sequence-parallel 1 --precision fp8 --sp-fp8-codes 0"
+check_absent mgpu_spcodes_default_row "$FAKE_CALLS" "^1558M_tp2_sp_fp8 .*--sp-fp8-codes"
+
 # One GPU: dev/bench_llama.sh's table (its MFU and parameters from bench_table.py).
 cat > "$FAKE_TABLE" <<'EOF'
 * 100 0 10.0

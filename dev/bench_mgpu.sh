@@ -13,7 +13,8 @@
 #   ring over peer memory (copy engines), in bf16 and fp8, and TP=2 in fp8; their lines: TP=2+SP / TP=2 tokens/s (bar
 #   >= 0.98x: step time <= 1.02x), exposed communication (bar < 5%), peak memory, ring / NCCL, and the two ring
 #   transports against each other: ring ce / nccl p2p tokens/s (above 1: copy engines faster; the faster is kept as
-#   the default of --sp-transport)
+#   the default of --sp-transport); in fp8 the ring gathering the activations (--sp-fp8-codes 0, the _act row) against
+#   its default E4M3 codes: "codes / activations tokens/s" and the _act row's exposed communication
 # sp4 (4 GPUs): 1558M TP=4 and TP=4+SP over the ring, both transports (batch 8), the same lines
 # gtpnccl (BENCH_ROWS="1558M_gtp2 1558M_gtp2_fp8 gtpnccl"; 1558M_gtp4 and 4 GPUs for the last): 1558M GTP=2 in bf16
 #   and fp8, and GTP=4, with the weight gathers over NCCL's all-gather (--gtp-transport nccl) beside the copy engines'
@@ -279,6 +280,10 @@ row sp ours 1558M_tp2_sp_fp8_nccl "ours TP=2+SP fp8 NCCL" "$NP" d48 8 "$STEPS_LA
     --tp "$NP" --sequence-parallel 1 --precision fp8 --sp-overlap 0
 row sp ours 1558M_tp2_sp_fp8_p2p "ours TP=2+SP fp8 p2p" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 \
     --tp "$NP" --sequence-parallel 1 --precision fp8 --sp-transport nccl
+# the ring gathering qkv's and fc's FP8 inputs as the activations, every token cast on every rank (--sp-fp8-codes 0),
+# against the E4M3 codes it gathers by default (half the bytes)
+row sp ours 1558M_tp2_sp_fp8_act "ours TP=2+SP fp8 act" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 \
+    --tp "$NP" --sequence-parallel 1 --precision fp8 --sp-fp8-codes 0
 row gpt2 ours 1558M_dp2_fp8 "ours DP=2 fp8" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --precision fp8
 row gpt2 ours 1558M_gtp2_fp8 "ours GTP=2 fp8" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --precision fp8 \
     --gtp "$NP"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Sequence parallelism's ring collectives on the GPU machine, in as few calls as possible: the one-GPU simulated ring
 # (test/gpubin/test_ring_gemm, plain and under memcheck: the copy-engine transport), then on 2 GPUs the SP parity
-# rows with the ring (copy engines, and NCCL send/recv: the _p2p rows) and with --sp-overlap 0, the resume/update twins
-# and the fault rows, and the 1558M TP=2 / TP=2+SP benchmark (bf16, fp8) with both ring transports.
+# rows with the ring (copy engines, and NCCL send/recv: the _p2p rows) and with --sp-overlap 0, the resume/update,
+# transport and FP8 codes twins and the fault rows, and the 1558M TP=2 / TP=2+SP benchmark (bf16, fp8) with both ring
+# transports (fp8 also with its inputs gathered as activations, --sp-fp8-codes 0: the _act row).
 # Each part is bounded; with both ring transports `all` (every part but the fp8 benchmark) may outgrow one 10-minute
 # call on 2 GPUs, so name parts, several at once: `ring parity`, then `twins bench`, then `bench_fp8`.
 # trace (not in all): rank 0's GPU timeline of 1558M TP=2+SP over the ring (dev/trace.sh: where the compute stream
@@ -39,7 +40,7 @@ if asked parity; then
     sed -n '/^layout/,$p' "$LOGS/parity.log" | head -20
 fi
 if asked twins; then
-    step twins 240 env LOG_DIR="$LOGS/mgpu_twins" MGPU_PARTS="twins faults" MGPU_LAYOUTS=sp test/run_mgpu_tests.sh
+    step twins 330 env LOG_DIR="$LOGS/mgpu_twins" MGPU_PARTS="twins faults" MGPU_LAYOUTS=sp test/run_mgpu_tests.sh
 fi
 if asked bench; then
     step bench 260 env OUT="$LOGS" BENCH_ROWS="1558M_tp2 1558M_tp2_sp 1558M_tp2_sp_nccl 1558M_tp2_sp_p2p" \
@@ -52,8 +53,8 @@ if asked trace; then
     sed -n '/steps,/,$p' "$LOGS/trace.log"
 fi
 if asked bench_fp8; then
-    step bench_fp8 360 env OUT="$LOGS" \
-        BENCH_ROWS="1558M_tp2_fp8 1558M_tp2_sp_fp8 1558M_tp2_sp_fp8_nccl 1558M_tp2_sp_fp8_p2p" dev/bench_mgpu.sh
-    tail -14 "$LOGS/bench_fp8.log"
+    step bench_fp8 450 env OUT="$LOGS" BENCH_ROWS="1558M_tp2_fp8 1558M_tp2_sp_fp8 1558M_tp2_sp_fp8_nccl \
+        1558M_tp2_sp_fp8_p2p 1558M_tp2_sp_fp8_act" dev/bench_mgpu.sh
+    tail -16 "$LOGS/bench_fp8.log"
 fi
 exit $status

@@ -314,13 +314,16 @@ __global__ void __launch_bounds__(FP8_CAST_THREADS) fp8_cast_kernel(Src src, int
     }
 }
 
-// cols_t (cols, rows) = the transpose of the FP8 codes in (rows, cols) (row counts and cols % 16 == 0): 64 x 64 byte
-// tiles through shared memory, 16-byte loads and stores. Grid (column tiles, row tiles), FP8_TRANSPOSE_THREADS.
+// cols_t (cols, ld_t) at columns [col0, col0 + rows) = the transpose of the FP8 codes in (rows, cols): source row r
+// lands in column col0 + r (in 16-byte aligned, cols % 16 == 0). 64 x 64 byte tiles through shared memory, 16-byte
+// loads; a thread stores FP8_TRANSPOSED_SEGMENT bytes of a transposed row, at once where they are whole and aligned,
+// else byte by byte (a block of rows at any column of a wider matrix: SP's ring, one owner's rows at a time). Grid
+// (column tiles, row tiles), FP8_TRANSPOSE_THREADS.
 #define FP8_TRANSPOSE_TILE 64
 #define FP8_TRANSPOSE_THREADS 256
 __global__ void __launch_bounds__(FP8_TRANSPOSE_THREADS)
-    fp8_transpose_kernel(const uint8_t *in, uint8_t *cols_t, int rows, int cols) {
-    constexpr int SEG = 16, SEGS = FP8_TRANSPOSE_TILE / SEG; // a thread's 16 bytes; 4 of them a tile row
+    fp8_transpose_kernel(const uint8_t *in, uint8_t *cols_t, int rows, int cols, int ld_t, int col0) {
+    constexpr int SEG = FP8_TRANSPOSED_SEGMENT, SEGS = FP8_TRANSPOSE_TILE / SEG; // a thread's 16 bytes; 4 a tile row
     __shared__ uint8_t tile[FP8_TRANSPOSE_TILE][FP8_TRANSPOSE_TILE + 4];
     const int r0 = blockIdx.y * FP8_TRANSPOSE_TILE, c0 = blockIdx.x * FP8_TRANSPOSE_TILE;
     int tr = threadIdx.x / SEGS, tc = (threadIdx.x % SEGS) * SEG;
@@ -331,17 +334,28 @@ __global__ void __launch_bounds__(FP8_TRANSPOSE_THREADS)
     }
     __syncthreads();
     // output row c0 + tr: its bytes tc .. tc + 15 are input rows r0 + tc .. r0 + tc + 15
-    if (c0 + tr < cols && r0 + tc < rows) {
+    int n = min(SEG, rows - (r0 + tc));
+    if (c0 + tr >= cols || n <= 0) { return; }
+    uint8_t *dst = cols_t + (size_t)(c0 + tr) * ld_t + col0 + r0 + tc;
+    if (n == SEG && reinterpret_cast<uintptr_t>(dst) % 16 == 0) {
         uint4 v;
         uint8_t *b = reinterpret_cast<uint8_t *>(&v);
         for (int k = 0; k < SEG; k++) { b[k] = tile[tc + k][tr]; }
-        *reinterpret_cast<uint4 *>(cols_t + (size_t)(c0 + tr) * rows + r0 + tc) = v;
+        *reinterpret_cast<uint4 *>(dst) = v;
+    } else {
+        for (int k = 0; k < n; k++) { dst[k] = tile[tc + k][tr]; }
     }
 }
 
-static void fp8_transpose(const uint8_t *in, uint8_t *cols_t, int rows, int cols, cudaStream_t stream) {
+// The codes in (rows, cols) transposed into columns [col0, col0 + rows) of cols_t, whose rows are ld_t bytes (the
+// whole transpose: ld_t = rows, col0 = 0).
+static void fp8_transpose(const uint8_t *in, uint8_t *cols_t, int rows, int cols, int ld_t, int col0,
+                          cudaStream_t stream) {
+    if (cols % FP8_TRANSPOSED_SEGMENT != 0 || reinterpret_cast<uintptr_t>(in) % 16 != 0) {
+        fail("fp8_transpose: the codes' rows must be 16-byte aligned (%d columns)", cols);
+    }
     dim3 grid(ceil_div_int(cols, FP8_TRANSPOSE_TILE), ceil_div_int(rows, FP8_TRANSPOSE_TILE));
-    fp8_transpose_kernel<<<grid, FP8_TRANSPOSE_THREADS, 0, stream>>>(in, cols_t, rows, cols);
+    fp8_transpose_kernel<<<grid, FP8_TRANSPOSE_THREADS, 0, stream>>>(in, cols_t, rows, cols, ld_t, col0);
     cudaCheckLaunch();
 }
 

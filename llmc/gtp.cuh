@@ -187,7 +187,7 @@ static void gtp_gather(Gtp *g, int b, int group, const void *shard, size_t shard
         ncclCheck(ncclAllGather(shard, g->slot[b], shard_bytes, ncclUint8, comm_get(COMM_GTP), g->ag));
         comm_settle(comm_get(COMM_GTP), what, g_comm.timeout_s);
     }
-    if (t) { fp8_transpose(g->slot[b], g->slot[b] + t->at, t->rows, t->cols, g->ag); }
+    if (t) { fp8_transpose(g->slot[b], g->slot[b] + t->at, t->rows, t->cols, t->rows, 0, g->ag); }
     cudaCheck(cudaEventRecord(g->gathered[b], g->ag));
     comm_track(g->gathered[b], what);
 }

@@ -473,29 +473,47 @@ static void linear_gemm_bias(const Linear<T> &lin, T *out, GemmOperand w, GemmOp
 static int mlp_act_features(int act, int fc_out) { return act == MLP_SWIGLU ? fc_out / 2 : fc_out; }
 
 /*
- * Rows [row, row + rows) of the N rows of out = inp W^T + bias in FP8 (lin.fp8), inp pointing at the block's first
- * row (wherever its rows are: SP's ring reads a peer's rows where they landed): the input cast to E4M3 (row-major
- * into the shared scratch, and into the kept transposed copy at the rows' columns), unless fc cast it already, then
- * the GEMM. fc (act_consumer) then casts the activation of its output as the fc projection's input: with gelu_aux
- * (GELU) the GEMM writes the pre-GELU activation there and out is not written; SwiGLU's GEMM writes out (fch), which
- * its backward reads.
+ * The FP8 forward of a block of rows [row, row + rows) of the layer's N, in parts that SP's ring can move the codes
+ * between (llmc/tensor_parallel.cuh: each rank casts its own rows, the ring gathers their codes):
+ *   fp8_linear_cast_input: the input's rows (inp at the block's first row, wherever its rows are) cast to E4M3,
+ *     row-major into the layer's codes q->x at those rows, and into the kept transposed copy at the rows' columns.
+ *   fp8_linear_keep_input: the kept transposed copy's columns of a block whose codes x came from elsewhere (they are
+ *     the bytes fp8_linear_cast_input would have written there).
+ *   fp8_linear_rows_gemm: the GEMM on the block's codes x (wherever they are: SP's ring reads a peer's where they
+ *     landed); fc (act_consumer) then casts the activation of its output as the fc projection's input: with gelu_aux
+ *     (GELU) the GEMM writes the pre-GELU activation there and out is not written; SwiGLU's GEMM writes out (fch),
+ *     which its backward reads.
+ *   fp8_linear_rows_forward: the cast (unless fc cast the input already: input_from_producer), then the GEMM.
  */
 template <typename T>
-static void fp8_linear_rows_forward(const Linear<T> &lin, const T *bias, T *out, const T *inp, T *gelu_aux,
-                                    int row, int rows, int N, cudaStream_t stream) {
-    Fp8Linear *q = lin.fp8;
+static void fp8_linear_cast_input(const Linear<T> &lin, const T *inp, int row, int rows, int N, cudaStream_t stream) {
+    const Fp8Linear *q = lin.fp8;
+    Fp8CastOut o = {q->x + (size_t)row * lin.in, q->keeps_input ? q->x_t : NULL, N, row, NULL};
+    fp8_cast(q->dev, fp8_tensor_of(lin, FP8_INPUT), Fp8Plain<T>{inp}, rows, lin.in, o, q->dev->recording,
+             FP8_SCALE_RECIPE, q->partials, stream);
+}
+
+// Whether a layer's forward may take its codes from elsewhere (fp8_linear_keep_input, fp8_linear_rows_gemm): it
+// casts its own input, not fc's activation, and keeps the transposed copy, which the weight gradient reads.
+static bool fp8_input_as_codes(const Fp8Linear *q) { return q && !q->input_from_producer && q->keeps_input; }
+
+template <typename T>
+static void fp8_linear_keep_input(const Linear<T> &lin, const uint8_t *x, int row, int rows, int N,
+                                  cudaStream_t stream) {
+    fp8_transpose(x, lin.fp8->x_t, rows, lin.in, N, row, stream);
+}
+
+template <typename T>
+static void fp8_linear_rows_gemm(const Linear<T> &lin, const T *bias, T *out, const uint8_t *x, T *gelu_aux, int row,
+                                 int rows, int N, cudaStream_t stream) {
+    const Fp8Linear *q = lin.fp8;
     const Fp8Device *d = q->dev;
     size_t r0 = (size_t)row;
     int tx = fp8_tensor_of(lin, FP8_INPUT), tw = fp8_tensor_of(lin, FP8_WEIGHT);
-    if (!q->input_from_producer) {
-        Fp8CastOut o = {q->x + r0 * lin.in, q->keeps_input ? q->x_t : NULL, N, row, NULL};
-        fp8_cast(d, tx, Fp8Plain<T>{inp}, rows, lin.in, o, d->recording, FP8_SCALE_RECIPE,
-                 q->partials, stream);
-    }
     GemmOperand w = {q->w, q->w_t, CUDA_R_8F_E4M3, fp8_scale_inv(d, tw)};
-    GemmOperand x = {q->x + r0 * lin.in, NULL, CUDA_R_8F_E4M3, fp8_scale_inv(d, tx)};
+    GemmOperand xo = {x, NULL, CUDA_R_8F_E4M3, fp8_scale_inv(d, tx)};
     T *y = (gelu_aux ? gelu_aux : out) + r0 * lin.out;
-    linear_gemm_bias(lin, y, w, x, bias, rows, d->recipe.fast_accum, stream);
+    linear_gemm_bias(lin, y, w, xo, bias, rows, d->recipe.fast_accum, stream);
     if (q->act_consumer) {
         const Fp8Linear *c = q->act_consumer;
         int F = mlp_act_features(q->act, lin.out), tc = fp8_tensor(c->layer, c->linear, FP8_INPUT);
@@ -506,6 +524,13 @@ static void fp8_linear_rows_forward(const Linear<T> &lin, const T *bias, T *out,
             fp8_cast(d, tc, Fp8GeluOf<T>{y}, rows, F, o, d->recording, FP8_SCALE_RECIPE, q->partials, stream);
         }
     }
+}
+
+template <typename T>
+static void fp8_linear_rows_forward(const Linear<T> &lin, const T *bias, T *out, const T *inp, T *gelu_aux,
+                                    int row, int rows, int N, cudaStream_t stream) {
+    if (!lin.fp8->input_from_producer) { fp8_linear_cast_input(lin, inp, row, rows, N, stream); }
+    fp8_linear_rows_gemm(lin, bias, out, lin.fp8->x + (size_t)row * lin.in, gelu_aux, row, rows, N, stream);
 }
 
 // Rows [r0, r1) of the N rows of out = inp W^T + bias (bias may be NULL), inp pointing at row r0's input (the block's

@@ -75,7 +75,7 @@ typedef struct {
     int update_after_layers;     // GPU build, the update in backward: the first layers' AdamW after the backward
     int logits_mib;              // GPU build: the most logits the LM head holds at once (llmc/head_chunks.h); 0 = all
     // parallel layout (world = DP x GTP x TP)
-    int tp, gtp, gtp_prefetch, gtp_materialize, sequence_parallel, sp_overlap, zero;
+    int tp, gtp, gtp_prefetch, gtp_materialize, sequence_parallel, sp_overlap, sp_fp8_codes, zero;
     char gtp_transport[OPT_STR_LEN]; // GPU build, GTP: ce | nccl, what carries the weight gathers
     char sp_transport[OPT_STR_LEN]; // GPU build: ce | nccl, what moves a chunk along SP's ring
     // CPU build: reference state for the GPU parity test
@@ -245,6 +245,11 @@ static const OptionSpec OPTION_SPECS[] = {
     {"sp-transport", OPT_STR, OPT_FIELD(sp_transport), "ce", 0, 0, "ce|nccl",
      "GPU build, sequence parallelism over the ring (--sp-overlap 1): what moves a chunk to the next TP rank: ce = "
      "copy engines into the neighbours' mapped memory (one node); nccl = NCCL send/recv (wherever NCCL runs)"},
+    {"sp-fp8-codes", OPT_INT, OPT_FIELD(sp_fp8_codes), "1", 0, 1, NULL,
+     "GPU build, fp8, sequence parallelism over the ring: 1 = qkv's and fc's inputs travel as E4M3 codes (1 byte an "
+     "element), each rank casting its own tokens, wherever the scales come from the amax history (delayed scaling "
+     "after the first step); 0 = as the activations (2 bytes an element in bf16), each rank casting every token: the "
+     "same numbers"},
     {"zero", OPT_INT, OPT_FIELD(zero), "0", 0, 1, NULL, "1 = ZeRO-1: shard optimizer state over data-parallel ranks"},
     {"ref-out", OPT_STR, OPT_FIELD(ref_out), "", 0, 0, NULL,
      "CPU build: write the reference state for the GPU parity test to this file"},
@@ -527,6 +532,11 @@ static inline void options_validate(const Options *o, int dp) {
     if (strcmp(o->sp_transport, "ce") != 0 && !(o->sequence_parallel && o->sp_overlap)) {
         fail("--sp-transport %s moves sequence parallelism's ring and applies only with --sequence-parallel 1 and "
              "--sp-overlap 1; drop it or pass those", o->sp_transport);
+    }
+    int delayed_fp8 = options_fp8(o) && strcmp(o->fp8_recipe, "delayed") == 0;
+    if (!o->sp_fp8_codes && !(delayed_fp8 && o->sequence_parallel && o->sp_overlap)) {
+        fail("--sp-fp8-codes 0 chooses what FP8 layers gather over sequence parallelism's ring and applies only with "
+             "--precision fp8 (--fp8-recipe delayed), --sequence-parallel 1 and --sp-overlap 1; drop it or pass those");
     }
     if (o->train_data[0] == '\0') { fail("--train-data is empty; give a glob of training shards"); }
     if (o->out_dir[0] == '\0') { fail("--out-dir is empty; give a folder for the log and checkpoints"); }

@@ -42,8 +42,9 @@
  * Every other all-gather and reduce-scatter of the group (the embeddings' sum, the final norm's gather, FP8 layers
  * whose casts need a whole tensor, checkpoint gathers) runs over the same ring as one collective on the TP stream's
  * order (the ring stream waits for the TP stream and the TP stream for it), so callers see no difference; all-reduces
- * stay NCCL's. An FP8 layer is cut by rows in the forward unless its casts need the whole tensor's amax (current
- * scaling); its input gradient (whose cast takes all N rows) never is.
+ * stay NCCL's. An FP8 layer is cut by rows unless its casts need the whole tensor's amax (current scaling, and
+ * delayed scaling's first step); cut by rows, a column-parallel FP8 layer gathers its input as E4M3 codes, half the
+ * bytes of bf16 (linear_gathers_codes).
  */
 #ifndef LLMC_TENSOR_PARALLEL_CUH
 #define LLMC_TENSOR_PARALLEL_CUH
@@ -63,6 +64,7 @@ typedef struct TensorParallel {
     cudaEvent_t chunk_done[TP_SEQUENCE_CHUNKS]; // the last collective queued for each chunk of the forward
     // SP over the ring (tp_ring_connect)
     int ring_up;
+    int fp8_codes;                 // FP8 layers whose forward runs by rows gather their input as E4M3 codes
     PeerRing ring;
     cudaEvent_t ring_in, ring_out; // the TP stream's order into the ring's stream, and back
     cudaEvent_t *arrived;          // (size) all-gather: step k's chunk in place; reduce-scatter: step k's product made
@@ -99,10 +101,13 @@ static void tp_ring_events(TensorParallel *tp) {
 /*
  * Under SP, with overlap asked for: SP's collectives over the ring, in slots of part_bytes (the largest part one
  * moves: N/TP tokens of the residual stream), by the transport asked for: ce where every rank of the group can map
- * its neighbours' memory (else NCCL's collectives), nccl wherever NCCL runs; rank 0 says which. Every rank calls it
- * (ce's set-up ends with a barrier of every rank; nccl's splits the TP group's communicator).
+ * its neighbours' memory (else NCCL's collectives), nccl wherever NCCL runs; with fp8_codes (an FP8 model with
+ * delayed scaling, --sp-fp8-codes 1) FP8 layers gather their inputs as E4M3 codes once the history gives their scales
+ * (linear_gathers_codes); rank 0 says which. Every rank calls it (ce's set-up ends with a barrier of every rank;
+ * nccl's splits the TP group's communicator).
  */
-static void tp_ring_connect(TensorParallel *tp, int overlap, RingTransport transport, size_t part_bytes, int log) {
+static void tp_ring_connect(TensorParallel *tp, int overlap, RingTransport transport, size_t part_bytes, int fp8_codes,
+                            int log) {
     if (!tp_active(tp) || !tp->sp) { return; }
     const char *why = "--sp-overlap 0";
     if (overlap && transport == RING_NCCL) {
@@ -112,17 +117,19 @@ static void tp_ring_connect(TensorParallel *tp, int overlap, RingTransport trans
         tp->ring_up = peer_ring_connect(&tp->ring, tp->size, tp->rank, part_bytes, COMM_TP);
         why = "peers cannot map each other's memory; --sp-transport nccl runs the ring over NCCL send/recv there";
     }
-    if (tp->ring_up) { tp_ring_events(tp); }
+    if (tp->ring_up) {
+        tp_ring_events(tp);
+        tp->fp8_codes = fp8_codes;
+    }
     if (!log) { return; }
     if (!tp->ring_up) {
         printf("SP collectives: NCCL (%s)\n", why);
-    } else if (transport == RING_NCCL) {
-        printf("SP collectives: ring exchange over NCCL send/recv (wherever NCCL connects the ranks), %.1f MB slots\n",
-               tp->ring.slot_bytes / 1e6);
-    } else {
-        printf("SP collectives: ring exchange over peer memory (copy engines), %.1f MB slots\n",
-               tp->ring.slot_bytes / 1e6);
+        return;
     }
+    printf("SP collectives: ring exchange over %s, %.1f MB slots%s\n",
+           transport == RING_NCCL ? "NCCL send/recv (wherever NCCL connects the ranks)" : "peer memory (copy engines)",
+           tp->ring.slot_bytes / 1e6,
+           fp8_codes ? "; FP8 layers gather their inputs as E4M3 codes (scales from the history)" : "");
 }
 
 // Tokens of an N-token micro-batch this rank keeps between blocks, and the first of them.
@@ -405,9 +412,30 @@ template <typename T> static bool linear_dgrad_by_rows(const Linear<T> &lin, int
 }
 
 /*
+ * Whether a column-parallel FP8 layer's forward over the ring gathers its input as E4M3 codes (1 byte an element)
+ * instead of the LayerNorm's activations (2 bytes in bf16), as TransformerEngine's userbuffers do: each rank casts
+ * its own rows once (fp8_linear_cast_input: their codes, and their columns of the kept transposed copy), the ring
+ * gathers the codes into the layer's codes (Fp8Linear::x), and each chunk's GEMM reads them as they arrive; the
+ * transposed copy's columns of a peer's rows are made from its codes (fp8_linear_keep_input). Only where the forward
+ * runs by rows (linear_forward_by_rows: scales from the history) and the layer casts and keeps its own input
+ * (fp8_input_as_codes: qkv and fc, Llama's [gate | up] too).
+ * The same bits as gathering the activations and casting every row on every rank (--sp-fp8-codes 0): a cast is
+ * elementwise, q = fp8(x scale), and the scale is the history's, the same on every rank (the step's amaxes are maxed
+ * over the world before they enter the history), so the owner's codes of its rows are the bytes every rank's cast of
+ * them would write, and the transpose of those codes the bytes the cast writes transposed; the GEMMs read the same
+ * codes in the same blocks. The amax a rank records covers its own rows only, where the bf16 gather's covered all N;
+ * its one reader, the end of the step, takes the max over the world first, which is the same.
+ */
+template <typename T> static bool linear_gathers_codes(const Linear<T> &lin) {
+    return lin.fp8 && tp_ring(lin.tp) && lin.tp->fp8_codes && linear_forward_by_rows(lin) &&
+           fp8_input_as_codes(lin.fp8);
+}
+
+/*
  * Rows [f.row, f.row + f.rows) of forward chunk f (llmc/forward_chunks.h): out = inp W^T + b; with gelu_aux:
  * gelu_aux = that, and out = gelu(that). Column-parallel under SP, inp holds this rank's tokens only (its LayerNorm's
- * rows): the layer all-gathers them in place first, over the ring chunk by chunk beside the GEMM, else with NCCL and
+ * rows): the layer all-gathers them in place first, over the ring chunk by chunk beside the GEMM (an FP8 layer's
+ * codes instead where linear_gathers_codes: then the other ranks' rows of inp stay as they were), else with NCCL and
  * waited for. Row-parallel: TP rank 0 adds the bias, and the sum over the TP group is started on the TP stream (over
  * the ring: the GEMM chunk by chunk in the ring's order beside the pipelined reduce-scatter) and marked as the chunk's
  * collective (tp_chunk_sum); the caller waits for it (tp_chunk_wait) before it reads out. Under SP it goes onto the
@@ -426,13 +454,26 @@ static void linear_forward(const Linear<T> &lin, T *out, T *inp, T *gelu_aux, co
     int P = tp_active(tp) ? tp->size : 1, n = f.ln_rows; // under SP: rows a rank owns
     if (column_sp && tp_ring(tp)) {
         const char *what = "the tensor-parallel ring all-gather of a column-parallel layer's input";
-        bool by_rows = linear_forward_by_rows(lin);
-        cudaCheck(cudaEventRecord(tp->compute_mark, stream)); // this rank's rows are written
+        bool by_rows = linear_forward_by_rows(lin), codes = linear_gathers_codes(lin);
+        char *gathered = (char *)(inp + (size_t)f.row * lin.in);
+        size_t part = (size_t)n * lin.in * sizeof(T);
+        if (codes) { // this rank's rows cast once; their codes travel
+            int mine = f.row + tp->rank * n;
+            fp8_linear_cast_input(lin, inp + (size_t)mine * lin.in, mine, n, f.tokens, stream);
+            gathered = (char *)(lin.fp8->x + (size_t)f.row * lin.in);
+            part = (size_t)n * lin.in;
+        }
+        cudaCheck(cudaEventRecord(tp->compute_mark, stream)); // this rank's rows (or codes) are written
         cudaCheck(cudaStreamWaitEvent(tp->ring.stream, tp->compute_mark, 0));
-        tp_ring_all_gather(tp, (char *)(inp + (size_t)f.row * lin.in), (size_t)n * lin.in * sizeof(T),
-                           by_rows ? stream : (cudaStream_t)NULL, [&](int k, const char *part) {
+        tp_ring_all_gather(tp, gathered, part, by_rows ? stream : (cudaStream_t)NULL, [&](int k, const char *rows) {
             int r0 = f.row + ring_ag_chunk(tp->rank, k, P) * n;
-            gemm_rows(r0, r0 + n, (const T *)part);
+            if (!codes) {
+                gemm_rows(r0, r0 + n, (const T *)rows);
+                return;
+            }
+            const uint8_t *x = (const uint8_t *)rows;
+            fp8_linear_rows_gemm(lin, bias, out, x, gelu_aux, r0, n, f.tokens, stream);
+            if (k > 0) { fp8_linear_keep_input(lin, x, r0, n, f.tokens, stream); } // the cast kept this rank's
         }, what);
         if (!by_rows) { // the whole GEMM once every part is in
             comm_compute_wait(stream, tp->arrived[P - 1]);

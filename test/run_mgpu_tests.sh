@@ -65,7 +65,9 @@
 #    sets every FP8 weight's scale). The ring's transports (bf16 and fp8, TP=2+SP and with 4 GPUs TP=4+SP): NCCL
 #    send/recv (--sp-transport nccl) ends with the same step-20 model file as copy engines: the same chunks summed in
 #    the same order, whatever moved them; and GTP's gathers (bf16 and fp8, GTP=2): NCCL's all-gather (--gtp-transport
-#    nccl) against the copy engines' pulls, the same bytes in the same buffers.
+#    nccl) against the copy engines' pulls, the same bytes in the same buffers. FP8 under SP over the ring (TP=2+SP over
+#    both transports, a Llama's TP=2+SP, with 4 GPUs TP=4+SP): qkv's and fc's inputs gathered as E4M3 codes end with
+#    the same step-20 model file as the activations gathered and cast on every rank (--sp-fp8-codes 0).
 # 3. faults (2 ranks): kill -9 of one rank mid-run (rank 1, then rank 0): the other exits with status 1 within
 #    FAULT_LIMIT_S with an error line naming the failure; SIGSTOP of rank 1 mid-run (alive but silent): rank 0
 #    exits with status 1 and a line naming the collective it waited for; both again (rank 1) under TP=2 + SP, whose
@@ -309,8 +311,18 @@ ZERO_LAYOUTS=("dp2_fp8|2|--precision fp8" "dp2_gtp2_fp8|4|--gtp 2 --precision fp
 # send/recv (--sp-transport nccl), GTP's weight gathers by NCCL's all-gather (--gtp-transport nccl).
 TRANSPORT_LAYOUTS=("tp2_sp|2|--tp 2 --sequence-parallel 1" "tp2_sp_fp8|2|--tp 2 --sequence-parallel 1 --precision fp8"
                    "tp4_sp|4|--tp 4 --sequence-parallel 1" "gtp2|2|--gtp 2" "gtp2_fp8|2|--gtp 2 --precision fp8")
-twin_test() { # resume|early|zero|transport NAME NP OPTIONS...: two runs (bf16 unless OPTIONS say) under mpirun that
-              # must end with the same model file
+# FP8 under SP over the ring, delayed scaling: qkv's and fc's inputs gathered as E4M3 codes (each rank casting its own
+# tokens, the default) against the activations gathered and every token cast on every rank (--sp-fp8-codes 0; the
+# second run takes the first one's GEMM choices): the same codes (one scale from the history on every rank), the same
+# row-block GEMMs (a chunk's codes read where they land, at the alignment of the row block the other run casts), the
+# same transposed copies and, once maxed over the world, the same amaxes. Over both transports, TP=4 too, and a Llama
+# (its fc is [gate | up]) in the twins part below.
+CODES_LAYOUTS=("tp2_sp_fp8|2|--tp 2 --sequence-parallel 1 --precision fp8"
+               "tp2_sp_p2p_fp8|2|--tp 2 --sequence-parallel 1 --sp-transport nccl --precision fp8"
+               "tp4_sp_fp8|4|--tp 4 --sequence-parallel 1 --precision fp8")
+FP8_CODES_LINE="FP8 layers gather their inputs as E4M3 codes" # rank 0's SP line says so (tp_ring_connect)
+twin_test() { # resume|early|zero|transport|codes NAME NP OPTIONS...: two runs (bf16 unless OPTIONS say) under mpirun
+              # that must end with the same model file
     local kind=$1 name="$1_$2" np=$3 d s final runs
     shift 3
     d="$LOG_DIR/$name"
@@ -320,6 +332,7 @@ twin_test() { # resume|early|zero|transport NAME NP OPTIONS...: two runs (bf16 u
         early) runs=(after during); args+=(--grad-clip 0 --update-after-layers 1) ;; # layer 1 in it, 0 after
         zero) runs=(plain zero1); args+=(--grad-clip 0 --update-in-backward 0) ;;
         transport) runs=(ce nccl) ;;
+        codes) runs=(activations codes) ;;
     esac
     mkdir -p "$d/${runs[0]}" "$d/${runs[1]}"
     final=$(printf 'model_%08d.bin' "$STEPS")
@@ -334,6 +347,8 @@ twin_test() { # resume|early|zero|transport NAME NP OPTIONS...: two runs (bf16 u
         [ "$s" = after ] && more=(--update-in-backward 0)
         [ "$s" = during ] && cp "$d/after/"$GEMM_ALGOS_GLOB "$d/during/"
         [ "$s" = zero1 ] && more=(--zero 1) && cp "$d/plain/"$GEMM_ALGOS_GLOB "$d/zero1/"
+        [ "$s" = activations ] && more=(--sp-fp8-codes 0)
+        [ "$s" = codes ] && cp "$d/activations/"$GEMM_ALGOS_GLOB "$d/codes/"
         if [ "$s" = nccl ]; then
             more=(--sp-transport nccl)
             [[ " $* " == *" --gtp "* ]] && more=(--gtp-transport nccl)
@@ -347,6 +362,13 @@ twin_test() { # resume|early|zero|transport NAME NP OPTIONS...: two runs (bf16 u
     path_check "$name" mpi "$*" "$d/${runs[0]}.out" || return
     # the transport twins must have run the two transports, or they would compare a path with itself
     if [ "$kind" = transport ]; then path_check "$name" mpi "$* ${more[*]}" "$d/nccl.out" || return; fi
+    # and the codes twins the two ways of gathering
+    if [ "$kind" = codes ]; then
+        path_expect "$name" "$FP8_CODES_LINE" "$d/codes.out" 'SP collectives' || return
+        if grep -qF "$FP8_CODES_LINE" "$d/activations.out"; then
+            fail_check "$name" "the --sp-fp8-codes 0 run gathered codes too ($d/activations.out)"; return
+        fi
+    fi
     if ! cmp -s "$d/${runs[0]}/$final" "$d/${runs[1]}/$final"; then
         fail_check "$name" "the step-$STEPS models of the ${runs[0]} and the ${runs[1]} run differ ($d)"
     elif [ "$kind" = resume ]; then
@@ -355,6 +377,8 @@ twin_test() { # resume|early|zero|transport NAME NP OPTIONS...: two runs (bf16 u
         pass "$name: update during the backward, step-$STEPS model bit-identical to the update after it"
     elif [ "$kind" = transport ]; then
         pass "$name: over NCCL (${more[*]}), step-$STEPS model bit-identical to the copy engines'"
+    elif [ "$kind" = codes ]; then
+        pass "$name: FP8 inputs gathered as codes, step-$STEPS model bit-identical to gathering the activations"
     else
         pass "$name: ZeRO-1, step-$STEPS model bit-identical to the run without it"
     fi
@@ -501,12 +525,14 @@ fi
 # DP sums, ZeRO-1's reduction onto the owners and the broadcasts after it, SP's TP sums, GTP's reduce-scatters): such
 # a run must end with the same bits as the same run updating after the backward (--update-in-backward 0).
 if part twins; then
-    for kind in resume early zero transport; do
+    for kind in resume early zero transport codes; do
         case $kind in
             resume) layouts=("${RESUME_LAYOUTS[@]}") ;;
             early) layouts=("${EARLY_LAYOUTS[@]}") ;;
             zero) layouts=("${ZERO_LAYOUTS[@]}") ;;
             transport) layouts=("${TRANSPORT_LAYOUTS[@]}") ;;
+            codes) layouts=("${CODES_LAYOUTS[@]}"
+                            "llama_tp2_sp_fp8|2|${LLAMA[*]} --tp 2 --sequence-parallel 1 --precision fp8") ;;
         esac
         for entry in "${layouts[@]}"; do
             IFS='|' read -r name np opt_text <<<"$entry"

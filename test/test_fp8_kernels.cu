@@ -13,7 +13,8 @@
  *   fp64 value, or the code next to it where that value lies within fp32's rounding bound of the midpoint between
  *   the two (SWIGLU_ULPS);
  * - row_of (the casts' row of an element, 32-bit division below 2^32) against 64-bit division across 2^32;
- * - the byte transpose; AdamW writing a weight's FP8 codes (delayed scaling) against a cast of the updated masters;
+ * - the byte transpose, whole and into columns of a wider matrix; AdamW writing a weight's FP8 codes (delayed
+ *   scaling) against a cast of the updated masters;
  * - the history kernel against fp8_history_push over steps, and its verdict on a NaN amax;
  * - FP8 GEMMs in the three layouts the linear layers use (forward; input gradient through W's transposed copy; weight
  *   gradient through both transposed copies, accumulating into fp32), against an fp64 sum of the same products times
@@ -342,24 +343,37 @@ static void test_row_of(void) {
 }
 
 
-// fp8_transpose against the host's transpose, at shapes that leave partial tiles.
+// fp8_transpose against the host's transpose, at shapes that leave partial tiles: whole (ld_t = rows, col0 = 0), and
+// into columns of a wider matrix as SP's ring places one owner's rows (aligned, and at a column and a row count that
+// leave the 16-byte stores unaligned or short), the bytes around them untouched.
 static void test_transpose(void) {
-    const int shapes[][2] = {{64, 64}, {80, 48}, {4800, 1600}, {16, 1024}};
+    const int shapes[][4] = {{64, 64, 64, 0},   {80, 48, 80, 0},     {4800, 1600, 4800, 0}, {16, 1024, 16, 0},
+                             {96, 64, 384, 192}, {40, 48, 200, 37}, {130, 32, 300, 7},     {24, 1600, 48, 24}};
     for (const auto &sh : shapes) {
-        int R = sh[0], Cn = sh[1];
+        int R = sh[0], Cn = sh[1], ld = sh[2], col0 = sh[3];
         std::vector<uint8_t> h((size_t)R * Cn);
         for (auto &x : h) { x = (uint8_t)(rand_uniform() * 127.0f + 128.0f); }
         uint8_t *in = to_device(h), *out;
-        cudaCheck(cudaMalloc(&out, h.size()));
-        fp8_transpose(in, out, R, Cn, g_cuda.stream);
-        std::vector<uint8_t> got = to_host(out, h.size());
-        long bad = 0;
-        for (int r = 0; r < R; r++) {
-            for (int c = 0; c < Cn; c++) { bad += got[(size_t)c * R + r] != h[(size_t)r * Cn + c]; }
+        size_t out_bytes = (size_t)Cn * ld;
+        cudaCheck(cudaMalloc(&out, out_bytes));
+        fill(out, POISON, out_bytes);
+        fp8_transpose(in, out, R, Cn, ld, col0, g_cuda.stream);
+        std::vector<uint8_t> got = to_host(out, out_bytes);
+        long bad = 0, outside = 0;
+        for (int c = 0; c < Cn; c++) {
+            for (int j = 0; j < ld; j++) {
+                uint8_t b = got[(size_t)c * ld + j];
+                int r = j - col0;
+                if (r >= 0 && r < R) {
+                    bad += b != h[(size_t)r * Cn + c];
+                } else {
+                    outside += b != POISON;
+                }
+            }
         }
         char name[64];
-        snprintf(name, sizeof(name), "transpose_%dx%d", R, Cn);
-        check(bad == 0, name, "%ld bytes misplaced", bad);
+        snprintf(name, sizeof(name), "transpose_%dx%d_ld%d_col%d", R, Cn, ld, col0);
+        check(bad == 0 && outside == 0, name, "%ld bytes misplaced, %ld outside the columns written", bad, outside);
         cudaCheck(cudaFree(in));
         cudaCheck(cudaFree(out));
     }

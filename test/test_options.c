@@ -143,6 +143,13 @@ static void test_validate(void) {
                  "--sequence-parallel 1 and --sp-overlap 1", "--tp", "2", "--sp-transport", "nccl", NULL);
     expect_error("sp_transport_needs_overlap", "--sp-transport nccl moves sequence parallelism's ring", "--tp", "2",
                  "--sequence-parallel", "1", "--sp-overlap", "0", "--sp-transport", "nccl", NULL);
+    expect_error("sp_fp8_codes_needs_fp8", "--sp-fp8-codes 0 chooses what FP8 layers gather over sequence "
+                 "parallelism's ring and applies only with --precision fp8 (--fp8-recipe delayed), --sequence-parallel "
+                 "1 and --sp-overlap 1", "--tp", "2", "--sequence-parallel", "1", "--sp-fp8-codes", "0", NULL);
+    expect_error("sp_fp8_codes_needs_delayed", "--sp-fp8-codes 0 chooses what FP8 layers gather", "--precision", "fp8",
+                 "--fp8-recipe", "current", "--tp", "2", "--sequence-parallel", "1", "--sp-fp8-codes", "0", NULL);
+    expect_error("sp_fp8_codes_needs_overlap", "--sp-fp8-codes 0 chooses what FP8 layers gather", "--precision", "fp8",
+                 "--tp", "2", "--sequence-parallel", "1", "--sp-overlap", "0", "--sp-fp8-codes", "0", NULL);
     expect_error("gtp_materialize_needs_gtp_1", "--gtp-materialize 1 runs the GTP path on one rank and needs --gtp 1",
                  "--gtp", "2", "--gtp-materialize", "1", NULL);
     expect_error("choice_gtp_transport", "--gtp-transport: 'nvlink' is not one of ce|nccl", "--gtp", "2",
@@ -192,6 +199,12 @@ static void test_validate(void) {
     options_validate(&sp, 1); // exits with the reason if refused
     check(strcmp(sp.sp_transport, "nccl") == 0 && strcmp(parse(NULL).sp_transport, "ce") == 0, "sp_transport",
           "--sp-transport %s, default %s", sp.sp_transport, parse(NULL).sp_transport);
+
+    Options spc = parse("--precision", "fp8", "--tp", "2", "--sequence-parallel", "1", "--sp-fp8-codes", "0",
+                        "--sample-every", "0", NULL);
+    options_validate(&spc, 1); // exits with the reason if refused
+    check(spc.sp_fp8_codes == 0 && parse(NULL).sp_fp8_codes == 1, "sp_fp8_codes", "--sp-fp8-codes %d, default %d",
+          spc.sp_fp8_codes, parse(NULL).sp_fp8_codes);
 
     Options z = parse("--zero", "1", "--sample-every", "0", "--batch-size", "4", "--seq-len", "64", "--total-batch-tokens", "1024", NULL);
     options_validate(&z, 2); // exits with the reason if refused

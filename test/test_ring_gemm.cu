@@ -19,6 +19,13 @@
  *     blocks and the ring's sum order.
  *   the collectives alone on the TP stream (tp_all_gather, tp_reduce_scatter), with slots a third of a part, so that
  *     a part moves in pieces: exact (gather) and the ring's sum order (reduce-scatter).
+ *   FP8 all-gather + GEMM (fp32 and bf16 activations around it): with scales from the history, the input gathered as
+ *     E4M3 codes (each rank casts its own rows; slots that hold a chunk's codes, read where they land, and slots a
+ *     third of that) and as activations (--sp-fp8-codes 0); in delayed scaling's first step, gathered whole. Every
+ *     rank's output, gathered codes and kept transposed codes equal, bit for bit, the same FP8 row blocks run without
+ *     the ring (the first step: the one cast and GEMM of all rows), its recorded amax is the whole input's once the
+ *     ranks' meet (one recipe state here, the world's max in training), and its output is within FP8_WHOLE_TOL of the
+ *     one GEMM of all rows.
  * Streams of different simulated ranks wait for each other's flags on one GPU: CUDA_DEVICE_MAX_CONNECTIONS is raised
  * first so that no two of them share a hardware queue (where they did, a wait could hold up the write it waits for),
  * and kernels are loaded at start-up (CUDA_MODULE_LOADING=EAGER: a lazy load waits for the work in flight, which
@@ -28,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "llmc/tensor_parallel.cuh"
@@ -41,6 +49,19 @@
 #define GEMM_ROWS_TOL 1e-5 // fp32 relative to the largest output: another accumulation order of a 256-deep dot product
 #define STREAM_CONNECTIONS "32"
 #define RING_STALL_S 20  // seconds a simulated ring's collective may take before it counts as stalled
+
+#define POISON_BYTE 0xA5 // what a code buffer holds before the bytes under test are written
+
+static unsigned float_bits(float x) {
+    unsigned u;
+    memcpy(&u, &x, sizeof(u));
+    return u;
+}
+static float bits_float(unsigned u) {
+    float x;
+    memcpy(&x, &u, sizeof(x));
+    return x;
+}
 
 static float frand(unsigned *s) {
     *s = *s * 1664525u + 1013904223u;
@@ -334,6 +355,122 @@ template <typename T> static void test_backward(int P, const char *type) {
     group_free(&g);
 }
 
+/*
+ * FP8 (llmc/matmul.cuh's Fp8Linear, one layer, delayed scaling): a column-parallel layer's all-gather + GEMM, each
+ * rank with its own codes and kept transposed copy, one recipe state for the group (so the ranks' recorded amaxes
+ * meet in one word, as the world's max meets them at the end of a step). The modes:
+ */
+typedef enum {
+    FP8_FIRST_STEP,  // no history yet: the activations gathered whole, then one cast and GEMM of all N rows
+    FP8_ACTIVATIONS, // scales from the history, --sp-fp8-codes 0: the activations gathered, each chunk cast and GEMMed
+    FP8_CODES,       // scales from the history: each rank's rows cast, their codes gathered, each chunk GEMMed as it lands
+    FP8_CODES_PIECES // the same with slots a third of a chunk's codes: moved in pieces, read where they are gathered
+} Fp8RingMode;
+static const char *const FP8_RING_MODES[] = {"first step, whole", "activations", "codes", "codes in pieces"};
+#define FP8_WHOLE_TOL (1.0 / 64) // row blocks against one GEMM of all rows: another order of fp32 (fast) accumulation
+                                 // and bf16's rounding; a wrong block, code or scale is off by O(1)
+
+template <typename T> static void test_forward_fp8(int P, const char *type, Fp8RingMode mode) {
+    Group g;
+    size_t n = N_TOKENS / P;
+    bool codes = mode == FP8_CODES || mode == FP8_CODES_PIECES;
+    size_t moved = codes ? n * CH : n * CH * sizeof(T); // a chunk's bytes
+    group_make(&g, P, mode == FP8_CODES_PIECES ? (moved + 2) / 3 : moved);
+    Fp8Recipe recipe = {FP8_DELAYED, 4, 0, 1.0f, 0, 1};
+    Fp8Device d;
+    fp8_device_init(&d, &recipe, 1);
+    d.steps = mode == FP8_FIRST_STEP ? 0 : 1;
+    int tx = fp8_tensor(0, LIN_QKV, FP8_INPUT), tw = fp8_tensor(0, LIN_QKV, FP8_WEIGHT);
+    std::vector<float> history(d.tensors, 0.0f);
+    history[tx] = 0.75f; // below the input's largest |x|: its largest codes saturate, as a rising amax's do
+    history[tw] = 0.1f;
+    copy_now(d.amax_scale, history.data(), history.size() * sizeof(float), cudaMemcpyHostToDevice);
+    std::vector<T> x = random_vec<T>((size_t)N_TOKENS * CH, 81, 1.0f), w = random_vec<T>((size_t)FEAT * CH, 82, 0.1f);
+    std::vector<T> b = random_vec<T>(FEAT, 83, 0.1f);
+    T *dw = to_device(w), *db = to_device(b), *dx = to_device(x);
+    // the weight's codes and their transpose, as an update casts them (not recorded)
+    uint8_t *wq = (uint8_t *)cuda_alloc((size_t)2 * FEAT * CH, "weight codes");
+    float *partials = (float *)cuda_alloc(d.amax_blocks * sizeof(float), "amax scratch");
+    fp8_cast(&d, tw, Fp8Plain<T>{dw}, FEAT, CH, Fp8CastOut{wq, wq + FEAT * CH, FEAT, 0, NULL}, false,
+             FP8_SCALE_RECIPE, partials, g_cuda.stream);
+    auto make_fp8 = [&]() {
+        Fp8Linear q;
+        memset(&q, 0, sizeof(q));
+        q.dev = &d;
+        q.layer = 0;
+        q.linear = LIN_QKV;
+        q.w = wq;
+        q.w_t = wq + FEAT * CH;
+        q.x = (uint8_t *)cuda_alloc((size_t)N_TOKENS * CH, "input codes");
+        q.x_t = (uint8_t *)cuda_alloc((size_t)N_TOKENS * CH, "input codes transposed");
+        cudaCheck(cudaMemsetAsync(q.x_t, POISON_BYTE, (size_t)N_TOKENS * CH, g_cuda.stream));
+        q.partials = (float *)cuda_alloc(d.amax_blocks * sizeof(float), "amax scratch");
+        q.keeps_input = 1;
+        return q;
+    };
+    Fp8Linear q[MAX_P], ref = make_fp8();
+    std::vector<T *> inp(P), out(P);
+    for (int i = 0; i < P; i++) {
+        q[i] = make_fp8();
+        std::vector<T> mine((size_t)N_TOKENS * CH, to_type<T>(-7.0f)); // others' rows: garbage until gathered
+        memcpy(&mine[i * n * CH], &x[i * n * CH], n * CH * sizeof(T));
+        inp[i] = to_device(mine);
+        out[i] = (T *)cuda_alloc((size_t)N_TOKENS * FEAT * sizeof(T), "out");
+    }
+    d.recording = 1;
+    for (int i = 0; i < P; i++) {
+        group_rank(&g, i);
+        g.tp[i].fp8_codes = mode != FP8_ACTIVATIONS; // the trainer's --sp-fp8-codes
+        Linear<T> lin = make_linear<T>(CH, FEAT, dw, db, LINEAR_COLUMN, &g.tp[i]);
+        lin.fp8 = &q[i];
+        linear_forward(lin, out[i], inp[i], (T *)NULL, sp_chunk(P, i), g.compute[i]);
+    }
+    group_done();
+    group_wait(&g, type, "FP8 all-gather + GEMM");
+    unsigned amax_bits = to_host(d.amax_step + tx, 1)[0], want_bits = 0;
+    for (const T &v : x) { want_bits = std::max(want_bits, float_bits(fabsf(host_float(v)))); }
+    // the reference: the same FP8 row blocks without the ring (the first step: the one cast and GEMM of all rows)
+    d.recording = 0;
+    Linear<T> plain = make_linear<T>(CH, FEAT, dw, db, LINEAR_COLUMN, (TensorParallel *)NULL);
+    plain.fp8 = &ref;
+    T *blocks = (T *)cuda_alloc((size_t)N_TOKENS * FEAT * sizeof(T), "row blocks"), *whole = (T *)cuda_alloc(
+        (size_t)N_TOKENS * FEAT * sizeof(T), "whole");
+    if (mode != FP8_FIRST_STEP) {
+        for (int c = 0; c < P; c++) {
+            linear_rows_forward(plain, db, blocks, dx + c * n * CH, (int)(c * n), (int)((c + 1) * n), N_TOKENS,
+                                (T *)NULL, g_cuda.stream);
+        }
+    }
+    linear_rows_forward(plain, db, whole, dx, 0, N_TOKENS, N_TOKENS, (T *)NULL, g_cuda.stream);
+    group_sync();
+    std::vector<T> hw = to_host(whole, (size_t)N_TOKENS * FEAT);
+    std::vector<T> hb = mode == FP8_FIRST_STEP ? hw : to_host(blocks, (size_t)N_TOKENS * FEAT);
+    std::vector<uint8_t> xq = to_host(ref.x, (size_t)N_TOKENS * CH), xt = to_host(ref.x_t, (size_t)N_TOKENS * CH);
+    int bad_out = 0, bad_codes = 0;
+    double worst = 0.0, top = 0.0;
+    for (int i = 0; i < P; i++) {
+        std::vector<T> oi = to_host(out[i], (size_t)N_TOKENS * FEAT);
+        bad_out += count_diff(oi, hb, 0, oi.size());
+        bad_codes += count_diff(to_host(q[i].x, (size_t)N_TOKENS * CH), xq, 0, xq.size());
+        bad_codes += count_diff(to_host(q[i].x_t, (size_t)N_TOKENS * CH), xt, 0, xt.size());
+        for (size_t k = 0; k < oi.size(); k++) {
+            worst = std::max(worst, fabs((double)host_float(oi[k]) - host_float(hw[k])));
+            top = std::max(top, fabs((double)host_float(hw[k])));
+        }
+    }
+    char name[200];
+    snprintf(name, sizeof(name), "fp8 %s P %d %s: output, codes and transposed codes bit for bit as %s", type, P,
+             FP8_RING_MODES[mode], mode == FP8_FIRST_STEP ? "one GEMM of all rows" : "the same row blocks alone");
+    check(bad_out == 0 && bad_codes == 0, name, "%d output elements, %d code bytes differ", bad_out, bad_codes);
+    snprintf(name, sizeof(name), "fp8 %s P %d %s: recorded amax the whole input's", type, P, FP8_RING_MODES[mode]);
+    check(amax_bits == want_bits, name, "recorded %g, the input's largest |x| %g", bits_float(amax_bits),
+          bits_float(want_bits));
+    snprintf(name, sizeof(name), "fp8 %s P %d %s: against one GEMM of all rows", type, P, FP8_RING_MODES[mode]);
+    check(worst <= FP8_WHOLE_TOL * top, name, "max |diff| %.3g of max %.3g (tol %.2g relative)", worst, top,
+          FP8_WHOLE_TOL);
+    group_free(&g);
+}
+
 // The collectives alone, in the TP stream's order, with a part three slots long.
 template <typename T> static void test_collectives(int P, const char *type) {
     Group g;
@@ -382,6 +519,10 @@ int main(void) {
         test_forward<bf16>(P, "bf16");
         test_backward<float>(P, "fp32");
         test_backward<bf16>(P, "bf16");
+        for (Fp8RingMode mode : {FP8_FIRST_STEP, FP8_ACTIVATIONS, FP8_CODES, FP8_CODES_PIECES}) {
+            test_forward_fp8<bf16>(P, "bf16", mode);
+            test_forward_fp8<float>(P, "fp32", mode);
+        }
         test_collectives<float>(P, "fp32");
         test_collectives<bf16>(P, "bf16");
     }
