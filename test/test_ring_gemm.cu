@@ -417,19 +417,9 @@ template <typename T> static void test_forward_fp8(int P, const char *type, Fp8R
         inp[i] = to_device(mine);
         out[i] = (T *)cuda_alloc((size_t)N_TOKENS * FEAT * sizeof(T), "out");
     }
-    d.recording = 1;
-    for (int i = 0; i < P; i++) {
-        group_rank(&g, i);
-        g.tp[i].fp8_codes = mode != FP8_ACTIVATIONS; // the trainer's --sp-fp8-codes
-        Linear<T> lin = make_linear<T>(CH, FEAT, dw, db, LINEAR_COLUMN, &g.tp[i]);
-        lin.fp8 = &q[i];
-        linear_forward(lin, out[i], inp[i], (T *)NULL, sp_chunk(P, i), g.compute[i]);
-    }
-    group_done();
-    group_wait(&g, type, "FP8 all-gather + GEMM");
-    unsigned amax_bits = to_host(d.amax_step + tx, 1)[0], want_bits = 0;
-    for (const T &v : x) { want_bits = std::max(want_bits, float_bits(fabsf(host_float(v)))); }
-    // the reference: the same FP8 row blocks without the ring (the first step: the one cast and GEMM of all rows)
+    // The reference first: the same FP8 row blocks without the ring (the first step: the one cast and GEMM of all
+    // rows), not recorded. Run before the ring, it also makes the FP8 GEMMs' first launch, which loads cuBLASLt's
+    // kernels and waits for the GPU's work in flight: inside the ring that would wait for a rank not yet queued.
     d.recording = 0;
     Linear<T> plain = make_linear<T>(CH, FEAT, dw, db, LINEAR_COLUMN, (TensorParallel *)NULL);
     plain.fp8 = &ref;
@@ -443,6 +433,18 @@ template <typename T> static void test_forward_fp8(int P, const char *type, Fp8R
     }
     linear_rows_forward(plain, db, whole, dx, 0, N_TOKENS, N_TOKENS, (T *)NULL, g_cuda.stream);
     group_sync();
+    d.recording = 1;
+    for (int i = 0; i < P; i++) {
+        group_rank(&g, i);
+        g.tp[i].fp8_codes = mode != FP8_ACTIVATIONS; // the trainer's --sp-fp8-codes
+        Linear<T> lin = make_linear<T>(CH, FEAT, dw, db, LINEAR_COLUMN, &g.tp[i]);
+        lin.fp8 = &q[i];
+        linear_forward(lin, out[i], inp[i], (T *)NULL, sp_chunk(P, i), g.compute[i]);
+    }
+    group_done();
+    group_wait(&g, type, "FP8 all-gather + GEMM");
+    unsigned amax_bits = to_host(d.amax_step + tx, 1)[0], want_bits = 0;
+    for (const T &v : x) { want_bits = std::max(want_bits, float_bits(fabsf(host_float(v)))); }
     std::vector<T> hw = to_host(whole, (size_t)N_TOKENS * FEAT);
     std::vector<T> hb = mode == FP8_FIRST_STEP ? hw : to_host(blocks, (size_t)N_TOKENS * FEAT);
     std::vector<uint8_t> xq = to_host(ref.x, (size_t)N_TOKENS * CH), xt = to_host(ref.x_t, (size_t)N_TOKENS * CH);
