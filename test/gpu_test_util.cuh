@@ -16,6 +16,20 @@ template <> bf16 to_type<bf16>(float x) { return __float2bfloat16_rn(x); }
 static float host_float(float x) { return x; }
 static float host_float(bf16 x) { return __bfloat162float(x); }
 
+// A float's bits and back (amaxes are recorded as the bits of a non-negative float, so they compare as unsigned).
+static unsigned host_bits(float x) {
+    unsigned u;
+    memcpy(&u, &x, sizeof(u));
+    return u;
+}
+static float bits_float(unsigned u) {
+    float x;
+    memcpy(&x, &u, sizeof(x));
+    return x;
+}
+
+#define POISON_BYTE 0xA5 // what an output buffer holds before the bytes under test are written
+
 // A copy through the stream the kernels under test run on (g_cuda.stream, non-blocking), finished on return:
 // cudaMemcpy would go through the legacy default stream, which is not ordered with it, so a read-back could happen
 // before a kernel finished (seen on a busy GPU: a transpose's bytes "misplaced").

@@ -28,7 +28,6 @@
 #include "test/gpu_test_util.cuh"
 #include "test/test_util.h"
 
-#define POISON 0xA5
 // An FP8 GEMM into fp32 against the fp64 sum of its exact products: Hopper's FP8 tensor cores add products in an
 // accumulator narrower than fp32 (about 14 bits, DeepSeek-V3 reports; promoted to fp32 every few k-steps even without
 // fast accumulation), so the sums differ by ~2^-13 relative (measured 1.4e-4 to 1.5e-4 at k = 64..256), not the
@@ -50,12 +49,6 @@ static float rand_uniform(void) { // (-1, 1)
 // Fills go through the compute stream as copies do (copy_now): a cudaMemset on the legacy stream could land after
 // the kernel it was meant to precede.
 static void fill(void *dst, int byte, size_t bytes) { cudaCheck(cudaMemsetAsync(dst, byte, bytes, g_cuda.stream)); }
-
-static unsigned host_bits(float x) {
-    unsigned u;
-    memcpy(&u, &x, sizeof(u));
-    return u;
-}
 
 // gelu, and dy gelu'(pre), as the casts compute them (fp8.cuh's gelu_fast), so the cast is checked, not the tanh
 __global__ void gelu_values_kernel(float *out, const float *in, const float *dy, size_t n) {
@@ -243,7 +236,7 @@ static void check_cast(const char *what, int rows, int cols, int col0, int ld_t,
     cudaCheck(cudaMalloc(&t_out, tbytes));
     cudaCheck(cudaMalloc(&partials, d.amax_blocks * sizeof(float)));
     cudaCheck(cudaMalloc(&sums, nsums * sizeof(float)));
-    fill(t_out, POISON, tbytes);
+    fill(t_out, POISON_BYTE, tbytes);
     Fp8CastOut o = {rows_out, t_out, ld_t, col0, kind == SRC_DGELU ? sums : (float *)NULL};
     bool again = way == CAST_AGAIN;
     if (kind == SRC_PLAIN) { run_cast(&d, t, Fp8Plain<T>{src}, rows, cols, o, again, partials); }
@@ -263,7 +256,7 @@ static void check_cast(const char *what, int rows, int cols, int col0, int ld_t,
         }
     }
     for (size_t c = 0; c < (size_t)cols; c++) {
-        for (int j = 0; j < ld_t; j++) { touched += (j < col0 || j >= col0 + rows) && qt[c * ld_t + j] != POISON; }
+        for (int j = 0; j < ld_t; j++) { touched += (j < col0 || j >= col0 + rows) && qt[c * ld_t + j] != POISON_BYTE; }
     }
     double sums_err = 0.0;
     if (kind == SRC_DGELU) { // the tiles' column sums, added up, against fp64 column sums
@@ -356,7 +349,7 @@ static void test_transpose(void) {
         uint8_t *in = to_device(h), *out;
         size_t out_bytes = (size_t)Cn * ld;
         cudaCheck(cudaMalloc(&out, out_bytes));
-        fill(out, POISON, out_bytes);
+        fill(out, POISON_BYTE, out_bytes);
         fp8_transpose(in, out, R, Cn, ld, col0, g_cuda.stream);
         std::vector<uint8_t> got = to_host(out, out_bytes);
         long bad = 0, outside = 0;
@@ -367,7 +360,7 @@ static void test_transpose(void) {
                 if (r >= 0 && r < R) {
                     bad += b != h[(size_t)r * Cn + c];
                 } else {
-                    outside += b != POISON;
+                    outside += b != POISON_BYTE;
                 }
             }
         }

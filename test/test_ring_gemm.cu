@@ -50,19 +50,6 @@
 #define STREAM_CONNECTIONS "32"
 #define RING_STALL_S 20  // seconds a simulated ring's collective may take before it counts as stalled
 
-#define POISON_BYTE 0xA5 // what a code buffer holds before the bytes under test are written
-
-static unsigned float_bits(float x) {
-    unsigned u;
-    memcpy(&u, &x, sizeof(u));
-    return u;
-}
-static float bits_float(unsigned u) {
-    float x;
-    memcpy(&x, &u, sizeof(x));
-    return x;
-}
-
 static float frand(unsigned *s) {
     *s = *s * 1664525u + 1013904223u;
     return ((*s >> 8) / 16777216.0f) * 2.0f - 1.0f;
@@ -363,7 +350,7 @@ template <typename T> static void test_backward(int P, const char *type) {
 typedef enum {
     FP8_FIRST_STEP,  // no history yet: the activations gathered whole, then one cast and GEMM of all N rows
     FP8_ACTIVATIONS, // scales from the history, --sp-fp8-codes 0: the activations gathered, each chunk cast and GEMMed
-    FP8_CODES,       // scales from the history: each rank's rows cast, their codes gathered, each chunk GEMMed as it lands
+    FP8_CODES,       // scales from the history: each rank's rows cast, their codes gathered, a chunk GEMMed as it lands
     FP8_CODES_PIECES // the same with slots a third of a chunk's codes: moved in pieces, read where they are gathered
 } Fp8RingMode;
 static const char *const FP8_RING_MODES[] = {"first step, whole", "activations", "codes", "codes in pieces"};
@@ -444,7 +431,7 @@ template <typename T> static void test_forward_fp8(int P, const char *type, Fp8R
     group_done();
     group_wait(&g, type, "FP8 all-gather + GEMM");
     unsigned amax_bits = to_host(d.amax_step + tx, 1)[0], want_bits = 0;
-    for (const T &v : x) { want_bits = std::max(want_bits, float_bits(fabsf(host_float(v)))); }
+    for (const T &v : x) { want_bits = std::max(want_bits, host_bits(fabsf(host_float(v)))); }
     std::vector<T> hw = to_host(whole, (size_t)N_TOKENS * FEAT);
     std::vector<T> hb = mode == FP8_FIRST_STEP ? hw : to_host(blocks, (size_t)N_TOKENS * FEAT);
     std::vector<uint8_t> xq = to_host(ref.x, (size_t)N_TOKENS * CH), xt = to_host(ref.x_t, (size_t)N_TOKENS * CH);
