@@ -15,6 +15,8 @@
 #   transports against each other: ring ce / nccl p2p tokens/s (above 1: copy engines faster; the faster is kept as
 #   the default of --sp-transport); in fp8 the ring gathering the activations (--sp-fp8-codes 0, the _act row) against
 #   its default E4M3 codes: "codes / activations tokens/s" and the _act row's exposed communication
+# sppieces: 1558M TP=2+SP, bf16 and fp8, with the ring's reduce-scatters in 2 and 4 pieces (--sp-ring-pieces): their
+#   exposed communication and "pieces / whole tokens/s" against the sp rows
 # sp4 (4 GPUs): 1558M TP=4 and TP=4+SP over the ring, both transports (batch 8), the same lines
 # gtpnccl (BENCH_ROWS="1558M_gtp2 1558M_gtp2_fp8 gtpnccl"; 1558M_gtp4 and 4 GPUs for the last): 1558M GTP=2 in bf16
 #   and fp8, and GTP=4, with the weight gathers over NCCL's all-gather (--gtp-transport nccl) beside the copy engines'
@@ -284,6 +286,14 @@ row sp ours 1558M_tp2_sp_fp8_p2p "ours TP=2+SP fp8 p2p" "$NP" d48 8 "$STEPS_LARG
 # against the E4M3 codes it gathers by default (half the bytes)
 row sp ours 1558M_tp2_sp_fp8_act "ours TP=2+SP fp8 act" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 \
     --tp "$NP" --sequence-parallel 1 --precision fp8 --sp-fp8-codes 0
+# the ring's reduce-scatters making and sending their products in 2 and 4 pieces (--sp-ring-pieces), each piece on its
+# way as soon as its rows of the GEMM are made, against whole products (the default rows); group sppieces
+for pieces in 2 4; do
+    row sppieces ours "1558M_tp2_sp_pc$pieces" "ours TP=2+SP $pieces pieces" "$NP" d48 8 "$STEPS_LARGE" \
+        --keep-gelu-layers 12 --tp "$NP" --sequence-parallel 1 --sp-ring-pieces "$pieces"
+    row sppieces ours "1558M_tp2_sp_fp8_pc$pieces" "ours TP=2+SP fp8 $pieces pieces" "$NP" d48 8 "$STEPS_LARGE" \
+        --keep-gelu-layers 12 --tp "$NP" --sequence-parallel 1 --precision fp8 --sp-ring-pieces "$pieces"
+done
 row gpt2 ours 1558M_dp2_fp8 "ours DP=2 fp8" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --precision fp8
 row gpt2 ours 1558M_gtp2_fp8 "ours GTP=2 fp8" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --precision fp8 \
     --gtp "$NP"

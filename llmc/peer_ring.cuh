@@ -24,10 +24,12 @@
  *   peer_ring_exchange: ce: wait until my free[slot] >= send_after (the successor consumed the slot's last use),
  *                       copy into the successor's slot (cudaMemcpyAsync: a copy engine), write the successor's
  *                       ready[slot]. nccl: ncclGroupStart, ncclSend to the successor, ncclRecv from the predecessor
- *                       into my slot (or straight where the caller wants the bytes), ncclGroupEnd
+ *                       into my slot (or straight where the caller wants the bytes), ncclGroupEnd. In pieces
+ *                       (peer_ring_send_piece): the same piece by piece, ce writing ready[slot] after each copy
  *   peer_ring_received: where the bytes are, valid from here on the stream that reads them (the ring's, or the
- *                       stream of the GEMM that takes them: see below). ce: that stream waits until my ready[slot] >=
- *                       value; nccl: it waits for the ring's stream (the receive is earlier there)
+ *                       stream of the GEMM that takes them: see below). ce: that stream waits until my ready[slot]
+ *                       says the transfer's last piece, or (peer_ring_received_piece) a given one, landed; nccl: it
+ *                       waits for the ring's stream (the receives are earlier there)
  *   peer_ring_release:  the bytes consumed by the work queued so far on the reading stream: ce: that stream writes the
  *                       predecessor's free[slot] (the slot may be written again); nccl: the ring's stream waits for it
  *                       (a slot's next receive is queued there). The next transfer
@@ -63,6 +65,7 @@ typedef struct PeerRing {
     size_t slot_bytes;
     char *base;                   // mine: flags, then the slots
     uint64_t transfers;           // transfers so far, the same count on every rank
+    int pieces;                   // the pieces transfer `transfers` moves in (its sends say)
     // ce
     char *next_base, *prev_base;  // the successor's and the predecessor's, mapped
     unsigned wait_flags;          // cuStreamWaitValue32's: GEQ, and a flush of remote writes where the GPU has one
@@ -108,33 +111,53 @@ static void peer_ring_link(PeerRing *r, char *next_base, char *prev_base) {
 }
 
 /*
- * Transfer t (r->transfers), in the ring's stream's order: bytes (at most slot_bytes) from src to the successor, and
- * the predecessor's transfer t to this rank: ce into my slot (the predecessor's copy), nccl at land where given (the
- * bytes' final place, sparing a copy), else into my slot. Every transfer of a collective has the same size on every
- * rank. what names the collective for a timeout.
+ * Piece p of `pieces` of transfer t (r->transfers), in the ring's stream's order: bytes [off, off + bytes) of the
+ * transfer (at most slot_bytes in all) from src + off to the successor, and the same of the predecessor's transfer t
+ * to this rank: ce into my slot (the predecessor's copy), nccl at land + off where land is given (the bytes' final
+ * place, sparing a copy), else into my slot. A transfer's pieces are sent once each, in order, with the same bytes
+ * on every rank (they run the same collective). what names the collective for a timeout.
  */
-static void peer_ring_exchange(PeerRing *r, const void *src, size_t bytes, void *land, const char *what) {
-    if (bytes > r->slot_bytes) { fail("peer_ring_exchange: %zu bytes exceed the slot's %zu", bytes, r->slot_bytes); }
+static void peer_ring_send_piece(PeerRing *r, int p, int pieces, const void *src, size_t off, size_t bytes, void *land,
+                                 const char *what) {
+    if (off + bytes > r->slot_bytes) {
+        fail("peer_ring_send_piece: bytes up to %zu exceed the slot's %zu", off + bytes, r->slot_bytes);
+    }
+    if (pieces < 1 || pieces > RING_MAX_PIECES || p < 0 || p >= pieces) {
+        fail("peer_ring_send_piece: piece %d of %d (a transfer moves in 1 to %d)", p, pieces, RING_MAX_PIECES);
+    }
     RingTransfer x = ring_transfer(r->transfers);
+    r->pieces = pieces;
     if (r->transport == RING_NCCL) {
-        void *dst = land ? land : ring_slot_of(r->base, r->slot_bytes, x.slot);
+        char *dst = land ? (char *)land : ring_slot_of(r->base, r->slot_bytes, x.slot);
+        r->landed = dst;
+        if (bytes == 0) { return; } // the predecessor's piece is empty too
         ncclCheck(ncclGroupStart());
-        ncclCheck(ncclSend(src, bytes, ncclUint8, ring_next(r->rank, r->size), r->comm, r->stream));
-        ncclCheck(ncclRecv(dst, bytes, ncclUint8, ring_prev(r->rank, r->size), r->comm, r->stream));
+        ncclCheck(ncclSend((const char *)src + off, bytes, ncclUint8, ring_next(r->rank, r->size), r->comm,
+                           r->stream));
+        ncclCheck(ncclRecv(dst + off, bytes, ncclUint8, ring_prev(r->rank, r->size), r->comm, r->stream));
         ncclCheck(ncclGroupEnd());
         comm_settle(r->comm, what, g_comm.timeout_s);
-        r->landed = dst;
         return;
     }
-    peer_flag_wait(r->stream, ring_flag(r->base, RING_FREE + x.slot), x.send_after, CU_STREAM_WAIT_VALUE_GEQ);
-    cudaCheck(cudaMemcpyAsync(ring_slot_of(r->next_base, r->slot_bytes, x.slot), src, bytes, cudaMemcpyDeviceToDevice,
-                              r->stream));
-    peer_flag_write(r->stream, ring_flag(r->next_base, RING_READY + x.slot), x.value);
+    if (p == 0) {
+        peer_flag_wait(r->stream, ring_flag(r->base, RING_FREE + x.slot), x.send_after, CU_STREAM_WAIT_VALUE_GEQ);
+    }
+    if (bytes) {
+        cudaCheck(cudaMemcpyAsync(ring_slot_of(r->next_base, r->slot_bytes, x.slot) + off, (const char *)src + off,
+                                  bytes, cudaMemcpyDeviceToDevice, r->stream));
+    }
+    peer_flag_write(r->stream, ring_flag(r->next_base, RING_READY + x.slot), x.ready + (uint32_t)p);
 }
 
-// The predecessor's transfer of the same number: where its bytes are, valid on stream s (the ring's, or a reader's)
-// from here. Several streams may ask for the same transfer; one releases it.
-static const void *peer_ring_received(PeerRing *r, cudaStream_t s) {
+// Transfer t whole, in one piece.
+static void peer_ring_exchange(PeerRing *r, const void *src, size_t bytes, void *land, const char *what) {
+    peer_ring_send_piece(r, 0, 1, src, 0, bytes, land, what);
+}
+
+// The predecessor's transfer of the same number (this rank's sends of it come first): where its bytes start, piece p
+// of them valid on stream s (the ring's, or a reader's) from here (nccl: every piece sent so far). Several streams
+// may ask for the same transfer; one releases it.
+static const void *peer_ring_received_piece(PeerRing *r, cudaStream_t s, int p) {
     if (r->transport == RING_NCCL) {
         if (s != r->stream) {
             cudaCheck(cudaEventRecord(r->handoff, r->stream));
@@ -143,8 +166,13 @@ static const void *peer_ring_received(PeerRing *r, cudaStream_t s) {
         return r->landed;
     }
     RingTransfer x = ring_transfer(r->transfers);
-    peer_flag_wait(s, ring_flag(r->base, RING_READY + x.slot), x.value, r->wait_flags);
+    peer_flag_wait(s, ring_flag(r->base, RING_READY + x.slot), x.ready + (uint32_t)p, r->wait_flags);
     return ring_slot_of(r->base, r->slot_bytes, x.slot);
+}
+
+// All of it (its last piece).
+static const void *peer_ring_received(PeerRing *r, cudaStream_t s) {
+    return peer_ring_received_piece(r, s, r->pieces - 1);
 }
 
 // The received bytes consumed by the work queued so far on stream s (and, where s is another stream, by whatever of

@@ -16,16 +16,20 @@
  *
  * A transfer lands in one of RING_SLOTS receive buffers, in turn: transfer t (counted over the ring's life, the same
  * on every rank, which issue the same collectives in the same order) uses slot t % RING_SLOTS for the
- * (t / RING_SLOTS)-th time, "use" u. Two flags per slot, 32-bit counters of uses: ready (in the receiver's memory,
- * written by the sender after its copy: u + 1) and free (in the sender's memory, written by the receiver once it has
- * consumed the slot: u + 1). Before writing use u the sender waits for free >= u; the receiver waits for
- * ready >= u + 1. Counters compare modulo 2^32 (the GPU's wait is (int32_t)(flag - value) >= 0), so they may wrap. (The
- * flags are the copy-engine transport's; over NCCL send/recv transfer j is one grouped send and receive, which NCCL
- * matches itself, and a slot's next receive is queued behind the work that consumed its last use on the same stream.)
+ * (t / RING_SLOTS)-th time, "use" u. It moves in 1 to RING_MAX_PIECES pieces of its rows (ring_piece_first), the same count on its sender and its receiver, which run the same collective: a reduce-scatter sends
+ * a product as soon as each of its pieces is made, and its receiver reads each piece as it lands. Two flags per slot,
+ * 32-bit counters: ready (in the receiver's memory, written by the sender after each piece's copy: u RING_MAX_PIECES
+ * + p + 1, counted in pieces at a fixed stride a use, so that it only grows whatever each transfer's count) and free
+ * (in the sender's memory, written by the receiver once it has consumed the whole slot: u + 1). Before writing use u
+ * the sender waits for free >= u; the receiver waits for ready >= u RING_MAX_PIECES + p + 1 before reading piece p.
+ * Counters compare modulo 2^32 (the GPU's wait is (int32_t)(flag - value) >= 0), so they may wrap. (The flags are
+ * the copy-engine transport's; over NCCL send/recv a piece is one grouped send and receive, which NCCL matches
+ * itself, and a slot's next receive is queued behind the work that consumed its last use on the same stream.)
  */
 #ifndef LLMC_RING_SCHEDULE_H
 #define LLMC_RING_SCHEDULE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define RING_SLOTS 2 // double buffering: one transfer lands while the one before is consumed
@@ -38,11 +42,14 @@ static inline int ring_prev(int r, int P) { return ring_mod(r - 1, P); }
 static inline int ring_ag_chunk(int r, int k, int P) { return ring_mod(r - k, P); }
 static inline int ring_rs_chunk(int r, int k, int P) { return ring_mod(r - k - 1, P); }
 
+#define RING_MAX_PIECES 8 // pieces a transfer may move in; the ready flag's stride a use
+
 // Transfer t's slot and flag values.
 typedef struct {
     int slot;
     uint32_t send_after; // the sender waits for its free flag of the slot >= this
-    uint32_t value;      // then writes the receiver's ready flag to this; the receiver, once done, its free flag
+    uint32_t ready;      // then writes the receiver's ready flag to this + p after piece p
+    uint32_t value;      // the receiver, once done with the slot, writes the sender's free flag to this
 } RingTransfer;
 
 static inline RingTransfer ring_transfer(uint64_t t) {
@@ -50,8 +57,18 @@ static inline RingTransfer ring_transfer(uint64_t t) {
     uint64_t use = t / RING_SLOTS;
     x.slot = (int)(t % RING_SLOTS);
     x.send_after = (uint32_t)use;
+    x.ready = (uint32_t)(use * RING_MAX_PIECES + 1);
     x.value = (uint32_t)(use + 1);
     return x;
+}
+
+// Piece p of `pieces` of a transfer of `rows` rows, cut at multiples of `unit` rows (an FP8 cast's tile): its first
+// row and its row count (a piece may be empty where rows < pieces units, and still counts: its flag is written).
+static inline size_t ring_piece_first(size_t rows, size_t unit, int pieces, int p) {
+    return p >= pieces ? rows : rows / unit * (size_t)p / (size_t)pieces * unit;
+}
+static inline size_t ring_piece_rows(size_t rows, size_t unit, int pieces, int p) {
+    return ring_piece_first(rows, unit, pieces, p + 1) - ring_piece_first(rows, unit, pieces, p);
 }
 
 // Whether a flag holding `flag` satisfies a wait for `value`, as the GPU compares them.

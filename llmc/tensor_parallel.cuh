@@ -65,6 +65,7 @@ typedef struct TensorParallel {
     // SP over the ring (tp_ring_connect)
     int ring_up;
     int fp8_codes;                 // FP8 layers whose forward runs by rows gather their input as E4M3 codes
+    int rs_pieces;                 // a reduce-scatter's products move in this many pieces (tp_ring_reduce_scatter)
     PeerRing ring;
     cudaEvent_t ring_in, ring_out; // the TP stream's order into the ring's stream, and back
     cudaEvent_t *arrived;          // (size) all-gather: step k's chunk in place; reduce-scatter: step k's product made
@@ -75,6 +76,7 @@ static void tp_init(TensorParallel *tp, const Mesh *m, int sp) {
     tp->size = m->tp;
     tp->rank = m->tp_rank;
     tp->sp = sp && m->tp > 1;
+    tp->rs_pieces = 1;
     if (tp->size == 1) { return; }
     int least, greatest;
     cudaCheck(cudaDeviceGetStreamPriorityRange(&least, &greatest));
@@ -103,11 +105,12 @@ static void tp_ring_events(TensorParallel *tp) {
  * moves: N/TP tokens of the residual stream), by the transport asked for: ce where every rank of the group can map
  * its neighbours' memory (else NCCL's collectives), nccl wherever NCCL runs; with fp8_codes (an FP8 model with
  * delayed scaling, --sp-fp8-codes 1) FP8 layers gather their inputs as E4M3 codes once the history gives their scales
- * (linear_gathers_codes); rank 0 says which. Every rank calls it (ce's set-up ends with a barrier of every rank;
+ * (linear_gathers_codes); a reduce-scatter's products move in rs_pieces pieces of rows, each sent as soon as its
+ * part of the GEMM is made (tp_ring_reduce_scatter); rank 0 says which. Every rank calls it (ce's set-up ends with a barrier of every rank;
  * nccl's splits the TP group's communicator).
  */
 static void tp_ring_connect(TensorParallel *tp, int overlap, RingTransport transport, size_t part_bytes, int fp8_codes,
-                            int log) {
+                            int rs_pieces, int log) {
     if (!tp_active(tp) || !tp->sp) { return; }
     const char *why = "--sp-overlap 0";
     if (overlap && transport == RING_NCCL) {
@@ -120,15 +123,16 @@ static void tp_ring_connect(TensorParallel *tp, int overlap, RingTransport trans
     if (tp->ring_up) {
         tp_ring_events(tp);
         tp->fp8_codes = fp8_codes;
+        tp->rs_pieces = rs_pieces;
     }
     if (!log) { return; }
     if (!tp->ring_up) {
         printf("SP collectives: NCCL (%s)\n", why);
         return;
     }
-    printf("SP collectives: ring exchange over %s, %.1f MB slots%s\n",
+    printf("SP collectives: ring exchange over %s, %.1f MB slots, reduce-scatters in %d pieces%s\n",
            transport == RING_NCCL ? "NCCL send/recv (wherever NCCL connects the ranks)" : "peer memory (copy engines)",
-           tp->ring.slot_bytes / 1e6,
+           tp->ring.slot_bytes / 1e6, rs_pieces,
            fp8_codes ? "; FP8 layers gather their inputs as E4M3 codes (scales from the history)" : "");
 }
 
@@ -184,6 +188,7 @@ __global__ void __launch_bounds__(256) ring_add_kernel(T *dst, const T *a, const
     }
 }
 
+#define RING_PIECE_ROWS FP8_TILE_ROWS // a product's pieces are cut at whole FP8 cast tiles (its codes are cast by tile)
 #define RING_ADD_THREADS 256
 #define RING_ADD_MAX_BLOCKS 132 // a wave of an H100: the add is short, it need not take the GEMM's SMs for long
 
@@ -241,61 +246,75 @@ static void tp_ring_all_gather(TensorParallel *tp, char *buf, size_t part_bytes,
 }
 
 /*
- * The parts of buf (P of n elements) summed over the group into this rank's part, or into mine where given (n
- * elements), around the ring: produce(c) makes part c on the producer's stream (a GEMM's rows; nothing where buf is
- * whole already), called in the ring's order (ring_rs_chunk), and the ring's stream, as each is made, adds it to the
- * partial sum its predecessor sent and sends the sum on. The last step's sum, this rank's own part, is made on the
- * producer's stream, which made its product and whose next work reads the sum: there it waits for the predecessor's
- * partial sum itself, and its add does not run beside (starved by) the GEMMs that follow. Part c is summed in one
- * order (rank c + 1 first, c last), in fp32 rounded to T at each hop. The other parts of buf are left holding partial
- * sums. A part larger than a slot moves in pieces, one whole ring per piece (a step's sends of several pieces before
- * their receives would wait for slots the successor frees only in its next step); a part within a slot has each
- * product queued just before the ring's work that adds it (as in tp_ring_all_gather). ring_out is recorded on the
- * producer's stream once the sum is whole and every send that read buf is done.
+ * The parts of buf (P of n elements: rows rows of n / rows) summed over the group into this rank's part, or into mine
+ * where given (n elements), around the ring: produce(c, r0, r1) makes rows [r0, r1) of part c on the producer's
+ * stream (a GEMM's rows; nothing where buf is whole already), called in the ring's order (ring_rs_chunk), and the
+ * ring's stream, as each is made, adds it to the partial sum its predecessor sent and sends the sum on. A part the
+ * ring sends on is made and sent in tp->rs_pieces pieces of rows, each sent as soon as it is made and added as soon
+ * as its piece of the partial sum has landed, so a transfer starts after a piece of its GEMM, not all of it. The last
+ * step's sum, this rank's own part, is made on the producer's stream, which made its product (whole) and whose next
+ * work reads the sum: there it waits for the predecessor's partial sum itself, piece by piece, and its adds do not
+ * run beside (starved by) the GEMMs that follow. Part c is summed in one order (rank c + 1 first, c last), in fp32
+ * rounded to T at each hop. The other parts of buf are left holding partial sums. A part larger than a slot is made
+ * whole first and moves in slot-sized transfers, one whole ring each (a step's sends of several transfers before their
+ * receives would wait for slots the successor frees only in its next step). ring_out is recorded on the producer's
+ * stream once the sum is whole and every send that read buf is done.
  */
 template <typename T, typename Produce>
-static void tp_ring_reduce_scatter(TensorParallel *tp, T *buf, T *mine, size_t n, cudaStream_t producer,
+static void tp_ring_reduce_scatter(TensorParallel *tp, T *buf, T *mine, size_t n, size_t rows, cudaStream_t producer,
                                    Produce produce, const char *what) {
     PeerRing *r = &tp->ring;
     int P = tp->size, me = tp->rank;
-    size_t piece = r->slot_bytes / sizeof(T);
-    bool one_piece = n <= piece;
-    auto make = [&](int k) {
-        produce(ring_rs_chunk(me, k, P));
-        cudaCheck(cudaEventRecord(tp->arrived[k], producer));
-    };
-    if (!one_piece) {
-        for (int k = 0; k < P; k++) { make(k); }
+    size_t cols = rows ? n / rows : 0, per_transfer = cols ? r->slot_bytes / sizeof(T) / cols * cols : 0;
+    if (!rows || n % rows || per_transfer == 0) {
+        fail("tp_ring_reduce_scatter: parts of %zu elements in %zu rows do not fit slots of %zu bytes", n, rows,
+             r->slot_bytes);
     }
-    for (size_t off = 0; off < n; off += piece) {
-        size_t m = n - off < piece ? n - off : piece;
+    bool one_transfer = n <= per_transfer;
+    int pieces = one_transfer ? tp->rs_pieces : 1;
+    if (!one_transfer) {
+        for (int k = 0; k < P; k++) { produce(ring_rs_chunk(me, k, P), (size_t)0, rows); }
+        cudaCheck(cudaEventRecord(tp->arrived[0], producer));
+        cudaCheck(cudaStreamWaitEvent(r->stream, tp->arrived[0], 0));
+    }
+    for (size_t off = 0; off < n; off += per_transfer) {
+        size_t m = n - off < per_transfer ? n - off : per_transfer;
         for (int k = 0; k < P; k++) {
-            T *part = buf + (size_t)ring_rs_chunk(me, k, P) * n + off;
-            T *dst = k == P - 1 && mine ? mine + off : part; // the last step's part is this rank's own
-            cudaStream_t s = k == P - 1 ? producer : r->stream;
-            if (off == 0) {
-                if (one_piece) { make(k); }
-                if (s == r->stream) { cudaCheck(cudaStreamWaitEvent(r->stream, tp->arrived[k], 0)); }
-            }
-            if (k > 0) { // the partial sum of exchange k - 1
-                const T *in = NULL;
-                if (s == r->stream) {
-                    in = (const T *)peer_ring_received(r, s);
-                } else { // and for the ring's sends so far, which read buf's parts the producer may write next
-                    cudaCheck(cudaEventRecord(tp->ring_out, r->stream));
-                    comm_compute_wait_for(s, [&]() {
-                        cudaCheck(cudaStreamWaitEvent(s, tp->ring_out, 0));
-                        in = (const T *)peer_ring_received(r, s);
-                    });
+            int c = ring_rs_chunk(me, k, P);
+            bool last = k == P - 1;
+            T *part = buf + (size_t)c * n + off;
+            T *dst = last && mine ? mine + off : part; // the last step's part is this rank's own
+            cudaStream_t s = last ? producer : r->stream;
+            if (one_transfer && last) { produce(c, (size_t)0, rows); }
+            for (int p = 0; p < pieces; p++) {
+                size_t r0 = ring_piece_first(m / cols, RING_PIECE_ROWS, pieces, p);
+                size_t r1 = r0 + ring_piece_rows(m / cols, RING_PIECE_ROWS, pieces, p), e0 = r0 * cols;
+                size_t e = (r1 - r0) * cols;
+                if (one_transfer && !last) { // this piece of the product, then the ring's work on it
+                    if (r1 > r0) { produce(c, r0, r1); }
+                    cudaCheck(cudaEventRecord(tp->arrived[k], producer));
+                    cudaCheck(cudaStreamWaitEvent(r->stream, tp->arrived[k], 0));
                 }
-                ring_add(dst, in, part, m, s);
-                peer_ring_release(r, s);
-            } else if (dst != part) { // a ring of one
-                cudaCheck(cudaMemcpyAsync(dst, part, m * sizeof(T), cudaMemcpyDeviceToDevice, s));
+                if (k > 0) { // piece p of the partial sum of exchange k - 1
+                    const T *in = NULL;
+                    auto receive = [&]() { in = (const T *)peer_ring_received_piece(r, s, p); };
+                    if (last) {
+                        comm_compute_wait_for(s, receive);
+                    } else {
+                        receive();
+                    }
+                    if (e) { ring_add(dst + e0, in + e0, part + e0, e, s); }
+                } else if (dst != part && e) { // a ring of one
+                    cudaCheck(cudaMemcpyAsync(dst + e0, part + e0, e * sizeof(T), cudaMemcpyDeviceToDevice, s));
+                }
+                if (!last) { peer_ring_send_piece(r, p, pieces, dst, e0 * sizeof(T), e * sizeof(T), NULL, what); }
             }
-            if (k < P - 1) { peer_ring_exchange(r, dst, m * sizeof(T), NULL, what); }
+            if (k > 0) { peer_ring_release(r, s); }
         }
     }
+    // the ring's sends read parts of buf that the producer's next work may write
+    cudaCheck(cudaEventRecord(tp->ring_out, r->stream));
+    comm_compute_wait(producer, tp->ring_out);
     cudaCheck(cudaEventRecord(tp->ring_out, producer));
     comm_track(tp->ring_out, what);
 }
@@ -331,7 +350,7 @@ template <typename T> static void tp_reduce_scatter(TensorParallel *tp, T *send,
     if (tp_ring(tp)) {
         tp_ring_enter(tp);
         T *mine = recv == send + (size_t)tp->rank * n ? (T *)NULL : recv;
-        tp_ring_reduce_scatter(tp, send, mine, n, tp->ring.stream, [](int) {}, what);
+        tp_ring_reduce_scatter(tp, send, mine, n, n / Packed<T>::N, tp->ring.stream, [](int, size_t, size_t) {}, what);
         cudaCheck(cudaStreamWaitEvent(tp->stream, tp->ring_out, 0));
         return;
     }
@@ -488,8 +507,9 @@ static void linear_forward(const Linear<T> &lin, T *out, T *inp, T *gelu_aux, co
     if (row_parallel && tp->sp && tp_ring(tp) && linear_forward_by_rows(lin)) {
         const char *what = "the tensor-parallel ring reduce-scatter of a row-parallel layer's output";
         T *rows = out + (size_t)f.row * lin.out;
-        tp_ring_reduce_scatter(tp, rows, (T *)NULL, (size_t)n * lin.out, stream,
-                               [&](int c) { gemm_all(f.row + c * n, f.row + (c + 1) * n); }, what);
+        tp_ring_reduce_scatter(tp, rows, (T *)NULL, (size_t)n * lin.out, (size_t)n, stream,
+                               [&](int c, size_t r0, size_t r1) { gemm_all(f.row + c * n + r0, f.row + c * n + r1); },
+                               what);
         cudaCheck(cudaEventRecord(tp->chunk_done[f.k], stream)); // the sum is whole there (tp_ring_reduce_scatter)
         return;
     }
@@ -569,8 +589,8 @@ static void linear_backward_input(const Linear<T> &lin, T *dinp, const T *dout, 
     if (linear_is(lin, LINEAR_COLUMN) && tp->sp && tp_ring(tp) && linear_dgrad_by_rows(lin, n)) {
         const char *what = "the tensor-parallel ring reduce-scatter of a column-parallel layer's input gradient";
         // the sum is made whole on the compute stream (tp_ring_reduce_scatter): linear_backward_join finds it done
-        tp_ring_reduce_scatter(tp, dinp, (T *)NULL, (size_t)n * lin.in, stream,
-                               [&](int c) { dgrad_rows(c * n, (c + 1) * n); }, what);
+        tp_ring_reduce_scatter(tp, dinp, (T *)NULL, (size_t)n * lin.in, (size_t)n, stream,
+                               [&](int c, size_t r0, size_t r1) { dgrad_rows(c * n + r0, c * n + r1); }, what);
         return;
     }
     linear_dgrad(lin, dinp, dout, gelu_aux, N, stream);

@@ -143,6 +143,11 @@ static void test_validate(void) {
                  "--sequence-parallel 1 and --sp-overlap 1", "--tp", "2", "--sp-transport", "nccl", NULL);
     expect_error("sp_transport_needs_overlap", "--sp-transport nccl moves sequence parallelism's ring", "--tp", "2",
                  "--sequence-parallel", "1", "--sp-overlap", "0", "--sp-transport", "nccl", NULL);
+    expect_error("sp_ring_pieces_needs_overlap", "--sp-ring-pieces 2 cuts sequence parallelism's ring transfers and "
+                 "applies only with --sequence-parallel 1 and --sp-overlap 1", "--tp", "2", "--sequence-parallel", "1",
+                 "--sp-overlap", "0", "--sp-ring-pieces", "2", NULL);
+    expect_error("sp_ring_pieces_range", "--sp-ring-pieces", "--tp", "2", "--sequence-parallel", "1",
+                 "--sp-ring-pieces", "9", NULL);
     expect_error("sp_fp8_codes_needs_fp8", "--sp-fp8-codes 0 chooses what FP8 layers gather over sequence "
                  "parallelism's ring and applies only with --precision fp8 (--fp8-recipe delayed), --sequence-parallel "
                  "1 and --sp-overlap 1", "--tp", "2", "--sequence-parallel", "1", "--sp-fp8-codes", "0", NULL);
@@ -205,6 +210,11 @@ static void test_validate(void) {
     options_validate(&spc, 1); // exits with the reason if refused
     check(spc.sp_fp8_codes == 0 && parse(NULL).sp_fp8_codes == 1, "sp_fp8_codes", "--sp-fp8-codes %d, default %d",
           spc.sp_fp8_codes, parse(NULL).sp_fp8_codes);
+
+    Options spp = parse("--tp", "2", "--sequence-parallel", "1", "--sp-ring-pieces", "4", "--sample-every", "0", NULL);
+    options_validate(&spp, 1); // exits with the reason if refused
+    check(spp.sp_ring_pieces == 4 && parse(NULL).sp_ring_pieces == 1, "sp_ring_pieces", "--sp-ring-pieces %d, default %d",
+          spp.sp_ring_pieces, parse(NULL).sp_ring_pieces);
 
     Options z = parse("--zero", "1", "--sample-every", "0", "--batch-size", "4", "--seq-len", "64", "--total-batch-tokens", "1024", NULL);
     options_validate(&z, 2); // exits with the reason if refused

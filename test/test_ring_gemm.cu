@@ -13,7 +13,8 @@
  *     the one GEMM of all N rows it is within GEMM_ROWS_TOL (cuBLASLt may choose another algorithm, e.g. another
  *     split of the inner dimension, for N/P rows than for N; the bits then differ by the fp32 accumulation order).
  *   GEMM + reduce-scatter (a row-parallel linear_forward): each rank's own rows equal, bit for bit, the products of
- *     the same row-block GEMMs summed on the host in the ring's order, in fp32 rounded to the type at each hop.
+ *     the same row-block GEMMs summed on the host in the ring's order, in fp32 rounded to the type at each hop; with
+ *     the products the ring sends on made and sent in 1, 2 and 3 pieces (empty ones among them), each piece a GEMM.
  *   the backward: a row-parallel input gradient beside the gather of its output gradient (linear_backward_gather,
  *     linear_backward_input), a column-parallel one beside its reduce-scatter: bit for bit against the same row
  *     blocks and the ring's sum order.
@@ -49,6 +50,9 @@
 #define GEMM_ROWS_TOL 1e-5 // fp32 relative to the largest output: another accumulation order of a 256-deep dot product
 #define STREAM_CONNECTIONS "32"
 #define RING_STALL_S 20  // seconds a simulated ring's collective may take before it counts as stalled
+// a reduce-scatter's pieces: whole; and cut in 64-row units of chunks of 192, 128 and 96 rows (P 2, 3, 4): 64 + 128,
+// 0 + 64 + 64 (an empty piece), 0 + 0 + 96
+static const int RS_PIECES[] = {1, 2, 3};
 
 static float frand(unsigned *s) {
     *s = *s * 1664525u + 1013904223u;
@@ -191,10 +195,26 @@ template <typename T> static Linear<T> make_linear(int in, int out, const T *w, 
     return lin;
 }
 
-template <typename T> static void test_forward(int P, const char *type) {
+// The row blocks rank i makes chunk c's product in over the ring (tp_ring_reduce_scatter): a chunk it sends on in
+// `pieces` pieces, its own whole; make(first row, rows) for each that is not empty.
+template <typename Make> static void ring_product_blocks(int i, int c, size_t n, int pieces, Make make) {
+    int k = c == i ? 1 : pieces;
+    for (int p = 0; p < k; p++) {
+        size_t r0 = ring_piece_first(n, RING_PIECE_ROWS, k, p), rows = ring_piece_rows(n, RING_PIECE_ROWS, k, p);
+        if (rows) { make(c * n + r0, rows); }
+    }
+}
+
+// The group, its reduce-scatters' products made and sent in `pieces` pieces.
+static void group_pieces(Group *g, int pieces) {
+    for (int i = 0; i < g->P; i++) { g->tp[i].rs_pieces = pieces; }
+}
+
+template <typename T> static void test_forward(int P, const char *type, int pieces) {
     Group g;
     size_t n = N_TOKENS / P;
     group_make(&g, P, n * CH * sizeof(T));
+    group_pieces(&g, pieces);
     char name[160];
     // all-gather + GEMM: x (N, CH) whole, each rank holding its rows; W (FEAT, CH) the same on every rank here
     std::vector<T> x = random_vec<T>((size_t)N_TOKENS * CH, 1, 1.0f), w = random_vec<T>((size_t)FEAT * CH, 2, 0.1f);
@@ -255,8 +275,10 @@ template <typename T> static void test_forward(int P, const char *type) {
         Linear<T> one = make_linear<T>(FEAT, CH, wr[i], i == 0 ? dbias : (T *)NULL, LINEAR_ROW, (TensorParallel *)NULL);
         T *p = (T *)cuda_alloc((size_t)N_TOKENS * CH * sizeof(T), "products");
         for (int c = 0; c < P; c++) {
-            linear_rows_forward(one, one.b, p, xr[i] + c * n * FEAT, (int)(c * n), (int)((c + 1) * n), N_TOKENS,
-                                (T *)NULL, 0);
+            ring_product_blocks(i, c, n, pieces, [&](size_t r0, size_t rows) {
+                linear_rows_forward(one, one.b, p, xr[i] + r0 * FEAT, (int)r0, (int)(r0 + rows), N_TOKENS, (T *)NULL,
+                                    0);
+            });
         }
         group_sync();
         prod[i] = to_host(p, (size_t)N_TOKENS * CH);
@@ -270,15 +292,17 @@ template <typename T> static void test_forward(int P, const char *type) {
     group_done();
     group_wait(&g, type, "GEMM + reduce-scatter");
     int bad = ring_sum_mismatches(outr, prod, P, n * CH);
-    snprintf(name, sizeof(name), "%s P %d: GEMM + reduce-scatter, each rank's rows in the ring's sum order", type, P);
+    snprintf(name, sizeof(name), "%s P %d: GEMM + reduce-scatter in %d pieces, each rank's rows in the ring's sum order",
+             type, P, pieces);
     check(bad == 0, name, "%d elements differ", bad);
     group_free(&g);
 }
 
-template <typename T> static void test_backward(int P, const char *type) {
+template <typename T> static void test_backward(int P, const char *type, int pieces) {
     Group g;
     size_t n = N_TOKENS / P;
     group_make(&g, P, n * CH * sizeof(T));
+    group_pieces(&g, pieces);
     char name[160];
     // row-parallel input gradient: dout (N, CH) gathered from each rank's rows, dinp = dout W (W: (CH, FEAT))
     std::vector<T> dout = random_vec<T>((size_t)N_TOKENS * CH, 31, 1.0f);
@@ -323,7 +347,9 @@ template <typename T> static void test_backward(int P, const char *type) {
         Linear<T> one = make_linear<T>(CH, FEAT, wc[i], (const T *)NULL, LINEAR_COLUMN, (TensorParallel *)NULL);
         T *p = (T *)cuda_alloc((size_t)N_TOKENS * CH * sizeof(T), "products");
         for (int c = 0; c < P; c++) {
-            linear_dgrad(one, p + c * n * CH, dyc[i] + c * n * FEAT, (const T *)NULL, (int)n, 0);
+            ring_product_blocks(i, c, n, pieces, [&](size_t r0, size_t rows) {
+                linear_dgrad(one, p + r0 * CH, dyc[i] + r0 * FEAT, (const T *)NULL, (int)rows, 0);
+            });
         }
         group_sync();
         prod[i] = to_host(p, (size_t)N_TOKENS * CH);
@@ -337,7 +363,8 @@ template <typename T> static void test_backward(int P, const char *type) {
     group_done();
     group_wait(&g, type, "column-parallel input gradient");
     bad = ring_sum_mismatches(dxc, prod, P, n * CH);
-    snprintf(name, sizeof(name), "%s P %d: column-parallel input gradient beside its reduce-scatter", type, P);
+    snprintf(name, sizeof(name), "%s P %d: column-parallel input gradient beside its reduce-scatter in %d pieces",
+             type, P, pieces);
     check(bad == 0, name, "%d elements differ", bad);
     group_free(&g);
 }
@@ -461,10 +488,11 @@ template <typename T> static void test_forward_fp8(int P, const char *type, Fp8R
 }
 
 // The collectives alone, in the TP stream's order, with a part three slots long.
-template <typename T> static void test_collectives(int P, const char *type) {
+template <typename T> static void test_collectives(int P, const char *type, int pieces) {
     Group g;
     size_t n = (size_t)N_TOKENS / P * CH;
     group_make(&g, P, (n * sizeof(T) + 2) / 3);
+    group_pieces(&g, pieces);
     char name[160];
     std::vector<T> whole = random_vec<T>(n * P, 60, 1.0f);
     std::vector<std::vector<T>> parts(P);
@@ -490,8 +518,8 @@ template <typename T> static void test_collectives(int P, const char *type) {
         std::vector<T> got = to_host(mine[i], n), want = ring_sum(parts, P, i, n);
         bad_rs += count_diff(got, want, 0, n);
     }
-    snprintf(name, sizeof(name), "%s P %d: ring all-gather and reduce-scatter in pieces of %zu bytes", type, P,
-             g.tp[0].ring.slot_bytes);
+    snprintf(name, sizeof(name), "%s P %d: ring all-gather and reduce-scatter in transfers of %zu bytes (%d pieces)",
+             type, P, g.tp[0].ring.slot_bytes, pieces);
     check(bad_ag == 0 && bad_rs == 0, name, "%d gathered, %d summed elements differ", bad_ag, bad_rs);
     group_free(&g);
 }
@@ -504,16 +532,18 @@ int main(void) {
     cuda_context_init();
     g_shared_workspace = g_cuda.lt_workspace;
     for (int P = 2; P <= MAX_P; P++) {
-        test_forward<float>(P, "fp32");
-        test_forward<bf16>(P, "bf16");
-        test_backward<float>(P, "fp32");
-        test_backward<bf16>(P, "bf16");
+        for (int pieces : RS_PIECES) {
+            test_forward<float>(P, "fp32", pieces);
+            test_forward<bf16>(P, "bf16", pieces);
+            test_backward<float>(P, "fp32", pieces);
+            test_backward<bf16>(P, "bf16", pieces);
+            test_collectives<float>(P, "fp32", pieces);
+            test_collectives<bf16>(P, "bf16", pieces);
+        }
         for (Fp8RingMode mode : {FP8_FIRST_STEP, FP8_ACTIVATIONS, FP8_CODES, FP8_CODES_PIECES}) {
             test_forward_fp8<bf16>(P, "bf16", mode);
             test_forward_fp8<float>(P, "fp32", mode);
         }
-        test_collectives<float>(P, "fp32");
-        test_collectives<bf16>(P, "bf16");
     }
     return test_exit();
 }
