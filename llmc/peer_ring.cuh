@@ -65,13 +65,13 @@ typedef struct PeerRing {
     size_t slot_bytes;
     char *base;                   // mine: flags, then the slots
     uint64_t transfers;           // transfers so far, the same count on every rank
-    int pieces;                   // the pieces transfer `transfers` moves in (its sends say)
+    int pieces[RING_SLOTS];       // the pieces the transfer in each slot moves in (its sends say)
     // ce
     char *next_base, *prev_base;  // the successor's and the predecessor's, mapped
     unsigned wait_flags;          // cuStreamWaitValue32's: GEQ, and a flush of remote writes where the GPU has one
     // nccl
     ncclComm_t comm;              // the TP group's communicator of the ring's stream (COMM_TP_RING)
-    const void *landed;           // where the exchange put the transfer's bytes
+    const void *landed[RING_SLOTS]; // where the sends put each slot's transfer's bytes
     cudaEvent_t handoff;          // a receive, or a consumption, passed between the ring's stream and a reader's
 } PeerRing;
 
@@ -111,25 +111,26 @@ static void peer_ring_link(PeerRing *r, char *next_base, char *prev_base) {
 }
 
 /*
- * Piece p of `pieces` of transfer t (r->transfers), in the ring's stream's order: bytes [off, off + bytes) of the
+ * Piece p of `pieces` of transfer t = r->transfers + ahead (ahead 1: the transfer after the one being received, whose
+ * pieces a reduce-scatter sends on as they land), in the ring's stream's order: bytes [off, off + bytes) of the
  * transfer (at most slot_bytes in all) from src + off to the successor, and the same of the predecessor's transfer t
  * to this rank: ce into my slot (the predecessor's copy), nccl at land + off where land is given (the bytes' final
  * place, sparing a copy), else into my slot. A transfer's pieces are sent once each, in order, with the same bytes
  * on every rank (they run the same collective). what names the collective for a timeout.
  */
-static void peer_ring_send_piece(PeerRing *r, int p, int pieces, const void *src, size_t off, size_t bytes, void *land,
-                                 const char *what) {
+static void peer_ring_send_piece(PeerRing *r, int ahead, int p, int pieces, const void *src, size_t off, size_t bytes,
+                                 void *land, const char *what) {
     if (off + bytes > r->slot_bytes) {
         fail("peer_ring_send_piece: bytes up to %zu exceed the slot's %zu", off + bytes, r->slot_bytes);
     }
     if (pieces < 1 || pieces > RING_MAX_PIECES || p < 0 || p >= pieces) {
         fail("peer_ring_send_piece: piece %d of %d (a transfer moves in 1 to %d)", p, pieces, RING_MAX_PIECES);
     }
-    RingTransfer x = ring_transfer(r->transfers);
-    r->pieces = pieces;
+    RingTransfer x = ring_transfer(r->transfers + (uint64_t)ahead);
+    r->pieces[x.slot] = pieces;
     if (r->transport == RING_NCCL) {
         char *dst = land ? (char *)land : ring_slot_of(r->base, r->slot_bytes, x.slot);
-        r->landed = dst;
+        r->landed[x.slot] = dst;
         if (bytes == 0) { return; } // the predecessor's piece is empty too
         ncclCheck(ncclGroupStart());
         ncclCheck(ncclSend((const char *)src + off, bytes, ncclUint8, ring_next(r->rank, r->size), r->comm,
@@ -151,28 +152,28 @@ static void peer_ring_send_piece(PeerRing *r, int p, int pieces, const void *src
 
 // Transfer t whole, in one piece.
 static void peer_ring_exchange(PeerRing *r, const void *src, size_t bytes, void *land, const char *what) {
-    peer_ring_send_piece(r, 0, 1, src, 0, bytes, land, what);
+    peer_ring_send_piece(r, 0, 0, 1, src, 0, bytes, land, what);
 }
 
 // The predecessor's transfer of the same number (this rank's sends of it come first): where its bytes start, piece p
 // of them valid on stream s (the ring's, or a reader's) from here (nccl: every piece sent so far). Several streams
 // may ask for the same transfer; one releases it.
 static const void *peer_ring_received_piece(PeerRing *r, cudaStream_t s, int p) {
+    RingTransfer x = ring_transfer(r->transfers);
     if (r->transport == RING_NCCL) {
         if (s != r->stream) {
             cudaCheck(cudaEventRecord(r->handoff, r->stream));
             cudaCheck(cudaStreamWaitEvent(s, r->handoff, 0));
         }
-        return r->landed;
+        return r->landed[x.slot];
     }
-    RingTransfer x = ring_transfer(r->transfers);
     peer_flag_wait(s, ring_flag(r->base, RING_READY + x.slot), x.ready + (uint32_t)p, r->wait_flags);
     return ring_slot_of(r->base, r->slot_bytes, x.slot);
 }
 
 // All of it (its last piece).
 static const void *peer_ring_received(PeerRing *r, cudaStream_t s) {
-    return peer_ring_received_piece(r, s, r->pieces - 1);
+    return peer_ring_received_piece(r, s, r->pieces[ring_transfer(r->transfers).slot] - 1);
 }
 
 // The received bytes consumed by the work queued so far on stream s (and, where s is another stream, by whatever of

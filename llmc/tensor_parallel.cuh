@@ -307,7 +307,9 @@ static void tp_ring_reduce_scatter(TensorParallel *tp, T *buf, T *mine, size_t n
                 } else if (dst != part && e) { // a ring of one
                     cudaCheck(cudaMemcpyAsync(dst + e0, part + e0, e * sizeof(T), cudaMemcpyDeviceToDevice, s));
                 }
-                if (!last) { peer_ring_send_piece(r, p, pieces, dst, e0 * sizeof(T), e * sizeof(T), NULL, what); }
+                if (!last) { // transfer k: the one after k - 1, which this step receives and releases after it
+                    peer_ring_send_piece(r, k > 0, p, pieces, dst, e0 * sizeof(T), e * sizeof(T), NULL, what);
+                }
             }
             if (k > 0) { peer_ring_release(r, s); }
         }
