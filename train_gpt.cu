@@ -303,12 +303,14 @@ template <typename floatX> static void linears_make(GPT<floatX> *g) {
             int tw = BLOCK_LINEAR_WEIGHT[k];
             const floatX *wk = g->gtp.active ? (const floatX *)NULL : w[tw]; // GTP: the chain's buffer (gtp_acquire)
             Linear<floatX> lin = {spec[k].in, spec[k].out, wk, w[spec[k].bias], dw[tw], spec[k].split, &g->tp};
+            lin.name = BLOCK_LINEAR_NAMES[k];
             g->linears[l * BLOCK_LINEARS + k] = lin;
         }
     }
     int head_w = g->config.tied ? P_WTE : P_LMHEAD;
     Linear<floatX> head = {C, g->config.padded_vocab_size / g->tp.size, weights_of(g, MODEL_TENSORS)[head_w], NULL,
                            grads_of(g, MODEL_TENSORS)[head_w], LINEAR_COLUMN, &g->tp};
+    head.name = "LM head";
     g->head = head;
 }
 
@@ -1338,8 +1340,8 @@ template <typename floatX> static void grad_norm(GPT<floatX> *g, float grad_clip
     if (g->dp.zero) { dp_sum_on_device(&g->dp, a.sum_squares, 1, s); }
     if (tp_active(&g->tp)) { tp_sum_on_device(&g->tp, a.sum_squares, 1, s); }
     if (g->gtp.size > 1) {
-        comm_compute_wait(s, gtp_all_reduce(&g->gtp, a.sum_squares, 1, ncclFloat64, ncclSum, s,
-                                            "the all-reduce of the squared gradient norm over the GTP ranks"));
+        const char *what = "the all-reduce of the squared gradient norm over the GTP ranks";
+        comm_compute_wait(s, gtp_all_reduce(&g->gtp, a.sum_squares, 1, ncclFloat64, ncclSum, s, what), what);
     }
     grad_norm_from_sum(a.scalars + 1, a.sum_squares, grad_clip, s);
 }
@@ -1691,6 +1693,12 @@ template <typename floatX> static void op_set_opt_state(void *ctx, const float *
     scatter_opt_state_to_device(&g->shards, m, v, g->m, g->v);
 }
 
+// Where the compute stream waited for collectives over the run (rank 0's view), where there were any.
+static void op_comm_report(void *ctx) {
+    (void)ctx;
+    if (g_comm.connected) { comm_exposed_report(); }
+}
+
 // The time the compute stream waited for collectives since the last call (the log line's exposed communication);
 // < 0 for one process, which has none.
 template <typename floatX> static double op_exposed_comm_ms(void *ctx) {
@@ -1739,6 +1747,7 @@ template <typename floatX> static ModelOps gpt_ops(GPT<floatX> *g) {
     ops.get_opt_state = op_get_opt_state<floatX>;
     ops.set_opt_state = op_set_opt_state<floatX>;
     ops.exposed_comm_ms = op_exposed_comm_ms<floatX>;
+    ops.comm_report = op_comm_report;
     if (g->fp8) {
         ops.get_fp8_history = op_get_fp8_history<floatX>;
         ops.set_fp8_history = op_set_fp8_history<floatX>;

@@ -43,6 +43,7 @@
 #define COMM_SCALARS_MAX LAUNCHER_SUM_MAX // doubles one sum_over_data_ranks call may carry
 #define TRACKED_MAX 256              // collectives in flight that a timeout can name
 #define TRACKED_WHAT_LEN 128
+#define COMM_SITES_MAX 64            // distinct collectives the exposed-communication report names (comm_site)
 
 // COMM_GTP_RS: a second communicator of the GTP group, for the reduce-scatters on their own stream: operations of one
 // communicator must not run on two streams at once (each rank would be free to order them differently). COMM_TP_RING:
@@ -62,9 +63,17 @@ template <> struct NcclType<double> {
     static constexpr ncclDataType_t id = ncclFloat64;
 };
 
-// A pair of timing events the compute stream records around one wait for communication (comm_compute_wait).
+// A pair of timing events the compute stream records around one wait for communication (comm_compute_wait), and
+// what it waited for.
+// One collective's exposed time over the run's steps after the first (comm_exposed_report).
+typedef struct {
+    char what[TRACKED_WHAT_LEN];
+    double ms;
+    long waits;
+} CommSite;
 typedef struct {
     cudaEvent_t begin, end;
+    CommSite *site; // NULL: past COMM_SITES_MAX collectives
 } WaitTimer;
 static const char *const COMM_NAMES[NUM_COMMS] = {"world", "tp", "gtp", "dp", "data", "gtp-rs", "tp-ring"};
 
@@ -93,6 +102,8 @@ typedef struct {
     int num_tracked;
     WaitTimer *waits;               // comm_compute_wait's timers since the last comm_exposed_ms_take
     int num_waits, max_waits;
+    CommSite sites[COMM_SITES_MAX]; // what those waited for, summed over the takes after the first
+    int num_sites, takes;
 } Comm;
 
 static Comm g_comm = {};
@@ -384,11 +395,33 @@ static void comm_wait_stream(cudaStream_t stream, const char *what) {
 // ---------------------------------------------------------------------------------------------------------
 // exposed communication: how long the compute stream stood still waiting for collectives
 
+// The report's entry for `what` (a collective; the same text from any caller is one entry), made at its first use;
+// NULL once COMM_SITES_MAX are taken (then that collective's time counts in the total only).
+static CommSite *comm_site_of(const char *what) {
+    Comm *c = &g_comm;
+    for (int i = 0; i < c->num_sites; i++) {
+        if (strcmp(c->sites[i].what, what) == 0) { return &c->sites[i]; }
+    }
+    if (c->num_sites == COMM_SITES_MAX) { return NULL; }
+    CommSite *site = &c->sites[c->num_sites++];
+    snprintf(site->what, sizeof(site->what), "%s", what);
+    return site;
+}
+
+// "what (layer)": a collective of one linear layer, as timeouts and the report name it; a pointer that stays valid
+// (the report's entry), or what itself once the entries are taken.
+static const char *comm_site(const char *what, const char *layer) {
+    char name[TRACKED_WHAT_LEN];
+    snprintf(name, sizeof(name), "%s (%s)", what, layer);
+    CommSite *site = comm_site_of(name);
+    return site ? site->what : what;
+}
+
 // The compute stream's wait for communication that wait() queues on it (for an event recorded behind a collective on
 // another stream, or for a flag a peer writes), timed: the timer's begin marks when the compute stream reached the
 // wait, its end when it went on, so their difference is the time the communication was exposed: zero when it
-// finished behind earlier compute.
-template <typename Wait> static void comm_compute_wait_for(cudaStream_t compute, Wait wait) {
+// finished behind earlier compute. what names the collective (copied: it may be the caller's buffer).
+template <typename Wait> static void comm_compute_wait_for(cudaStream_t compute, const char *what, Wait wait) {
     Comm *c = &g_comm;
     if (c->num_waits == c->max_waits) {
         int grown = c->max_waits ? 2 * c->max_waits : 256;
@@ -401,18 +434,20 @@ template <typename Wait> static void comm_compute_wait_for(cudaStream_t compute,
         c->max_waits = grown;
     }
     WaitTimer *w = &c->waits[c->num_waits++];
+    w->site = comm_site_of(what);
     cudaCheck(cudaEventRecord(w->begin, compute));
     wait();
     cudaCheck(cudaEventRecord(w->end, compute));
 }
 
-// The compute stream waits for `done`, recorded behind a collective on another stream (timed, as above).
-static void comm_compute_wait(cudaStream_t compute, cudaEvent_t done) {
-    comm_compute_wait_for(compute, [&]() { cudaCheck(cudaStreamWaitEvent(compute, done, 0)); });
+// The compute stream waits for `done`, recorded behind the collective `what` on another stream (timed, as above).
+static void comm_compute_wait(cudaStream_t compute, cudaEvent_t done, const char *what) {
+    comm_compute_wait_for(compute, what, [&]() { cudaCheck(cudaStreamWaitEvent(compute, done, 0)); });
 }
 
 // The exposed time of every wait since the last call, in ms; the timers are then reused. Call it once the compute
-// stream is past the last of them (the step's host waits are), or it waits for that.
+// stream is past the last of them (the step's host waits are), or it waits for that. From the second call on (the
+// first step starts up: GEMM choices, first launches) each wait's time is also added to its collective's entry.
 static double comm_exposed_ms_take(void) {
     Comm *c = &g_comm;
     double ms = 0.0;
@@ -421,9 +456,44 @@ static double comm_exposed_ms_take(void) {
         cudaCheck(cudaEventSynchronize(c->waits[i].end));
         cudaCheck(cudaEventElapsedTime(&t, c->waits[i].begin, c->waits[i].end));
         ms += t;
+        CommSite *site = c->waits[i].site;
+        if (site && c->takes > 0) {
+            site->ms += t;
+            site->waits++;
+        }
     }
     c->num_waits = 0;
+    c->takes++;
     return ms;
+}
+
+// Where the compute stream waited for communication, in ms a step over the steps after the first, the largest first
+// (the collectives under COMM_REPORT_LEAST_MS a step together on one line): what to hide next.
+#define COMM_REPORT_LEAST_MS 0.01
+static void comm_exposed_report(void) {
+    Comm *c = &g_comm;
+    int steps = c->takes - 1;
+    if (steps < 1) { return; }
+    CommSite *order[COMM_SITES_MAX];
+    int n = 0;
+    double total = 0.0, rest = 0.0;
+    for (int i = 0; i < c->num_sites; i++) {
+        if (c->sites[i].waits == 0) { continue; } // a name comm_site made whose waits never came
+        total += c->sites[i].ms;
+        if (c->sites[i].ms / steps < COMM_REPORT_LEAST_MS) {
+            rest += c->sites[i].ms;
+            continue;
+        }
+        int k = n++;
+        for (; k > 0 && order[k - 1]->ms < c->sites[i].ms; k--) { order[k] = order[k - 1]; }
+        order[k] = &c->sites[i];
+    }
+    printf("exposed communication by collective, ms a step over the %d steps after the first (%.2f in all):\n", steps,
+           total / steps);
+    for (int i = 0; i < n; i++) {
+        printf("  %7.3f  %5.1f waits  %s\n", order[i]->ms / steps, (double)order[i]->waits / steps, order[i]->what);
+    }
+    if (rest > 0.0) { printf("  %7.3f  the rest, each under %.2f ms a step\n", rest / steps, COMM_REPORT_LEAST_MS); }
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -546,7 +616,7 @@ static void comm_world_reduce_on_device(void *x, size_t n, ncclDataType_t type, 
     comm_settle(comm_get(COMM_WORLD), what, c->timeout_s);
     cudaCheck(cudaEventRecord(c->world_out, c->dp_stream));
     comm_track(c->world_out, what);
-    comm_compute_wait(compute, c->world_out);
+    comm_compute_wait(compute, c->world_out, what);
 }
 
 static void comm_barrier(const char *what, int long_wait) {

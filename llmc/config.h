@@ -180,6 +180,7 @@ static inline int param_layout(const GPTConfig *c, ParamLayout *p) {
 
 // The linear layers of a block, in the order they run, and their weight tensors.
 enum { LIN_QKV, LIN_ATTPROJ, LIN_FC, LIN_FCPROJ, BLOCK_LINEARS };
+static const char *const BLOCK_LINEAR_NAMES[BLOCK_LINEARS] = {"qkv", "attention projection", "fc", "fc projection"};
 static const int BLOCK_LINEAR_WEIGHT[BLOCK_LINEARS] = {P_QKVW, P_ATTPROJW, P_FCW, P_FCPROJW};
 
 // Which of a block's linear layers tensor t is the weight of (LIN_*), or -1.

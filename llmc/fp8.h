@@ -132,7 +132,6 @@ static inline int fp8_block(const Fp8Recipe *r, int layer, int L) {
 // (layer * BLOCK_LINEARS + linear) * FP8_ROLES + role of every per-tensor array (every block has its slots; those of
 // the bf16 blocks stay zero).
 enum { FP8_INPUT, FP8_WEIGHT, FP8_GRAD, FP8_ROLES };
-static const char *const FP8_LINEAR_NAMES[BLOCK_LINEARS] = {"qkv", "attention projection", "fc", "fc projection"};
 static const char *const FP8_ROLE_NAMES[FP8_ROLES] = {"input", "weight", "output gradient"};
 
 static inline int fp8_tensor(int layer, int linear, int role) {
@@ -144,7 +143,7 @@ static inline Fp8Format fp8_role_format(int role) { return role == FP8_GRAD ? FP
 // "layer 3 fc projection output gradient", for messages.
 static inline void fp8_tensor_name(int t, char *out, size_t cap) {
     int role = t % FP8_ROLES, linear = (t / FP8_ROLES) % BLOCK_LINEARS, layer = t / (FP8_ROLES * BLOCK_LINEARS);
-    snprintf(out, cap, "layer %d %s %s", layer, FP8_LINEAR_NAMES[linear], FP8_ROLE_NAMES[role]);
+    snprintf(out, cap, "layer %d %s %s", layer, BLOCK_LINEAR_NAMES[linear], FP8_ROLE_NAMES[role]);
 }
 
 // ----------------------------------------------------------------------------------------------------------

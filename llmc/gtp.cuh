@@ -221,7 +221,9 @@ static void gtp_published(Gtp *g, int group, cudaStream_t s) {
 }
 
 // The compute stream waits until buffer b holds its weight.
-static void gtp_wait_gathered(Gtp *g, int b, cudaStream_t compute) { comm_compute_wait(compute, g->gathered[b]); }
+static void gtp_wait_gathered(Gtp *g, int b, cudaStream_t compute) {
+    comm_compute_wait(compute, g->gathered[b], "the GTP all-gathers of the weights");
+}
 
 // Buffer b's weight is read by nothing queued after this on the compute stream.
 static void gtp_release(Gtp *g, int b, cudaStream_t compute) {
@@ -247,7 +249,7 @@ static float *gtp_rs_buffer(Gtp *g, const GtpShape *s, const float *shard_grad, 
     int b = g->rs_next;
     float *buf = g->rs_buf[b];
     size_t real = s->rows * s->cols, padded = s->padded_rows * s->cols, shard = s->shard_rows * s->cols;
-    comm_compute_wait(compute, g->rs_done[b]);
+    comm_compute_wait(compute, g->rs_done[b], "the GTP reduce-scatters of the weight gradients (a buffer's last)");
     if (!accumulate) {
         gtp_zero(buf + real, padded - real, compute);
         return buf;

@@ -72,6 +72,7 @@ template <typename T> struct Linear {
     LinearSplit split;
     TensorParallel *tp; // NULL (or a group of one): no collectives
     Fp8Linear *fp8;     // NULL: the GEMMs run in T
+    const char *name;   // for the lines that name its collectives (NULL: unnamed)
 };
 
 template <typename T> static int fp8_tensor_of(const Linear<T> &lin, int role) {

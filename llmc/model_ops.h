@@ -64,6 +64,9 @@ typedef struct {
     // Milliseconds the compute stream stood still waiting for collectives since the last call (exposed
     // communication, for the log line); < 0 where there is no communication. NULL in the CPU build.
     double (*exposed_comm_ms)(void *ctx);
+    // Prints where the compute stream waited for collectives, by collective, over the steps after the first (called
+    // on the root at the end of a run); NULL in the CPU build.
+    void (*comm_report)(void *ctx);
     // The FP8 recipe's amax history (llmc/fp8.h), the same on every rank, for checkpoints: get copies it into h (of
     // the run's shape, fp8_history_init), set makes h the model's (the next forward scales by it). Both NULL where the
     // model runs no FP8.

@@ -321,7 +321,7 @@ static void update_wait_ready(StepSchedule *s, cudaEvent_t ready) {
 static void grads_final_join(StepSchedule *s) {
     cudaCheck(cudaEventRecord(s->side_done, g_cuda.side));
     if (s->reduce_grads) { // behind the reductions: count the wait as exposed communication
-        comm_compute_wait(g_cuda.stream, s->side_done);
+        comm_compute_wait(g_cuda.stream, s->side_done, "the gradient reductions, at the end of the backward");
     } else {
         cudaCheck(cudaStreamWaitEvent(g_cuda.stream, s->side_done, 0));
     }

@@ -62,6 +62,7 @@ typedef struct TensorParallel {
     cudaStream_t stream;
     cudaEvent_t compute_mark, tp_mark;
     cudaEvent_t chunk_done[TP_SEQUENCE_CHUNKS]; // the last collective queued for each chunk of the forward
+    const char *chunk_what[TP_SEQUENCE_CHUNKS]; // and what it is
     // SP over the ring (tp_ring_connect)
     int ring_up;
     int fp8_codes;                 // FP8 layers whose forward runs by rows gather their input as E4M3 codes
@@ -154,7 +155,7 @@ static void tp_fork(TensorParallel *tp, cudaStream_t compute) {
 static void tp_join(TensorParallel *tp, cudaStream_t compute, const char *what) {
     cudaCheck(cudaEventRecord(tp->tp_mark, tp->stream));
     comm_track(tp->tp_mark, what);
-    comm_compute_wait(compute, tp->tp_mark);
+    comm_compute_wait(compute, tp->tp_mark, what);
 }
 
 // Chunk k's collective, just queued on the TP stream, is the one tp_chunk_wait(k) waits for. The caller waits for
@@ -162,9 +163,10 @@ static void tp_join(TensorParallel *tp, cudaStream_t compute, const char *what) 
 static void tp_chunk_mark(TensorParallel *tp, int k, const char *what) {
     cudaCheck(cudaEventRecord(tp->chunk_done[k], tp->stream));
     comm_track(tp->chunk_done[k], what);
+    tp->chunk_what[k] = what;
 }
 static void tp_chunk_wait(TensorParallel *tp, cudaStream_t compute, int k) {
-    if (tp_active(tp)) { comm_compute_wait(compute, tp->chunk_done[k]); }
+    if (tp_active(tp)) { comm_compute_wait(compute, tp->chunk_done[k], tp->chunk_what[k]); }
 }
 
 // The collectives, on the TP stream, in place but for reduce-scatter. n counts elements of the whole buffer for
@@ -233,12 +235,12 @@ static void tp_ring_all_gather(TensorParallel *tp, char *buf, size_t part_bytes,
         cudaCheck(cudaEventRecord(tp->arrived[j + 1], r->stream));
         if (!consumer) { continue; }
         if (in_slot) {
-            comm_compute_wait_for(consumer, [&]() { peer_ring_received(r, consumer); });
+            comm_compute_wait_for(consumer, what, [&]() { peer_ring_received(r, consumer); });
             consume(j + 1, (const char *)in);
-            comm_compute_wait(consumer, tp->arrived[j + 1]); // the copy into place has read the slot too
+            comm_compute_wait(consumer, tp->arrived[j + 1], what); // the copy into place has read the slot too
             peer_ring_release(r, consumer);
         } else {
-            comm_compute_wait(consumer, tp->arrived[j + 1]);
+            comm_compute_wait(consumer, tp->arrived[j + 1], what);
             consume(j + 1, place);
         }
     }
@@ -299,7 +301,7 @@ static void tp_ring_reduce_scatter(TensorParallel *tp, T *buf, T *mine, size_t n
                     const T *in = NULL;
                     auto receive = [&]() { in = (const T *)peer_ring_received_piece(r, s, p); };
                     if (last) {
-                        comm_compute_wait_for(s, receive);
+                        comm_compute_wait_for(s, what, receive);
                     } else {
                         receive();
                     }
@@ -316,7 +318,7 @@ static void tp_ring_reduce_scatter(TensorParallel *tp, T *buf, T *mine, size_t n
     }
     // the ring's sends read parts of buf that the producer's next work may write
     cudaCheck(cudaEventRecord(tp->ring_out, r->stream));
-    comm_compute_wait(producer, tp->ring_out);
+    comm_compute_wait(producer, tp->ring_out, what);
     cudaCheck(cudaEventRecord(tp->ring_out, producer));
     comm_track(tp->ring_out, what);
 }
@@ -417,6 +419,13 @@ static void tp_sum_on_device(TensorParallel *tp, double *x, int n, cudaStream_t 
 // ----------------------------------------------------------------------------------------------------------------
 // a linear layer split over the TP group (llmc/matmul.cuh's Linear: split, tp): its GEMMs and their collectives
 
+// A collective of the layer, as timeouts and the exposed-communication report name it: what (its name).
+template <typename T> static const char *linear_what(const Linear<T> &lin, const char *what) {
+    return lin.name ? comm_site(what, lin.name) : what;
+}
+static const char *const OUTPUT_GRAD_GATHER = "the tensor-parallel all-gather of a row-parallel layer's output gradient";
+static const char *const INPUT_GRAD_SUM = "the tensor-parallel sum of a column-parallel layer's input gradient";
+
 template <typename T> static bool linear_is(const Linear<T> &lin, LinearSplit split) {
     return lin.split == split && tp_active(lin.tp);
 }
@@ -474,7 +483,7 @@ static void linear_forward(const Linear<T> &lin, T *out, T *inp, T *gelu_aux, co
     auto gemm_all = [&](int r0, int r1) { gemm_rows(r0, r1, inp + (size_t)r0 * lin.in); };
     int P = tp_active(tp) ? tp->size : 1, n = f.ln_rows; // under SP: rows a rank owns
     if (column_sp && tp_ring(tp)) {
-        const char *what = "the tensor-parallel ring all-gather of a column-parallel layer's input";
+        const char *what = linear_what(lin, "the tensor-parallel ring all-gather of a column-parallel layer's input");
         bool by_rows = linear_forward_by_rows(lin), codes = linear_gathers_codes(lin);
         char *gathered = (char *)(inp + (size_t)f.row * lin.in);
         size_t part = (size_t)n * lin.in * sizeof(T);
@@ -497,17 +506,18 @@ static void linear_forward(const Linear<T> &lin, T *out, T *inp, T *gelu_aux, co
             if (k > 0) { fp8_linear_keep_input(lin, x, r0, n, f.tokens, stream); } // the cast kept this rank's
         }, what);
         if (!by_rows) { // the whole GEMM once every part is in
-            comm_compute_wait(stream, tp->arrived[P - 1]);
+            comm_compute_wait(stream, tp->arrived[P - 1], what);
             gemm_all(f.row, f.row + f.rows);
         }
         return;
     }
     if (column_sp) {
-        tp_chunk_gather(tp, inp, lin.in, f, stream, "the tensor-parallel gather of a column-parallel layer's input");
+        tp_chunk_gather(tp, inp, lin.in, f, stream,
+                        linear_what(lin, "the tensor-parallel gather of a column-parallel layer's input"));
         tp_chunk_wait(tp, stream, f.k);
     }
     if (row_parallel && tp->sp && tp_ring(tp) && linear_forward_by_rows(lin)) {
-        const char *what = "the tensor-parallel ring reduce-scatter of a row-parallel layer's output";
+        const char *what = linear_what(lin, "the tensor-parallel ring reduce-scatter of a row-parallel layer's output");
         T *rows = out + (size_t)f.row * lin.out;
         tp_ring_reduce_scatter(tp, rows, (T *)NULL, (size_t)n * lin.out, (size_t)n, stream,
                                [&](int c, size_t r0, size_t r1) { gemm_all(f.row + c * n + r0, f.row + c * n + r1); },
@@ -517,7 +527,7 @@ static void linear_forward(const Linear<T> &lin, T *out, T *inp, T *gelu_aux, co
     }
     gemm_all(f.row, f.row + f.rows);
     if (row_parallel) {
-        const char *what = "the tensor-parallel sum of a row-parallel layer's output";
+        const char *what = linear_what(lin, "the tensor-parallel sum of a row-parallel layer's output");
         tp_chunk_sum(tp, out, (T *)NULL, lin.out, f, stream, what);
     }
 }
@@ -544,8 +554,7 @@ template <typename T> static bool linear_gathers_output_grad(const Linear<T> &li
 template <typename T> static void linear_backward_gather(const Linear<T> &lin, T *dout, int N, cudaStream_t stream) {
     if (!linear_gathers_output_grad(lin)) { return; }
     TensorParallel *tp = lin.tp;
-    tp_gather_start(tp, dout, (size_t)(N / tp->size) * lin.out, stream,
-                    "the tensor-parallel all-gather of a row-parallel layer's output gradient");
+    tp_gather_start(tp, dout, (size_t)(N / tp->size) * lin.out, stream, linear_what(lin, OUTPUT_GRAD_GATHER));
     tp->gather_pending = 1;
 }
 
@@ -554,7 +563,7 @@ template <typename T> static void linear_backward_gather(const Linear<T> &lin, T
 template <typename T> static void linear_backward_input_sum(const Linear<T> &lin, T *dinp, int N, cudaStream_t stream) {
     if (!linear_is(lin, LINEAR_COLUMN)) { return; }
     TensorParallel *tp = lin.tp;
-    const char *what = "the tensor-parallel sum of a column-parallel layer's input gradient";
+    const char *what = linear_what(lin, INPUT_GRAD_SUM);
     tp_fork(tp, stream);
     if (tp->sp) {
         size_t mine = (size_t)(N / tp->size) * lin.in;
@@ -581,15 +590,16 @@ static void linear_backward_input(const Linear<T> &lin, T *dinp, const T *dout, 
         if (tp_ring(tp) && linear_dgrad_by_rows(lin, n)) { // each chunk of dout as it arrives (tp_ring_all_gather)
             for (int k = 0; k < P; k++) {
                 int c = ring_ag_chunk(tp->rank, k, P);
-                if (k > 0) { comm_compute_wait(stream, tp->arrived[k]); }
+                if (k > 0) { comm_compute_wait(stream, tp->arrived[k], linear_what(lin, OUTPUT_GRAD_GATHER)); }
                 dgrad_rows(c * n, (c + 1) * n);
             }
             return;
         }
-        tp_join(tp, stream, "the tensor-parallel all-gather of a row-parallel layer's output gradient");
+        tp_join(tp, stream, linear_what(lin, OUTPUT_GRAD_GATHER));
     }
     if (linear_is(lin, LINEAR_COLUMN) && tp->sp && tp_ring(tp) && linear_dgrad_by_rows(lin, n)) {
-        const char *what = "the tensor-parallel ring reduce-scatter of a column-parallel layer's input gradient";
+        const char *what = linear_what(lin, "the tensor-parallel ring reduce-scatter of a column-parallel layer's "
+                                            "input gradient");
         // the sum is made whole on the compute stream (tp_ring_reduce_scatter): linear_backward_join finds it done
         tp_ring_reduce_scatter(tp, dinp, (T *)NULL, (size_t)n * lin.in, (size_t)n, stream,
                                [&](int c, size_t r0, size_t r1) { dgrad_rows(c * n + r0, c * n + r1); }, what);
@@ -601,7 +611,7 @@ static void linear_backward_input(const Linear<T> &lin, T *dinp, const T *dout, 
 
 template <typename T> static void linear_backward_join(const Linear<T> &lin, cudaStream_t stream) {
     if (linear_is(lin, LINEAR_COLUMN)) {
-        tp_join(lin.tp, stream, "the tensor-parallel sum of a column-parallel layer's input gradient");
+        tp_join(lin.tp, stream, linear_what(lin, INPUT_GRAD_SUM));
     }
 }
 

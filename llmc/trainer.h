@@ -746,6 +746,7 @@ static inline int train_main(int argc, char **argv, LaunchFn launch, ModelFactor
         trainer_init_from(&tr);
     }
     int status = trainer_loop(&tr, resume_step >= 0 ? resume_step : 0);
+    if (tr.is_root && tr.ops.comm_report) { tr.ops.comm_report(tr.ops.ctx); }
     trainer_free(&tr);
     trainer_finish(&tr);
     return status;
