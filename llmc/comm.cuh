@@ -399,6 +399,7 @@ static void comm_wait_stream(cudaStream_t stream, const char *what) {
 // NULL once COMM_SITES_MAX are taken (then that collective's time counts in the total only).
 static CommSite *comm_site_of(const char *what) {
     Comm *c = &g_comm;
+    if (!what) { what = "a collective with no name"; }
     for (int i = 0; i < c->num_sites; i++) {
         if (strcmp(c->sites[i].what, what) == 0) { return &c->sites[i]; }
     }

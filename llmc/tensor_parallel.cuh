@@ -523,6 +523,7 @@ static void linear_forward(const Linear<T> &lin, T *out, T *inp, T *gelu_aux, co
                                [&](int c, size_t r0, size_t r1) { gemm_all(f.row + c * n + r0, f.row + c * n + r1); },
                                what);
         cudaCheck(cudaEventRecord(tp->chunk_done[f.k], stream)); // the sum is whole there (tp_ring_reduce_scatter)
+        tp->chunk_what[f.k] = what;
         return;
     }
     gemm_all(f.row, f.row + f.rows);
