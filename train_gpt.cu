@@ -1192,14 +1192,17 @@ template <typename floatX> static void wgrad_overlap(GPT<floatX> *g, WgradQueue<
 }
 
 // Layer l's linear layer k's input gradient (linear_backward_input; under GTP with its weight materialized for it),
-// and its weight gradient deferred to the queue.
+// the oldest `beside` deferred weight gradients beside its TP sum (over SP's ring, in the wait for the last partial
+// sums), and its own weight gradient deferred to the queue.
 template <typename floatX>
 static void block_input_grad(GPT<floatX> *g, WgradQueue<floatX> *q, int l, int k, floatX *dinp, const floatX *dout,
-                             const floatX *inp, const floatX *act_aux) {
+                             const floatX *inp, const floatX *act_aux, int beside = 0) {
     const Linear<floatX> &lin = block_linear(g, l, k);
     gtp_acquire(g, l, k);
-    linear_backward_input(lin, dinp, dout, inp, act_aux, q->N, g_cuda.stream);
-    gtp_done(g, l, k);
+    linear_backward_input(lin, dinp, dout, inp, act_aux, q->N, g_cuda.stream, [&]() {
+        gtp_done(g, l, k); // its GEMMs are queued
+        if (beside > 0) { wgrad_overlap(g, q, beside); }
+    });
     wgrad_defer(q, k, lin, dout, inp);
 }
 
@@ -1240,8 +1243,7 @@ template <typename floatX> static void block_backward(GPT<floatX> *g, int l, int
     if (!act_in_fcproj) { swiglu_backward(dfch, x.h4, a.dfch, x.fch, N, g->ffn, s); }
     fc_bias_backward(g, l, N, acc);
     if (l > 0 && recomputes_gelu(g, l - 1)) { gelu_recompute(g, l - 1, N); }
-    block_input_grad(g, q, l, LIN_FC, a.proj, dfch, x.ln2, (const floatX *)NULL);
-    wgrad_overlap(g, q, beside_sum);
+    block_input_grad(g, q, l, LIN_FC, a.proj, dfch, x.ln2, (const floatX *)NULL, beside_sum);
     linear_backward_join(fc, s);
     norm_backward_of(g, a.dres + t0, dw[P_LN2W], dw[P_LN2B], dw[P_ATTPROJB], a.proj + t0, x.res2, w[P_LN2W],
                      x.ln2_mean, x.ln2_rstd, ns, acc, s); // dres written: fcproj's ran
@@ -1254,8 +1256,7 @@ template <typename floatX> static void block_backward(GPT<floatX> *g, int l, int
     if (g->rope_cos) { // the gradient of the rotated q and k rotated back: that of the projection's output
         rope_backward(a.dqkv, g->rope_cos, g->rope_sin, g->maxT, B, T, g->heads, g->kv_heads, HS, s);
     }
-    block_input_grad(g, q, l, LIN_QKV, a.proj, a.dqkv, x.ln1, (const floatX *)NULL);
-    wgrad_overlap(g, q, beside_sum);
+    block_input_grad(g, q, l, LIN_QKV, a.proj, a.dqkv, x.ln1, (const floatX *)NULL, beside_sum);
     linear_backward_join(qkv, s);
     norm_backward_of(g, a.dres + t0, dw[P_LN1W], dw[P_LN1B], l > 0 ? grads_of(g, l - 1)[P_FCPROJB] : (float *)NULL,
                      a.proj + t0, x.res_in, w[P_LN1W], x.ln1_mean, x.ln1_rstd, ns, acc, s);

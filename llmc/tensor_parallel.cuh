@@ -255,16 +255,22 @@ static void tp_ring_all_gather(TensorParallel *tp, char *buf, size_t part_bytes,
  * ring sends on is made and sent in tp->rs_pieces pieces of rows, each sent as soon as it is made and added as soon
  * as its piece of the partial sum has landed, so a transfer starts after a piece of its GEMM, not all of it. The last
  * step's sum, this rank's own part, is made on the producer's stream, which made its product (whole) and whose next
- * work reads the sum: there it waits for the predecessor's partial sum itself, piece by piece, and its adds do not
- * run beside (starved by) the GEMMs that follow. Part c is summed in one order (rank c + 1 first, c last), in fp32
+ * work reads the sum: there it queues beside() (the caller's work that needs no sum: a backward's deferred weight
+ * gradients), then waits for the predecessor's partial sum itself, piece by piece, and its adds do not run beside
+ * (starved by) the GEMMs that follow. Part c is summed in one order (rank c + 1 first, c last), in fp32
  * rounded to T at each hop. The other parts of buf are left holding partial sums. A part larger than a slot is made
  * whole first and moves in slot-sized transfers, one whole ring each (a step's sends of several transfers before their
  * receives would wait for slots the successor frees only in its next step). ring_out is recorded on the producer's
  * stream once the sum is whole and every send that read buf is done.
  */
-template <typename T, typename Produce>
+// Work a caller queues beside a collective (none).
+struct NoWork {
+    void operator()() const {}
+};
+
+template <typename T, typename Produce, typename Beside = NoWork>
 static void tp_ring_reduce_scatter(TensorParallel *tp, T *buf, T *mine, size_t n, size_t rows, cudaStream_t producer,
-                                   Produce produce, const char *what) {
+                                   Produce produce, const char *what, Beside beside = Beside()) {
     PeerRing *r = &tp->ring;
     int P = tp->size, me = tp->rank;
     size_t cols = rows ? n / rows : 0, per_transfer = cols ? r->slot_bytes / sizeof(T) / cols * cols : 0;
@@ -288,6 +294,7 @@ static void tp_ring_reduce_scatter(TensorParallel *tp, T *buf, T *mine, size_t n
             T *dst = last && mine ? mine + off : part; // the last step's part is this rank's own
             cudaStream_t s = last ? producer : r->stream;
             if (one_transfer && last) { produce(c, (size_t)0, rows); }
+            if (last && off == 0) { beside(); } // while the last partial sums travel
             for (int p = 0; p < pieces; p++) {
                 size_t r0 = ring_piece_first(m / cols, RING_PIECE_ROWS, pieces, p);
                 size_t r1 = r0 + ring_piece_rows(m / cols, RING_PIECE_ROWS, pieces, p), e0 = r0 * cols;
@@ -543,7 +550,9 @@ static void linear_forward(const Linear<T> &lin, T *out, T *inp, T *gelu_aux, co
  *     the TP group (reduce-scattered under SP: only this rank's tokens of dinp are valid) on the TP stream, started
  *     and not waited for (linear_backward_input_sum; over the ring the GEMM runs chunk by chunk in the ring's order
  *     beside the reduce-scatter; the LM head, which writes dinp a chunk of rows at a time with linear_dgrad, starts it
- *     after the last).
+ *     after the last). beside() is the caller's work to run beside that sum, queued once every GEMM of the layer's
+ *     input gradient is (over the ring before the last hop's waits for the partial sums, which it then fills),
+ *     else at the end.
  *   linear_backward_weight: lin.dw += dout^T inp (written rather than added to when not accumulate; llmc/matmul.cuh).
  *   linear_backward_join:   the compute stream waits for the sum the input part started (column-parallel, TP).
  * dinp must not alias inp, which the weight gradient reads afterwards.
@@ -574,9 +583,9 @@ template <typename T> static void linear_backward_input_sum(const Linear<T> &lin
     }
 }
 
-template <typename T>
+template <typename T, typename Beside = NoWork>
 static void linear_backward_input(const Linear<T> &lin, T *dinp, const T *dout, const T *inp, const T *gelu_aux, int N,
-                                  cudaStream_t stream) {
+                                  cudaStream_t stream, Beside beside = Beside()) {
     if (dinp == inp) { fail("linear_backward_input: dinp must not alias inp (the weight gradient reads it later)"); }
     TensorParallel *tp = lin.tp;
     int P = tp_active(tp) ? tp->size : 1, n = N / P;
@@ -594,6 +603,7 @@ static void linear_backward_input(const Linear<T> &lin, T *dinp, const T *dout, 
                 if (k > 0) { comm_compute_wait(stream, tp->arrived[k], linear_what(lin, OUTPUT_GRAD_GATHER)); }
                 dgrad_rows(c * n, (c + 1) * n);
             }
+            beside();
             return;
         }
         tp_join(tp, stream, linear_what(lin, OUTPUT_GRAD_GATHER));
@@ -603,11 +613,13 @@ static void linear_backward_input(const Linear<T> &lin, T *dinp, const T *dout, 
                                             "input gradient");
         // the sum is made whole on the compute stream (tp_ring_reduce_scatter): linear_backward_join finds it done
         tp_ring_reduce_scatter(tp, dinp, (T *)NULL, (size_t)n * lin.in, (size_t)n, stream,
-                               [&](int c, size_t r0, size_t r1) { dgrad_rows(c * n + r0, c * n + r1); }, what);
+                               [&](int c, size_t r0, size_t r1) { dgrad_rows(c * n + r0, c * n + r1); }, what,
+                               beside);
         return;
     }
     linear_dgrad(lin, dinp, dout, gelu_aux, N, stream);
     linear_backward_input_sum(lin, dinp, N, stream);
+    beside();
 }
 
 template <typename T> static void linear_backward_join(const Linear<T> &lin, cudaStream_t stream) {

@@ -354,10 +354,12 @@ template <typename T> static void test_backward(int P, const char *type, int pie
         group_sync();
         prod[i] = to_host(p, (size_t)N_TOKENS * CH);
     }
+    int beside_calls = 0; // each rank's once
     for (int i = 0; i < P; i++) {
         group_rank(&g, i);
         Linear<T> lin = make_linear<T>(CH, FEAT, wc[i], (const T *)NULL, LINEAR_COLUMN, &g.tp[i]);
-        linear_backward_input(lin, dxc[i], dyc[i], (const T *)NULL, (const T *)NULL, N_TOKENS, g.compute[i]);
+        linear_backward_input(lin, dxc[i], dyc[i], (const T *)NULL, (const T *)NULL, N_TOKENS, g.compute[i],
+                              [&]() { beside_calls++; });
         linear_backward_join(lin, g.compute[i]);
     }
     group_done();
@@ -365,7 +367,8 @@ template <typename T> static void test_backward(int P, const char *type, int pie
     bad = ring_sum_mismatches(dxc, prod, P, n * CH);
     snprintf(name, sizeof(name), "%s P %d: column-parallel input gradient beside its reduce-scatter in %d pieces",
              type, P, pieces);
-    check(bad == 0, name, "%d elements differ", bad);
+    check(bad == 0 && beside_calls == P, name, "%d elements differ; the caller's work beside the sum queued %d times "
+          "by %d ranks", bad, beside_calls, P);
     group_free(&g);
 }
 
