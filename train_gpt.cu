@@ -31,7 +31,10 @@
  * process runs exactly the single-GPU program: no communicator, no extra event, no collective.
  */
 #include <cuda_profiler_api.h>
+
+#include <algorithm>
 #include <type_traits>
+#include <vector>
 
 #include "llmc/config.h"
 #include "llmc/cuda_common.cuh"
@@ -879,11 +882,11 @@ template <typename floatX> static void gpt_embed(GPT<floatX> *g, int T, const Fo
 
 // Layer l's linear layer k on forward chunk f of K (linear_forward): under GTP its weight is materialized before the
 // first chunk and released after the last.
-template <typename floatX>
+template <typename floatX, typename MakeInput = NoRows>
 static void block_linear_forward(GPT<floatX> *g, int l, int k, floatX *out, floatX *inp, floatX *gelu_aux,
-                                 const ForwardChunk &f, int K) {
+                                 const ForwardChunk &f, int K, MakeInput make_input = MakeInput()) {
     if (f.k == 0) { gtp_acquire(g, l, k); }
-    linear_forward(block_linear(g, l, k), out, inp, gelu_aux, f, g_cuda.stream);
+    linear_forward(block_linear(g, l, k), out, inp, gelu_aux, f, g_cuda.stream, make_input);
     if (f.k == K - 1) { gtp_done(g, l, k); }
 }
 
@@ -914,10 +917,25 @@ template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T)
     updated_wait(&g->sched, L);
     gtp_pass_start(g, GTP_FORWARD);
     for (int k = 0; k < K; k++) { gpt_embed(g, T, gpt_chunk(g, B, T, k)); }
+    std::vector<char> attended((size_t)B); // this layer's sequences whose attention is made
     for (int l = 0; l < L; l++) {
         LayerActs<floatX> x = layer_acts(g, l), below = layer_acts(g, l > 0 ? l - 1 : 0);
         ParamView<const floatX> w = weights_of(g, l);
         updated_wait(&g->sched, l);
+        std::fill(attended.begin(), attended.end(), 0);
+        // the attention of the sequences rows [r0, r1) touch, those not made yet, where the projection needs them
+        auto attention_rows = [&](int r0, int r1) {
+            for (int q = r0 / T, end = (r1 + T - 1) / T; q < end;) {
+                if (attended[q]) {
+                    q++;
+                    continue;
+                }
+                int from = q;
+                for (; q < end && !attended[q]; q++) { attended[q] = 1; }
+                size_t r = (size_t)from * T; // lse is (B, NH/TP, T): sequence from's starts at r NH/TP
+                attention_forward(x.atty + r * A, x.lse + r * NHl, x.qkv + r * QKV, q - from, T, NHl, KVl, HS, s);
+            }
+        };
         for (int k = 0; k < K; k++) {
             ForwardChunk f = gpt_chunk(g, B, T, k);
             size_t r = f.row; // lse is (B, NH/TP, T): the chunk's sequences start at r NH/TP
@@ -929,8 +947,9 @@ template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T)
             if (g->rope_cos) { // q and k rotated in place: attention and its backward read them so
                 rope_forward(x.qkv + r * QKV, g->rope_cos, g->rope_sin, g->maxT, f.rows / T, T, NHl, KVl, HS, s);
             }
-            attention_forward(x.atty + r * A, x.lse + r * NHl, x.qkv + r * QKV, f.rows / T, T, NHl, KVl, HS, s);
-            block_linear_forward(g, l, LIN_ATTPROJ, a.proj, x.atty, (floatX *)NULL, f, K);
+            // the attention as the projection takes its rows: over SP's ring, the sequences of the chunk its
+            // reduce-scatter sends first, then the rest beside that transfer
+            block_linear_forward(g, l, LIN_ATTPROJ, a.proj, x.atty, (floatX *)NULL, f, K, attention_rows);
         }
         for (int k = 0; k < K; k++) {
             ForwardChunk f = gpt_chunk(g, B, T, k);

@@ -476,18 +476,28 @@ template <typename T> static bool linear_gathers_codes(const Linear<T> &lin) {
  * waited for. Row-parallel: TP rank 0 adds the bias, and the sum over the TP group is started on the TP stream (over
  * the ring: the GEMM chunk by chunk in the ring's order beside the pipelined reduce-scatter) and marked as the chunk's
  * collective (tp_chunk_sum); the caller waits for it (tp_chunk_wait) before it reads out. Under SP it goes onto the
- * rows' owners: then only this rank's tokens of out are valid.
+ * rows' owners: then only this rank's tokens of out are valid. make_input(r0, r1), where given, queues the work that
+ * writes inp's rows [r0, r1) right before the GEMM that reads them (a row-parallel layer over the ring: the attention
+ * output of the chunk the ring sends first is made first, and the rest beside its transfer).
  */
-template <typename T>
+// Work that makes a layer's input rows [r0, r1) where the GEMM needs them (none: the input is made already).
+struct NoRows {
+    void operator()(int, int) const {}
+};
+
+template <typename T, typename MakeInput = NoRows>
 static void linear_forward(const Linear<T> &lin, T *out, T *inp, T *gelu_aux, const ForwardChunk &f,
-                           cudaStream_t stream) {
+                           cudaStream_t stream, MakeInput make_input = MakeInput()) {
     TensorParallel *tp = lin.tp;
     bool row_parallel = linear_is(lin, LINEAR_ROW), column_sp = linear_is(lin, LINEAR_COLUMN) && tp->sp;
     const T *bias = row_parallel && tp->rank != 0 ? NULL : lin.b;
     auto gemm_rows = [&](int r0, int r1, const T *rows_in) { // rows_in: row r0's input
         linear_rows_forward(lin, bias, out, rows_in, r0, r1, f.tokens, gelu_aux, stream);
     };
-    auto gemm_all = [&](int r0, int r1) { gemm_rows(r0, r1, inp + (size_t)r0 * lin.in); };
+    auto gemm_all = [&](int r0, int r1) {
+        make_input(r0, r1);
+        gemm_rows(r0, r1, inp + (size_t)r0 * lin.in);
+    };
     int P = tp_active(tp) ? tp->size : 1, n = f.ln_rows; // under SP: rows a rank owns
     if (column_sp && tp_ring(tp)) {
         const char *what = linear_what(lin, "the tensor-parallel ring all-gather of a column-parallel layer's input");

@@ -313,6 +313,18 @@ template <typename T> static void test_shape(int B, int Tlen, int NH, int KV, in
     std::vector<float> g_out = download(out, n_out), g_lse = download(lse, n_lse);
     check_close(prec, "out", B, Tlen, NH, KV, HS, g_out, download_double(rout, n_out), tol);
     check_close(prec, "lse", B, Tlen, NH, KV, HS, g_lse, download_double(rlse, n_lse), tol);
+    if (B > 1) { // the first B/2 sequences launched alone, then the rest (as SP's ring takes them): the same bits
+        int first = B / 2;
+        size_t out_first = (size_t)first * Tlen * NH * HS, lse_first = (size_t)first * NH * Tlen;
+        cudaCheck(cudaMemset(out, 0xff, n_out * sizeof(T)));
+        cudaCheck(cudaMemset(lse, 0xff, n_lse * sizeof(float)));
+        attention_forward<T>(out, lse, qkv, first, Tlen, NH, KV, HS, 0);
+        attention_forward<T>(out + out_first, lse + lse_first, qkv + (size_t)first * Tlen * H * HS, B - first, Tlen,
+                             NH, KV, HS, 0);
+        cudaCheck(cudaDeviceSynchronize());
+        check_same_bits(prec, "out_in_two_launches", B, Tlen, NH, KV, HS, download(out, n_out), g_out);
+        check_same_bits(prec, "lse_in_two_launches", B, Tlen, NH, KV, HS, download(lse, n_lse), g_lse);
+    }
 
     const size_t n_bias = (size_t)H * HS;
     std::vector<float> g_dqkv[2], g_bias[2];
