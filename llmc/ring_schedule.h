@@ -16,8 +16,9 @@
  *
  * A transfer lands in one of RING_SLOTS receive buffers, in turn: transfer t (counted over the ring's life, the same
  * on every rank, which issue the same collectives in the same order) uses slot t % RING_SLOTS for the
- * (t / RING_SLOTS)-th time, "use" u. It moves in 1 to RING_MAX_PIECES pieces of its rows (ring_piece_first), the same count on its sender and its receiver, which run the same collective: a reduce-scatter sends
- * a product as soon as each of its pieces is made, and its receiver reads each piece as it lands. Two flags per slot,
+ * (t / RING_SLOTS)-th time, "use" u. It moves in 1 to RING_MAX_PIECES pieces of its rows (ring_piece_first), the
+ * same count on its sender and its receiver, which run the same collective: a reduce-scatter sends a product as soon
+ * as each of its pieces is made, and its receiver reads each piece as it lands. Two flags per slot,
  * 32-bit counters: ready (in the receiver's memory, written by the sender after each piece's copy: u RING_MAX_PIECES
  * + p + 1, counted in pieces at a fixed stride a use, so that it only grows whatever each transfer's count) and free
  * (in the sender's memory, written by the receiver once it has consumed the whole slot: u + 1). Before writing use u

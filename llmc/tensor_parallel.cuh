@@ -107,8 +107,8 @@ static void tp_ring_events(TensorParallel *tp) {
  * its neighbours' memory (else NCCL's collectives), nccl wherever NCCL runs; with fp8_codes (an FP8 model with
  * delayed scaling, --sp-fp8-codes 1) FP8 layers gather their inputs as E4M3 codes once the history gives their scales
  * (linear_gathers_codes); a reduce-scatter's products move in rs_pieces pieces of rows, each sent as soon as its
- * part of the GEMM is made (tp_ring_reduce_scatter); rank 0 says which. Every rank calls it (ce's set-up ends with a barrier of every rank;
- * nccl's splits the TP group's communicator).
+ * part of the GEMM is made (tp_ring_reduce_scatter); rank 0 says which. Every rank calls it (ce's set-up ends with
+ * a barrier of every rank; nccl's splits the TP group's communicator).
  */
 static void tp_ring_connect(TensorParallel *tp, int overlap, RingTransport transport, size_t part_bytes, int fp8_codes,
                             int rs_pieces, int log) {
@@ -430,7 +430,8 @@ static void tp_sum_on_device(TensorParallel *tp, double *x, int n, cudaStream_t 
 template <typename T> static const char *linear_what(const Linear<T> &lin, const char *what) {
     return lin.name ? comm_site(what, lin.name) : what;
 }
-static const char *const OUTPUT_GRAD_GATHER = "the tensor-parallel all-gather of a row-parallel layer's output gradient";
+static const char *const OUTPUT_GRAD_GATHER =
+    "the tensor-parallel all-gather of a row-parallel layer's output gradient";
 static const char *const INPUT_GRAD_SUM = "the tensor-parallel sum of a column-parallel layer's input gradient";
 
 template <typename T> static bool linear_is(const Linear<T> &lin, LinearSplit split) {

@@ -213,8 +213,8 @@ static void test_validate(void) {
 
     Options spp = parse("--tp", "2", "--sequence-parallel", "1", "--sp-ring-pieces", "4", "--sample-every", "0", NULL);
     options_validate(&spp, 1); // exits with the reason if refused
-    check(spp.sp_ring_pieces == 4 && parse(NULL).sp_ring_pieces == 1, "sp_ring_pieces", "--sp-ring-pieces %d, default %d",
-          spp.sp_ring_pieces, parse(NULL).sp_ring_pieces);
+    check(spp.sp_ring_pieces == 4 && parse(NULL).sp_ring_pieces == 1, "sp_ring_pieces",
+          "--sp-ring-pieces %d, default %d", spp.sp_ring_pieces, parse(NULL).sp_ring_pieces);
 
     Options z = parse("--zero", "1", "--sample-every", "0", "--batch-size", "4", "--seq-len", "64", "--total-batch-tokens", "1024", NULL);
     options_validate(&z, 2); // exits with the reason if refused

@@ -292,8 +292,8 @@ template <typename T> static void test_forward(int P, const char *type, int piec
     group_done();
     group_wait(&g, type, "GEMM + reduce-scatter");
     int bad = ring_sum_mismatches(outr, prod, P, n * CH);
-    snprintf(name, sizeof(name), "%s P %d: GEMM + reduce-scatter in %d pieces, each rank's rows in the ring's sum order",
-             type, P, pieces);
+    snprintf(name, sizeof(name),
+             "%s P %d: GEMM + reduce-scatter in %d pieces, each rank's rows in the ring's sum order", type, P, pieces);
     check(bad == 0, name, "%d elements differ", bad);
     group_free(&g);
 }
