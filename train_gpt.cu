@@ -947,8 +947,11 @@ template <typename floatX> static void gpt_forward(GPT<floatX> *g, int B, int T)
             if (g->rope_cos) { // q and k rotated in place: attention and its backward read them so
                 rope_forward(x.qkv + r * QKV, g->rope_cos, g->rope_sin, g->maxT, f.rows / T, T, NHl, KVl, HS, s);
             }
-            // the attention as the projection takes its rows: over SP's ring, the sequences of the chunk its
-            // reduce-scatter sends first, then the rest beside that transfer
+            // over SP's ring, the attention as the projection takes its rows: the sequences of the chunk its
+            // reduce-scatter sends first, then the rest beside that transfer; else the chunk's before the projection
+            // (and under GTP before its wait for the gathered weight)
+            const Linear<floatX> &attproj = block_linear(g, l, LIN_ATTPROJ);
+            if (!linear_reduce_scatters_by_rows(attproj)) { attention_rows(f.row, f.row + f.rows); }
             block_linear_forward(g, l, LIN_ATTPROJ, a.proj, x.atty, (floatX *)NULL, f, K, attention_rows);
         }
         for (int k = 0; k < K; k++) {

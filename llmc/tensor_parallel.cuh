@@ -481,6 +481,12 @@ template <typename T> static bool linear_gathers_codes(const Linear<T> &lin) {
  * writes inp's rows [r0, r1) right before the GEMM that reads them (a row-parallel layer over the ring: the attention
  * output of the chunk the ring sends first is made first, and the rest beside its transfer).
  */
+// Whether the layer's forward GEMM runs chunk by chunk beside the ring's pipelined reduce-scatter (row-parallel under
+// SP over the ring, the GEMM cut by rows): then make_input is called for each chunk's rows, in the ring's order.
+template <typename T> static bool linear_reduce_scatters_by_rows(const Linear<T> &lin) {
+    return linear_is(lin, LINEAR_ROW) && lin.tp->sp && tp_ring(lin.tp) && linear_forward_by_rows(lin);
+}
+
 // Work that makes a layer's input rows [r0, r1) where the GEMM needs them (none: the input is made already).
 struct NoRows {
     void operator()(int, int) const {}
@@ -534,7 +540,7 @@ static void linear_forward(const Linear<T> &lin, T *out, T *inp, T *gelu_aux, co
                         linear_what(lin, "the tensor-parallel gather of a column-parallel layer's input"));
         tp_chunk_wait(tp, stream, f.k);
     }
-    if (row_parallel && tp->sp && tp_ring(tp) && linear_forward_by_rows(lin)) {
+    if (linear_reduce_scatters_by_rows(lin)) {
         const char *what = linear_what(lin, "the tensor-parallel ring reduce-scatter of a row-parallel layer's output");
         T *rows = out + (size_t)f.row * lin.out;
         tp_ring_reduce_scatter(tp, rows, (T *)NULL, (size_t)n * lin.out, (size_t)n, stream,
