@@ -1273,11 +1273,10 @@ template <typename floatX> static void block_backward(GPT<floatX> *g, int l, int
     linear_backward_gather(attproj, a.dres, N, s);
     wgrad_overlap(g, q, WGRAD_ALL); // before the next layer writes d fch
     block_input_grad(g, q, l, LIN_ATTPROJ, a.proj, a.dres, x.atty, (const floatX *)NULL);
-    attention_backward(a.dqkv, dw[P_QKVB], a.proj, x.atty, x.qkv, x.lse, a.attn_workspace, B, T, g->heads,
+    // under RoPE dq and dk rotated back as they are stored: the gradient of the projection's output
+    const RopeTables rope = {g->rope_cos, g->rope_sin, g->maxT};
+    attention_backward(a.dqkv, dw[P_QKVB], a.proj, x.atty, x.qkv, x.lse, rope, a.attn_workspace, B, T, g->heads,
                        g->kv_heads, HS, acc, s);
-    if (g->rope_cos) { // the gradient of the rotated q and k rotated back: that of the projection's output
-        rope_backward(a.dqkv, g->rope_cos, g->rope_sin, g->maxT, B, T, g->heads, g->kv_heads, HS, s);
-    }
     block_input_grad(g, q, l, LIN_QKV, a.proj, a.dqkv, x.ln1, (const floatX *)NULL, beside_sum);
     linear_backward_join(qkv, s);
     norm_backward_of(g, a.dres + t0, dw[P_LN1W], dw[P_LN1B], l > 0 ? grads_of(g, l - 1)[P_FCPROJB] : (float *)NULL,

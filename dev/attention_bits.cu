@@ -4,7 +4,7 @@
  * GPT-2's). dev/attention_bits.sh builds it against this tree's llmc/ and against an earlier revision's and compares
  * the lines, so that a change to the kernels can be held to the bits they gave before.
  *   built with -DATTENTION_BEFORE_GQA against headers from before grouped-query attention, whose interface takes no
- *   KV argument
+ *   KV argument, and with -DATTENTION_BEFORE_ROPE against headers whose backward takes no RoPE tables
  */
 #include <stdio.h>
 
@@ -12,6 +12,11 @@
 
 #include "llmc/attention.cuh"
 
+#ifdef ATTENTION_BEFORE_ROPE
+#define ROPE_ARG
+#else
+#define ROPE_ARG RopeTables{},
+#endif
 #ifdef ATTENTION_BEFORE_GQA
 #define KV_ARG(NH)
 #define WORKSPACE_BYTES(T, B, Tlen, NH, HS) attention_backward_workspace_bytes<T>(B, Tlen, NH, HS)
@@ -58,7 +63,7 @@ template <typename T> static void digest(int B, int Tlen, int NH, int HS) {
     cudaCheck(cudaMemcpy(qkv, h_qkv.data(), n_qkv * sizeof(T), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(dout, h_dout.data(), n_out * sizeof(T), cudaMemcpyHostToDevice));
     attention_forward<T>(out, lse, qkv, B, Tlen, NH, KV_ARG(NH) HS, 0);
-    attention_backward<T>(dqkv, dbias, dout, out, qkv, lse, ws, B, Tlen, NH, KV_ARG(NH) HS, 0, 0);
+    attention_backward<T>(dqkv, dbias, dout, out, qkv, lse, ROPE_ARG ws, B, Tlen, NH, KV_ARG(NH) HS, 0, 0);
     cudaCheck(cudaDeviceSynchronize());
     printf("%s B=%d T=%d NH=%d HS=%d out %016llx lse %016llx dqkv %016llx dbias %016llx\n", TypeInfo<T>::name, B, Tlen,
            NH, HS, device_checksum(out, n_out), device_checksum(lse, n_lse), device_checksum(dqkv, n_qkv),

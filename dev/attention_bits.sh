@@ -6,7 +6,7 @@
 #                                    device call carries it: carry ["dev/bin/attention_bits_base"])
 #   dev/attention_bits.sh            on the GPU: builds both, runs both, prints PASS or FAIL (and the lines that differ)
 # A base from before grouped-query attention (its interface takes no KV argument) is built with
-# -DATTENTION_BEFORE_GQA.
+# -DATTENTION_BEFORE_GQA, one whose backward takes no RoPE tables with -DATTENTION_BEFORE_ROPE.
 set -u
 cd "$(dirname "$0")/.."
 BASE=dev/bin/attention_bits_base
@@ -29,6 +29,7 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 base_flags=(-I"$BASE")
 grep -q 'int NH, int KV, int HS' "$BASE/llmc/attention.cuh" || base_flags+=(-DATTENTION_BEFORE_GQA)
+grep -q 'RopeTables rope, void \*workspace' "$BASE/llmc/attention.cuh" || base_flags+=(-DATTENTION_BEFORE_ROPE)
 # the base's llmc/ first on the include path, so that "llmc/..." is its headers
 "$NVCC" "${FLAGS[@]}" "${base_flags[@]}" dev/attention_bits.cu -o "$out/base" -lcublasLt & base_build=$!
 "$NVCC" "${FLAGS[@]}" -I. dev/attention_bits.cu -o "$out/tree" -lcublasLt & tree_build=$!

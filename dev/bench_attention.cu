@@ -37,11 +37,11 @@ template <int HS> static void time_kernels(Bufs &b) {
     });
     float dq = median_ms([&] {
         attention_backward_dq_bf16_kernel<HS><<<grid, ATTN_WG_THREADS, dq_smem>>>(
-            b.dqkv, nullptr, b.dsum, b.dout, b.out, b.qkv, b.lse, b.T, b.NH, b.KV, scale_log2, scale);
+            b.dqkv, nullptr, b.dsum, b.dout, b.out, b.qkv, b.lse, RopeTables{}, b.T, b.NH, b.KV, scale_log2, scale);
     });
     float dkdv = median_ms([&] {
         attention_backward_dkdv_bf16_kernel<HS><<<kv_grid, ATTN_WG_THREADS, dkdv_smem>>>(
-            b.dqkv, nullptr, b.dout, b.qkv, b.lse, b.dsum, b.T, b.NH, b.KV, scale_log2, scale);
+            b.dqkv, nullptr, b.dout, b.qkv, b.lse, b.dsum, RopeTables{}, b.T, b.NH, b.KV, scale_log2, scale);
     });
     cudaCheckLaunch();
     printf("forward %8.3f ms %6.1f TFLOP/s\n", fwd, g_flops / fwd * 1e-9);
@@ -52,7 +52,8 @@ template <int HS> static void time_kernels(Bufs &b) {
 template <int HS> static void bench(Bufs &b) {
     float fwd = median_ms([&] { attention_forward<bf16>(b.out, b.lse, b.qkv, b.B, b.T, b.NH, b.KV, HS, 0); });
     float bwd = median_ms([&] {
-        attention_backward<bf16>(b.dqkv, nullptr, b.dout, b.out, b.qkv, b.lse, b.dsum, b.B, b.T, b.NH, b.KV, HS, 0, 0);
+        attention_backward<bf16>(b.dqkv, nullptr, b.dout, b.out, b.qkv, b.lse, RopeTables{}, b.dsum, b.B, b.T, b.NH,
+                                 b.KV, HS, 0, 0);
     });
     printf("interface: fwd %.3f ms %.1f TFLOP/s, bwd %.3f ms %.1f TFLOP/s\n", fwd, g_flops / fwd * 1e-9, bwd,
            2.5 * g_flops / bwd * 1e-9);
@@ -66,7 +67,8 @@ template <int HS> static void energy_layer(Bufs &b) {
     energy_idle(n);
     auto fwd = [&] { attention_forward<bf16>(b.out, b.lse, b.qkv, b.B, b.T, b.NH, b.KV, HS, 0); };
     auto bwd = [&] {
-        attention_backward<bf16>(b.dqkv, nullptr, b.dout, b.out, b.qkv, b.lse, b.dsum, b.B, b.T, b.NH, b.KV, HS, 0, 0);
+        attention_backward<bf16>(b.dqkv, nullptr, b.dout, b.out, b.qkv, b.lse, RopeTables{}, b.dsum, b.B, b.T, b.NH,
+                                 b.KV, HS, 0, 0);
     };
     energy(n, "attention forward", fwd, (cudaStream_t)0, g_flops * 1e-12, "TFLOP");
     energy(n, "attention backward", bwd, (cudaStream_t)0, 2.5 * g_flops * 1e-12, "TFLOP");

@@ -15,6 +15,10 @@
  * rows are in registers: each block writes the sums of its rows (as stored) to one row of partials, and
  * add_partial_sums adds the rows in order. This saves a separate column_sum pass over dqkv (3C columns x N rows,
  * ~30 us a layer at 1558M).
+ * Rotary embeddings (Llama): q and k arrive rotated (llmc/rope.cuh's forward pass on qkv), and the backward rotates
+ * dQ and dK back as it stores them (RopeTables), so what it writes is the gradient of the QKV projection's output: a
+ * column i and its pair i + HS/2 are in the same thread in both precisions' register layouts, so the rotation is a
+ * few products on values already in registers, where a pass of its own read and wrote dQ and dK once more.
  * Grouped-query attention (GQA): NH query heads share KV key/value heads, query head h reading KV head h / (NH / KV);
  * KV = NH is multi-head attention (GPT-2). The forward and the dQ kernel only read their query head's K and V from
  * another column of qkv. dK and dV of a KV head sum over the NH / KV query heads of its group: the dK/dV kernel owns a
@@ -43,6 +47,7 @@
 #include <type_traits>
 
 #include "cuda_common.cuh"
+#include "rope.cuh"
 #include "wgmma.cuh"
 
 #define ATTN_LN2 0.6931471805599453f
@@ -135,6 +140,19 @@ __device__ __forceinline__ void attn_colsum_f32(float *dst, float (*red)[HS], co
     }
 }
 
+// A warp's row (lane owning columns lane + 32 i) of dQ or dK at position `row` rotated back by RoPE (rope.cos NULL:
+// none): column c's pair c + HS/2 is the same lane's value DPL / 2 further on.
+template <int DPL> __device__ __forceinline__ void attn_unrotate_row_f32(float (&x)[DPL], int row, RopeTables rope) {
+    constexpr int HALF = DPL * WARP_SIZE / 2;
+    if (!rope.cos) { return; }
+    const int lane = threadIdx.x % WARP_SIZE;
+#pragma unroll
+    for (int i = 0; i < DPL / 2; i++) {
+        const size_t at = (size_t)row * HALF + lane + i * WARP_SIZE;
+        rope_unrotate(x[i], x[i + DPL / 2], rope.cos[at], rope.sin[at]);
+    }
+}
+
 template <int HS>
 __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
     attention_forward_f32_kernel(float *out, float *lse, const float *qkv, int Tlen, int NH, int KV, float scale) {
@@ -185,7 +203,8 @@ __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
 template <int HS>
 __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
     attention_backward_dq_f32_kernel(float *dqkv, float *partial, float *dsum, const float *dout, const float *out,
-                                     const float *qkv, const float *lse, int Tlen, int NH, int KV, float scale) {
+                                     const float *qkv, const float *lse, RopeTables rope, int Tlen, int NH, int KV,
+                                     float scale) {
     constexpr int DPL = HS / WARP_SIZE;
     __shared__ float sQ[ATTN_ROWS_PER_BLOCK][HS], sdO[ATTN_ROWS_PER_BLOCK][HS];
     __shared__ float sK[ATTN_F32_TILE][HS + 1], sV[ATTN_F32_TILE][HS + 1];
@@ -231,6 +250,7 @@ __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
 #pragma unroll
     for (int i = 0; i < DPL; i++) { dq[i] *= scale; }
     if (row < Tlen) {
+        attn_unrotate_row_f32(dq, row, rope);
         float *dqrow = dqkv + hd.seq + hd.qcol + (size_t)row * stride;
 #pragma unroll
         for (int i = 0; i < DPL; i++) { dqrow[lane + i * WARP_SIZE] = dq[i]; }
@@ -249,7 +269,7 @@ __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE)
 template <int HS>
 __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE, ATTN_F32_DKDV_MIN_BLOCKS(HS))
     attention_backward_dkdv_f32_kernel(float *dqkv, float *partial, const float *dout, const float *qkv,
-                                       const float *lse, const float *dsum, int Tlen, int NH, int KV,
+                                       const float *lse, const float *dsum, RopeTables rope, int Tlen, int NH, int KV,
                                        float scale) {
     constexpr int DPL = HS / WARP_SIZE;
     __shared__ float sK[ATTN_ROWS_PER_BLOCK][HS], sV[ATTN_ROWS_PER_BLOCK][HS];
@@ -290,6 +310,7 @@ __global__ void __launch_bounds__(ATTN_ROWS_PER_BLOCK * WARP_SIZE, ATTN_F32_DKDV
 #pragma unroll
     for (int i = 0; i < DPL; i++) { dk[i] *= scale; }
     if (key < Tlen) {
+        attn_unrotate_row_f32(dk, key, rope);
         float *dkrow = dqkv + hd.seq + hd.kcol + (size_t)key * stride;
         float *dvrow = dqkv + hd.seq + hd.vcol + (size_t)key * stride;
 #pragma unroll
@@ -668,12 +689,36 @@ __device__ __forceinline__ void attn_query_tile_landed(float *sL) {
     for (int i = threadIdx.x; i < ATTN_WG_ROWS; i += ATTN_WG_THREADS) { sL[i] *= LOG2E_F; }
 }
 
-// A backward kernel's result for rows row0 + ... of the slab: acc times `mul` into dst (rows stride elements apart),
-// and when prow is not NULL, its column sums (colsum_acc_rows) into that row of bias partials. red: shared memory no
-// longer read by anyone.
+// A warp's 16 rows (from r0) of a dQ or dK accumulator rotated back by RoPE's angles of their positions (rope.cos
+// NULL: none). Column i < HS/2 of a row is element [n][e] with i = 8 n + 2 c + e % 2, and its pair i + HS/2 is
+// element [n + DT/2][e] of the same thread.
+template <int DT>
+__device__ __forceinline__ void attn_unrotate_acc(float (&acc)[DT][4], int r0, int Tlen, RopeTables rope) {
+    constexpr int HALF = DT * 4; // HS / 2
+    if (!rope.cos) { return; }
+    const int lane = threadIdx.x % WARP_SIZE, g = lane >> 2, cq = lane & 3;
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        const int row = r0 + g + 8 * hf;
+        if (row >= Tlen) { continue; }
+#pragma unroll
+        for (int n = 0; n < DT / 2; n++) {
+            const size_t at = (size_t)row * HALF + n * 8 + 2 * cq;
+            const float2 c = *reinterpret_cast<const float2 *>(rope.cos + at);
+            const float2 s = *reinterpret_cast<const float2 *>(rope.sin + at);
+            rope_unrotate(acc[n][2 * hf], acc[n + DT / 2][2 * hf], c.x, s.x);
+            rope_unrotate(acc[n][2 * hf + 1], acc[n + DT / 2][2 * hf + 1], c.y, s.y);
+        }
+    }
+}
+
+// A backward kernel's result for rows row0 + ... of the slab: acc (rotated back by RoPE where rope.cos is given: dQ,
+// dK) times `mul` into dst (rows stride elements apart), and when prow is not NULL, its column sums (colsum_acc_rows)
+// into that row of bias partials. red: shared memory no longer read by anyone.
 template <int DT>
 __device__ __forceinline__ void attn_grad_store(bf16 *dst, size_t stride, float *prow, float *red,
-                                                const float (&acc)[DT][4], int row0, int Tlen, float mul) {
+                                                float (&acc)[DT][4], int row0, int Tlen, float mul, RopeTables rope) {
+    attn_unrotate_acc(acc, row0, Tlen, rope);
     store_acc_rows(dst, stride, acc, row0, Tlen, mul);
     if (prow) { colsum_acc_rows(prow, red, acc, row0, Tlen, mul); }
 }
@@ -755,8 +800,8 @@ __global__ void __launch_bounds__(ATTN_WG_THREADS)
 template <int HS>
 __global__ void __launch_bounds__(ATTN_WG_THREADS)
     attention_backward_dq_bf16_kernel(bf16 *dqkv, float *partial, float *dsum, const bf16 *dout, const bf16 *out,
-                                      const bf16 *qkv, const float *lse, int Tlen, int NH, int KV, float scale_log2,
-                                      float scale) {
+                                      const bf16 *qkv, const float *lse, RopeTables rope, int Tlen, int NH, int KV,
+                                      float scale_log2, float scale) {
     constexpr int ROWS = ATTN_WG_ROWS, DT = HS / 8, ST = ROWS / 8, TILE = attn_tile_bytes<HS>();
     extern __shared__ __align__(128) unsigned char smem[];
     unsigned char *aligned = wgmma_smem_aligned(smem);
@@ -819,7 +864,7 @@ __global__ void __launch_bounds__(ATTN_WG_THREADS)
     // the shared tiles are free for the bias sums: the loop ended with a barrier and no copy or MMA in flight
     float *head_partial = partial ? partial + (size_t)hd.partial_row * stride + hd.qcol : NULL;
     attn_grad_store(dqkv + hd.seq + hd.qcol, stride, head_partial, reinterpret_cast<float *>(aligned), dq, row_base,
-                    Tlen, scale);
+                    Tlen, scale, rope);
 }
 
 // ----------------------------------------------------------------------------------------------------------------
@@ -839,7 +884,7 @@ __global__ void __launch_bounds__(ATTN_WG_THREADS)
 template <int HS>
 __global__ void __launch_bounds__(ATTN_WG_THREADS, ATTN_DKDV_MIN_BLOCKS(HS))
     attention_backward_dkdv_bf16_kernel(bf16 *dqkv, float *partial, const bf16 *dout, const bf16 *qkv,
-                                        const float *lse, const float *dsum, int Tlen, int NH, int KV,
+                                        const float *lse, const float *dsum, RopeTables rope, int Tlen, int NH, int KV,
                                         float scale_log2, float scale) {
     constexpr int ROWS = ATTN_WG_ROWS, DT = HS / 8, ST = ROWS / 8, TILE = attn_tile_bytes<HS>();
     extern __shared__ __align__(128) unsigned char smem[];
@@ -916,9 +961,9 @@ __global__ void __launch_bounds__(ATTN_WG_THREADS, ATTN_DKDV_MIN_BLOCKS(HS))
     }
     // the shared tiles are free for the bias sums: the loop ended with a barrier and no copy or MMA in flight
     float *red = reinterpret_cast<float *>(aligned);
-    attn_grad_store(dk_dst, stride, prow, red, dk, key_base, Tlen, scale);
+    attn_grad_store(dk_dst, stride, prow, red, dk, key_base, Tlen, scale, rope);
     attn_grad_store(dk_dst + (size_t)KV * HS, stride, prow ? prow + (size_t)KV * HS : NULL, red, dv, key_base, Tlen,
-                    1.0f);
+                    1.0f, RopeTables{});
 }
 
 // ----------------------------------------------------------------------------------------------------------------
@@ -950,18 +995,18 @@ static void attention_forward_bf16(bf16 *out, float *lse, const bf16 *qkv, int B
 // The dQ kernel first: it writes the D the dK/dV kernel reads.
 template <int HS>
 static void attention_backward_bf16(bf16 *dqkv, float *partial, float *dsum, const bf16 *dout, const bf16 *out,
-                                    const bf16 *qkv, const float *lse, int B, int Tlen, int NH, int KV,
-                                    cudaStream_t stream) {
+                                    const bf16 *qkv, const float *lse, RopeTables rope, int B, int Tlen, int NH,
+                                    int KV, cudaStream_t stream) {
     const float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * LOG2E_F;
     constexpr int dq_smem = attn_dq_smem<HS>(), dkdv_smem = attn_dkdv_smem<HS>();
     attn_set_smem(attention_backward_dq_bf16_kernel<HS>, dq_smem);
     attention_backward_dq_bf16_kernel<HS><<<attn_grid(B, Tlen, NH, ATTN_WG_ROWS), ATTN_WG_THREADS, dq_smem, stream>>>(
-        dqkv, partial, dsum, dout, out, qkv, lse, Tlen, NH, KV, scale_log2, scale);
+        dqkv, partial, dsum, dout, out, qkv, lse, rope, Tlen, NH, KV, scale_log2, scale);
     cudaCheckLaunch();
     attn_set_smem(attention_backward_dkdv_bf16_kernel<HS>, dkdv_smem);
     attention_backward_dkdv_bf16_kernel<HS>
         <<<attn_grid(B, Tlen, KV, ATTN_WG_ROWS), ATTN_WG_THREADS, dkdv_smem, stream>>>(
-            dqkv, partial, dout, qkv, lse, dsum, Tlen, NH, KV, scale_log2, scale);
+            dqkv, partial, dout, qkv, lse, dsum, rope, Tlen, NH, KV, scale_log2, scale);
     cudaCheckLaunch();
 }
 
@@ -976,16 +1021,16 @@ static void attention_forward_f32(float *out, float *lse, const float *qkv, int 
 
 template <int HS>
 static void attention_backward_f32(float *dqkv, float *partial, float *dsum, const float *dout, const float *out,
-                                   const float *qkv, const float *lse, int B, int Tlen, int NH, int KV,
-                                   cudaStream_t stream) {
+                                   const float *qkv, const float *lse, RopeTables rope, int B, int Tlen, int NH,
+                                   int KV, cudaStream_t stream) {
     const float scale = 1.0f / sqrtf((float)HS);
     attention_backward_dq_f32_kernel<HS>
         <<<attn_grid(B, Tlen, NH, ATTN_ROWS_PER_BLOCK), ATTN_ROWS_PER_BLOCK * WARP_SIZE, 0, stream>>>(
-            dqkv, partial, dsum, dout, out, qkv, lse, Tlen, NH, KV, scale);
+            dqkv, partial, dsum, dout, out, qkv, lse, rope, Tlen, NH, KV, scale);
     cudaCheckLaunch();
     attention_backward_dkdv_f32_kernel<HS>
         <<<attn_grid(B, Tlen, KV, ATTN_ROWS_PER_BLOCK), ATTN_ROWS_PER_BLOCK * WARP_SIZE, 0, stream>>>(
-            dqkv, partial, dout, qkv, lse, dsum, Tlen, NH, KV, scale);
+            dqkv, partial, dout, qkv, lse, dsum, rope, Tlen, NH, KV, scale);
     cudaCheckLaunch();
 }
 
@@ -1047,23 +1092,33 @@ static void attention_forward(T *out, float *lse, const T *qkv, int B, int Tlen,
 }
 
 // dqkv (B, T, NH + 2 KV, HS) is written, not accumulated: dK and dV of a KV head are summed over the query heads of
-// its group. dbias ((NH + 2 KV) HS; NULL: not wanted) += the column sums of dqkv over the B T rows (= when not
-// accumulate): the QKV bias gradient. workspace: attention_backward_workspace_bytes<T>() bytes.
+// its group. Where q and k were rotated (rope.cos: rope.h's tables of rope.rows >= T positions; RopeTables{}: no
+// rotary embedding), dQ and dK are rotated back: dqkv is then the gradient of the QKV projection's output. dbias
+// ((NH + 2 KV) HS; NULL: not wanted) += the column sums of dqkv over the B T rows (= when not accumulate): the QKV
+// bias gradient. workspace: attention_backward_workspace_bytes<T>() bytes.
 template <typename T>
 static void attention_backward(T *dqkv, float *dbias, const T *dout, const T *out, const T *qkv, const float *lse,
-                               void *workspace, int B, int Tlen, int NH, int KV, int HS, int accumulate,
-                               cudaStream_t stream) {
+                               RopeTables rope, void *workspace, int B, int Tlen, int NH, int KV, int HS,
+                               int accumulate, cudaStream_t stream) {
     attention_check_args(B, Tlen, NH, KV, HS, (uintptr_t)dqkv | (uintptr_t)dout | (uintptr_t)out | (uintptr_t)qkv);
+    if (rope.cos && (Tlen > rope.rows || ((uintptr_t)rope.cos | (uintptr_t)rope.sin) % 16 != 0)) {
+        fail("the attention backward's RoPE tables (%d positions) must hold the %d of a sequence and be 16-byte "
+             "aligned; make them for --seq-len",
+             rope.rows, Tlen);
+    }
     float *dsum = (float *)workspace;
     float *partial = dbias ? dsum + attention_dsum_floats(B, Tlen, NH) : NULL;
     if constexpr (std::is_same<T, float>::value) {
-        if (HS == 64) { attention_backward_f32<64>(dqkv, partial, dsum, dout, out, qkv, lse, B, Tlen, NH, KV, stream); }
-        else { attention_backward_f32<128>(dqkv, partial, dsum, dout, out, qkv, lse, B, Tlen, NH, KV, stream); }
+        if (HS == 64) {
+            attention_backward_f32<64>(dqkv, partial, dsum, dout, out, qkv, lse, rope, B, Tlen, NH, KV, stream);
+        } else {
+            attention_backward_f32<128>(dqkv, partial, dsum, dout, out, qkv, lse, rope, B, Tlen, NH, KV, stream);
+        }
     } else {
         if (HS == 64) {
-            attention_backward_bf16<64>(dqkv, partial, dsum, dout, out, qkv, lse, B, Tlen, NH, KV, stream);
+            attention_backward_bf16<64>(dqkv, partial, dsum, dout, out, qkv, lse, rope, B, Tlen, NH, KV, stream);
         } else {
-            attention_backward_bf16<128>(dqkv, partial, dsum, dout, out, qkv, lse, B, Tlen, NH, KV, stream);
+            attention_backward_bf16<128>(dqkv, partial, dsum, dout, out, qkv, lse, rope, B, Tlen, NH, KV, stream);
         }
     }
     if (dbias) {

@@ -1,19 +1,21 @@
 /*
- * rope.cuh: rotary position embedding (RoPE) of the query and key heads of a qkv buffer, in place, forward and
- * backward, in Hugging Face's rotate-half pairing (Llama).
+ * rope.cuh: rotary position embedding (RoPE) of the query and key heads of a qkv buffer, in place, in Hugging Face's
+ * rotate-half pairing (Llama); and the rotation back that the attention backward applies to dQ and dK as it stores
+ * them (llmc/attention.cuh), where the gradient of the rotated q and k becomes that of the QKV projection's output.
  *
  * A row of qkv is one token: NH query heads, then KV key heads, then KV value heads, HS columns each
  * (llmc/attention.cuh); row b T + t holds position t of sequence b. Columns i and i + HS/2 (i < HS/2) of every query
  * and key head are a pair, rotated by the angle t inv_freq[i]:
  *   forward:  y1 = x1 cos - x2 sin,  y2 = x2 cos + x1 sin;
- *   backward: the transposed rotation (by -angle), dx1 = dy1 cos + dy2 sin,  dx2 = dy2 cos - dy1 sin,
- * one kernel for both, with sin negated for the backward. The value heads are not touched. cos and sin come from fp32
- * tables (T rows of HS/2) made once on the host by llmc/rope.h, which the CPU build uses too, so both builds rotate by
- * the same fp32 numbers; the rotation is computed in fp32 and rounded once to the activation type.
+ *   backward: the transposed rotation (by -angle), dx1 = dy1 cos + dy2 sin,  dx2 = dy2 cos - dy1 sin.
+ * The value heads are not touched. cos and sin come from fp32 tables (T rows of HS/2) made once on the host by
+ * llmc/rope.h, which the CPU build uses too, so both builds rotate by the same fp32 numbers; the rotation is computed
+ * in fp32 and rounded once to the activation type.
  *
- * Geometry: a block takes rows (grid-stride), its threads the (head, pack) items of a row: a thread reads a pack
- * (16 bytes: 8 bf16 or 4 fp32 columns) of x1 and the matching pack of x2, and its pairs' cos and sin (the row's table
- * entries, shared by all heads of the row, stay in L1).
+ * Geometry of the forward: a block takes rows (grid-stride), its threads the (head, pack) items of a row: a thread
+ * reads a pack (16 bytes: 8 bf16 or 4 fp32 columns) of x1 and the matching pack of x2, and its pairs' cos and sin (the
+ * row's table entries, shared by all heads of the row, stay in L1). The backward has no pass of its own: a separate
+ * one read and wrote dQ and dK once more (84 MB a layer at Llama-3.2-1B, B 4, T 2048).
  */
 #ifndef LLMC_ROPE_CUH
 #define LLMC_ROPE_CUH
@@ -30,9 +32,26 @@ template <int N> __device__ __forceinline__ void load_floats(float (&dst)[N], co
     }
 }
 
-// qkv rows of `heads` heads; the first `rotated` of them (the query and key heads) are rotated. INVERSE: the
-// backward's rotation, by -angle. Assumes HS / 2 a multiple of Packed<T>::N (rope_check).
-template <typename T, bool INVERSE>
+// One pair rotated by its angle (forward), and the gradient of a rotated pair rotated back (backward).
+__device__ __forceinline__ void rope_rotate(float &x1, float &x2, float c, float s) {
+    const float y1 = x1 * c - x2 * s, y2 = x2 * c + x1 * s;
+    x1 = y1, x2 = y2;
+}
+__device__ __forceinline__ void rope_unrotate(float &dy1, float &dy2, float c, float s) {
+    const float dx1 = dy1 * c + dy2 * s, dx2 = dy2 * c - dy1 * s;
+    dy1 = dx1, dy2 = dx2;
+}
+
+// The tables the attention backward rotates dQ and dK back with (llmc/attention.cuh): `rows` positions of HS / 2
+// floats each; cos NULL where the model has no rotary embedding.
+struct RopeTables {
+    const float *cos, *sin;
+    int rows;
+};
+
+// qkv rows of `heads` heads; the first `rotated` of them (the query and key heads) are rotated. Assumes HS / 2 a
+// multiple of Packed<T>::N (rope_check).
+template <typename T>
 __global__ void __launch_bounds__(ROPE_THREADS)
     rope_kernel(T *qkv, const float *cos_table, const float *sin_table, int rows, int Tlen, int heads, int rotated,
                 int HS) {
@@ -49,9 +68,10 @@ __global__ void __launch_bounds__(ROPE_THREADS)
             load_floats(c, cos_row + col);
             load_floats(s, sin_row + col);
             for (int j = 0; j < PN; j++) {
-                const float sn = INVERSE ? -s[j] : s[j];
-                y1.set(j, x1[j] * c[j] - x2[j] * sn);
-                y2.set(j, x2[j] * c[j] + x1[j] * sn);
+                float a = x1[j], b = x2[j];
+                rope_rotate(a, b, c[j], s[j]);
+                y1.set(j, a);
+                y2.set(j, b);
             }
             store_packed(x, y1);
             store_packed(x + half, y2);
@@ -76,32 +96,18 @@ template <typename T> static void rope_check(int Tlen, int table_rows, int HS, u
     }
 }
 
-template <typename T, bool INVERSE>
-static void rope_launch(T *qkv, const float *cos_table, const float *sin_table, int table_rows, int B, int Tlen,
-                        int NH, int KV, int HS, cudaStream_t stream) {
-    rope_check<T>(Tlen, table_rows, HS, (uintptr_t)qkv | (uintptr_t)cos_table | (uintptr_t)sin_table);
-    const int rows = B * Tlen, per_sm = 2048 / ROPE_THREADS;
-    int blocks = g_cuda.props.multiProcessorCount * per_sm;
-    if (blocks > rows) { blocks = rows; }
-    rope_kernel<T, INVERSE><<<blocks, ROPE_THREADS, 0, stream>>>(qkv, cos_table, sin_table, rows, Tlen, NH + 2 * KV,
-                                                                  NH + KV, HS);
-    cudaCheckLaunch();
-}
-
 // qkv (B, T, NH + 2 KV, HS): its query and key heads rotated in place. cos_table, sin_table: device tables of
 // table_rows >= T positions, HS / 2 floats each.
 template <typename T>
 static void rope_forward(T *qkv, const float *cos_table, const float *sin_table, int table_rows, int B, int Tlen,
                          int NH, int KV, int HS, cudaStream_t stream) {
-    rope_launch<T, false>(qkv, cos_table, sin_table, table_rows, B, Tlen, NH, KV, HS, stream);
-}
-
-// dqkv (B, T, NH + 2 KV, HS), the gradient of rope_forward's output: its query and key heads rotated back in place
-// into the gradient of its input (the value heads' gradient passes unchanged).
-template <typename T>
-static void rope_backward(T *dqkv, const float *cos_table, const float *sin_table, int table_rows, int B, int Tlen,
-                          int NH, int KV, int HS, cudaStream_t stream) {
-    rope_launch<T, true>(dqkv, cos_table, sin_table, table_rows, B, Tlen, NH, KV, HS, stream);
+    rope_check<T>(Tlen, table_rows, HS, (uintptr_t)qkv | (uintptr_t)cos_table | (uintptr_t)sin_table);
+    const int rows = B * Tlen, per_sm = 2048 / ROPE_THREADS;
+    int blocks = g_cuda.props.multiProcessorCount * per_sm;
+    if (blocks > rows) { blocks = rows; }
+    rope_kernel<T><<<blocks, ROPE_THREADS, 0, stream>>>(qkv, cos_table, sin_table, rows, Tlen, NH + 2 * KV, NH + KV,
+                                                        HS);
+    cudaCheckLaunch();
 }
 
 #endif // LLMC_ROPE_CUH

@@ -1,9 +1,12 @@
 /*
  * gpu_test_util.cuh: what the GPU tests (and the dev benchmarks) share: values of an activation type to and from fp32
- * on the host, copies ordered with the trainer's compute stream, and random inputs made on the device.
+ * on the host, copies ordered with the trainer's compute stream, random inputs made on the device, and rotary
+ * embeddings' tables and fp64 rotations (test_rope, test_attention).
  */
 #ifndef TEST_GPU_TEST_UTIL_CUH
 #define TEST_GPU_TEST_UTIL_CUH
+
+#include <math.h>
 
 #include <vector>
 
@@ -76,6 +79,44 @@ __global__ void fill_random(bf16 *x, size_t n, uint32_t seed) {
     uint32_t h = (uint32_t)i * 2654435761u ^ seed;
     h ^= h >> 15; h *= 2246822519u; h ^= h >> 13;
     x[i] = __float2bfloat16((h & 0xffff) / 65536.0f - 0.5f);
+}
+
+// RoPE tables of `positions` rows of HS / 2, made as Llama's are (inv_freq[i] = theta^(-2i/HS), angle = (float)t *
+// inv_freq[i] in fp32), then each angle's cosine and sine exactly (in double) rounded to fp32.
+static void rope_test_tables(std::vector<float> &cos_t, std::vector<float> &sin_t, int positions, int HS,
+                             double theta) {
+    const int half = HS / 2;
+    cos_t.resize((size_t)positions * half), sin_t.resize((size_t)positions * half);
+    for (int i = 0; i < half; i++) {
+        const float inv_freq = (float)pow(theta, -2.0 * i / HS);
+        for (int t = 0; t < positions; t++) {
+            const float angle = (float)t * inv_freq;
+            cos_t[(size_t)t * half + i] = (float)cos((double)angle);
+            sin_t[(size_t)t * half + i] = (float)sin((double)angle);
+        }
+    }
+}
+
+// x (rows of H heads, row r at position r % Tlen) with the first `rotated` heads of each row rotated in fp64 by the
+// tables' fp32 entries (inverse: by -angle, the backward's transposed rotation).
+static std::vector<double> rope_reference(const std::vector<double> &x, const std::vector<float> &cos_t,
+                                          const std::vector<float> &sin_t, size_t rows, int Tlen, int H, int rotated,
+                                          int HS, bool inverse) {
+    std::vector<double> y = x;
+    const int half = HS / 2;
+    for (size_t r = 0; r < rows; r++) {
+        const size_t t = r % Tlen;
+        for (int h = 0; h < rotated; h++) {
+            const size_t at = (r * H + h) * HS;
+            for (int i = 0; i < half; i++) {
+                const double c = cos_t[t * half + i], s = inverse ? -sin_t[t * half + i] : sin_t[t * half + i];
+                const double x1 = x[at + i], x2 = x[at + half + i];
+                y[at + i] = x1 * c - x2 * s;
+                y[at + half + i] = x2 * c + x1 * s;
+            }
+        }
+    }
+    return y;
 }
 
 #endif // TEST_GPU_TEST_UTIL_CUH

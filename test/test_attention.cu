@@ -8,8 +8,12 @@
  * multi-head (KV = NH) and grouped-query (KV < NH: ratios 2 to 8, a ratio of 3, T up to 8192 and T not a multiple of
  * any block). Grouped-query shapes are also run as multi-head attention on the same inputs with each KV head copied
  * to the query heads that read it: out, lse and dq must be the same bits (only the columns read change), and dK, dV
- * the sums over each group of the copies' (within rounding: the grouped kernel sums a group in one chain). Then the
- * median time of the forward and the backward at the GPT-2 benchmark shapes and at Llama 3's grouped-query shapes.
+ * the sums over each group of the copies' (within rounding: the grouped kernel sums a group in one chain). With RoPE
+ * tables (Llama 3's theta, more positions than T so that a wrong position reads valid, wrong entries) the backward
+ * rotates dQ and dK back as it stores them: against the reference's dq and dk rotated back in fp64 by the same fp32
+ * table entries (the same tolerances: the rotation adds a product and a sum in fp32 before the one rounding), dV the
+ * same bits as without the tables, and the bias sums those of what it stored. Then the median time of the forward
+ * and the backward at the GPT-2 benchmark shapes and at Llama 3's grouped-query shapes (the backward with RoPE).
  * Prints PASS/FAIL lines; exits non-zero on any failure.
  *   test/gpubin/test_attention [small | --bench]   (small: the small shapes only, for compute-sanitizer)
  */
@@ -32,6 +36,7 @@
 // The bias gradient sums the stored dqkv in fp32: against an fp64 sum of the same values only the fp32 rounding of
 // the sum differs, in either precision.
 #define TOL_BIAS 1e-4
+#define ROPE_THETA 500000.0 // Llama 3's rope_theta
 
 // ----------------------------------------------------------------------------------------------------------------
 // the reference: fp64, straight from the definitions, one warp per row: lane c holds columns c, c + 32, ... of the
@@ -253,7 +258,7 @@ static void check_as_multi_head(const std::vector<T> &h_qkv, T *dout, int B, int
     cudaCheck(cudaMalloc(&lse, n_lse * sizeof(float)));
     cudaCheck(cudaMalloc(&ws, attention_backward_workspace_bytes<T>(B, Tlen, NH, NH, HS)));
     attention_forward<T>(out, lse, qkv, B, Tlen, NH, NH, HS, 0);
-    attention_backward<T>(dqkv, nullptr, dout, out, qkv, lse, ws, B, Tlen, NH, NH, HS, 0, 0);
+    attention_backward<T>(dqkv, nullptr, dout, out, qkv, lse, RopeTables{}, ws, B, Tlen, NH, NH, HS, 0, 0);
     cudaCheck(cudaDeviceSynchronize());
     std::vector<float> dqkv_mha = download(dqkv, rep.size());
     check_same_bits(prec, "gqa_as_mha_out", B, Tlen, NH, KV, HS, gqa_out, download(out, n_out));
@@ -265,6 +270,46 @@ static void check_as_multi_head(const std::vector<T> &h_qkv, T *dout, int B, int
     check_close(prec, "gqa_as_mha_dv", B, Tlen, NH, KV, HS, slice_heads(gqa_dqkv, rows, H, NH + KV, KV, HS),
                 sum_groups(slice_heads(dqkv_mha, rows, 3 * NH, 2 * NH, NH, HS), rows, NH, G, HS), tol);
     for (void *p : {(void *)qkv, (void *)out, (void *)dqkv, (void *)lse, ws}) { cudaCheck(cudaFree(p)); }
+}
+
+// The backward with RoPE tables against the reference's dq and dk (rdq, rdk: per query head) rotated back in fp64;
+// dV the same bits as the call without tables gave (plain_dqkv), the bias sums those of the stored dqkv.
+template <typename T>
+static void check_rope_backward(T *dqkv, float *dbias, const T *dout, const T *out, const T *qkv, const float *lse,
+                                void *ws, int B, int Tlen, int NH, int KV, int HS,
+                                const std::vector<float> &plain_dqkv, const double *rdq, const double *rdk,
+                                double tol) {
+    const char *prec = TypeInfo<T>::name;
+    const int H = NH + 2 * KV, positions = 2 * Tlen + 1;
+    const size_t rows = (size_t)B * Tlen, n_qkv = rows * H * HS, n_out = rows * NH * HS, n_bias = (size_t)H * HS;
+    std::vector<float> cos_t, sin_t;
+    rope_test_tables(cos_t, sin_t, positions, HS, ROPE_THETA);
+    float *d_cos = device_copy(cos_t), *d_sin = device_copy(sin_t);
+    cudaCheck(cudaMemset(dqkv, 0xff, n_qkv * sizeof(T)));
+    attention_backward<T>(dqkv, dbias, dout, out, qkv, lse, RopeTables{d_cos, d_sin, positions}, ws, B, Tlen, NH, KV,
+                          HS, 0, 0);
+    cudaCheck(cudaDeviceSynchronize());
+    std::vector<float> got = download(dqkv, n_qkv), bias = download(dbias, n_bias);
+    auto unrotated = [&](const std::vector<double> &ref, int heads) {
+        std::vector<double> r = rope_reference(ref, cos_t, sin_t, rows, Tlen, heads, heads, HS, true);
+        return std::vector<float>(r.begin(), r.end());
+    };
+    check_close(prec, "dq_rope", B, Tlen, NH, KV, HS, slice_heads(got, rows, H, 0, NH, HS),
+                unrotated(download_f64(rdq, n_out), NH), tol);
+    check_close(prec, "dk_rope", B, Tlen, NH, KV, HS, slice_heads(got, rows, H, NH, KV, HS),
+                unrotated(to_f64(sum_groups(download_f64(rdk, n_out), rows, NH, NH / KV, HS)), KV), tol);
+    check_same_bits(prec, "dv_rope", B, Tlen, NH, KV, HS, slice_heads(got, rows, H, NH + KV, KV, HS),
+                    slice_heads(plain_dqkv, rows, H, NH + KV, KV, HS));
+    std::vector<double> sums(n_bias, 0.0);
+    for (size_t r = 0; r < rows; r++) {
+        for (size_t c = 0; c < n_bias; c++) { sums[c] += got[r * n_bias + c]; }
+    }
+    check_close(prec, "dbias_rope", B, Tlen, NH, KV, HS, bias, std::vector<float>(sums.begin(), sums.end()), TOL_BIAS);
+    char name[160];
+    shape_name(name, sizeof(name), prec, "written_rope", B, Tlen, NH, KV, HS);
+    check(count_nonfinite(got) == 0, name, "%zu dqkv elements not written (still NaN) or not finite",
+          count_nonfinite(got));
+    for (void *p : {(void *)d_cos, (void *)d_sin}) { cudaCheck(cudaFree(p)); }
 }
 
 template <typename T> static void test_shape(int B, int Tlen, int NH, int KV, int HS) {
@@ -331,12 +376,13 @@ template <typename T> static void test_shape(int B, int Tlen, int NH, int KV, in
     for (int rep = 0; rep < 2; rep++) {
         cudaCheck(cudaMemset(dqkv, 0xff, n_qkv * sizeof(T)));
         cudaCheck(cudaMemset(dbias, 0xff, n_bias * sizeof(float)));
-        attention_backward<T>(dqkv, dbias, dout, out, qkv, lse, ws, B, Tlen, NH, KV, HS, 0, 0);
+        attention_backward<T>(dqkv, dbias, dout, out, qkv, lse, RopeTables{}, ws, B, Tlen, NH, KV, HS, 0, 0);
         cudaCheck(cudaDeviceSynchronize());
         g_dqkv[rep] = download(dqkv, n_qkv);
         g_bias[rep] = download(dbias, n_bias);
     }
-    attention_backward<T>(dqkv, dbias, dout, out, qkv, lse, ws, B, Tlen, NH, KV, HS, 1, 0); // adds the sums again
+    // adds the sums again
+    attention_backward<T>(dqkv, dbias, dout, out, qkv, lse, RopeTables{}, ws, B, Tlen, NH, KV, HS, 1, 0);
     cudaCheck(cudaDeviceSynchronize());
     std::vector<float> g_bias_acc = download(dbias, n_bias);
     check_close(prec, "dq", B, Tlen, NH, KV, HS, slice_heads(g_dqkv[0], rows, H, 0, NH, HS),
@@ -365,6 +411,7 @@ template <typename T> static void test_shape(int B, int Tlen, int NH, int KV, in
               memcmp(g_bias[0].data(), g_bias[1].data(), n_bias * sizeof(float)) == 0,
           name, "two backward passes on the same inputs differ");
     if (KV < NH) { check_as_multi_head(h_qkv, dout, B, Tlen, NH, KV, HS, g_out, g_lse, g_dqkv[0], tol); }
+    check_rope_backward<T>(dqkv, dbias, dout, out, qkv, lse, ws, B, Tlen, NH, KV, HS, g_dqkv[0], rdq, rdk, tol);
 
     for (void *p : {(void *)qkv, (void *)dqkv, (void *)dout, (void *)out, (void *)lse, (void *)dbias, ws, (void *)rqkv,
                     (void *)rdout, (void *)rout, (void *)rlse, (void *)rdsum, (void *)rdq, (void *)rdk, (void *)rdv}) {
@@ -387,14 +434,19 @@ template <typename T> static void bench_shape(int B, int Tlen, int NH, int KV, i
     cudaCheck(cudaMalloc(&ws, attention_backward_workspace_bytes<T>(B, Tlen, NH, KV, HS)));
     cudaCheck(cudaMemcpy(dout, h.data(), n_out * sizeof(T), cudaMemcpyHostToDevice)); // any non-zero values do
     float fwd = median_ms([&] { attention_forward<T>(out, lse, qkv, B, Tlen, NH, KV, HS, 0); });
-    // as GPT-2's training calls it, with the fused bias gradient; Llama has no bias
-    float *bias = KV == NH ? dbias : nullptr;
-    float bwd =
-        median_ms([&] { attention_backward<T>(dqkv, bias, dout, out, qkv, lse, ws, B, Tlen, NH, KV, HS, 1, 0); });
+    // as training calls it: GPT-2 (KV = NH here) with the fused bias gradient, Llama with RoPE and no bias
+    const bool llama = KV < NH;
+    std::vector<float> cos_t, sin_t;
+    rope_test_tables(cos_t, sin_t, Tlen, HS, ROPE_THETA);
+    float *d_cos = device_copy(cos_t), *d_sin = device_copy(sin_t), *bias = llama ? nullptr : dbias;
+    const RopeTables rope = llama ? RopeTables{d_cos, d_sin, Tlen} : RopeTables{};
+    float bwd = median_ms(
+        [&] { attention_backward<T>(dqkv, bias, dout, out, qkv, lse, rope, ws, B, Tlen, NH, KV, HS, 1, 0); });
     double flops = 4.0 * B * NH * (double)Tlen * Tlen * HS / 2; // causal forward; backward counts 2.5x
     printf("bench %-5s B=%-3d T=%-5d NH=%-3d KV=%-3d HS=%-4d fwd %8.3f ms %7.1f TFLOP/s   bwd %8.3f ms %7.1f TFLOP/s\n",
            TypeInfo<T>::name, B, Tlen, NH, KV, HS, fwd, flops / fwd * 1e-9, bwd, 2.5 * flops / bwd * 1e-9);
-    for (void *p : {(void *)qkv, (void *)dqkv, (void *)dout, (void *)out, (void *)lse, (void *)dbias, ws}) {
+    for (void *p : {(void *)qkv, (void *)dqkv, (void *)dout, (void *)out, (void *)lse, (void *)dbias, ws,
+                    (void *)d_cos, (void *)d_sin}) {
         cudaCheck(cudaFree(p));
     }
 }
@@ -407,8 +459,14 @@ static void forward_head_size_96(void *) { attention_forward<bf16>(nullptr, null
 static void forward_misaligned(void *) {
     attention_forward<bf16>((bf16 *)nullptr + 1, nullptr, nullptr, 1, 8, 1, 1, 64, 0);
 }
+static void backward_rope_tables_short(void *) {
+    const float *table = (const float *)nullptr + 64; // 16-byte aligned: only the length is wrong
+    attention_backward<bf16>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, RopeTables{table, table, 7}, nullptr,
+                             1, 8, 2, 2, 64, 0, 0);
+}
 static void backward_kv_not_dividing(void *) {
-    attention_backward<bf16>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 8, 4, 3, 64, 0, 0);
+    attention_backward<bf16>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, RopeTables{}, nullptr, 1, 8, 4, 3, 64,
+                             0, 0);
 }
 
 int main(int argc, char **argv) {
@@ -417,6 +475,8 @@ int main(int argc, char **argv) {
     if (!small) { // (the children would only add noise to a compute-sanitizer run)
         expect_child_fails(forward_head_size_96, nullptr, "attention_rejects_head_size_96", "head sizes 64 and 128");
         expect_child_fails(forward_misaligned, nullptr, "attention_rejects_misaligned_buffer", "16-byte aligned");
+        expect_child_fails(backward_rope_tables_short, nullptr, "attention_rejects_rope_tables_shorter_than_T",
+                           "must hold the 8 of a sequence");
         expect_child_fails(backward_kv_not_dividing, nullptr, "attention_rejects_kv_heads_not_dividing",
                            "multiple of the key/value heads");
     }
