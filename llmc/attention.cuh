@@ -1101,11 +1101,7 @@ static void attention_backward(T *dqkv, float *dbias, const T *dout, const T *ou
                                RopeTables rope, void *workspace, int B, int Tlen, int NH, int KV, int HS,
                                int accumulate, cudaStream_t stream) {
     attention_check_args(B, Tlen, NH, KV, HS, (uintptr_t)dqkv | (uintptr_t)dout | (uintptr_t)out | (uintptr_t)qkv);
-    if (rope.cos && (Tlen > rope.rows || ((uintptr_t)rope.cos | (uintptr_t)rope.sin) % 16 != 0)) {
-        fail("the attention backward's RoPE tables (%d positions) must hold the %d of a sequence and be 16-byte "
-             "aligned; make them for --seq-len",
-             rope.rows, Tlen);
-    }
+    if (rope.cos) { rope_check<T>(Tlen, rope.rows, HS, (uintptr_t)rope.cos | (uintptr_t)rope.sin); }
     float *dsum = (float *)workspace;
     float *partial = dbias ? dsum + attention_dsum_floats(B, Tlen, NH) : NULL;
     if constexpr (std::is_same<T, float>::value) {

@@ -476,7 +476,7 @@ int main(int argc, char **argv) {
         expect_child_fails(forward_head_size_96, nullptr, "attention_rejects_head_size_96", "head sizes 64 and 128");
         expect_child_fails(forward_misaligned, nullptr, "attention_rejects_misaligned_buffer", "16-byte aligned");
         expect_child_fails(backward_rope_tables_short, nullptr, "attention_rejects_rope_tables_shorter_than_T",
-                           "must hold the 8 of a sequence");
+                           "tables of 7 positions cannot rotate sequences of 8 tokens");
         expect_child_fails(backward_kv_not_dividing, nullptr, "attention_rejects_kv_heads_not_dividing",
                            "multiple of the key/value heads");
     }
