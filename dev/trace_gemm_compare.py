@@ -1,23 +1,25 @@
 #!/usr/bin/env python3
-"""Two dev/kernel_trace.c CSVs (dev/trace.sh) of the same run with different GEMM choices: each GEMM launch of the last STEPS steps
-paired by (stream, ordinal within the step), in-step time by (kernel A, kernel B) pair, largest differences first.
+"""Two dev/kernel_trace.c CSVs (dev/trace.sh) of the same run with different GEMM choices: kernel time by family
+(dev/trace_summary.py's) in each, then each GEMM launch of the last STEPS steps paired by (stream, ordinal within the
+step), in-step time by (kernel A, kernel B) pair, largest differences first.
    dev/trace_gemm_compare.py A.csv B.csv STEPS"""
 import collections, sys
 
+from trace_summary import family, read_trace, step_starts
+
 def load(path, steps):
-    rows = sorted((int(s), int(e), st, n) for s, e, st, n in (l.split(",", 3) for l in open(path).read().splitlines()))
-    starts = [r[0] for r in rows if "encoder_forward" in r[3]]
+    """Each of the last `steps` steps: its length, its GEMM launches by stream (time, name), its time by family."""
+    rows = read_trace(path)
+    starts = step_starts(rows)
     out = []
-    for i in range(len(starts) - steps - 1, len(starts) - 1):
-        w0, w1 = starts[i], starts[i + 1]
+    for w0, w1 in zip(starts[-steps - 1:-1], starts[-steps:]):
         per = collections.defaultdict(list)
         tot = collections.Counter()
         for s, e, st, n in rows:
             if w0 <= s < w1:
-                low = n.lower()
-                fam = "gemm" if any(k in low for k in ("nvjet", "gemm", "cutlass", "xmma")) else n.split("<")[0].split("(")[0][:40]
+                fam = family(n)
                 tot[fam] += e - s
-                if fam == "gemm":
+                if fam.startswith("GEMM"):
                     per[st].append((e - s, n))
         out.append((w1 - w0, per, tot))
     return out
@@ -41,4 +43,5 @@ for (_, pa, _), (_, pb, _) in zip(A, B):
             p[0] += da; p[1] += db; p[2] += 1; p[3].add(pos)
 print("GEMM pairs (stream, A kernel, B kernel): ms a step in A and B, launches a step")
 for (st, na, nb), (ta, tb, c, ps) in sorted(pairs.items(), key=lambda kv: -abs(kv[1][1] - kv[1][0])):
-    print(f"  {st:>3} A {ta / n / 1e6:7.3f} B {tb / n / 1e6:7.3f} ({(tb - ta) / n / 1e6:+6.3f}) x{c / n:4.0f} at {sorted(ps)[:4]}  A: {na}\n{'':36}B: {nb}")
+    print(f"  {st:>3} A {ta / n / 1e6:7.3f} B {tb / n / 1e6:7.3f} ({(tb - ta) / n / 1e6:+6.3f}) x{c / n:4.0f} "
+          f"at {sorted(ps)[:4]}  A: {na}\n{'':36}B: {nb}")
