@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Whole-step A/B of one build under several settings (environment: NCCL knobs, a GPU choice; trainer options), runs
 # interleaved round by round so that the cards' drift under their power limit falls on every setting alike. Prints,
-# per run, the median step time of steps 6.. and the median of the step line's "| comm X ms" (world > 1).
+# per run, the median step time of steps AB_FROM (6).. and the median of the step line's "| comm X ms" (world > 1).
 #   dev/ab_env.sh NP MODEL:BATCH:KEEP_GELU_LAYERS SETTING...
 #   SETTING: "VAR=value VAR2=value --option value" ('' is the environment and options as they are): the words before
 #   the first "--" are environment variables, the rest train_gpt options. NP 1: one process; NP > 1: mpirun -np NP

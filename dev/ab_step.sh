@@ -2,10 +2,11 @@
 # Whole-step A/B of two builds in one call, runs interleaved (old, new, old, new) so that the card's drift under its
 # power limit falls on both: "new" is ./train_gpt built from this tree, "old" the same tree with the files under
 # OLD_DIR laid over it (same relative paths, e.g. OLD_DIR/llmc/layernorm.cuh; copy them from `git show REV:path`
-# before the call, the device has no git history). Prints the median step time of steps 6.. of each run, and how
-# many GEMM algorithm choices (gemm_algos.txt) differ between runs.
+# before the call, the device has no git history). Prints the median step time of steps AB_FROM (6).. of each run,
+# and how many GEMM algorithm choices (gemm_algos.txt) differ between runs.
 #   dev/ab_step.sh OLD_DIR [MODEL:BATCH:KEEP_GELU_LAYERS ...]     (default d24:16:24 d36:8:16 d12:32:12)
-#   STEPS (20) steps a run, EXTRA (more train_gpt options, e.g. "--grad-clip 0"). Needs data/brown (or SHARD).
+#   STEPS (20) steps a run, AB_FROM (6) the first step timed, EXTRA (more train_gpt options, e.g. "--grad-clip 0").
+#   Needs data/brown (or SHARD).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source dev/ab_lib.sh
