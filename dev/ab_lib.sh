@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # dev/ab_lib.sh, sourced by dev/ab_step.sh and dev/ab_env.sh: what their timing runs share.
 # ab_options MODEL BATCH KEEP_GELU_LAYERS DATA_RANKS DIR: sets AB_OPTS to the trainer's options for a bf16 timing run
 #   of STEPS (20) steps on SHARD, BATCH sequences a data rank, no validation, samples or saved model, into DIR.
