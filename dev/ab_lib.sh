@@ -4,7 +4,7 @@
 #   of STEPS (20) steps on SHARD, BATCH sequences a data rank, no validation, samples or saved model, into DIR.
 # ab_median: the median of the numbers on stdin from the AB_FROM-th (6: after start-up, the allocator and the clocks
 #   settle), or "-" if none. A change that trades energy for time is judged late in long runs too (STEPS=300
-#   AB_FROM=150): a run's step lengthens 2-3% as it trains, and the ranking of two builds can turn (dev/DESIGN.md,
+#   AB_FROM=150): a run's step lengthens up to 3.7% as it trains, and the ranking of two builds can turn (dev/DESIGN.md,
 #   "Measuring").
 ab_options() {
     # shellcheck disable=SC2034 # read by the scripts that source this file
