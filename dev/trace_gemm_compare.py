@@ -5,14 +5,14 @@ step), in-step time by (kernel A, kernel B) pair, largest differences first.
    dev/trace_gemm_compare.py A.csv B.csv STEPS"""
 import collections, sys
 
-from trace_summary import family, read_trace, step_starts
+from trace_summary import family, last_steps, read_trace
 
 def load(path, steps):
     """Each of the last `steps` steps: its length, its GEMM launches by stream (time, name), its time by family."""
     rows = read_trace(path)
-    starts = step_starts(rows)
+    bounds = last_steps(rows, steps)
     out = []
-    for w0, w1 in zip(starts[-steps - 1:-1], starts[-steps:]):
+    for w0, w1 in zip(bounds, bounds[1:]):
         per = collections.defaultdict(list)
         tot = collections.Counter()
         for s, e, st, n in rows:

@@ -36,17 +36,19 @@ def read_trace(path):
     rows.sort()
     return rows
 
-def step_starts(rows):
-    """Where each training step begins: its encoder_forward kernel."""
-    return [r[0] for r in rows if "encoder_forward" in r[3]]
+def last_steps(rows, steps):
+    """The starts of the trace's last `steps` whole steps and the end of the last one (where the next begins: each step
+    begins with its encoder_forward kernel); exits where the trace holds fewer."""
+    starts = [r[0] for r in rows if "encoder_forward" in r[3]]
+    if len(starts) < steps + 1:
+        sys.exit(f"only {len(starts)} step starts (encoder_forward) in the trace; run more steps")
+    return starts[-steps - 1:]
 
 def main():
     rows = read_trace(sys.argv[1])
     steps_wanted = int(sys.argv[2]) if len(sys.argv) > 2 else 5
-    starts = step_starts(rows)
-    if len(starts) < steps_wanted + 1:
-        sys.exit(f"only {len(starts)} step starts (encoder_forward) in the trace; run more steps")
-    w0, w1 = starts[-steps_wanted - 1], starts[-1]
+    bounds = last_steps(rows, steps_wanted)
+    w0, w1 = bounds[0], bounds[-1]
     win = [(max(s, w0), min(e, w1), st, n) for s, e, st, n in rows if e > w0 and s < w1]
     span = w1 - w0
     per = lambda ns: ns / steps_wanted / 1e6  # ms per step
