@@ -2,10 +2,12 @@
 bench_attention.py: PyTorch's flash attention (SDPA, FLASH backend) at the shapes test/test_attention.cu times,
 the baseline for llmc/attention.cuh. Same layout (q, k, v strided views of one (B, T, 3, NH, HS) bf16 tensor),
 same FLOP count (causal forward 4 B NH T^2 HS / 2, backward 2.5x), median of CUDA-event timings after warm-up.
-Run on the GPU machine: python3 dev/bench_attention.py
-With --energy: a layer's forward and backward back to back at the card's power cap, in the FLASH and the cuDNN
-backends (cuDNN's is what torch_gpt.py's step runs), joules a layer and per TFLOP from NVML's energy counter, as
-dev/bench_attention.cu --energy (dev/cuda_energy.cuh) prints ours.
+Run on the GPU machine: python3 dev/bench_attention.py [--energy] [B T NH HS [KV]]
+With --energy: a layer's forward alone, its backward alone and both back to back at the card's power cap, in the
+FLASH and the cuDNN backends (cuDNN's is what torch_gpt.py's and torch_llama.py's steps run), joules a call and per
+TFLOP from NVML's energy counter, as dev/bench_attention.cu --energy (dev/cuda_energy.cuh) prints ours. A shape on
+the command line replaces the default ones; KV < NH is grouped-query attention (SDPA's enable_gqa, as
+torch_llama.py), e.g. 4 2048 32 64 8 for Llama 3.2 1B's.
 """
 import ctypes
 import sys
@@ -18,7 +20,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 WARMUP, REPS = 5, 30
 ENERGY_SECONDS, ENERGY_WARMUP_SECONDS, ENERGY_BATCH = 3.0, 1.5, 8
 NVML_CLOCK_SM = 1
-SHAPES = [(32, 1024, 12, 64), (8, 1024, 25, 64), (16, 1024, 12, 128)]
+SHAPES = [(32, 1024, 12, 64, 12), (8, 1024, 25, 64, 25), (16, 1024, 12, 128, 12)]
 
 
 def median_ms(fn):
@@ -35,12 +37,17 @@ def median_ms(fn):
     return sorted(times)[REPS // 2]
 
 
-def inputs(B, T, NH, HS):
-    """q, k, v as (B, NH, T, HS) views of one (B, T, 3, NH, HS) tensor that wants gradients, and a dout."""
-    qkv = (torch.rand(B, T, 3, NH, HS, device="cuda", dtype=torch.bfloat16) * 4 - 2).requires_grad_()
-    q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
+def inputs(B, T, NH, HS, KV):
+    """q (B, NH, T, HS), k and v (B, KV, T, HS) as views of one (B, T, NH + 2 KV, HS) tensor that wants gradients
+    (GPT-2's (B, T, 3, NH, HS) where KV = NH), and a dout."""
+    qkv = (torch.rand(B, T, NH + 2 * KV, HS, device="cuda", dtype=torch.bfloat16) * 4 - 2).requires_grad_()
+    q, k, v = (t.transpose(1, 2) for t in qkv.split([NH, KV, KV], dim=2))
     dout = torch.rand(B, NH, T, HS, device="cuda", dtype=torch.bfloat16) * 2 - 1
     return q, k, v, dout
+
+
+def sdpa(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1])
 
 
 def causal_flops(B, T, NH, HS):
@@ -88,33 +95,40 @@ def energy(nvml, name, fn, tflop):
           f"{joules / calls:7.3f} J a call  {joules / (tflop * calls):7.3f} J per TFLOP")
 
 
-def main_energy():
+def main_energy(shapes):
     nvml = Nvml()
     torch.manual_seed(0)
-    for B, T, NH, HS in SHAPES:
-        q, k, v, dout = inputs(B, T, NH, HS)
-        tflop = 3.5 * causal_flops(B, T, NH, HS) * 1e-12
-        print(f"B={B} T={T} NH={NH} HS={HS}")
+    for B, T, NH, HS, KV in shapes:
+        q, k, v, dout = inputs(B, T, NH, HS, KV)
+        tflop = causal_flops(B, T, NH, HS) * 1e-12
+        print(f"B={B} T={T} NH={NH} HS={HS} KV={KV}")
         for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION):
-            def layer():
-                out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-                torch.autograd.grad(out, (q, k, v), dout)
+            name = f"torch {backend.name.lower().replace('_attention', '')}"
             with sdpa_kernel(backend):
-                energy(nvml, f"torch {backend.name.lower()}", layer, tflop)
+                out = sdpa(q, k, v)
+                energy(nvml, f"{name} forward", lambda: sdpa(q, k, v), tflop)
+                energy(nvml, f"{name} backward",
+                       lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True), 2.5 * tflop)
+                energy(nvml, f"{name} layer", lambda: torch.autograd.grad(sdpa(q, k, v), (q, k, v), dout),
+                       3.5 * tflop)
 
 
 def main():
+    args = [a for a in sys.argv[1:] if a != "--energy"]
+    if len(args) not in (0, 4, 5):
+        sys.exit("usage: bench_attention.py [--energy] [B T NH HS [KV]]")
+    shapes = [tuple(int(a) for a in (args + args[2:3])[:5])] if args else SHAPES
     if "--energy" in sys.argv[1:]:
-        return main_energy()
+        return main_energy(shapes)
     torch.manual_seed(0)
-    for B, T, NH, HS in SHAPES:
-        q, k, v, dout = inputs(B, T, NH, HS)
+    for B, T, NH, HS, KV in shapes:
+        q, k, v, dout = inputs(B, T, NH, HS, KV)
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            fwd = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            fwd = median_ms(lambda: sdpa(q, k, v))
+            out = sdpa(q, k, v)
             bwd = median_ms(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))
         flops = causal_flops(B, T, NH, HS)
-        print(f"torch bf16  B={B:<3d} T={T:<5d} NH={NH:<3d} HS={HS:<4d} fwd {fwd:8.3f} ms {flops / fwd * 1e-9:7.1f} "
+        print(f"torch bf16  B={B:<3d} T={T:<5d} NH={NH:<3d} KV={KV:<3d} HS={HS:<4d} fwd {fwd:8.3f} ms {flops / fwd * 1e-9:7.1f} "
               f"TFLOP/s   bwd {bwd:8.3f} ms {2.5 * flops / bwd * 1e-9:7.1f} TFLOP/s")
 
 
