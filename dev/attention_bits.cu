@@ -1,10 +1,11 @@
 /*
  * attention_bits.cu: a 64-bit checksum (llmc/utils.h) of everything llmc/attention.cuh's interface writes (out, lse,
  * dqkv, the QKV bias gradient) for fixed inputs, one line per shape and precision, at multi-head shapes (KV = NH:
- * GPT-2's). dev/attention_bits.sh builds it against this tree's llmc/ and against an earlier revision's and compares
- * the lines, so that a change to the kernels can be held to the bits they gave before.
+ * GPT-2's) and grouped-query ones (Llama's). dev/attention_bits.sh builds it against this tree's llmc/ and against an
+ * earlier revision's and compares the lines, so that a change to the kernels can be held to the bits they gave before.
  *   built with -DATTENTION_BEFORE_GQA against headers from before grouped-query attention, whose interface takes no
- *   KV argument, and with -DATTENTION_BEFORE_ROPE against headers whose backward takes no RoPE tables
+ *   KV argument (the grouped-query shapes are left out), and with -DATTENTION_BEFORE_ROPE against headers whose
+ *   backward takes no RoPE tables
  */
 #include <stdio.h>
 
@@ -18,11 +19,11 @@
 #define ROPE_ARG RopeTables{},
 #endif
 #ifdef ATTENTION_BEFORE_GQA
-#define KV_ARG(NH)
-#define WORKSPACE_BYTES(T, B, Tlen, NH, HS) attention_backward_workspace_bytes<T>(B, Tlen, NH, HS)
+#define KV_ARG(KV)
+#define WORKSPACE_BYTES(T, B, Tlen, NH, KV, HS) attention_backward_workspace_bytes<T>(B, Tlen, NH, HS)
 #else
-#define KV_ARG(NH) NH,
-#define WORKSPACE_BYTES(T, B, Tlen, NH, HS) attention_backward_workspace_bytes<T>(B, Tlen, NH, NH, HS)
+#define KV_ARG(KV) KV,
+#define WORKSPACE_BYTES(T, B, Tlen, NH, KV, HS) attention_backward_workspace_bytes<T>(B, Tlen, NH, KV, HS)
 #endif
 
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
@@ -45,8 +46,9 @@ template <typename E> static unsigned long long device_checksum(const E *d, size
     return (unsigned long long)checksum_final(&c);
 }
 
-template <typename T> static void digest(int B, int Tlen, int NH, int HS) {
-    const size_t n_qkv = (size_t)B * Tlen * 3 * NH * HS, n_out = n_qkv / 3, n_lse = (size_t)B * NH * Tlen;
+template <typename T> static void digest(int B, int Tlen, int NH, int KV, int HS) {
+    const size_t n_out = (size_t)B * Tlen * NH * HS, n_qkv = n_out / NH * (NH + 2 * KV), n_lse = (size_t)B * NH * Tlen;
+    const size_t n_bias = (size_t)(NH + 2 * KV) * HS;
     std::vector<T> h_qkv(n_qkv), h_dout(n_out);
     for (auto &e : h_qkv) { e = from_float_host<T>(rand_uniform(-2.0f, 2.0f)); }
     for (auto &e : h_dout) { e = from_float_host<T>(rand_uniform(-1.0f, 1.0f)); }
@@ -58,28 +60,33 @@ template <typename T> static void digest(int B, int Tlen, int NH, int HS) {
     cudaCheck(cudaMalloc(&dout, n_out * sizeof(T)));
     cudaCheck(cudaMalloc(&out, n_out * sizeof(T)));
     cudaCheck(cudaMalloc(&lse, n_lse * sizeof(float)));
-    cudaCheck(cudaMalloc(&dbias, (size_t)3 * NH * HS * sizeof(float)));
-    cudaCheck(cudaMalloc(&ws, WORKSPACE_BYTES(T, B, Tlen, NH, HS)));
+    cudaCheck(cudaMalloc(&dbias, n_bias * sizeof(float)));
+    cudaCheck(cudaMalloc(&ws, WORKSPACE_BYTES(T, B, Tlen, NH, KV, HS)));
     cudaCheck(cudaMemcpy(qkv, h_qkv.data(), n_qkv * sizeof(T), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(dout, h_dout.data(), n_out * sizeof(T), cudaMemcpyHostToDevice));
-    attention_forward<T>(out, lse, qkv, B, Tlen, NH, KV_ARG(NH) HS, 0);
-    attention_backward<T>(dqkv, dbias, dout, out, qkv, lse, ROPE_ARG ws, B, Tlen, NH, KV_ARG(NH) HS, 0, 0);
+    attention_forward<T>(out, lse, qkv, B, Tlen, NH, KV_ARG(KV) HS, 0);
+    attention_backward<T>(dqkv, dbias, dout, out, qkv, lse, ROPE_ARG ws, B, Tlen, NH, KV_ARG(KV) HS, 0, 0);
     cudaCheck(cudaDeviceSynchronize());
-    printf("%s B=%d T=%d NH=%d HS=%d out %016llx lse %016llx dqkv %016llx dbias %016llx\n", TypeInfo<T>::name, B, Tlen,
-           NH, HS, device_checksum(out, n_out), device_checksum(lse, n_lse), device_checksum(dqkv, n_qkv),
-           device_checksum(dbias, (size_t)3 * NH * HS));
+    printf("%s B=%d T=%d NH=%d KV=%d HS=%d out %016llx lse %016llx dqkv %016llx dbias %016llx\n", TypeInfo<T>::name, B,
+           Tlen, NH, KV, HS, device_checksum(out, n_out), device_checksum(lse, n_lse), device_checksum(dqkv, n_qkv),
+           device_checksum(dbias, n_bias));
     for (void *p : {(void *)qkv, (void *)dqkv, (void *)dout, (void *)out, (void *)lse, (void *)dbias, ws}) {
         cudaCheck(cudaFree(p));
     }
 }
 
 int main(void) {
-    // B, T, NH, HS: GPT-2's benchmark shapes (124M, 1558M, head size 128), and T not a multiple of any block
-    const int shapes[][4] = {{4, 1024, 12, 64}, {2, 1024, 25, 64}, {2, 1024, 12, 128}, {3, 100, 7, 64},
-                             {1, 257, 3, 128}};
+    // B, T, NH, KV, HS: GPT-2's benchmark shapes (124M, 1558M, head size 128), T not a multiple of any block, and
+    // grouped-query ones: Llama-3.2-1B's and 3B's heads at T = 2048, groups of 2 and 3, a partial last block
+    const int shapes[][5] = {{4, 1024, 12, 12, 64}, {2, 1024, 25, 25, 64}, {2, 1024, 12, 12, 128}, {3, 100, 7, 7, 64},
+                             {1, 257, 3, 3, 128},   {1, 2048, 32, 8, 64},  {1, 2048, 24, 8, 128},  {2, 300, 8, 4, 64},
+                             {1, 200, 6, 2, 128}};
     for (auto &s : shapes) {
-        digest<float>(s[0], s[1], s[2], s[3]);
-        digest<bf16>(s[0], s[1], s[2], s[3]);
+#ifdef ATTENTION_BEFORE_GQA
+        if (s[3] != s[2]) { continue; }
+#endif
+        digest<float>(s[0], s[1], s[2], s[3], s[4]);
+        digest<bf16>(s[0], s[1], s[2], s[3], s[4]);
     }
     return 0;
 }

@@ -24,24 +24,19 @@ struct Bufs {
 
 static double g_flops; // causal forward FLOPs of the shape
 
-// Each kernel timed alone with the arguments training gives it (grid: B NH ceil(T / 64) warpgroups, B KV for dK/dV).
-// TFLOP/s counts the forward's products, and the backward as 7 products split 3 (dQ, which also takes D) to 4 (dK/dV):
-// the same whatever KV is (a query head's products are the same; dK/dV's blocks take NH / KV heads each).
+// Each kernel timed alone with the arguments training gives it (attention.cuh's launchers: B NH ceil(T / 64)
+// warpgroups, two query heads of a group a block where the group is even, and B KV blocks for dK/dV). TFLOP/s counts
+// the forward's products, and the backward as 7 products split 3 (dQ, which also takes D) to 4 (dK/dV): the same
+// whatever KV is (a query head's products are the same; dK/dV's blocks take NH / KV heads each).
 template <int HS> static void time_kernels(Bufs &b) {
-    const int grid = attn_grid(b.B, b.T, b.NH, ATTN_WG_ROWS), kv_grid = attn_grid(b.B, b.T, b.KV, ATTN_WG_ROWS);
-    const float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * LOG2E_F;
-    constexpr int fwd_smem = attn_forward_smem<HS>(), dq_smem = attn_dq_smem<HS>(), dkdv_smem = attn_dkdv_smem<HS>();
-    float fwd = median_ms([&] {
-        attention_forward_bf16_kernel<HS>
-            <<<grid, ATTN_WG_THREADS, fwd_smem>>>(b.out, b.lse, b.qkv, b.T, b.NH, b.KV, scale_log2);
-    });
+    float fwd = median_ms([&] { attention_forward_bf16<HS>(b.out, b.lse, b.qkv, b.B, b.T, b.NH, b.KV, 0); });
     float dq = median_ms([&] {
-        attention_backward_dq_bf16_kernel<HS><<<grid, ATTN_WG_THREADS, dq_smem>>>(
-            b.dqkv, nullptr, b.dsum, b.dout, b.out, b.qkv, b.lse, RopeTables{}, b.T, b.NH, b.KV, scale_log2, scale);
+        attention_backward_dq_bf16<HS>(b.dqkv, nullptr, b.dsum, b.dout, b.out, b.qkv, b.lse, RopeTables{}, b.B, b.T,
+                                       b.NH, b.KV, 0);
     });
     float dkdv = median_ms([&] {
-        attention_backward_dkdv_bf16_kernel<HS><<<kv_grid, ATTN_WG_THREADS, dkdv_smem>>>(
-            b.dqkv, nullptr, b.dout, b.qkv, b.lse, b.dsum, RopeTables{}, b.T, b.NH, b.KV, scale_log2, scale);
+        attention_backward_dkdv_bf16<HS>(b.dqkv, nullptr, b.dsum, b.dout, b.qkv, b.lse, RopeTables{}, b.B, b.T, b.NH,
+                                         b.KV, 0);
     });
     cudaCheckLaunch();
     printf("forward %8.3f ms %6.1f TFLOP/s\n", fwd, g_flops / fwd * 1e-9);

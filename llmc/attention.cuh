@@ -33,9 +33,10 @@
  *
  * Layouts: qkv and dqkv (B, T, NH + 2 KV, HS): a token's NH query heads, then its KV key heads, then its KV value
  * heads (GPT-2's (B, T, 3, NH, HS) when KV = NH); out and dout (B, T, NH, HS); lse (B, NH, T) fp32, natural log.
- * Grids are 1-D over (head, block along T), query heads for the forward and dQ, KV heads for dK/dV, scheduled by
- * attn_block(): heaviest causal blocks first. Offsets into the buffers are size_t; any T whose grid fits (checked)
- * runs, the statistics (lse, D) of every row kept in fp32 whatever T is.
+ * Grids are 1-D over (head, block along T), query heads for the forward and dQ (a forward block takes two query heads
+ * of a group where the group is even: they share its K and V tiles), KV heads for dK/dV, scheduled by attn_block():
+ * heaviest causal blocks first. Offsets into the buffers are size_t; any T whose grid fits (checked) runs, the
+ * statistics (lse, D) of every row kept in fp32 whatever T is.
  */
 #ifndef LLMC_ATTENTION_CUH
 #define LLMC_ATTENTION_CUH
@@ -73,6 +74,8 @@ __device__ __forceinline__ AttnBlock attn_block(int nblocks) {
 // dQ: a block per query head) from the end of T (late rows see the most keys), key blocks (dK/dV: a block per KV
 // head) from the start (early keys see the most queries). A key block's query heads are its group's: the first one's
 // Q columns, out / dout columns and lse / D rows are given, and head i of the group is i HS columns and i T rows on.
+// A forward block may own the same rows of `pack` query heads of one group (pack divides the group): its grid runs
+// over NH / pack head slots, and `member` (< pack) picks the head of the slot.
 struct AttnHead {
     int row0;               // the block's first row
     int partial_row;        // the block's row of bias partials, b nblocks + (block along T)
@@ -81,11 +84,12 @@ struct AttnHead {
     size_t out, stat;       // the query head's first element in out / dout and in lse / D
 };
 template <int HS>
-__device__ __forceinline__ AttnHead attn_head(int Tlen, int NH, int KV, int rows, bool query_blocks) {
-    const int nblocks = (Tlen + rows - 1) / rows, heads = query_blocks ? NH : KV, group = NH / KV;
+__device__ __forceinline__ AttnHead attn_head(int Tlen, int NH, int KV, int rows, bool query_blocks, int pack = 1,
+                                              int member = 0) {
+    const int nblocks = (Tlen + rows - 1) / rows, heads = query_blocks ? NH / pack : KV, group = NH / KV;
     const AttnBlock blk = attn_block(nblocks);
     const int block = query_blocks ? nblocks - 1 - blk.rank : blk.rank, b = blk.bh / heads, h = blk.bh % heads;
-    const int hq = query_blocks ? h : h * group, hkv = query_blocks ? h / group : h;
+    const int hq = query_blocks ? h * pack + member : h * group, hkv = hq / group;
     return {block * rows,
             b * nblocks + block,
             hq * HS,
@@ -367,15 +371,16 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
-// Rows [row0, row0 + ATTN_WG_ROWS) of one head (row stride `stride` elements) into a tile, asynchronously; rows past
-// Tlen are zero-filled.
+// Rows [row0, row0 + ATTN_WG_ROWS) of one head (row stride `stride` elements) into a tile, asynchronously, by the
+// threads of one warpgroup (tid: the thread's index in it); rows past Tlen are zero-filled.
 template <int HS>
-__device__ __forceinline__ void load_tile_async(uint32_t tile, const bf16 *src, size_t stride, int row0, int Tlen) {
+__device__ __forceinline__ void load_tile_async(uint32_t tile, const bf16 *src, size_t stride, int row0, int Tlen,
+                                                unsigned tid = threadIdx.x) {
     constexpr int CHUNKS = HS / 8;
     static_assert(ATTN_WG_ROWS * CHUNKS % ATTN_WG_THREADS == 0, "tile chunks must divide evenly among the threads");
 #pragma unroll
     for (int it = 0; it < ATTN_WG_ROWS * CHUNKS / ATTN_WG_THREADS; it++) {
-        int i = it * ATTN_WG_THREADS + threadIdx.x, r = i / CHUNKS, c = i % CHUNKS;
+        int i = it * ATTN_WG_THREADS + tid, r = i / CHUNKS, c = i % CHUNKS;
         bool valid = row0 + r < Tlen;
         cp_async_16(tile + attn_tile_offset(r, c), src + (size_t)(valid ? row0 + r : 0) * stride + c * 8,
                     valid ? 16 : 0);
@@ -725,32 +730,45 @@ __device__ __forceinline__ void attn_grad_store(bf16 *dst, size_t stride, float 
 
 
 // ----------------------------------------------------------------------------------------------------------------
-// bf16 forward. A block owns 64 queries; Q stays in shared memory as the A operand of S = Q K^T, and O += P V takes
-// P from registers against the V tile read transposed. Key/value tiles of 64 rows go through two shared-memory
-// stages: tile j+1 loads while tile j is used. (Two query slabs a block sharing each K tile need 188 registers at
-// HS = 64 and 2 blocks an SM: 10-12% slower than one slab at 125 registers and 4 blocks.)
+// bf16 forward. A warpgroup owns 64 queries of one head; Q stays in shared memory as the A operand of S = Q K^T, and
+// O += P V takes P from registers against the V tile read transposed. Key/value tiles of 64 rows go through two
+// shared-memory stages: tile j+1 loads while tile j is used. Under grouped-query attention a block holds PACK
+// warpgroups, the same 64 rows of PACK query heads of one group, which read the same K and V tiles: each tile comes
+// from L2 into shared memory once for PACK heads (the forward's products are only ~64 FLOPs a byte of K and V
+// copied, the least of the three kernels), the warpgroups take turns at the copies, and their work, rows and masks
+// are the same, so the block's barriers wait for no one. (One warpgroup taking two query slabs of one head, sharing
+// each K tile, needs 188 registers at HS = 64 and 2 blocks an SM: 10-12% slower than one slab at 125 registers and 4
+// blocks.)
 
-#define ATTN_FWD_TILES 5 // Q, 2 x (K, V)
+#define ATTN_PACK_MAX 2 // query heads a forward block (attn_with_pack); 2 blocks of 2 an SM at HS = 64 (4: not tried)
+#define ATTN_FWD_TILES(PACK) ((PACK) + 4) // PACK x Q, 2 x (K, V)
 
-template <int HS>
-__global__ void __launch_bounds__(ATTN_WG_THREADS)
+template <int HS, int PACK>
+__global__ void __launch_bounds__(PACK * ATTN_WG_THREADS)
     attention_forward_bf16_kernel(bf16 *out, float *lse, const bf16 *qkv, int Tlen, int NH, int KV,
                                   float scale_log2) {
     constexpr int ROWS = ATTN_WG_ROWS, DT = HS / 8, ST = ROWS / 8, TILE = attn_tile_bytes<HS>();
     extern __shared__ __align__(128) unsigned char smem[];
-    const uint32_t sQ = smem_u32(wgmma_smem_aligned(smem)), sKV = sQ + TILE;
+    // the thread's warpgroup and its index in it: threadIdx.x itself where the block is one warpgroup
+    const int wg = PACK == 1 ? 0 : threadIdx.x / ATTN_WG_THREADS;
+    const unsigned tid = PACK == 1 ? threadIdx.x : threadIdx.x % ATTN_WG_THREADS;
+    const int warp = tid / WARP_SIZE;
+    const uint32_t sQ = smem_u32(wgmma_smem_aligned(smem)) + wg * TILE, sKV = sQ + (PACK - wg) * TILE;
     auto sK = [&](int st) { return sKV + (2 * st) * TILE; };
     auto sV = [&](int st) { return sKV + (2 * st + 1) * TILE; };
-    const int warp = threadIdx.x / WARP_SIZE;
-    const AttnHead hd = attn_head<HS>(Tlen, NH, KV, ROWS, true);
+    const AttnHead hd = attn_head<HS>(Tlen, NH, KV, ROWS, true, PACK, wg);
     const int q0 = hd.row0;
     const size_t stride = (size_t)(NH + 2 * KV) * HS;
     const bf16 *seq = qkv + hd.seq, *q = seq + hd.qcol, *k = seq + hd.kcol, *v = seq + hd.vcol;
     const int nkv = (min(q0 + ROWS, Tlen) + ROWS - 1) / ROWS, row_base = q0 + warp * 16;
+    // tile j's K and V (the group's, the same for every warpgroup): K by warpgroup 0, V by the last
+    auto load_kv = [&](int st, int kv0) {
+        if (wg == 0) { load_tile_async<HS>(sK(st), k, stride, kv0, Tlen, tid); }
+        if (wg == PACK - 1) { load_tile_async<HS>(sV(st), v, stride, kv0, Tlen, tid); }
+    };
 
-    load_tile_async<HS>(sQ, q, stride, q0, Tlen);
-    load_tile_async<HS>(sK(0), k, stride, 0, Tlen);
-    load_tile_async<HS>(sV(0), v, stride, 0, Tlen);
+    load_tile_async<HS>(sQ, q, stride, q0, Tlen, tid);
+    load_kv(0, 0);
     cp_async_commit();
     cp_async_wait<0>();
     fence_proxy_async();
@@ -761,10 +779,7 @@ __global__ void __launch_bounds__(ATTN_WG_THREADS)
     zero_acc(o);
     for (int j = 0; j < nkv; j++) {
         const int st = j & 1, kv0 = j * ROWS;
-        if (j + 1 < nkv) {
-            load_tile_async<HS>(sK(st ^ 1), k, stride, kv0 + ROWS, Tlen);
-            load_tile_async<HS>(sV(st ^ 1), v, stride, kv0 + ROWS, Tlen);
-        }
+        if (j + 1 < nkv) { load_kv(st ^ 1, kv0 + ROWS); }
         cp_async_commit();
 
         float s[ST][4];
@@ -976,38 +991,65 @@ template <typename Kernel> static void attn_set_smem(Kernel kernel, int bytes) {
 // Blocks of `rows` rows along T, for `heads` heads of B sequences (attention_check_args: it fits an int).
 static int attn_grid(int B, int Tlen, int heads, int rows) { return B * heads * ceil_div_int(Tlen, rows); }
 // Dynamic shared memory of the three bf16 kernels.
-template <int HS> constexpr int attn_forward_smem() { return attn_smem_bytes<HS>(ATTN_FWD_TILES, 0); }
+template <int HS, int PACK> constexpr int attn_forward_smem() { return attn_smem_bytes<HS>(ATTN_FWD_TILES(PACK), 0); }
 template <int HS> constexpr int attn_dq_smem() { return attn_smem_bytes<HS>(ATTN_DQ_TILES, 0); }
 template <int HS> constexpr int attn_dkdv_smem() {
     return attn_smem_bytes<HS>(ATTN_DKDV_TILES, 4 * ATTN_WG_ROWS * (int)sizeof(float));
 }
 
+// Calls f with the query heads a forward block takes (a std::integral_constant): ATTN_PACK_MAX where it divides the
+// group (NH / KV), else 1.
+template <typename F> static void attn_with_pack(int NH, int KV, F f) {
+    if ((NH / KV) % ATTN_PACK_MAX == 0) {
+        f(std::integral_constant<int, ATTN_PACK_MAX>{});
+    } else {
+        f(std::integral_constant<int, 1>{});
+    }
+}
+
 template <int HS>
 static void attention_forward_bf16(bf16 *out, float *lse, const bf16 *qkv, int B, int Tlen, int NH, int KV,
                                    cudaStream_t stream) {
-    constexpr int smem = attn_forward_smem<HS>();
-    attn_set_smem(attention_forward_bf16_kernel<HS>, smem);
-    attention_forward_bf16_kernel<HS><<<attn_grid(B, Tlen, NH, ATTN_WG_ROWS), ATTN_WG_THREADS, smem, stream>>>(
-        out, lse, qkv, Tlen, NH, KV, LOG2E_F / sqrtf((float)HS));
+    attn_with_pack(NH, KV, [&](auto pack) {
+        constexpr int PACK = decltype(pack)::value, smem = attn_forward_smem<HS, PACK>();
+        attn_set_smem(attention_forward_bf16_kernel<HS, PACK>, smem);
+        attention_forward_bf16_kernel<HS, PACK>
+            <<<attn_grid(B, Tlen, NH / PACK, ATTN_WG_ROWS), PACK * ATTN_WG_THREADS, smem, stream>>>(
+                out, lse, qkv, Tlen, NH, KV, LOG2E_F / sqrtf((float)HS));
+    });
     cudaCheckLaunch();
 }
 
-// The dQ kernel first: it writes the D the dK/dV kernel reads.
+// The backward's two kernels (dev/bench_attention.cu times them one by one). The dQ kernel writes the D the dK/dV
+// kernel reads.
+template <int HS>
+static void attention_backward_dq_bf16(bf16 *dqkv, float *partial, float *dsum, const bf16 *dout, const bf16 *out,
+                                       const bf16 *qkv, const float *lse, RopeTables rope, int B, int Tlen, int NH,
+                                       int KV, cudaStream_t stream) {
+    const float scale = 1.0f / sqrtf((float)HS);
+    constexpr int smem = attn_dq_smem<HS>();
+    attn_set_smem(attention_backward_dq_bf16_kernel<HS>, smem);
+    attention_backward_dq_bf16_kernel<HS><<<attn_grid(B, Tlen, NH, ATTN_WG_ROWS), ATTN_WG_THREADS, smem, stream>>>(
+        dqkv, partial, dsum, dout, out, qkv, lse, rope, Tlen, NH, KV, scale * LOG2E_F, scale);
+    cudaCheckLaunch();
+}
+template <int HS>
+static void attention_backward_dkdv_bf16(bf16 *dqkv, float *partial, const float *dsum, const bf16 *dout,
+                                         const bf16 *qkv, const float *lse, RopeTables rope, int B, int Tlen, int NH,
+                                         int KV, cudaStream_t stream) {
+    const float scale = 1.0f / sqrtf((float)HS);
+    constexpr int smem = attn_dkdv_smem<HS>();
+    attn_set_smem(attention_backward_dkdv_bf16_kernel<HS>, smem);
+    attention_backward_dkdv_bf16_kernel<HS><<<attn_grid(B, Tlen, KV, ATTN_WG_ROWS), ATTN_WG_THREADS, smem, stream>>>(
+        dqkv, partial, dout, qkv, lse, dsum, rope, Tlen, NH, KV, scale * LOG2E_F, scale);
+    cudaCheckLaunch();
+}
 template <int HS>
 static void attention_backward_bf16(bf16 *dqkv, float *partial, float *dsum, const bf16 *dout, const bf16 *out,
                                     const bf16 *qkv, const float *lse, RopeTables rope, int B, int Tlen, int NH,
                                     int KV, cudaStream_t stream) {
-    const float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * LOG2E_F;
-    constexpr int dq_smem = attn_dq_smem<HS>(), dkdv_smem = attn_dkdv_smem<HS>();
-    attn_set_smem(attention_backward_dq_bf16_kernel<HS>, dq_smem);
-    attention_backward_dq_bf16_kernel<HS><<<attn_grid(B, Tlen, NH, ATTN_WG_ROWS), ATTN_WG_THREADS, dq_smem, stream>>>(
-        dqkv, partial, dsum, dout, out, qkv, lse, rope, Tlen, NH, KV, scale_log2, scale);
-    cudaCheckLaunch();
-    attn_set_smem(attention_backward_dkdv_bf16_kernel<HS>, dkdv_smem);
-    attention_backward_dkdv_bf16_kernel<HS>
-        <<<attn_grid(B, Tlen, KV, ATTN_WG_ROWS), ATTN_WG_THREADS, dkdv_smem, stream>>>(
-            dqkv, partial, dout, qkv, lse, dsum, rope, Tlen, NH, KV, scale_log2, scale);
-    cudaCheckLaunch();
+    attention_backward_dq_bf16<HS>(dqkv, partial, dsum, dout, out, qkv, lse, rope, B, Tlen, NH, KV, stream);
+    attention_backward_dkdv_bf16<HS>(dqkv, partial, dsum, dout, qkv, lse, rope, B, Tlen, NH, KV, stream);
 }
 
 template <int HS>

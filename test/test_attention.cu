@@ -481,13 +481,14 @@ int main(int argc, char **argv) {
                            "multiple of the key/value heads");
     }
     // B, T, NH, KV. Multi-head: 5 x 7 heads is more than one head group of the block schedule, the last one partial.
-    // Grouped-query: ratios 4 (Llama 3's 32 / 8), 8 and 3 (not a power of two), T = 2048 as Llama 3 trains, T = 1000
+    // Grouped-query: ratios 4 (Llama 3's 32 / 8), 8, 2 (even ratios: the forward's blocks of two query heads, one
+    // such block a group at 2) and 3 (not a power of two: one head a block), T = 2048 as Llama 3 trains, T = 1000
     // and 4097 (not multiples of any block: 4097 leaves a last block of one row), T = 8192 (the longest Llama 3
     // context); KV = NH at T = 1000 too. `small`: the shapes of up to 130 rows (compute-sanitizer).
     const int shapes[][4] = {{3, 1, 2, 2},     {2, 7, 3, 3},      {2, 64, 2, 2},   {3, 100, 1, 1},
                              {5, 130, 7, 7},   {1, 257, 3, 3},    {1, 1024, 2, 2}, {2, 130, 4, 1},
-                             {3, 64, 6, 2},    {2, 1000, 4, 4},   {2, 1000, 8, 2}, {1, 2048, 32, 8},
-                             {1, 2048, 8, 1},  {1, 4097, 8, 1},   {1, 8192, 4, 1}};
+                             {3, 64, 6, 2},    {2, 100, 6, 3},    {2, 1000, 4, 4}, {2, 1000, 8, 2},
+                             {1, 2048, 32, 8}, {1, 2048, 8, 1},   {1, 4097, 8, 1}, {1, 8192, 4, 1}};
     if (!bench_only) {
         for (int HS : {64, 128}) {
             for (auto &s : shapes) {
