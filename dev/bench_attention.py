@@ -128,8 +128,9 @@ def main():
             out = sdpa(q, k, v)
             bwd = median_ms(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))
         flops = causal_flops(B, T, NH, HS)
-        print(f"torch bf16  B={B:<3d} T={T:<5d} NH={NH:<3d} KV={KV:<3d} HS={HS:<4d} fwd {fwd:8.3f} ms {flops / fwd * 1e-9:7.1f} "
-              f"TFLOP/s   bwd {bwd:8.3f} ms {2.5 * flops / bwd * 1e-9:7.1f} TFLOP/s")
+        print(f"torch bf16  B={B:<3d} T={T:<5d} NH={NH:<3d} KV={KV:<3d} HS={HS:<4d} "
+              f"fwd {fwd:8.3f} ms {flops / fwd * 1e-9:7.1f} TFLOP/s   "
+              f"bwd {bwd:8.3f} ms {2.5 * flops / bwd * 1e-9:7.1f} TFLOP/s")
 
 
 if __name__ == "__main__":
