@@ -1213,19 +1213,19 @@ template <typename floatX> static void wgrad_overlap(GPT<floatX> *g, WgradQueue<
     });
 }
 
-// Layer l's linear layer k's input gradient (linear_backward_input; under GTP with its weight materialized for it),
-// the oldest `beside` deferred weight gradients beside its TP sum (over SP's ring, in the wait for the last partial
-// sums), and its own weight gradient deferred to the queue.
+// Layer l's linear layer k's input gradient (linear_backward_input; under GTP with its weight materialized for it), its
+// own weight gradient deferred to the queue, and the oldest `beside` deferred weight gradients beside its TP sum (over
+// SP's ring, in the wait for the last partial sums): where beside takes them all, the layer's own is among them.
 template <typename floatX>
 static void block_input_grad(GPT<floatX> *g, WgradQueue<floatX> *q, int l, int k, floatX *dinp, const floatX *dout,
                              const floatX *inp, const floatX *act_aux, int beside = 0) {
     const Linear<floatX> &lin = block_linear(g, l, k);
     gtp_acquire(g, l, k);
+    wgrad_defer(q, k, lin, dout, inp);
     linear_backward_input(lin, dinp, dout, inp, act_aux, q->N, g_cuda.stream, [&]() {
         gtp_done(g, l, k); // its GEMMs are queued
         if (beside > 0) { wgrad_overlap(g, q, beside); }
     });
-    wgrad_defer(q, k, lin, dout, inp);
 }
 
 /*
