@@ -5,6 +5,8 @@
 # TRACE_T: the sequence length (1024), TRACE_PRECISION: bf16 (default), fp8 or fp32. TRACE_NP: ranks (1); above 1 the
 # run goes through mpirun, each rank writes its own CSV (trace_..._rankR.csv) and rank 0's is summarized, e.g.
 #   TRACE_NP=2 dev/trace.sh d48 8 12 --keep-gelu-layers 12 --tp 2 --sequence-parallel 1
+# The batch is one rank's B x T tokens; where the ranks read different tokens (DP, GTP), name the whole batch, e.g.
+#   TRACE_NP=2 TRACE_T=2048 dev/trace.sh llama3.1-8b 1 12 --gtp 2 --total-batch-tokens 4096
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=$1 B=$2 STEPS=${3:-12} T=${TRACE_T:-1024} PREC=${TRACE_PRECISION:-bf16} NP=${TRACE_NP:-1}
