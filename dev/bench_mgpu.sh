@@ -18,6 +18,8 @@
 # sppieces: 1558M TP=2+SP, bf16 and fp8, with the ring's reduce-scatters in 2 and 4 pieces (--sp-ring-pieces): their
 #   exposed communication and "pieces / whole tokens/s" against the sp rows
 # sp4 (4 GPUs): 1558M TP=4 and TP=4+SP over the ring, both transports (batch 8), the same lines
+# sppieces4 (4 GPUs): 1558M TP=4+SP with the ring's reduce-scatters in 2 and 4 pieces, against the sp4 rows: at TP=4 a
+#   chunk's GEMM is a quarter of the tokens, the thinnest beside its transfer, which is what the pieces are for
 # gtpnccl (BENCH_ROWS="1558M_gtp2 1558M_gtp2_fp8 gtpnccl"; 1558M_gtp4 and 4 GPUs for the last): 1558M GTP=2 in bf16
 #   and fp8, and GTP=4, with the weight gathers over NCCL's all-gather (--gtp-transport nccl) beside the copy engines'
 #   pulls (the default, the gpt2 rows); their lines: "GTP=2 ce / nccl tokens/s" (and fp8, GTP=4: above 1, the copy
@@ -335,6 +337,10 @@ row sp4 ours 1558M_tp4 "ours TP=4" 4 d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 
 row sp4 ours 1558M_tp4_sp "ours TP=4+SP" 4 d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --tp 4 --sequence-parallel 1
 row sp4 ours 1558M_tp4_sp_p2p "ours TP=4+SP p2p" 4 d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --tp 4 \
     --sequence-parallel 1 --sp-transport nccl
+for pieces in 2 4; do
+    row sppieces4 ours "1558M_tp4_sp_pc$pieces" "ours TP=4+SP $pieces pieces" 4 d48 8 "$STEPS_LARGE" \
+        --keep-gelu-layers 12 --tp 4 --sequence-parallel 1 --sp-ring-pieces "$pieces"
+done
 
 echo
 python3 dev/bench_mgpu_table.py "$WARMUP_STEPS" "${results[@]}"

@@ -136,10 +136,10 @@ def ratios(rows, shapes):
     ratio("ours TP=2+SP fp8 codes / activations tokens/s", "1558M_tp2_sp_fp8", "1558M_tp2_sp_fp8_act", None)
     exposed("1558M_tp2_sp_fp8_act", 5)
     # the ring's reduce-scatters in pieces (--sp-ring-pieces) against whole products, for information
-    for prec, sp in (("", "1558M_tp2_sp"), (" fp8", "1558M_tp2_sp_fp8")):
+    for label, sp in (("TP=2+SP", "1558M_tp2_sp"), ("TP=2+SP fp8", "1558M_tp2_sp_fp8"), ("TP=4+SP", "1558M_tp4_sp")):
         for pieces in (2, 4):
             row = f"{sp}_pc{pieces}"
-            ratio(f"ours TP=2+SP{prec} {pieces} pieces / whole tokens/s", row, sp, None)
+            ratio(f"ours {label} {pieces} pieces / whole tokens/s", row, sp, None)
             exposed(row, 5)
     ratio("ours TP=2 / torch FSDP tokens/s", "1558M_tp2", "1558M_fsdp", None)
     # GTP's bars: 1558M in bf16 and in fp8 (against the same bf16 FSDP baseline), Llama-3.2-3B in bf16
