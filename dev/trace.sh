@@ -5,8 +5,7 @@
 # TRACE_T: the sequence length (1024), TRACE_PRECISION: bf16 (default), fp8 or fp32. TRACE_NP: ranks (1); above 1 the
 # run goes through mpirun, each rank writes its own CSV (trace_..._rankR.csv) and rank 0's is summarized, e.g.
 #   TRACE_NP=2 dev/trace.sh d48 8 12 --keep-gelu-layers 12 --tp 2 --sequence-parallel 1
-# The batch is one rank's B x T tokens; where the ranks read different tokens (DP, GTP), name the whole batch, e.g.
-#   TRACE_NP=2 TRACE_T=2048 dev/trace.sh llama3.1-8b 1 12 --gtp 2 --total-batch-tokens 4096
+# A step is one micro-step of B x T tokens a data rank, whatever the layout (--total-batch-tokens 0).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=$1 B=$2 STEPS=${3:-12} T=${TRACE_T:-1024} PREC=${TRACE_PRECISION:-bf16} NP=${TRACE_NP:-1}
@@ -31,7 +30,7 @@ fi
 rm -rf "$OUT_DIR/run_$MODEL"
 export KTRACE_OUT="$csv" CUDA_INJECTION64_PATH="$lib" \
     LD_LIBRARY_PATH="$CUDA_HOME/lib64:$CUDA_HOME/extras/CUPTI/lib64:${LD_LIBRARY_PATH:-}"
-"${launch[@]}" ./train_gpt --model "$MODEL" --batch-size "$B" --seq-len "$T" --total-batch-tokens $((B * T)) \
+"${launch[@]}" ./train_gpt --model "$MODEL" --batch-size "$B" --seq-len "$T" --total-batch-tokens 0 \
     --steps "$STEPS" --val-every 0 --sample-every 0 --precision "$PREC" --train-data "$SHARD" \
     --out-dir "$OUT_DIR/run_$MODEL" --save 0 --warmup-steps 1 "$@" >"$OUT_DIR/trace_$tag.log" 2>&1 ||
     { echo "traced run failed:"; tail -5 "$OUT_DIR/trace_$tag.log"; exit 1; }
