@@ -477,7 +477,8 @@ static int mlp_act_features(int act, int fc_out) { return act == MLP_SWIGLU ? fc
  * The FP8 forward of a block of rows [row, row + rows) of the layer's N, in parts that SP's ring can move the codes
  * between (llmc/tensor_parallel.cuh: each rank casts its own rows, the ring gathers their codes):
  *   fp8_linear_cast_input: the input's rows (inp at the block's first row, wherever its rows are) cast to E4M3,
- *     row-major into the layer's codes q->x at those rows, and into the kept transposed copy at the rows' columns.
+ *     row-major into the layer's codes q->x at those rows, and (with kept) into the kept transposed copy at the rows'
+ *     columns; without, the codes alone, which is all a transfer waits for (SP's ring sends them first).
  *   fp8_linear_keep_input: the kept transposed copy's columns of a block whose codes x came from elsewhere (they are
  *     the bytes fp8_linear_cast_input would have written there).
  *   fp8_linear_rows_gemm: the GEMM on the block's codes x (wherever they are: SP's ring reads a peer's where they
@@ -487,9 +488,10 @@ static int mlp_act_features(int act, int fc_out) { return act == MLP_SWIGLU ? fc
  *   fp8_linear_rows_forward: the cast (unless fc cast the input already: input_from_producer), then the GEMM.
  */
 template <typename T>
-static void fp8_linear_cast_input(const Linear<T> &lin, const T *inp, int row, int rows, int N, cudaStream_t stream) {
+static void fp8_linear_cast_input(const Linear<T> &lin, const T *inp, int row, int rows, int N, bool kept,
+                                  cudaStream_t stream) {
     const Fp8Linear *q = lin.fp8;
-    Fp8CastOut o = {q->x + (size_t)row * lin.in, q->keeps_input ? q->x_t : NULL, N, row, NULL};
+    Fp8CastOut o = {q->x + (size_t)row * lin.in, kept && q->keeps_input ? q->x_t : NULL, N, row, NULL};
     fp8_cast(q->dev, fp8_tensor_of(lin, FP8_INPUT), Fp8Plain<T>{inp}, rows, lin.in, o, q->dev->recording,
              FP8_SCALE_RECIPE, q->partials, stream);
 }
@@ -530,7 +532,7 @@ static void fp8_linear_rows_gemm(const Linear<T> &lin, const T *bias, T *out, co
 template <typename T>
 static void fp8_linear_rows_forward(const Linear<T> &lin, const T *bias, T *out, const T *inp, T *gelu_aux,
                                     int row, int rows, int N, cudaStream_t stream) {
-    if (!lin.fp8->input_from_producer) { fp8_linear_cast_input(lin, inp, row, rows, N, stream); }
+    if (!lin.fp8->input_from_producer) { fp8_linear_cast_input(lin, inp, row, rows, N, true, stream); }
     fp8_linear_rows_gemm(lin, bias, out, lin.fp8->x + (size_t)row * lin.in, gelu_aux, row, rows, N, stream);
 }
 

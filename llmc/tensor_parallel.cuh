@@ -452,9 +452,10 @@ template <typename T> static bool linear_dgrad_by_rows(const Linear<T> &lin, int
 /*
  * Whether a column-parallel FP8 layer's forward over the ring gathers its input as E4M3 codes (1 byte an element)
  * instead of the LayerNorm's activations (2 bytes in bf16), as TransformerEngine's userbuffers do: each rank casts
- * its own rows once (fp8_linear_cast_input: their codes, and their columns of the kept transposed copy), the ring
+ * its own rows once (fp8_linear_cast_input, codes only: the ring's first transfer waits for nothing else), the ring
  * gathers the codes into the layer's codes (Fp8Linear::x), and each chunk's GEMM reads them as they arrive; the
- * transposed copy's columns of a peer's rows are made from its codes (fp8_linear_keep_input). Only where the forward
+ * transposed copy's columns of every chunk's rows, this rank's too, are made from its codes after its GEMM
+ * (fp8_linear_keep_input), beside the next chunk's transfer. Only where the forward
  * runs by rows (linear_forward_by_rows: scales from the history) and the layer casts and keeps its own input
  * (fp8_input_as_codes: qkv and fc, Llama's [gate | up] too).
  * The same bits as gathering the activations and casting every row on every rank (--sp-fp8-codes 0): a cast is
@@ -513,7 +514,7 @@ static void linear_forward(const Linear<T> &lin, T *out, T *inp, T *gelu_aux, co
         size_t part = (size_t)n * lin.in * sizeof(T);
         if (codes) { // this rank's rows cast once; their codes travel
             int mine = f.row + tp->rank * n;
-            fp8_linear_cast_input(lin, inp + (size_t)mine * lin.in, mine, n, f.tokens, stream);
+            fp8_linear_cast_input(lin, inp + (size_t)mine * lin.in, mine, n, f.tokens, false, stream);
             gathered = (char *)(lin.fp8->x + (size_t)f.row * lin.in);
             part = (size_t)n * lin.in;
         }
@@ -527,7 +528,7 @@ static void linear_forward(const Linear<T> &lin, T *out, T *inp, T *gelu_aux, co
             }
             const uint8_t *x = (const uint8_t *)rows;
             fp8_linear_rows_gemm(lin, bias, out, x, gelu_aux, r0, n, f.tokens, stream);
-            if (k > 0) { fp8_linear_keep_input(lin, x, r0, n, f.tokens, stream); } // the cast kept this rank's
+            fp8_linear_keep_input(lin, x, r0, n, f.tokens, stream);
         }, what);
         if (!by_rows) { // the whole GEMM once every part is in
             comm_compute_wait(stream, tp->arrived[P - 1], what);
