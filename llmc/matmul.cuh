@@ -561,6 +561,14 @@ static void linear_rows_forward(const Linear<T> &lin, const T *bias, T *out, con
     linear_gemm_bias(lin, out, w, x, bias, n, 0, stream);
 }
 
+// The columns of a row of act_aux, the activation's input that the fc projection's input gradient reads (fc's output):
+// as many as the projection's inputs, or twice as many under SwiGLU, whose [gate | up] make one (in FP8 only: a bf16
+// SwiGLU block runs swiglu_backward itself). A block of rows' act_aux starts that many elements a row further in.
+template <typename T> static int linear_act_aux_cols(const Linear<T> &lin) {
+    const Fp8Linear *p = lin.fp8 ? lin.fp8->act_producer : NULL;
+    return p && p->act == MLP_SWIGLU ? 2 * lin.in : lin.in;
+}
+
 /*
  * In FP8: dout cast first (for this GEMM, and transposed for the weight gradient), unless the layer above cast it
  * (fc: grad_from_consumer); the product, and for the fc projection (act_aux: fc's output, the activation's input) the
@@ -591,7 +599,7 @@ static void fp8_linear_dgrad(const Linear<T> &lin, T *dinp, const T *dout, const
     gemm_lt(dinp, TypeInfo<T>::cuda, w, 0, lin.in, dy, 0, lin.out, lin.in, rows, lin.out, 0.0f, GEMM_PLAIN, 0, stream);
     if (act_aux) {
         const Fp8Linear *p = q->act_producer;
-        int F = p->act == MLP_SWIGLU ? 2 * lin.in : lin.in; // fc's output gradient: [dgate | dup], or d fch
+        int F = linear_act_aux_cols(lin); // fc's output gradient: [dgate | dup], or d fch
         float *sums = p->dbias_partials ? p->dbias_partials + (size_t)(row / FP8_TILE_ROWS) * F : (float *)NULL;
         Fp8CastOut o = {p->dy + r0 * F, p->dy_t, N, row, sums};
         int tdfch = fp8_tensor(p->layer, p->linear, FP8_GRAD);

@@ -607,10 +607,10 @@ static void linear_backward_input(const Linear<T> &lin, T *dinp, const T *dout, 
     if (dinp == inp) { fail("linear_backward_input: dinp must not alias inp (the weight gradient reads it later)"); }
     TensorParallel *tp = lin.tp;
     int P = tp_active(tp) ? tp->size : 1, n = N / P;
-    // rows [r0, r1) of dinp
+    // rows [r0, r1) of dinp (gelu_aux's rows are linear_act_aux_cols wide: fc's [gate | up] under SwiGLU)
     auto dgrad_rows = [&](int r0, int r1) {
-        linear_dgrad(lin, dinp + (size_t)r0 * lin.in, dout + (size_t)r0 * lin.out,
-                     gelu_aux ? gelu_aux + (size_t)r0 * lin.in : (const T *)NULL, r1 - r0, stream, r0, N);
+        const T *aux = gelu_aux ? gelu_aux + (size_t)r0 * linear_act_aux_cols(lin) : (const T *)NULL;
+        linear_dgrad(lin, dinp + (size_t)r0 * lin.in, dout + (size_t)r0 * lin.out, aux, r1 - r0, stream, r0, N);
     };
     if (linear_gathers_output_grad(lin)) {
         if (!tp->gather_pending) { fail("linear_backward_input: the output gradient was not gathered first"); }

@@ -27,6 +27,9 @@
  *     the ring (the first step: the one cast and GEMM of all rows), its recorded amax is the whole input's once the
  *     ranks' meet (one recipe state here, the world's max in training), and its output is within FP8_WHOLE_TOL of the
  *     one GEMM of all rows.
+ *   FP8 backward of a row-parallel fc projection beside its output gradient's gather, with the activation's backward
+ *     (GELU, and SwiGLU, whose [gate | up] input rows are twice as wide) cast as fc's output gradient: every rank's
+ *     input gradient and both layers' gradient codes, transposed copies too, bit for bit as the same row blocks alone.
  * Streams of different simulated ranks wait for each other's flags on one GPU: CUDA_DEVICE_MAX_CONNECTIONS is raised
  * first so that no two of them share a hardware queue (where they did, a wait could hold up the write it waits for),
  * and kernels are loaded at start-up (CUDA_MODULE_LOADING=EAGER: a lazy load waits for the work in flight, which
@@ -490,6 +493,109 @@ template <typename T> static void test_forward_fp8(int P, const char *type, Fp8R
     group_free(&g);
 }
 
+/*
+ * FP8 backward of a row-parallel fc projection beside the gather of its output gradient (linear_backward_gather, then
+ * linear_backward_input with act_aux; delayed scaling past its first step): each chunk's input-gradient GEMM as the
+ * chunk lands, and the activation's backward of it cast as fc's output gradient. act_aux is fc's output, FEAT columns
+ * under GELU and 2 FEAT ([gate | up]) under SwiGLU, so that chunk c's rows of it start c n rows of that width in. Every
+ * rank's input gradient, its output gradient's codes and fc's, with their transposed copies, equal bit for bit the
+ * same FP8 row blocks run without the ring (all N rows at once where the chunks are not whole cast tiles, as the
+ * trainer then gathers first).
+ */
+template <typename T> static void test_backward_fp8(int P, const char *type, int act) {
+    Group g;
+    size_t n = N_TOKENS / P, A = act == MLP_SWIGLU ? 2 * FEAT : FEAT; // act_aux's columns
+    group_make(&g, P, n * CH * sizeof(T));
+    Fp8Recipe recipe = {FP8_DELAYED, 4, 0, 1.0f, 0, 1};
+    Fp8Device d;
+    fp8_device_init(&d, &recipe, 1);
+    d.steps = 1;
+    d.recording = 0;
+    int tg = fp8_tensor(0, LIN_FCPROJ, FP8_GRAD), tw = fp8_tensor(0, LIN_FCPROJ, FP8_WEIGHT);
+    std::vector<float> history(d.tensors, 0.0f);
+    history[tg] = 0.75f; // below the output gradient's largest |dy|: its largest codes saturate
+    history[tw] = 0.1f;
+    history[fp8_tensor(0, LIN_FC, FP8_GRAD)] = 1.0f;
+    copy_now(d.amax_scale, history.data(), history.size() * sizeof(float), cudaMemcpyHostToDevice);
+    std::vector<T> dout = random_vec<T>((size_t)N_TOKENS * CH, 91, 1.0f);
+    std::vector<T> w = random_vec<T>((size_t)CH * FEAT, 92, 0.1f);
+    T *dw = to_device(w), *ddout = to_device(dout), *aux = to_device(random_vec<T>((size_t)N_TOKENS * A, 93, 1.0f));
+    uint8_t *wq = (uint8_t *)cuda_alloc((size_t)2 * CH * FEAT, "weight codes");
+    float *partials = (float *)cuda_alloc(d.amax_blocks * sizeof(float), "amax scratch");
+    fp8_cast(&d, tw, Fp8Plain<T>{dw}, CH, FEAT, Fp8CastOut{wq, wq + CH * FEAT, CH, 0, NULL}, false, FP8_SCALE_RECIPE,
+             partials, g_cuda.stream);
+    auto codes = [&](size_t bytes) { // a code buffer, poisoned: a byte the cast should write and did not shows
+        uint8_t *c = (uint8_t *)cuda_alloc(bytes, "codes");
+        cudaCheck(cudaMemsetAsync(c, POISON_BYTE, bytes, g_cuda.stream));
+        return c;
+    };
+    Fp8Linear fcproj[MAX_P + 1], fc[MAX_P + 1]; // the ranks', then the reference's
+    for (int i = 0; i <= P; i++) {
+        Fp8Linear &q = fcproj[i], &p = fc[i];
+        memset(&q, 0, sizeof(q));
+        memset(&p, 0, sizeof(p));
+        q.dev = p.dev = &d;
+        q.linear = LIN_FCPROJ;
+        p.linear = LIN_FC;
+        q.w = wq;
+        q.w_t = wq + CH * FEAT;
+        q.dy = codes((size_t)N_TOKENS * CH);
+        q.dy_t = codes((size_t)N_TOKENS * CH);
+        q.partials = (float *)cuda_alloc(d.amax_blocks * sizeof(float), "amax scratch");
+        q.act_producer = &p;
+        p.act = act;
+        p.dy = codes((size_t)N_TOKENS * A);
+        p.dy_t = codes((size_t)N_TOKENS * A);
+    }
+    // the reference first (it also makes the FP8 GEMM's first launch, outside the ring: see test_forward_fp8)
+    Linear<T> plain = make_linear<T>(FEAT, CH, dw, (const T *)NULL, LINEAR_ROW, (TensorParallel *)NULL);
+    plain.fp8 = &fcproj[P];
+    T *ref = (T *)cuda_alloc((size_t)N_TOKENS * FEAT * sizeof(T), "ref");
+    bool by_rows = fp8_dgrad_by_rows(&d, (int)n);
+    for (int c = 0; c < (by_rows ? P : 1); c++) {
+        size_t r0 = by_rows ? c * n : 0;
+        linear_dgrad(plain, ref + r0 * FEAT, ddout + r0 * CH, aux + r0 * A, by_rows ? (int)n : N_TOKENS, g_cuda.stream,
+                     (int)r0, N_TOKENS);
+    }
+    group_sync();
+    std::vector<T *> dy(P), dx(P);
+    for (int i = 0; i < P; i++) {
+        std::vector<T> mine((size_t)N_TOKENS * CH, to_type<T>(5.0f)); // others' rows: garbage until gathered
+        memcpy(&mine[i * n * CH], &dout[i * n * CH], n * CH * sizeof(T));
+        dy[i] = to_device(mine);
+        dx[i] = (T *)cuda_alloc((size_t)N_TOKENS * FEAT * sizeof(T), "dinp");
+    }
+    for (int i = 0; i < P; i++) {
+        group_rank(&g, i);
+        Linear<T> lin = make_linear<T>(FEAT, CH, dw, (const T *)NULL, LINEAR_ROW, &g.tp[i]);
+        lin.fp8 = &fcproj[i];
+        linear_backward_gather(lin, dy[i], N_TOKENS, g.compute[i]);
+        linear_backward_input(lin, dx[i], dy[i], (const T *)NULL, aux, N_TOKENS, g.compute[i]);
+    }
+    group_done();
+    group_wait(&g, type, "FP8 row-parallel input gradient");
+    const Fp8Linear &rq = fcproj[P], &rp = fc[P];
+    std::vector<uint8_t> qdy = to_host(rq.dy, (size_t)N_TOKENS * CH), qdy_t = to_host(rq.dy_t, (size_t)N_TOKENS * CH);
+    std::vector<uint8_t> pdy = to_host(rp.dy, (size_t)N_TOKENS * A), pdy_t = to_host(rp.dy_t, (size_t)N_TOKENS * A);
+    std::vector<T> hr = to_host(ref, (size_t)N_TOKENS * FEAT);
+    int bad_dx = 0, bad_own = 0, bad_fc = 0;
+    for (int i = 0; i < P; i++) {
+        bad_dx += count_diff(to_host(dx[i], (size_t)N_TOKENS * FEAT), hr, 0, hr.size());
+        bad_own += count_diff(to_host(fcproj[i].dy, qdy.size()), qdy, 0, qdy.size());
+        bad_own += count_diff(to_host(fcproj[i].dy_t, qdy_t.size()), qdy_t, 0, qdy_t.size());
+        bad_fc += count_diff(to_host(fc[i].dy, pdy.size()), pdy, 0, pdy.size());
+        bad_fc += count_diff(to_host(fc[i].dy_t, pdy_t.size()), pdy_t, 0, pdy_t.size());
+    }
+    char name[200];
+    snprintf(name, sizeof(name), "fp8 %s P %d %s: row-parallel input gradient beside its output gradient's gather, "
+             "codes bit for bit as %s", type, P, act == MLP_SWIGLU ? "SwiGLU" : "GELU",
+             by_rows ? "the same row blocks alone" : "all rows at once");
+    check(bad_dx == 0 && bad_own == 0 && bad_fc == 0, name,
+          "%d input-gradient elements, %d output-gradient code bytes, %d of fc's output-gradient code bytes differ",
+          bad_dx, bad_own, bad_fc);
+    group_free(&g);
+}
+
 // The collectives alone, in the TP stream's order, with a part three slots long.
 template <typename T> static void test_collectives(int P, const char *type, int pieces) {
     Group g;
@@ -546,6 +652,10 @@ int main(void) {
         for (Fp8RingMode mode : {FP8_FIRST_STEP, FP8_ACTIVATIONS, FP8_CODES, FP8_CODES_PIECES}) {
             test_forward_fp8<bf16>(P, "bf16", mode);
             test_forward_fp8<float>(P, "fp32", mode);
+        }
+        for (int act : {MLP_GELU, MLP_SWIGLU}) {
+            test_backward_fp8<bf16>(P, "bf16", act);
+            test_backward_fp8<float>(P, "fp32", act);
         }
     }
     return test_exit();
