@@ -18,13 +18,16 @@
 #    parity tolerances) and a TP=2+SP one resumed on TP=2+SP (bf16, bit-exact).
 #    Tolerances (relative; weights relative to the tensor's largest element):
 #    fp32: loss, norm and weights 1e-5 (the multi-GPU work's requirement). Only the summation order differs from one GPU.
-#      Stray fraction 5e-2: accumulating the same 1024 tokens in other micro-batch orders (the CPU build, B 4 vs
+#      Stray fraction 1e-1: accumulating the same 1024 tokens in other micro-batch orders (the CPU build, B 4 vs
 #      2 vs 1, which reorders the gradient sums as DP does) left 1e-6..2e-5 of a weight matrix's elements and up
 #      to 2e-3 of a bias's beyond 1e-5 (all within the bound); half the batch instead (what a rank sees whose
 #      gradients are not summed) put 99-100% of every tensor beyond it, the loss 4e-2 and the norm 0.29 off.
 #      Tensor parallelism splits the K sum of the row-parallel GEMMs across ranks as well, and over sockets NCCL
 #      sums in yet another order: measured on 2 x H200 (TP=2 over TCP), up to 1.8% of a bias vector beyond 1e-5
-#      (37 of fcb's 2048, worst 7.3e-5, loss 1.2e-7): so 5e-2, still 20x below the half-batch bug.
+#      (37 of fcb's 2048, worst 7.3e-5, loss 1.2e-7), and over NVLink 6.3% in one run of two (129 of fcb's 2048,
+#      max diff 2.7e-6, all within the bound; dev/results/mgpu_tests_2xh200_bec70db.txt): a bias moves from zero
+#      by AdamW's steps of about lr, so its tolerance is at most 2e-7 (1e-5 of 20 steps of lr 1e-3) and those of
+#      its elements whose gradient passed near zero take the step's sign from rounding. So 1e-1, still 10x below the half-batch bug.
 #    bf16: the weights the GEMMs read are rounded to 8 bits, so a master weight that differs in its last fp32 bit
 #      may round the other way, and that perturbs the run as a whole (measured DP=2 vs one GPU, 2 x H200: loss
 #      1.2e-5, weights beyond 1e-2 in several tensors, worst 6.1e-2 apart from the key biases). TP adds its own
@@ -88,7 +91,7 @@ make -s train_gpt test/bin/compare_runs || { echo "FAIL build"; exit 1; }
 export NCCL_NVLS_ENABLE=0
 NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
 STEPS=20
-LOSS_TOL_FP32=1e-5; NORM_TOL_FP32=1e-5; WEIGHT_TOL_FP32=1e-5; STRAY_FP32=5e-2
+LOSS_TOL_FP32=1e-5; NORM_TOL_FP32=1e-5; WEIGHT_TOL_FP32=1e-5; STRAY_FP32=1e-1
 LOSS_TOL_BF16=1e-3; NORM_TOL_BF16=1e-2; WEIGHT_TOL_BF16=1e-2; STRAY_BF16=5e-2
 LOSS_TOL_FP8=2e-3; NORM_TOL_FP8=2e-2; WEIGHT_TOL_FP8=5e-2; STRAY_FP8=1.5e-1
 # The val_ rows' loss tolerance (training and validation losses; the norm and weights keep fp32's): with the same
@@ -209,7 +212,7 @@ compare() {
     case $name in val_*) p[0]=$VAL_LOSS_TOL_FP32 ;; esac
     out=$(test/bin/compare_runs "$ref" "$LOG_DIR/$name" "$STEPS" "${p[@]}" 2>&1); rc=$?
     passed=$((passed + $(grep -c '^PASS ' <<<"$out"))); failed=$((failed + $(grep -c '^FAIL ' <<<"$out")))
-    grep -v '^PASS ' <<<"$out"
+    grep -v '^PASS ' <<<"$out" | sed "s/^FAIL /FAIL $name: /" # a failed check names its run
     if [ "$rc" -ne 0 ] && ! grep -q '^FAIL ' <<<"$out"; then
         fail_check "$name" "compare_runs exited $rc without naming a failed check"
     fi
