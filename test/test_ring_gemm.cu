@@ -70,6 +70,13 @@ template <typename T> static std::vector<T> random_vec(size_t n, unsigned seed, 
 
 template <typename T> static T round_to(float x) { return to_type<T>(x); }
 
+// Rank i's copy of x (N_TOKENS rows of cols): its own n rows, the others' `garbage` until a gather writes them.
+template <typename T> static T *rank_rows(const std::vector<T> &x, int i, size_t n, size_t cols, float garbage) {
+    std::vector<T> mine(x.size(), to_type<T>(garbage));
+    memcpy(&mine[i * n * cols], &x[i * n * cols], n * cols * sizeof(T));
+    return to_device(mine);
+}
+
 // The simulated group: a TensorParallel, a compute stream, a ring and a cuBLASLt workspace per rank (the ranks' GEMMs
 // run at once, and a GEMM that splits its inner dimension keeps partial sums there), the rings linked in a ring.
 typedef struct {
@@ -225,9 +232,7 @@ template <typename T> static void test_forward(int P, const char *type, int piec
     T *dw = to_device(w), *db = to_device(b), *dx_ref = to_device(x);
     std::vector<T *> inp(P), out(P);
     for (int i = 0; i < P; i++) {
-        std::vector<T> mine((size_t)N_TOKENS * CH, to_type<T>(-7.0f)); // others' rows: garbage until gathered
-        memcpy(&mine[i * n * CH], &x[i * n * CH], n * CH * sizeof(T));
-        inp[i] = to_device(mine);
+        inp[i] = rank_rows(x, i, n, CH, -7.0f);
         out[i] = (T *)cuda_alloc((size_t)N_TOKENS * FEAT * sizeof(T), "out");
     }
     for (int i = 0; i < P; i++) {
@@ -318,9 +323,7 @@ template <typename T> static void test_backward(int P, const char *type, int pie
     group_sync();
     std::vector<T *> dy(P), dx(P);
     for (int i = 0; i < P; i++) {
-        std::vector<T> mine((size_t)N_TOKENS * CH, to_type<T>(5.0f));
-        memcpy(&mine[i * n * CH], &dout[i * n * CH], n * CH * sizeof(T));
-        dy[i] = to_device(mine);
+        dy[i] = rank_rows(dout, i, n, CH, 5.0f);
         dx[i] = (T *)cuda_alloc((size_t)N_TOKENS * FEAT * sizeof(T), "dinp");
     }
     for (int i = 0; i < P; i++) {
@@ -432,9 +435,7 @@ template <typename T> static void test_forward_fp8(int P, const char *type, Fp8R
     std::vector<T *> inp(P), out(P);
     for (int i = 0; i < P; i++) {
         q[i] = make_fp8();
-        std::vector<T> mine((size_t)N_TOKENS * CH, to_type<T>(-7.0f)); // others' rows: garbage until gathered
-        memcpy(&mine[i * n * CH], &x[i * n * CH], n * CH * sizeof(T));
-        inp[i] = to_device(mine);
+        inp[i] = rank_rows(x, i, n, CH, -7.0f);
         out[i] = (T *)cuda_alloc((size_t)N_TOKENS * FEAT * sizeof(T), "out");
     }
     // The reference first: the same FP8 row blocks without the ring (the first step: the one cast and GEMM of all
@@ -560,9 +561,7 @@ template <typename T> static void test_backward_fp8(int P, const char *type, int
     group_sync();
     std::vector<T *> dy(P), dx(P);
     for (int i = 0; i < P; i++) {
-        std::vector<T> mine((size_t)N_TOKENS * CH, to_type<T>(5.0f)); // others' rows: garbage until gathered
-        memcpy(&mine[i * n * CH], &dout[i * n * CH], n * CH * sizeof(T));
-        dy[i] = to_device(mine);
+        dy[i] = rank_rows(dout, i, n, CH, 5.0f);
         dx[i] = (T *)cuda_alloc((size_t)N_TOKENS * FEAT * sizeof(T), "dinp");
     }
     for (int i = 0; i < P; i++) {
