@@ -30,6 +30,8 @@
  *   FP8 backward of a row-parallel fc projection beside its output gradient's gather, with the activation's backward
  *     (GELU, and SwiGLU, whose [gate | up] input rows are twice as wide) cast as fc's output gradient: every rank's
  *     input gradient and both layers' gradient codes, transposed copies too, bit for bit as the same row blocks alone.
+ *   FP8 backward of a column-parallel layer beside its reduce-scatter, its products sent on in 1, 2 and 3 pieces:
+ *     each rank's rows in the ring's sum order of the same FP8 blocks' products, its gradient codes as their casts.
  * Streams of different simulated ranks wait for each other's flags on one GPU: CUDA_DEVICE_MAX_CONNECTIONS is raised
  * first so that no two of them share a hardware queue (where they did, a wait could hold up the write it waits for),
  * and kernels are loaded at start-up (CUDA_MODULE_LOADING=EAGER: a lazy load waits for the work in flight, which
@@ -40,6 +42,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "llmc/tensor_parallel.cuh"
@@ -378,6 +382,49 @@ template <typename T> static void test_backward(int P, const char *type, int pie
     group_free(&g);
 }
 
+// One layer's FP8 state, delayed scaling, `steps` steps into its history (0: the first step, whose casts take the
+// whole tensor's amax), the history's amax of each (tensor, amax) given (the others 0); not recording.
+static void fp8_test_device(Fp8Device *d, int steps, std::initializer_list<std::pair<int, float>> amax) {
+    Fp8Recipe recipe = {FP8_DELAYED, 4, 0, 1.0f, 0, 1};
+    fp8_device_init(d, &recipe, 1);
+    d->steps = steps;
+    d->recording = 0;
+    std::vector<float> history(d->tensors, 0.0f);
+    for (const auto &a : amax) { history[a.first] = a.second; }
+    copy_now(d->amax_scale, history.data(), history.size() * sizeof(float), cudaMemcpyHostToDevice);
+}
+
+// A weight's codes (rows x cols) and their transpose after them, as an update casts them (not recorded).
+template <typename T> static uint8_t *fp8_weight_codes(Fp8Device *d, int tw, const T *w, int rows, int cols) {
+    uint8_t *q = (uint8_t *)cuda_alloc((size_t)2 * rows * cols, "weight codes");
+    float *partials = (float *)cuda_alloc(d->amax_blocks * sizeof(float), "amax scratch");
+    fp8_cast(d, tw, Fp8Plain<T>{w}, rows, cols, Fp8CastOut{q, q + (size_t)rows * cols, rows, 0, NULL}, false,
+             FP8_SCALE_RECIPE, partials, g_cuda.stream);
+    return q;
+}
+
+// A code buffer, poisoned: a byte the cast should write and did not shows.
+static uint8_t *poisoned_codes(size_t bytes) {
+    uint8_t *c = (uint8_t *)cuda_alloc(bytes, "codes");
+    cudaCheck(cudaMemsetAsync(c, POISON_BYTE, bytes, g_cuda.stream));
+    return c;
+}
+
+// An FP8 layer's state for its backward: its weight's codes wq (out x in, their transpose after them), its output
+// gradient's codes and their transpose (N_TOKENS x out each, poisoned), its amax scratch.
+static Fp8Linear fp8_test_linear(Fp8Device *d, int linear, uint8_t *wq, size_t out, size_t in) {
+    Fp8Linear q;
+    memset(&q, 0, sizeof(q));
+    q.dev = d;
+    q.linear = linear;
+    q.w = wq;
+    q.w_t = wq + out * in;
+    q.dy = poisoned_codes(N_TOKENS * out);
+    q.dy_t = poisoned_codes(N_TOKENS * out);
+    q.partials = (float *)cuda_alloc(d->amax_blocks * sizeof(float), "amax scratch");
+    return q;
+}
+
 /*
  * FP8 (llmc/matmul.cuh's Fp8Linear, one layer, delayed scaling): a column-parallel layer's all-gather + GEMM, each
  * rank with its own codes and kept transposed copy, one recipe state for the group (so the ranks' recorded amaxes
@@ -399,23 +446,13 @@ template <typename T> static void test_forward_fp8(int P, const char *type, Fp8R
     bool codes = mode == FP8_CODES || mode == FP8_CODES_PIECES;
     size_t moved = codes ? n * CH : n * CH * sizeof(T); // a chunk's bytes
     group_make(&g, P, mode == FP8_CODES_PIECES ? (moved + 2) / 3 : moved);
-    Fp8Recipe recipe = {FP8_DELAYED, 4, 0, 1.0f, 0, 1};
-    Fp8Device d;
-    fp8_device_init(&d, &recipe, 1);
-    d.steps = mode == FP8_FIRST_STEP ? 0 : 1;
     int tx = fp8_tensor(0, LIN_QKV, FP8_INPUT), tw = fp8_tensor(0, LIN_QKV, FP8_WEIGHT);
-    std::vector<float> history(d.tensors, 0.0f);
-    history[tx] = 0.75f; // below the input's largest |x|: its largest codes saturate, as a rising amax's do
-    history[tw] = 0.1f;
-    copy_now(d.amax_scale, history.data(), history.size() * sizeof(float), cudaMemcpyHostToDevice);
+    Fp8Device d; // the input's amax below its largest |x|: its largest codes saturate, as a rising amax's do
+    fp8_test_device(&d, mode == FP8_FIRST_STEP ? 0 : 1, {{tx, 0.75f}, {tw, 0.1f}});
     std::vector<T> x = random_vec<T>((size_t)N_TOKENS * CH, 81, 1.0f), w = random_vec<T>((size_t)FEAT * CH, 82, 0.1f);
     std::vector<T> b = random_vec<T>(FEAT, 83, 0.1f);
     T *dw = to_device(w), *db = to_device(b), *dx = to_device(x);
-    // the weight's codes and their transpose, as an update casts them (not recorded)
-    uint8_t *wq = (uint8_t *)cuda_alloc((size_t)2 * FEAT * CH, "weight codes");
-    float *partials = (float *)cuda_alloc(d.amax_blocks * sizeof(float), "amax scratch");
-    fp8_cast(&d, tw, Fp8Plain<T>{dw}, FEAT, CH, Fp8CastOut{wq, wq + FEAT * CH, FEAT, 0, NULL}, false,
-             FP8_SCALE_RECIPE, partials, g_cuda.stream);
+    uint8_t *wq = fp8_weight_codes(&d, tw, dw, FEAT, CH);
     auto make_fp8 = [&]() {
         Fp8Linear q;
         memset(&q, 0, sizeof(q));
@@ -425,8 +462,7 @@ template <typename T> static void test_forward_fp8(int P, const char *type, Fp8R
         q.w = wq;
         q.w_t = wq + FEAT * CH;
         q.x = (uint8_t *)cuda_alloc((size_t)N_TOKENS * CH, "input codes");
-        q.x_t = (uint8_t *)cuda_alloc((size_t)N_TOKENS * CH, "input codes transposed");
-        cudaCheck(cudaMemsetAsync(q.x_t, POISON_BYTE, (size_t)N_TOKENS * CH, g_cuda.stream));
+        q.x_t = poisoned_codes((size_t)N_TOKENS * CH);
         q.partials = (float *)cuda_alloc(d.amax_blocks * sizeof(float), "amax scratch");
         q.keeps_input = 1;
         return q;
@@ -507,46 +543,24 @@ template <typename T> static void test_backward_fp8(int P, const char *type, int
     Group g;
     size_t n = N_TOKENS / P, A = act == MLP_SWIGLU ? 2 * FEAT : FEAT; // act_aux's columns
     group_make(&g, P, n * CH * sizeof(T));
-    Fp8Recipe recipe = {FP8_DELAYED, 4, 0, 1.0f, 0, 1};
-    Fp8Device d;
-    fp8_device_init(&d, &recipe, 1);
-    d.steps = 1;
-    d.recording = 0;
     int tg = fp8_tensor(0, LIN_FCPROJ, FP8_GRAD), tw = fp8_tensor(0, LIN_FCPROJ, FP8_WEIGHT);
-    std::vector<float> history(d.tensors, 0.0f);
-    history[tg] = 0.75f; // below the output gradient's largest |dy|: its largest codes saturate
-    history[tw] = 0.1f;
-    history[fp8_tensor(0, LIN_FC, FP8_GRAD)] = 1.0f;
-    copy_now(d.amax_scale, history.data(), history.size() * sizeof(float), cudaMemcpyHostToDevice);
+    Fp8Device d; // the output gradient's amax below its largest |dy|: its largest codes saturate
+    fp8_test_device(&d, 1, {{tg, 0.75f}, {tw, 0.1f}, {fp8_tensor(0, LIN_FC, FP8_GRAD), 1.0f}});
     std::vector<T> dout = random_vec<T>((size_t)N_TOKENS * CH, 91, 1.0f);
     std::vector<T> w = random_vec<T>((size_t)CH * FEAT, 92, 0.1f);
     T *dw = to_device(w), *ddout = to_device(dout), *aux = to_device(random_vec<T>((size_t)N_TOKENS * A, 93, 1.0f));
-    uint8_t *wq = (uint8_t *)cuda_alloc((size_t)2 * CH * FEAT, "weight codes");
-    float *partials = (float *)cuda_alloc(d.amax_blocks * sizeof(float), "amax scratch");
-    fp8_cast(&d, tw, Fp8Plain<T>{dw}, CH, FEAT, Fp8CastOut{wq, wq + CH * FEAT, CH, 0, NULL}, false, FP8_SCALE_RECIPE,
-             partials, g_cuda.stream);
-    auto codes = [&](size_t bytes) { // a code buffer, poisoned: a byte the cast should write and did not shows
-        uint8_t *c = (uint8_t *)cuda_alloc(bytes, "codes");
-        cudaCheck(cudaMemsetAsync(c, POISON_BYTE, bytes, g_cuda.stream));
-        return c;
-    };
+    uint8_t *wq = fp8_weight_codes(&d, tw, dw, CH, FEAT);
     Fp8Linear fcproj[MAX_P + 1], fc[MAX_P + 1]; // the ranks', then the reference's
     for (int i = 0; i <= P; i++) {
         Fp8Linear &q = fcproj[i], &p = fc[i];
-        memset(&q, 0, sizeof(q));
+        q = fp8_test_linear(&d, LIN_FCPROJ, wq, CH, FEAT);
         memset(&p, 0, sizeof(p));
-        q.dev = p.dev = &d;
-        q.linear = LIN_FCPROJ;
+        p.dev = &d;
         p.linear = LIN_FC;
-        q.w = wq;
-        q.w_t = wq + CH * FEAT;
-        q.dy = codes((size_t)N_TOKENS * CH);
-        q.dy_t = codes((size_t)N_TOKENS * CH);
-        q.partials = (float *)cuda_alloc(d.amax_blocks * sizeof(float), "amax scratch");
         q.act_producer = &p;
         p.act = act;
-        p.dy = codes((size_t)N_TOKENS * A);
-        p.dy_t = codes((size_t)N_TOKENS * A);
+        p.dy = poisoned_codes((size_t)N_TOKENS * A);
+        p.dy_t = poisoned_codes((size_t)N_TOKENS * A);
     }
     // the reference first (it also makes the FP8 GEMM's first launch, outside the ring: see test_forward_fp8)
     Linear<T> plain = make_linear<T>(FEAT, CH, dw, (const T *)NULL, LINEAR_ROW, (TensorParallel *)NULL);
@@ -592,6 +606,74 @@ template <typename T> static void test_backward_fp8(int P, const char *type, int
     check(bad_dx == 0 && bad_own == 0 && bad_fc == 0, name,
           "%d input-gradient elements, %d output-gradient code bytes, %d of fc's output-gradient code bytes differ",
           bad_dx, bad_own, bad_fc);
+    group_free(&g);
+}
+
+/*
+ * FP8 backward of a column-parallel layer beside the ring's reduce-scatter of its input gradient (delayed scaling past
+ * its first step; the products it sends on in `pieces` pieces): each block's output gradient cast, then its GEMM. Each
+ * rank's own rows equal, bit for bit, the same FP8 blocks' products summed in the ring's order (all N rows at once
+ * where the chunks are not whole cast tiles, then reduce-scattered, as the trainer does), and its output gradient's
+ * codes and their transposed copy the same blocks' casts.
+ */
+template <typename T> static void test_backward_fp8_column(int P, const char *type, int pieces) {
+    Group g;
+    size_t n = N_TOKENS / P;
+    group_make(&g, P, n * CH * sizeof(T));
+    group_pieces(&g, pieces);
+    int tg = fp8_tensor(0, LIN_QKV, FP8_GRAD), tw = fp8_tensor(0, LIN_QKV, FP8_WEIGHT);
+    Fp8Device d; // the output gradient's amax below its largest |dy|: its largest codes saturate
+    fp8_test_device(&d, 1, {{tg, 0.75f}, {tw, 0.1f}});
+    bool by_rows = fp8_dgrad_by_rows(&d, (int)n);
+    std::vector<std::vector<T>> prod(P);
+    std::vector<std::vector<uint8_t>> want_dy(P), want_dy_t(P);
+    std::vector<T *> dyc(P), dxc(P), wc(P);
+    Fp8Linear q[MAX_P];
+    // each rank's dout (N, FEAT) and weight (FEAT, CH); its products first, the same blocks without the ring (which
+    // also makes the FP8 GEMMs' first launches outside the ring: see test_forward_fp8)
+    for (int i = 0; i < P; i++) {
+        dyc[i] = to_device(random_vec<T>((size_t)N_TOKENS * FEAT, 100 + i, 1.0f));
+        wc[i] = to_device(random_vec<T>((size_t)FEAT * CH, 110 + i, 0.1f));
+        uint8_t *wq = fp8_weight_codes(&d, tw, wc[i], FEAT, CH);
+        dxc[i] = (T *)cuda_alloc((size_t)N_TOKENS * CH * sizeof(T), "dinp");
+        Fp8Linear ref = fp8_test_linear(&d, LIN_QKV, wq, FEAT, CH);
+        q[i] = fp8_test_linear(&d, LIN_QKV, wq, FEAT, CH);
+        Linear<T> one = make_linear<T>(CH, FEAT, wc[i], (const T *)NULL, LINEAR_COLUMN, (TensorParallel *)NULL);
+        one.fp8 = &ref;
+        T *p = (T *)cuda_alloc((size_t)N_TOKENS * CH * sizeof(T), "products");
+        if (by_rows) {
+            for (int c = 0; c < P; c++) {
+                ring_product_blocks(i, c, n, pieces, [&](size_t r0, size_t rows) {
+                    linear_dgrad(one, p + r0 * CH, dyc[i] + r0 * FEAT, (const T *)NULL, (int)rows, g_cuda.stream,
+                                 (int)r0, N_TOKENS);
+                });
+            }
+        } else {
+            linear_dgrad(one, p, dyc[i], (const T *)NULL, N_TOKENS, g_cuda.stream);
+        }
+        group_sync();
+        prod[i] = to_host(p, (size_t)N_TOKENS * CH);
+        want_dy[i] = to_host(ref.dy, (size_t)N_TOKENS * FEAT);
+        want_dy_t[i] = to_host(ref.dy_t, (size_t)N_TOKENS * FEAT);
+    }
+    for (int i = 0; i < P; i++) {
+        group_rank(&g, i);
+        Linear<T> lin = make_linear<T>(CH, FEAT, wc[i], (const T *)NULL, LINEAR_COLUMN, &g.tp[i]);
+        lin.fp8 = &q[i];
+        linear_backward_input(lin, dxc[i], dyc[i], (const T *)NULL, (const T *)NULL, N_TOKENS, g.compute[i]);
+        linear_backward_join(lin, g.compute[i]);
+    }
+    group_done();
+    group_wait(&g, type, "FP8 column-parallel input gradient");
+    int bad = ring_sum_mismatches(dxc, prod, P, n * CH), bad_codes = 0;
+    for (int i = 0; i < P; i++) {
+        bad_codes += count_diff(to_host(q[i].dy, want_dy[i].size()), want_dy[i], 0, want_dy[i].size());
+        bad_codes += count_diff(to_host(q[i].dy_t, want_dy_t[i].size()), want_dy_t[i], 0, want_dy_t[i].size());
+    }
+    char name[200];
+    snprintf(name, sizeof(name), "fp8 %s P %d: column-parallel input gradient beside its reduce-scatter in %d pieces, "
+             "%s", type, P, pieces, by_rows ? "by row blocks" : "all rows at once");
+    check(bad == 0 && bad_codes == 0, name, "%d summed elements, %d output-gradient code bytes differ", bad, bad_codes);
     group_free(&g);
 }
 
@@ -655,6 +737,10 @@ int main(void) {
         for (int act : {MLP_GELU, MLP_SWIGLU}) {
             test_backward_fp8<bf16>(P, "bf16", act);
             test_backward_fp8<float>(P, "fp32", act);
+        }
+        for (int pieces : RS_PIECES) {
+            test_backward_fp8_column<bf16>(P, "bf16", pieces);
+            test_backward_fp8_column<float>(P, "fp32", pieces);
         }
     }
     return test_exit();
