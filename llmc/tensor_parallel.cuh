@@ -455,9 +455,9 @@ template <typename T> static bool linear_dgrad_by_rows(const Linear<T> &lin, int
  * its own rows once (fp8_linear_cast_input, codes only: the ring's first transfer waits for nothing else), the ring
  * gathers the codes into the layer's codes (Fp8Linear::x), and each chunk's GEMM reads them as they arrive; the
  * transposed copy's columns of every chunk's rows, this rank's too, are made from its codes after its GEMM
- * (fp8_linear_keep_input), beside the next chunk's transfer. Only where the forward
- * runs by rows (linear_forward_by_rows: scales from the history) and the layer casts and keeps its own input
- * (fp8_input_as_codes: qkv and fc, Llama's [gate | up] too).
+ * (fp8_linear_keep_input), beside the next chunk's transfer. Only where the forward runs by rows
+ * (linear_forward_by_rows: scales from the history) and the layer casts and keeps its own input (fp8_input_as_codes:
+ * qkv and fc, Llama's [gate | up] too).
  * The same bits as gathering the activations and casting every row on every rank (--sp-fp8-codes 0): a cast is
  * elementwise, q = fp8(x scale), and the scale is the history's, the same on every rank (the step's amaxes are maxed
  * over the world before they enter the history), so the owner's codes of its rows are the bytes every rank's cast of
