@@ -27,7 +27,8 @@
 #      (37 of fcb's 2048, worst 7.3e-5, loss 1.2e-7), and over NVLink 6.3% in one run of two (129 of fcb's 2048,
 #      max diff 2.7e-6, all within the bound; dev/results/mgpu_tests_2xh200_bec70db.txt): a bias moves from zero
 #      by AdamW's steps of about lr, so its tolerance is at most 2e-7 (1e-5 of 20 steps of lr 1e-3) and those of
-#      its elements whose gradient passed near zero take the step's sign from rounding. So 1e-1, still 10x below the half-batch bug.
+#      its elements whose gradient passed near zero take the step's sign from rounding. So 1e-1, still 10x below the
+#      half-batch bug.
 #    bf16: the weights the GEMMs read are rounded to 8 bits, so a master weight that differs in its last fp32 bit
 #      may round the other way, and that perturbs the run as a whole (measured DP=2 vs one GPU, 2 x H200: loss
 #      1.2e-5, weights beyond 1e-2 in several tensors, worst 6.1e-2 apart from the key biases). TP adds its own

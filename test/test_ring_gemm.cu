@@ -219,6 +219,26 @@ template <typename Make> static void ring_product_blocks(int i, int c, size_t n,
     }
 }
 
+// What rank i's column-parallel input gradient (one: no TP group) makes for the ring to sum, dinp = dout W over N
+// rows, on the host: each chunk's product in the blocks the ring makes it in (ring_product_blocks), or with by_rows
+// false all N rows at once (an FP8 layer whose chunks are not whole cast tiles: the trainer then sums the whole).
+template <typename T>
+static std::vector<T> column_products(const Linear<T> &one, const T *dout, int i, int P, size_t n, int pieces,
+                                      bool by_rows) {
+    T *p = (T *)cuda_alloc((size_t)N_TOKENS * one.in * sizeof(T), "products");
+    for (int c = 0; c < (by_rows ? P : 0); c++) {
+        ring_product_blocks(i, c, n, pieces, [&](size_t r0, size_t rows) {
+            linear_dgrad(one, p + r0 * one.in, dout + r0 * one.out, (const T *)NULL, (int)rows, g_cuda.stream,
+                         (int)r0, N_TOKENS);
+        });
+    }
+    if (!by_rows) { linear_dgrad(one, p, dout, (const T *)NULL, N_TOKENS, g_cuda.stream); }
+    group_sync();
+    std::vector<T> h = to_host(p, (size_t)N_TOKENS * one.in);
+    cudaCheck(cudaFree(p));
+    return h;
+}
+
 // The group, its reduce-scatters' products made and sent in `pieces` pieces.
 static void group_pieces(Group *g, int pieces) {
     for (int i = 0; i < g->P; i++) { g->tp[i].rs_pieces = pieces; }
@@ -355,14 +375,7 @@ template <typename T> static void test_backward(int P, const char *type, int pie
         wc[i] = to_device(random_vec<T>((size_t)FEAT * CH, 50 + i, 0.1f));
         dxc[i] = (T *)cuda_alloc((size_t)N_TOKENS * CH * sizeof(T), "dinp");
         Linear<T> one = make_linear<T>(CH, FEAT, wc[i], (const T *)NULL, LINEAR_COLUMN, (TensorParallel *)NULL);
-        T *p = (T *)cuda_alloc((size_t)N_TOKENS * CH * sizeof(T), "products");
-        for (int c = 0; c < P; c++) {
-            ring_product_blocks(i, c, n, pieces, [&](size_t r0, size_t rows) {
-                linear_dgrad(one, p + r0 * CH, dyc[i] + r0 * FEAT, (const T *)NULL, (int)rows, 0);
-            });
-        }
-        group_sync();
-        prod[i] = to_host(p, (size_t)N_TOKENS * CH);
+        prod[i] = column_products(one, dyc[i], i, P, n, pieces, true);
     }
     int beside_calls = 0; // each rank's once
     for (int i = 0; i < P; i++) {
@@ -640,19 +653,7 @@ template <typename T> static void test_backward_fp8_column(int P, const char *ty
         q[i] = fp8_test_linear(&d, LIN_QKV, wq, FEAT, CH);
         Linear<T> one = make_linear<T>(CH, FEAT, wc[i], (const T *)NULL, LINEAR_COLUMN, (TensorParallel *)NULL);
         one.fp8 = &ref;
-        T *p = (T *)cuda_alloc((size_t)N_TOKENS * CH * sizeof(T), "products");
-        if (by_rows) {
-            for (int c = 0; c < P; c++) {
-                ring_product_blocks(i, c, n, pieces, [&](size_t r0, size_t rows) {
-                    linear_dgrad(one, p + r0 * CH, dyc[i] + r0 * FEAT, (const T *)NULL, (int)rows, g_cuda.stream,
-                                 (int)r0, N_TOKENS);
-                });
-            }
-        } else {
-            linear_dgrad(one, p, dyc[i], (const T *)NULL, N_TOKENS, g_cuda.stream);
-        }
-        group_sync();
-        prod[i] = to_host(p, (size_t)N_TOKENS * CH);
+        prod[i] = column_products(one, dyc[i], i, P, n, pieces, by_rows);
         want_dy[i] = to_host(ref.dy, (size_t)N_TOKENS * FEAT);
         want_dy_t[i] = to_host(ref.dy_t, (size_t)N_TOKENS * FEAT);
     }
