@@ -70,7 +70,8 @@
 # on 2 x H100): 25 steps at 124M, 15 at 1558M and 3B, 10 at 4.7B and 8B (BENCH_STEPS sets all three). Every run has a
 # time limit, and all of them together end by BENCH_DEADLINE_S after the start: a run that fails, hangs or gets no
 # time shows FAILED or SKIPPED in the table, and the script goes on. Logs under $OUT/bench_mgpu (default
-# /tmp/bench_mgpu).
+# /tmp/bench_mgpu). CUDA_DEVICE_MAX_CONNECTIONS, where set, reaches our multi-GPU runs' ranks (it did not change the
+# SP rows: dev/results/cuda_device_max_connections_sp_2xh200_2a6a5cc.txt).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 # NVLink multicast stays off on the GPU machines
@@ -188,6 +189,8 @@ ours() {
     trainer_args "$model" "$B" "$steps" "$dp" "$@"
     local launch=()
     [ "$ranks" -gt 1 ] && launch=(mpirun --allow-run-as-root -np "$ranks" --bind-to none -x NCCL_NVLS_ENABLE)
+    # the GPU's hardware queues a process's streams map onto, where the caller set it (the ranks get mpirun's copy)
+    [ "$ranks" -gt 1 ] && [ -n "${CUDA_DEVICE_MAX_CONNECTIONS:-}" ] && launch+=(-x CUDA_DEVICE_MAX_CONNECTIONS)
     rm -rf "$LOGS/run_$name"
     SEQS=$((B * dp)) RUN_GPUS=$ranks RUN_STEPS=$steps
     run_one "$name" "$who" ours "$OURS_LIMIT_S" "${launch[@]}" ./train_gpt "${ARGS[@]}" --out-dir "$LOGS/run_$name"
