@@ -556,8 +556,7 @@ static GPT<floatX> *gpt_create(const GPTConfig *config, Precision precision, con
     tp_init(&g->tp, mesh, o->sequence_parallel);
     RingTransport transport = strcmp(o->sp_transport, "nccl") == 0 ? RING_NCCL : RING_CE;
     tp_ring_connect(&g->tp, o->sp_overlap, transport, (size_t)(B * T / mesh->tp) * config->channels * sizeof(floatX),
-                    fp8 && fp8->scaling == FP8_DELAYED && o->sp_fp8_codes, o->sp_ring_pieces, o->sp_gather_pieces,
-                    mesh->rank == 0);
+                    fp8 && fp8->scaling == FP8_DELAYED && o->sp_fp8_codes, o->sp_ring_pieces, mesh->rank == 0);
     Span vocab = tp_vocab_rows(mesh, config);
     g->emb = {(int)vocab.begin, (int)vocab.count, config->pos == POS_LEARNED && mesh->tp_rank == 0};
     g->heads = (int)tp_heads(mesh, config).count;

@@ -15,9 +15,8 @@
 #   transports against each other: ring ce / nccl p2p tokens/s (above 1: copy engines faster; the faster is kept as
 #   the default of --sp-transport); in fp8 the ring gathering the activations (--sp-fp8-codes 0, the _act row) against
 #   its default E4M3 codes: "codes / activations tokens/s" and the _act row's exposed communication
-# sppieces: 1558M TP=2+SP, bf16 and fp8, with the ring's reduce-scatters in 2 and 4 pieces (--sp-ring-pieces), and
-#   with a GEMM's gathered input in 2 and 4 pieces (--sp-gather-pieces): their exposed communication and "pieces /
-#   whole tokens/s" against the sp rows
+# sppieces: 1558M TP=2+SP, bf16 and fp8, with the ring's reduce-scatters in 2 and 4 pieces (--sp-ring-pieces): their
+#   exposed communication and "pieces / whole tokens/s" against the sp rows
 # sp4 (4 GPUs): 1558M TP=4 and TP=4+SP over the ring, both transports (batch 8), the same lines
 # sppieces4 (4 GPUs): 1558M TP=4+SP with the ring's reduce-scatters in 2 and 4 pieces, against the sp4 rows: at TP=4 a
 #   chunk's GEMM is a quarter of the tokens, the thinnest beside its transfer, which is what the pieces are for
@@ -299,14 +298,6 @@ for pieces in 2 4; do
         --keep-gelu-layers 12 --tp "$NP" --sequence-parallel 1 --sp-ring-pieces "$pieces"
     row sppieces ours "1558M_tp2_sp_fp8_pc$pieces" "ours TP=2+SP fp8 $pieces pieces" "$NP" d48 8 "$STEPS_LARGE" \
         --keep-gelu-layers 12 --tp "$NP" --sequence-parallel 1 --precision fp8 --sp-ring-pieces "$pieces"
-done
-# the other ranks' chunks of a GEMM's gathered input moving in 2 and 4 pieces (--sp-gather-pieces), each multiplied as
-# soon as it lands, against whole chunks; group sppieces
-for pieces in 2 4; do
-    row sppieces ours "1558M_tp2_sp_gp$pieces" "ours TP=2+SP gather $pieces" "$NP" d48 8 "$STEPS_LARGE" \
-        --keep-gelu-layers 12 --tp "$NP" --sequence-parallel 1 --sp-gather-pieces "$pieces"
-    row sppieces ours "1558M_tp2_sp_fp8_gp$pieces" "ours TP=2+SP fp8 gather $pieces" "$NP" d48 8 "$STEPS_LARGE" \
-        --keep-gelu-layers 12 --tp "$NP" --sequence-parallel 1 --precision fp8 --sp-gather-pieces "$pieces"
 done
 row gpt2 ours 1558M_dp2_fp8 "ours DP=2 fp8" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --precision fp8
 row gpt2 ours 1558M_gtp2_fp8 "ours GTP=2 fp8" "$NP" d48 8 "$STEPS_LARGE" --keep-gelu-layers 12 --precision fp8 \

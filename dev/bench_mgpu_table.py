@@ -143,12 +143,6 @@ def ratios(rows, shapes):
             row = f"{sp}_pc{pieces}"
             ratio(f"ours {label} {pieces} pieces / whole tokens/s", row, sp, None)
             exposed(row, 5)
-    # a GEMM's gathered input in pieces (--sp-gather-pieces) against whole chunks, for information
-    for label, sp in (("TP=2+SP", "1558M_tp2_sp"), ("TP=2+SP fp8", "1558M_tp2_sp_fp8")):
-        for pieces in (2, 4):
-            row = f"{sp}_gp{pieces}"
-            ratio(f"ours {label} gather {pieces} pieces / whole tokens/s", row, sp, None)
-            exposed(row, 5)
     ratio("ours TP=2 / torch FSDP tokens/s", "1558M_tp2", "1558M_fsdp", None)
     # GTP's bars: 1558M in bf16 and in fp8 (against the same bf16 FSDP baseline), Llama-3.2-3B in bf16
     for gtp, dp, fsdp, label in (("1558M_gtp2", "1558M_dp2", "1558M_fsdp", "ours GTP=2"),

@@ -76,8 +76,7 @@ typedef struct {
     int update_after_layers;     // GPU build, the update in backward: the first layers' AdamW after the backward
     int logits_mib;              // GPU build: the most logits the LM head holds at once (llmc/head_chunks.h); 0 = all
     // parallel layout (world = DP x GTP x TP)
-    int tp, gtp, gtp_prefetch, gtp_materialize, sequence_parallel, sp_overlap, sp_fp8_codes, sp_ring_pieces;
-    int sp_gather_pieces, zero;
+    int tp, gtp, gtp_prefetch, gtp_materialize, sequence_parallel, sp_overlap, sp_fp8_codes, sp_ring_pieces, zero;
     char gtp_transport[OPT_STR_LEN]; // GPU build, GTP: ce | nccl, what carries the weight gathers
     char sp_transport[OPT_STR_LEN]; // GPU build: ce | nccl, what moves a chunk along SP's ring
     // CPU build: reference state for the GPU parity test
@@ -256,10 +255,6 @@ static const OptionSpec OPTION_SPECS[] = {
      "GPU build, sequence parallelism over the ring: a reduce-scatter's GEMM makes each product it sends in this many "
      "pieces of rows, and each piece travels as soon as it is made (the transfer starts after a piece of the GEMM, "
      "not all of it); 1 = whole"},
-    {"sp-gather-pieces", OPT_INT, OPT_FIELD(sp_gather_pieces), "1", 1, RING_MAX_PIECES, NULL,
-     "GPU build, sequence parallelism over the ring: a column-parallel GEMM's input from another rank moves in this "
-     "many pieces of rows, and each piece is multiplied as soon as it lands (the GEMM starts after a piece of the "
-     "transfer, not all of it); 1 = whole"},
     {"zero", OPT_INT, OPT_FIELD(zero), "0", 0, 1, NULL, "1 = ZeRO-1: shard optimizer state over data-parallel ranks"},
     {"ref-out", OPT_STR, OPT_FIELD(ref_out), "", 0, 0, NULL,
      "CPU build: write the reference state for the GPU parity test to this file"},
@@ -546,10 +541,6 @@ static inline void options_validate(const Options *o, int dp) {
     if (o->sp_ring_pieces != 1 && !(o->sequence_parallel && o->sp_overlap)) {
         fail("--sp-ring-pieces %d cuts sequence parallelism's ring transfers and applies only with --sequence-parallel "
              "1 and --sp-overlap 1; drop it or pass those", o->sp_ring_pieces);
-    }
-    if (o->sp_gather_pieces != 1 && !(o->sequence_parallel && o->sp_overlap)) {
-        fail("--sp-gather-pieces %d cuts sequence parallelism's ring transfers and applies only with "
-             "--sequence-parallel 1 and --sp-overlap 1; drop it or pass those", o->sp_gather_pieces);
     }
     int delayed_fp8 = options_fp8(o) && strcmp(o->fp8_recipe, "delayed") == 0;
     if (!o->sp_fp8_codes && !(delayed_fp8 && o->sequence_parallel && o->sp_overlap)) {

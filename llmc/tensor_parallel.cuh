@@ -67,7 +67,6 @@ typedef struct TensorParallel {
     int ring_up;
     int fp8_codes;                 // FP8 layers whose forward runs by rows gather their input as E4M3 codes
     int rs_pieces;                 // a reduce-scatter's products move in this many pieces (tp_ring_reduce_scatter)
-    int ag_pieces;                 // a GEMM's all-gather moves and is read in this many pieces (tp_ring_all_gather)
     PeerRing ring;
     cudaEvent_t ring_in, ring_out; // the TP stream's order into the ring's stream, and back
     cudaEvent_t *arrived;          // (size) all-gather: step k's chunk in place; reduce-scatter: step k's product made
@@ -79,7 +78,6 @@ static void tp_init(TensorParallel *tp, const Mesh *m, int sp) {
     tp->rank = m->tp_rank;
     tp->sp = sp && m->tp > 1;
     tp->rs_pieces = 1;
-    tp->ag_pieces = 1;
     if (tp->size == 1) { return; }
     int least, greatest;
     cudaCheck(cudaDeviceGetStreamPriorityRange(&least, &greatest));
@@ -109,12 +107,11 @@ static void tp_ring_events(TensorParallel *tp) {
  * its neighbours' memory (else NCCL's collectives), nccl wherever NCCL runs; with fp8_codes (an FP8 model with
  * delayed scaling, --sp-fp8-codes 1) FP8 layers gather their inputs as E4M3 codes once the history gives their scales
  * (linear_gathers_codes); a reduce-scatter's products move in rs_pieces pieces of rows, each sent as soon as its
- * part of the GEMM is made (tp_ring_reduce_scatter), and the parts a GEMM gathers in ag_pieces, each multiplied as
- * soon as it lands (tp_ring_all_gather); rank 0 says which. Every rank calls it (ce's set-up ends with a barrier of
- * every rank; nccl's splits the TP group's communicator).
+ * part of the GEMM is made (tp_ring_reduce_scatter); rank 0 says which. Every rank calls it (ce's set-up ends with
+ * a barrier of every rank; nccl's splits the TP group's communicator).
  */
 static void tp_ring_connect(TensorParallel *tp, int overlap, RingTransport transport, size_t part_bytes, int fp8_codes,
-                            int rs_pieces, int ag_pieces, int log) {
+                            int rs_pieces, int log) {
     if (!tp_active(tp) || !tp->sp) { return; }
     const char *why = "--sp-overlap 0";
     if (overlap && transport == RING_NCCL) {
@@ -128,17 +125,15 @@ static void tp_ring_connect(TensorParallel *tp, int overlap, RingTransport trans
         tp_ring_events(tp);
         tp->fp8_codes = fp8_codes;
         tp->rs_pieces = rs_pieces;
-        tp->ag_pieces = ag_pieces;
     }
     if (!log) { return; }
     if (!tp->ring_up) {
         printf("SP collectives: NCCL (%s)\n", why);
         return;
     }
-    printf("SP collectives: ring exchange over %s, %.1f MB slots, reduce-scatters in %d pieces, a GEMM's gathers in "
-           "%d%s\n",
+    printf("SP collectives: ring exchange over %s, %.1f MB slots, reduce-scatters in %d pieces%s\n",
            transport == RING_NCCL ? "NCCL send/recv (wherever NCCL connects the ranks)" : "peer memory (copy engines)",
-           tp->ring.slot_bytes / 1e6, rs_pieces, ag_pieces,
+           tp->ring.slot_bytes / 1e6, rs_pieces,
            fp8_codes ? "; FP8 layers gather their inputs as E4M3 codes (scales from the history)" : "");
 }
 
@@ -211,43 +206,27 @@ template <typename T> static void ring_add(T *dst, const T *a, const T *b, size_
  * In place: every rank's part of buf (part_bytes each, rank r's at buf + r part_bytes) to every rank, around the ring:
  * at step j each rank exchanges the part it got at step j - 1 (its own at step 0) for the one that comes, which lands
  * in place (nccl) or is copied there from the slot (ce); arrived[k] fires once the part the rank takes at step k
- * (ring_ag_chunk) is in place, k = 1 .. TP-1. A part larger than a slot moves in slot-sized transfers, an exchange
- * each. With a consumer stream, consume(k, rows, r0, r1) queues there the work that reads rows [r0, r1) of step k's
- * part of `rows` rows at `rows` (a GEMM's block of rows), behind a wait this queues first, called in order as the
- * ring's work for that part is queued (so on a hardware queue the ring's stream shares, the ring's waits queue behind
- * the work that needs no data of theirs): this rank's own part whole, the others' in tp->ag_pieces pieces of rows
- * (cut at RING_PIECE_ROWS, ring_piece_first; pieces only where rows is given). A part that ce lands whole in a slot
- * moves in those pieces, each read there as soon as it lands: the consumer waits for its flag alone, not for the
- * part's copy into place beside it (which later steps forward and later passes read), and frees the slot once both
- * are done. Elsewhere the consumer waits for the whole part and reads it in place, in the same pieces: the same bits
- * over either transport.
+ * (ring_ag_chunk) is in place, k = 1 .. TP-1. A part larger than a slot moves in pieces, an exchange each. With a
+ * consumer stream, consume(k, part) queues there the work that reads step k's part at `part` (a GEMM's block of rows),
+ * behind a wait this queues first, called in order as the ring's work for that part is queued (so on a hardware queue
+ * the ring's stream shares, the ring's waits queue behind the work that needs no data of theirs). A part that ce
+ * lands whole in a slot is read there: the consumer waits for its flag alone, not for its copy into place beside it
+ * (which later steps forward and later passes read), and frees the slot once both are done.
  */
 template <typename Consume>
-static void tp_ring_all_gather(TensorParallel *tp, char *buf, size_t part_bytes, size_t rows, cudaStream_t consumer,
+static void tp_ring_all_gather(TensorParallel *tp, char *buf, size_t part_bytes, cudaStream_t consumer,
                                Consume consume, const char *what) {
     PeerRing *r = &tp->ring;
-    int P = tp->size, me = tp->rank, pieces = consumer ? tp->ag_pieces : 1;
-    if (consumer && (rows == 0 || part_bytes % rows)) {
-        fail("tp_ring_all_gather: a consumer reads parts of %zu bytes by rows, not in %zu rows", part_bytes, rows);
-    }
-    size_t row_bytes = consumer ? part_bytes / rows : 0;
+    int P = tp->size, me = tp->rank;
     bool in_slot = consumer && r->transport == RING_CE && part_bytes <= r->slot_bytes;
-    auto first = [&](int p) { return ring_piece_first(rows, RING_PIECE_ROWS, pieces, p); }; // piece p's first row
-    if (consumer) { consume(0, buf + (size_t)me * part_bytes, (size_t)0, rows); }
+    if (consumer) { consume(0, buf + (size_t)me * part_bytes); }
     for (int j = 0; j < P - 1; j++) {
         char *place = buf + (size_t)ring_ag_chunk(me, j + 1, P) * part_bytes;
-        const char *src = buf + (size_t)ring_ag_chunk(me, j, P) * part_bytes, *in = NULL;
+        const void *in = NULL;
         for (size_t off = 0; off < part_bytes; off += r->slot_bytes) {
             size_t bytes = part_bytes - off < r->slot_bytes ? part_bytes - off : r->slot_bytes;
-            if (in_slot) { // one transfer, in the consumer's pieces
-                for (int p = 0; p < pieces; p++) {
-                    size_t b0 = first(p) * row_bytes, b1 = first(p + 1) * row_bytes;
-                    peer_ring_send_piece(r, 0, p, pieces, src, b0, b1 - b0, place, what);
-                }
-            } else {
-                peer_ring_exchange(r, src + off, bytes, place + off, what);
-            }
-            in = (const char *)peer_ring_received(r, r->stream);
+            peer_ring_exchange(r, buf + (size_t)ring_ag_chunk(me, j, P) * part_bytes + off, bytes, place + off, what);
+            in = peer_ring_received(r, r->stream);
             if (in != place + off) {
                 cudaCheck(cudaMemcpyAsync(place + off, in, bytes, cudaMemcpyDeviceToDevice, r->stream));
             }
@@ -255,18 +234,14 @@ static void tp_ring_all_gather(TensorParallel *tp, char *buf, size_t part_bytes,
         }
         cudaCheck(cudaEventRecord(tp->arrived[j + 1], r->stream));
         if (!consumer) { continue; }
-        if (!in_slot) { comm_compute_wait(consumer, tp->arrived[j + 1], what); }
-        const char *rows_at = in_slot ? in : place;
-        for (int p = 0; p < pieces; p++) {
-            size_t r0 = first(p), r1 = first(p + 1);
-            if (in_slot) {
-                comm_compute_wait_for(consumer, what, [&]() { peer_ring_received_piece(r, consumer, p); });
-            }
-            if (r1 > r0) { consume(j + 1, rows_at + r0 * row_bytes, r0, r1); }
-        }
         if (in_slot) {
+            comm_compute_wait_for(consumer, what, [&]() { peer_ring_received(r, consumer); });
+            consume(j + 1, (const char *)in);
             comm_compute_wait(consumer, tp->arrived[j + 1], what); // the copy into place has read the slot too
             peer_ring_release(r, consumer);
+        } else {
+            comm_compute_wait(consumer, tp->arrived[j + 1], what);
+            consume(j + 1, place);
         }
     }
     if (P > 1) { comm_track(tp->arrived[P - 1], what); }
@@ -373,8 +348,7 @@ static void tp_ring_leave(TensorParallel *tp, const char *what) {
 template <typename T> static void tp_all_gather(TensorParallel *tp, T *buf, size_t n, const char *what) {
     if (tp_ring(tp)) {
         tp_ring_enter(tp);
-        tp_ring_all_gather(tp, (char *)buf, n * sizeof(T), 0, (cudaStream_t)NULL,
-                           [](int, const char *, size_t, size_t) {}, what);
+        tp_ring_all_gather(tp, (char *)buf, n * sizeof(T), (cudaStream_t)NULL, [](int, const char *) {}, what);
         tp_ring_leave(tp, what);
         return;
     }
@@ -546,17 +520,16 @@ static void linear_forward(const Linear<T> &lin, T *out, T *inp, T *gelu_aux, co
         }
         cudaCheck(cudaEventRecord(tp->compute_mark, stream)); // this rank's rows (or codes) are written
         cudaCheck(cudaStreamWaitEvent(tp->ring.stream, tp->compute_mark, 0));
-        auto consume = [&](int k, const char *rows, size_t p0, size_t p1) { // rows [p0, p1) of step k's chunk
-            int r0 = f.row + ring_ag_chunk(tp->rank, k, P) * n + (int)p0, m = (int)(p1 - p0);
+        tp_ring_all_gather(tp, gathered, part, by_rows ? stream : (cudaStream_t)NULL, [&](int k, const char *rows) {
+            int r0 = f.row + ring_ag_chunk(tp->rank, k, P) * n;
             if (!codes) {
-                gemm_rows(r0, r0 + m, (const T *)rows);
+                gemm_rows(r0, r0 + n, (const T *)rows);
                 return;
             }
             const uint8_t *x = (const uint8_t *)rows;
-            fp8_linear_rows_gemm(lin, bias, out, x, gelu_aux, r0, m, f.tokens, stream);
-            fp8_linear_keep_input(lin, x, r0, m, f.tokens, stream);
-        };
-        tp_ring_all_gather(tp, gathered, part, (size_t)n, by_rows ? stream : (cudaStream_t)NULL, consume, what);
+            fp8_linear_rows_gemm(lin, bias, out, x, gelu_aux, r0, n, f.tokens, stream);
+            fp8_linear_keep_input(lin, x, r0, n, f.tokens, stream);
+        }, what);
         if (!by_rows) { // the whole GEMM once every part is in
             comm_compute_wait(stream, tp->arrived[P - 1], what);
             gemm_all(f.row, f.row + f.rows);

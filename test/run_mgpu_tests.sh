@@ -127,8 +127,7 @@ COMMON=(--depth 2 --width 256 --heads 4 --seq-len 64 --batch-size 4 --total-batc
 # engines into peer memory (--sp-transport ce, the default) or by NCCL send/recv (the _p2p layouts), but tp2_sp_nccl
 # (NCCL's collectives, as before the ring); each must say so on its first lines (path_check). tp2_sp_pieces: the
 # ring's reduce-scatters make and send their products in 3 pieces (128 rows a rank, cut at 64-row FP8 tiles: 0, 64 and
-# 64, an empty piece among them), and its GEMMs' gathered inputs move and are multiplied in the same 3 pieces, and say
-# so. GTP layouts gather the
+# 64, an empty piece among them), and say so. GTP layouts gather the
 # weights over the copy engines (--gtp-transport ce, the default: pulls from the peers' mapped weights behind ready
 # and read flags), but the _nccl ones over NCCL's all-gather (--gtp-transport nccl), and must say which too.
 # shellcheck disable=SC2034 # read through layout_sweep's name reference
@@ -141,7 +140,7 @@ LAYOUTS=(
     "tp2_sp_b1|2|--tp 2 --sequence-parallel 1 --batch-size 1|"
     "tp2_sp_nccl|2|--tp 2 --sequence-parallel 1 --sp-overlap 0|"
     "tp2_sp_p2p|2|--tp 2 --sequence-parallel 1 --sp-transport nccl|"
-    "tp2_sp_pieces|2|--tp 2 --sequence-parallel 1 --sp-ring-pieces 3 --sp-gather-pieces 3|"
+    "tp2_sp_pieces|2|--tp 2 --sequence-parallel 1 --sp-ring-pieces 3|"
     "tp4|4|--tp 4|"
     "tp4_sp|4|--tp 4 --sequence-parallel 1|"
     "tp4_sp_p2p|4|--tp 4 --sequence-parallel 1 --sp-transport nccl|"
@@ -280,9 +279,6 @@ path_check() {
         if [[ " $3 " =~ \ --sp-ring-pieces\ ([0-9]+)\  ]]; then
             path_expect "$name" "reduce-scatters in ${BASH_REMATCH[1]} pieces" "$out" 'SP collectives' || rc=1
         fi
-        if [[ " $3 " =~ \ --sp-gather-pieces\ ([0-9]+)\  ]]; then
-            path_expect "$name" "a GEMM's gathers in ${BASH_REMATCH[1]}" "$out" 'SP collectives' || rc=1
-        fi
     fi
     if [[ " $3 " =~ \ --gtp\ ([0-9]+)\  ]] && [ "${BASH_REMATCH[1]}" -gt 1 ]; then
         want="GTP weight gathers: copy engines over peer memory (--gtp-transport ce)"
@@ -324,7 +320,7 @@ ZERO_LAYOUTS=("dp2_fp8|2|--precision fp8" "dp2_gtp2_fp8|4|--gtp 2 --precision fp
 # NCCL against the copy engines (the second run takes the first one's GEMM choices): SP's ring hops by NCCL
 # send/recv (--sp-transport nccl), GTP's weight gathers by NCCL's all-gather (--gtp-transport nccl).
 TRANSPORT_LAYOUTS=("tp2_sp|2|--tp 2 --sequence-parallel 1" "tp2_sp_fp8|2|--tp 2 --sequence-parallel 1 --precision fp8"
-                   "tp2_sp_pieces|2|--tp 2 --sequence-parallel 1 --sp-ring-pieces 3 --sp-gather-pieces 3"
+                   "tp2_sp_pieces|2|--tp 2 --sequence-parallel 1 --sp-ring-pieces 3"
                    "tp4_sp|4|--tp 4 --sequence-parallel 1" "gtp2|2|--gtp 2" "gtp2_fp8|2|--gtp 2 --precision fp8")
 # FP8 under SP over the ring, delayed scaling: qkv's and fc's inputs gathered as E4M3 codes (each rank casting its own
 # tokens, the default) against the activations gathered and every token cast on every rank (--sp-fp8-codes 0; the

@@ -148,11 +148,6 @@ static void test_validate(void) {
                  "--sp-overlap", "0", "--sp-ring-pieces", "2", NULL);
     expect_error("sp_ring_pieces_range", "--sp-ring-pieces", "--tp", "2", "--sequence-parallel", "1",
                  "--sp-ring-pieces", "9", NULL);
-    expect_error("sp_gather_pieces_needs_sp", "--sp-gather-pieces 2 cuts sequence parallelism's ring transfers and "
-                 "applies only with --sequence-parallel 1 and --sp-overlap 1", "--tp", "2", "--sp-gather-pieces", "2",
-                 NULL);
-    expect_error("sp_gather_pieces_range", "--sp-gather-pieces", "--tp", "2", "--sequence-parallel", "1",
-                 "--sp-gather-pieces", "0", NULL);
     expect_error("sp_fp8_codes_needs_fp8", "--sp-fp8-codes 0 chooses what FP8 layers gather over sequence "
                  "parallelism's ring and applies only with --precision fp8 (--fp8-recipe delayed), --sequence-parallel "
                  "1 and --sp-overlap 1", "--tp", "2", "--sequence-parallel", "1", "--sp-fp8-codes", "0", NULL);
@@ -216,13 +211,10 @@ static void test_validate(void) {
     check(spc.sp_fp8_codes == 0 && parse(NULL).sp_fp8_codes == 1, "sp_fp8_codes", "--sp-fp8-codes %d, default %d",
           spc.sp_fp8_codes, parse(NULL).sp_fp8_codes);
 
-    Options spp = parse("--tp", "2", "--sequence-parallel", "1", "--sp-ring-pieces", "4", "--sp-gather-pieces", "3",
-                        "--sample-every", "0", NULL);
+    Options spp = parse("--tp", "2", "--sequence-parallel", "1", "--sp-ring-pieces", "4", "--sample-every", "0", NULL);
     options_validate(&spp, 1); // exits with the reason if refused
     check(spp.sp_ring_pieces == 4 && parse(NULL).sp_ring_pieces == 1, "sp_ring_pieces",
           "--sp-ring-pieces %d, default %d", spp.sp_ring_pieces, parse(NULL).sp_ring_pieces);
-    check(spp.sp_gather_pieces == 3 && parse(NULL).sp_gather_pieces == 1, "sp_gather_pieces",
-          "--sp-gather-pieces %d, default %d", spp.sp_gather_pieces, parse(NULL).sp_gather_pieces);
 
     Options z = parse("--zero", "1", "--sample-every", "0", "--batch-size", "4", "--seq-len", "64", "--total-batch-tokens", "1024", NULL);
     options_validate(&z, 2); // exits with the reason if refused

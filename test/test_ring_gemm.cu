@@ -8,11 +8,10 @@
  *   test/gpubin/test_ring_gemm
  *
  * For fp32 and bf16:
- *   all-gather + GEMM (a column-parallel linear_forward under SP), the other ranks' chunks moved and multiplied in 1,
- *     2 and 3 pieces: every rank's gathered input equals the whole input bit for bit, and its output the same GEMM run
- *     in the same row blocks without the ring, bit for bit; against the one GEMM of all N rows it is within
- *     GEMM_ROWS_TOL (cuBLASLt may choose another algorithm, e.g. another split of the inner dimension, for N/P rows
- *     than for N; the bits then differ by the fp32 accumulation order).
+ *   all-gather + GEMM (a column-parallel linear_forward under SP): every rank's gathered input equals the whole input
+ *     bit for bit, and its output the same GEMM run row block by row block without the ring, bit for bit; against
+ *     the one GEMM of all N rows it is within GEMM_ROWS_TOL (cuBLASLt may choose another algorithm, e.g. another
+ *     split of the inner dimension, for N/P rows than for N; the bits then differ by the fp32 accumulation order).
  *   GEMM + reduce-scatter (a row-parallel linear_forward): each rank's own rows equal, bit for bit, the products of
  *     the same row-block GEMMs summed on the host in the ring's order, in fp32 rounded to the type at each hop; with
  *     the products the ring sends on made and sent in 1, 2 and 3 pieces (empty ones among them), each piece a GEMM.
@@ -23,11 +22,11 @@
  *     a part moves in pieces: exact (gather) and the ring's sum order (reduce-scatter).
  *   FP8 all-gather + GEMM (fp32 and bf16 activations around it): with scales from the history, the input gathered as
  *     E4M3 codes (each rank casts its own rows; slots that hold a chunk's codes, read where they land, and slots a
- *     third of that) and as activations (--sp-fp8-codes 0), each in 1 and 3 pieces; in delayed scaling's first step,
- *     gathered whole. Every rank's output, gathered codes and kept transposed codes equal, bit for bit, the same FP8
- *     row blocks run without the ring (the first step: the one cast and GEMM of all rows), its recorded amax is the
- *     whole input's once the ranks' meet (one recipe state here, the world's max in training), and its output is
- *     within FP8_WHOLE_TOL of the one GEMM of all rows.
+ *     third of that) and as activations (--sp-fp8-codes 0); in delayed scaling's first step, gathered whole. Every
+ *     rank's output, gathered codes and kept transposed codes equal, bit for bit, the same FP8 row blocks run without
+ *     the ring (the first step: the one cast and GEMM of all rows), its recorded amax is the whole input's once the
+ *     ranks' meet (one recipe state here, the world's max in training), and its output is within FP8_WHOLE_TOL of the
+ *     one GEMM of all rows.
  *   FP8 backward of a row-parallel fc projection beside its output gradient's gather, with the activation's backward
  *     (GELU, and SwiGLU, whose [gate | up] input rows are twice as wide) cast as fc's output gradient: every rank's
  *     input gradient and both layers' gradient codes, transposed copies too, bit for bit as the same row blocks alone.
@@ -58,10 +57,9 @@
 #define GEMM_ROWS_TOL 1e-5 // fp32 relative to the largest output: another accumulation order of a 256-deep dot product
 #define STREAM_CONNECTIONS "32"
 #define RING_STALL_S 20  // seconds a simulated ring's collective may take before it counts as stalled
-// a ring transfer's pieces (a reduce-scatter's products, a GEMM's gathered input): whole; and cut in 64-row units of
-// chunks of 192, 128 and 96 rows (P 2, 3, 4): 64 + 128, 0 + 64 + 64 (an empty piece), 0 + 0 + 96
+// a reduce-scatter's pieces: whole; and cut in 64-row units of chunks of 192, 128 and 96 rows (P 2, 3, 4): 64 + 128,
+// 0 + 64 + 64 (an empty piece), 0 + 0 + 96
 static const int RS_PIECES[] = {1, 2, 3};
-static const int FP8_GATHER_PIECES[] = {1, 3}; // the FP8 forward's: whole, and with an empty piece
 
 static float frand(unsigned *s) {
     *s = *s * 1664525u + 1013904223u;
@@ -211,9 +209,8 @@ template <typename T> static Linear<T> make_linear(int in, int out, const T *w, 
     return lin;
 }
 
-// The row blocks in which rank i makes chunk c's product over the ring (tp_ring_reduce_scatter) or reads chunk c's
-// gathered input (tp_ring_all_gather): another rank's chunk in `pieces` pieces, its own whole; make(first row, rows)
-// for each that is not empty.
+// The row blocks rank i makes chunk c's product in over the ring (tp_ring_reduce_scatter): a chunk it sends on in
+// `pieces` pieces, its own whole; make(first row, rows) for each that is not empty.
 template <typename Make> static void ring_product_blocks(int i, int c, size_t n, int pieces, Make make) {
     int k = c == i ? 1 : pieces;
     for (int p = 0; p < k; p++) {
@@ -242,31 +239,9 @@ static std::vector<T> column_products(const Linear<T> &one, const T *dout, int i
     return h;
 }
 
-// The group, its reduce-scatters' products made and sent, and its GEMMs' gathered inputs moved and read, in `pieces`
-// pieces.
+// The group, its reduce-scatters' products made and sent in `pieces` pieces.
 static void group_pieces(Group *g, int pieces) {
-    for (int i = 0; i < g->P; i++) {
-        g->tp[i].rs_pieces = pieces;
-        g->tp[i].ag_pieces = pieces;
-    }
-}
-
-// What rank i's column-parallel forward over the ring makes of x (all N rows, on the device), without the ring: the
-// GEMM of each chunk in the blocks rank i reads it in (its own whole, the others' in `pieces` pieces: the blocks
-// ring_product_blocks names), into a fresh buffer, on the host.
-template <typename T>
-static std::vector<T> gathered_row_blocks(const Linear<T> &plain, const T *x, int i, int P, size_t n, int pieces) {
-    T *y = (T *)cuda_alloc((size_t)N_TOKENS * plain.out * sizeof(T), "row blocks");
-    for (int c = 0; c < P; c++) {
-        ring_product_blocks(i, c, n, pieces, [&](size_t r0, size_t rows) {
-            linear_rows_forward(plain, plain.b, y, x + r0 * plain.in, (int)r0, (int)(r0 + rows), N_TOKENS, (T *)NULL,
-                                g_cuda.stream);
-        });
-    }
-    group_sync();
-    std::vector<T> h = to_host(y, (size_t)N_TOKENS * plain.out);
-    cudaCheck(cudaFree(y));
-    return h;
+    for (int i = 0; i < g->P; i++) { g->tp[i].rs_pieces = pieces; }
 }
 
 template <typename T> static void test_forward(int P, const char *type, int pieces) {
@@ -284,15 +259,6 @@ template <typename T> static void test_forward(int P, const char *type, int piec
         inp[i] = rank_rows(x, i, n, CH, -7.0f);
         out[i] = (T *)cuda_alloc((size_t)N_TOKENS * FEAT * sizeof(T), "out");
     }
-    // the references first: a GEMM's first launch of a shape may wait for the work in flight, which inside the ring
-    // would wait for a rank not yet queued
-    Linear<T> plain = make_linear<T>(CH, FEAT, dw, db, LINEAR_COLUMN, (TensorParallel *)NULL);
-    std::vector<std::vector<T>> blocks(P);
-    for (int i = 0; i < P; i++) { blocks[i] = gathered_row_blocks(plain, (const T *)dx_ref, i, P, n, pieces); }
-    T *whole = (T *)cuda_alloc((size_t)N_TOKENS * FEAT * sizeof(T), "whole");
-    linear_rows_forward(plain, db, whole, dx_ref, 0, N_TOKENS, N_TOKENS, (T *)NULL, g_cuda.stream);
-    group_sync();
-    std::vector<T> hw = to_host(whole, (size_t)N_TOKENS * FEAT);
     for (int i = 0; i < P; i++) {
         group_rank(&g, i);
         Linear<T> lin = make_linear<T>(CH, FEAT, dw, db, LINEAR_COLUMN, &g.tp[i]);
@@ -300,21 +266,30 @@ template <typename T> static void test_forward(int P, const char *type, int piec
     }
     group_done();
     group_wait(&g, type, "all-gather + GEMM");
+    Linear<T> plain = make_linear<T>(CH, FEAT, dw, db, LINEAR_COLUMN, (TensorParallel *)NULL);
+    T *blocks = (T *)cuda_alloc((size_t)N_TOKENS * FEAT * sizeof(T), "row blocks"), *whole = (T *)cuda_alloc(
+        (size_t)N_TOKENS * FEAT * sizeof(T), "whole");
+    for (int c = 0; c < P; c++) {
+        linear_rows_forward(plain, db, blocks, dx_ref + c * n * CH, (int)(c * n), (int)((c + 1) * n), N_TOKENS,
+                            (T *)NULL, 0);
+    }
+    linear_rows_forward(plain, db, whole, dx_ref, 0, N_TOKENS, N_TOKENS, (T *)NULL, 0);
+    group_sync();
+    std::vector<T> hb = to_host(blocks, (size_t)N_TOKENS * FEAT), hw = to_host(whole, (size_t)N_TOKENS * FEAT);
     int bad_in = 0, bad_out = 0;
     double worst = 0.0, top = 0.0;
     for (int i = 0; i < P; i++) {
         std::vector<T> gi = to_host(inp[i], (size_t)N_TOKENS * CH), oi = to_host(out[i], (size_t)N_TOKENS * FEAT);
         bad_in += count_diff(gi, x, 0, gi.size());
-        bad_out += count_diff(oi, blocks[i], 0, oi.size());
+        bad_out += count_diff(oi, hb, 0, oi.size());
         for (size_t k = 0; k < oi.size(); k++) {
             double d = fabs((double)host_float(oi[k]) - host_float(hw[k]));
             worst = d > worst ? d : worst;
             top = fabs(host_float(hw[k])) > top ? fabs(host_float(hw[k])) : top;
         }
     }
-    snprintf(name, sizeof(name),
-             "%s P %d: all-gather + GEMM in %d pieces, gathered input and row-block output bit for bit", type, P,
-             pieces);
+    snprintf(name, sizeof(name), "%s P %d: all-gather + GEMM, gathered input and row-block output bit for bit", type,
+             P);
     check(bad_in == 0 && bad_out == 0, name, "%d input, %d output elements differ", bad_in, bad_out);
     double tol = sizeof(T) == 2 ? 1.0 / 128 : GEMM_ROWS_TOL; // bf16: at most a rounding of the output apart
     snprintf(name, sizeof(name), "%s P %d: all-gather + GEMM against the one GEMM of all rows", type, P);
@@ -478,13 +453,12 @@ static const char *const FP8_RING_MODES[] = {"first step, whole", "activations",
 #define FP8_WHOLE_TOL (1.0 / 64) // row blocks against one GEMM of all rows: another order of fp32 (fast) accumulation
                                  // and bf16's rounding; a wrong block, code or scale is off by O(1)
 
-template <typename T> static void test_forward_fp8(int P, const char *type, Fp8RingMode mode, int pieces) {
+template <typename T> static void test_forward_fp8(int P, const char *type, Fp8RingMode mode) {
     Group g;
     size_t n = N_TOKENS / P;
     bool codes = mode == FP8_CODES || mode == FP8_CODES_PIECES;
     size_t moved = codes ? n * CH : n * CH * sizeof(T); // a chunk's bytes
     group_make(&g, P, mode == FP8_CODES_PIECES ? (moved + 2) / 3 : moved);
-    group_pieces(&g, pieces);
     int tx = fp8_tensor(0, LIN_QKV, FP8_INPUT), tw = fp8_tensor(0, LIN_QKV, FP8_WEIGHT);
     Fp8Device d; // the input's amax below its largest |x|: its largest codes saturate, as a rising amax's do
     fp8_test_device(&d, mode == FP8_FIRST_STEP ? 0 : 1, {{tx, 0.75f}, {tw, 0.1f}});
@@ -519,11 +493,14 @@ template <typename T> static void test_forward_fp8(int P, const char *type, Fp8R
     d.recording = 0;
     Linear<T> plain = make_linear<T>(CH, FEAT, dw, db, LINEAR_COLUMN, (TensorParallel *)NULL);
     plain.fp8 = &ref;
-    std::vector<std::vector<T>> blocks(P); // each rank's reads of the chunks (the first step: one GEMM of all rows)
-    for (int i = 0; i < (mode == FP8_FIRST_STEP ? 0 : P); i++) {
-        blocks[i] = gathered_row_blocks(plain, (const T *)dx, i, P, n, pieces);
+    T *blocks = (T *)cuda_alloc((size_t)N_TOKENS * FEAT * sizeof(T), "row blocks"), *whole = (T *)cuda_alloc(
+        (size_t)N_TOKENS * FEAT * sizeof(T), "whole");
+    if (mode != FP8_FIRST_STEP) {
+        for (int c = 0; c < P; c++) {
+            linear_rows_forward(plain, db, blocks, dx + c * n * CH, (int)(c * n), (int)((c + 1) * n), N_TOKENS,
+                                (T *)NULL, g_cuda.stream);
+        }
     }
-    T *whole = (T *)cuda_alloc((size_t)N_TOKENS * FEAT * sizeof(T), "whole");
     linear_rows_forward(plain, db, whole, dx, 0, N_TOKENS, N_TOKENS, (T *)NULL, g_cuda.stream);
     group_sync();
     d.recording = 1;
@@ -539,12 +516,13 @@ template <typename T> static void test_forward_fp8(int P, const char *type, Fp8R
     unsigned amax_bits = to_host(d.amax_step + tx, 1)[0], want_bits = 0;
     for (const T &v : x) { want_bits = std::max(want_bits, host_bits(fabsf(host_float(v)))); }
     std::vector<T> hw = to_host(whole, (size_t)N_TOKENS * FEAT);
+    std::vector<T> hb = mode == FP8_FIRST_STEP ? hw : to_host(blocks, (size_t)N_TOKENS * FEAT);
     std::vector<uint8_t> xq = to_host(ref.x, (size_t)N_TOKENS * CH), xt = to_host(ref.x_t, (size_t)N_TOKENS * CH);
     int bad_out = 0, bad_codes = 0;
     double worst = 0.0, top = 0.0;
     for (int i = 0; i < P; i++) {
         std::vector<T> oi = to_host(out[i], (size_t)N_TOKENS * FEAT);
-        bad_out += count_diff(oi, mode == FP8_FIRST_STEP ? hw : blocks[i], 0, oi.size());
+        bad_out += count_diff(oi, hb, 0, oi.size());
         bad_codes += count_diff(to_host(q[i].x, (size_t)N_TOKENS * CH), xq, 0, xq.size());
         bad_codes += count_diff(to_host(q[i].x_t, (size_t)N_TOKENS * CH), xt, 0, xt.size());
         for (size_t k = 0; k < oi.size(); k++) {
@@ -553,9 +531,8 @@ template <typename T> static void test_forward_fp8(int P, const char *type, Fp8R
         }
     }
     char name[200];
-    snprintf(name, sizeof(name), "fp8 %s P %d %s, %d pieces: output, codes and transposed codes bit for bit as %s",
-             type, P, FP8_RING_MODES[mode], pieces,
-             mode == FP8_FIRST_STEP ? "one GEMM of all rows" : "the same row blocks alone");
+    snprintf(name, sizeof(name), "fp8 %s P %d %s: output, codes and transposed codes bit for bit as %s", type, P,
+             FP8_RING_MODES[mode], mode == FP8_FIRST_STEP ? "one GEMM of all rows" : "the same row blocks alone");
     check(bad_out == 0 && bad_codes == 0, name, "%d output elements, %d code bytes differ", bad_out, bad_codes);
     snprintf(name, sizeof(name), "fp8 %s P %d %s: recorded amax the whole input's", type, P, FP8_RING_MODES[mode]);
     check(amax_bits == want_bits, name, "recorded %g, the input's largest |x| %g", bits_float(amax_bits),
@@ -755,10 +732,8 @@ int main(void) {
             test_collectives<bf16>(P, "bf16", pieces);
         }
         for (Fp8RingMode mode : {FP8_FIRST_STEP, FP8_ACTIVATIONS, FP8_CODES, FP8_CODES_PIECES}) {
-            for (int pieces : FP8_GATHER_PIECES) {
-                test_forward_fp8<bf16>(P, "bf16", mode, pieces);
-                test_forward_fp8<float>(P, "fp32", mode, pieces);
-            }
+            test_forward_fp8<bf16>(P, "bf16", mode);
+            test_forward_fp8<float>(P, "fp32", mode);
         }
         for (int act : {MLP_GELU, MLP_SWIGLU}) {
             test_backward_fp8<bf16>(P, "bf16", act);
