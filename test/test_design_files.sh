@@ -5,7 +5,7 @@
 # are named by those folders' rows (`results/`, `log/`). A planted file the table does not name, and a planted row
 # naming a file the tree does not hold, must both be found, so that a check that finds nothing fails here.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 DESIGN=dev/DESIGN.md
 if ! tracked=$(git ls-files 2>/dev/null) || [ -z "$tracked" ]; then
     echo "FAIL design_files: git ls-files lists nothing here; run this test in a git checkout of the project"
@@ -14,6 +14,7 @@ fi
 
 # named DESIGN: the names in the first column of section 1's table rows, one a line
 named() {
+    # shellcheck disable=SC2016 # the backquotes are the table's, not a command's
     sed -n '/^## 1\. Files/,/^## 2\./p' "$1" | grep '^| ' | awk -F'|' '{print $2}' | grep -o '`[^`]*`' | tr -d '`' |
         sort -u
 }
@@ -59,6 +60,7 @@ fi
 # the checks themselves: a planted unnamed file and a planted stale row are found
 planted=$(mktemp)
 trap 'rm -f "$planted"' EXIT
+# shellcheck disable=SC2016 # the backquotes are the table's, not a command's
 sed 's/^| `bench_l2_reduce.cu` |/| `bench_l2_reduce.cu`, `no_such_file.cu` |/' "$DESIGN" > "$planted"
 if [ "$(unnamed "$planted" <<<"llmc/not_in_the_table.h")" = "llmc/not_in_the_table.h" ] &&
    [ "$(absent "$planted")" = "no_such_file.cu" ]; then
