@@ -114,8 +114,9 @@ test/gpubin/%: test/%.cu $(HEADERS) $(CUDA_HEADERS) test/test_util.h test/cuda_t
 # kernel's interface that breaks one fails CI rather than the next run on a GPU.
 DEV_BENCH_SRCS = $(wildcard dev/bench_*.cu)
 # and dev/attention_bits.cu, which dev/attention_bits.sh builds itself (against two revisions' llmc/), and
-# dev/p2p_bandwidth.cu (two GPUs' copy rates: make dev/bin/p2p_bandwidth)
-DEV_BENCH_BINS = $(patsubst dev/%.cu,dev/bin/%,$(DEV_BENCH_SRCS) dev/attention_bits.cu dev/p2p_bandwidth.cu)
+# dev/p2p_bandwidth.cu and dev/ring_latency.cu (two GPUs' copy rates, and what a ring hop costs beyond its bytes)
+DEV_BENCH_BINS = $(patsubst dev/%.cu,dev/bin/%,$(DEV_BENCH_SRCS) dev/attention_bits.cu dev/p2p_bandwidth.cu \
+                   dev/ring_latency.cu)
 dev/bin/%: dev/%.cu $(HEADERS) $(CUDA_HEADERS) test/test_util.h test/cuda_timing.cuh test/gpu_test_util.cuh \
            dev/cuda_energy.cuh $(CUDA_BUILD_STAMP)
 	@mkdir -p dev/bin

@@ -729,7 +729,7 @@ template <typename floatX> static void fp8_cast_layer_weights(GPT<floatX> *g, in
         char what[TRACKED_WHAT_LEN];
         snprintf(what, sizeof(what), "the GTP all-reduce of layer %d's FP8 weight amaxes", l);
         cudaCheck(cudaStreamWaitEvent(s, gtp_all_reduce(&g->gtp, partials, (size_t)BLOCK_LINEARS * d->amax_blocks,
-                                                        ncclUint32, ncclMax, s, what), 0));
+                                                        ncclUint32, ncclMax, s, what)->event, 0));
     }
     for (int k = 0; k < BLOCK_LINEARS; k++) {
         const Linear<floatX> &lin = block_linear(g, l, k);
@@ -1079,9 +1079,9 @@ template <typename floatX> static cudaEvent_t sp_sum_replicated(GPT<floatX> *g, 
     }
     ncclCheck(ncclGroupEnd());
     comm_settle(comm_get(COMM_TP), what, g_comm.timeout_s);
-    cudaCheck(cudaEventRecord(tp->tp_mark, tp->stream));
-    comm_track(tp->tp_mark, what);
-    return tp->tp_mark;
+    comm_signal(&tp->tp_mark, tp->stream);
+    comm_track(tp->tp_mark.event, what);
+    return tp->tp_mark.event;
 }
 
 template <typename floatX> static void grads_final(GPT<floatX> *g, int group) {

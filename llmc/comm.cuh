@@ -31,6 +31,7 @@
 #include "cuda_common.cuh"
 #include "mesh.h"
 #include "model_ops.h"
+#include "stream_flags.cuh"
 
 #define NCCL_TIMEOUT_ENV "TRAIN_GPT_NCCL_TIMEOUT"
 #define NCCL_DEFAULT_TIMEOUT_S 30.0  // a step's collectives finish in well under a second; a dead peer, never
@@ -44,6 +45,9 @@
 #define TRACKED_MAX 256              // collectives in flight that a timeout can name
 #define TRACKED_WHAT_LEN 128
 #define COMM_SITES_MAX 64            // distinct collectives the exposed-communication report names (comm_site)
+#define COMM_WAIT_SLOTS (COMM_SITES_MAX + 1) // the sites', and one for the waits of collectives past them
+#define COMM_SIGNAL_BLOCK 256        // the signals' counters are allocated this many at a time (comm_signal_create)
+#define COMM_DRIVER_USER "the compute stream's waits for collectives" // flag_driver_load's user
 
 // COMM_GTP_RS: a second communicator of the GTP group, for the reduce-scatters on their own stream: operations of one
 // communicator must not run on two streams at once (each rank would be free to order them differently). COMM_TP_RING:
@@ -63,18 +67,26 @@ template <> struct NcclType<double> {
     static constexpr ncclDataType_t id = ncclFloat64;
 };
 
-// A pair of timing events the compute stream records around one wait for communication (comm_compute_wait), and
-// what it waited for.
 // One collective's exposed time over the run's steps after the first (comm_exposed_report).
 typedef struct {
     char what[TRACKED_WHAT_LEN];
     double ms;
     long waits;
 } CommSite;
+
+/*
+ * A point on a stream that the compute stream waits for (a collective queued there is done): an event, which other
+ * streams wait for and the host's bounded waits track, and a counter in this GPU's memory that the stream writes as
+ * it passes (comm_signal), which the compute stream's timed wait polls (comm_compute_wait). Where the point was last
+ * put on the compute stream itself, stream order is the wait. A signal's counter is written by one stream (or
+ * streams that are ordered with each other): its values only grow.
+ */
 typedef struct {
-    cudaEvent_t begin, end;
-    CommSite *site; // NULL: past COMM_SITES_MAX collectives
-} WaitTimer;
+    cudaEvent_t event;
+    uint32_t *flag;
+    uint32_t count;      // the value written at the last comm_signal
+    cudaStream_t stream; // where the last comm_signal put it
+} CommSignal;
 static const char *const COMM_NAMES[NUM_COMMS] = {"world", "tp", "gtp", "dp", "data", "gtp-rs", "tp-ring"};
 
 typedef struct {
@@ -95,13 +107,19 @@ typedef struct {
     int watchdog_running, stop, closing; // closing: a normal end, peers may now close their connections
     cudaStream_t dp_stream;         // the data-parallel collectives and the host's scalar reductions
     cudaEvent_t sums_done, barrier_done, stream_done;
-    cudaEvent_t world_in, world_out; // comm_world_reduce_on_device
+    cudaEvent_t world_in;           // comm_world_reduce_on_device's start, and its end:
+    CommSignal world_out;
     double *d_sums, *h_sums;        // sum_over_data_ranks staging (device, pinned host)
     int *d_barrier;
     Tracked tracked[TRACKED_MAX];
     int num_tracked;
-    WaitTimer *waits;               // comm_compute_wait's timers since the last comm_exposed_ms_take
-    int num_waits, max_waits;
+    // the compute stream's timed waits (flag_wait_timed), by site: ns waited and waits, a site's at [i] and its count
+    // at [COMM_WAIT_SLOTS + i], the last slot for waits past COMM_SITES_MAX sites; device counters, their pinned
+    // copy, and the values at the last comm_exposed_ms_take
+    unsigned long long *d_wait, *h_wait, taken[2 * COMM_WAIT_SLOTS];
+    cudaEvent_t wait_copied;
+    uint32_t *d_flags;              // the signals' counters: the block being handed out (comm_signal_create)
+    int num_flags;                  // and how many of it are taken
     CommSite sites[COMM_SITES_MAX]; // what those waited for, summed over the takes after the first
     int num_sites, takes;
 } Comm;
@@ -418,52 +436,83 @@ static const char *comm_site(const char *what, const char *layer) {
     return site ? site->what : what;
 }
 
-// The compute stream's wait for communication that wait() queues on it (for an event recorded behind a collective on
-// another stream, or for a flag a peer writes), timed: the timer's begin marks when the compute stream reached the
-// wait, its end when it went on, so their difference is the time the communication was exposed: zero when it
-// finished behind earlier compute. what names the collective (copied: it may be the caller's buffer).
-template <typename Wait> static void comm_compute_wait_for(cudaStream_t compute, const char *what, Wait wait) {
+// The device counters of the timed waits and the signals' flags, made at first use (a ring of several ranks on one GPU
+// in the tests waits without a connected mesh).
+static void comm_waits_init(void) {
     Comm *c = &g_comm;
-    if (c->num_waits == c->max_waits) {
-        int grown = c->max_waits ? 2 * c->max_waits : 256;
-        c->waits = (WaitTimer *)realloc(c->waits, (size_t)grown * sizeof(WaitTimer));
-        if (!c->waits) { fail("out of host memory for %d communication wait timers", grown); }
-        for (int i = c->max_waits; i < grown; i++) {
-            cudaCheck(cudaEventCreate(&c->waits[i].begin));
-            cudaCheck(cudaEventCreate(&c->waits[i].end));
-        }
-        c->max_waits = grown;
+    if (c->d_wait) { return; }
+    flag_driver_load(COMM_DRIVER_USER);
+    size_t bytes = 2 * COMM_WAIT_SLOTS * sizeof(unsigned long long);
+    c->d_wait = (unsigned long long *)cuda_alloc(bytes, "the exposed-communication counters");
+    cudaCheck(cudaMemset(c->d_wait, 0, bytes));
+    cudaCheck(cudaMallocHost(&c->h_wait, bytes));
+    memset(c->taken, 0, sizeof(c->taken));
+    cudaCheck(cudaEventCreateWithFlags(&c->wait_copied, cudaEventDisableTiming));
+    c->num_flags = COMM_SIGNAL_BLOCK; // the first signal allocates a block
+}
+
+static void comm_signal_create(CommSignal *s) {
+    Comm *c = &g_comm;
+    comm_waits_init();
+    if (c->num_flags == COMM_SIGNAL_BLOCK) {
+        c->d_flags = (uint32_t *)cuda_alloc(COMM_SIGNAL_BLOCK * sizeof(uint32_t), "the signals' counters");
+        cudaCheck(cudaMemset(c->d_flags, 0, COMM_SIGNAL_BLOCK * sizeof(uint32_t)));
+        c->num_flags = 0;
     }
-    WaitTimer *w = &c->waits[c->num_waits++];
-    w->site = comm_site_of(what);
-    cudaCheck(cudaEventRecord(w->begin, compute));
-    wait();
-    cudaCheck(cudaEventRecord(w->end, compute));
+    memset(s, 0, sizeof(*s));
+    cudaCheck(cudaEventCreateWithFlags(&s->event, cudaEventDisableTiming));
+    s->flag = c->d_flags + c->num_flags++;
 }
 
-// The compute stream waits for `done`, recorded behind the collective `what` on another stream (timed, as above).
-static void comm_compute_wait(cudaStream_t compute, cudaEvent_t done, const char *what) {
-    comm_compute_wait_for(compute, what, [&]() { cudaCheck(cudaStreamWaitEvent(compute, done, 0)); });
+// The work queued on `stream` so far is what s marks: its event is recorded there and, unless stream is the compute
+// stream (whose own order is its wait), its counter written (one CUDA driver stream write, ~2.8 us on that stream).
+static void comm_signal(CommSignal *s, cudaStream_t stream) {
+    cudaCheck(cudaEventRecord(s->event, stream));
+    s->stream = stream;
+    if (stream != g_cuda.stream) { flag_write(stream, s->flag, ++s->count); }
 }
 
-// The exposed time of every wait since the last call, in ms; the timers are then reused. Call it once the compute
-// stream is past the last of them (the step's host waits are), or it waits for that. From the second call on (the
-// first step starts up: GEMM choices, first launches) each wait's time is also added to its collective's entry.
+// The compute stream waits until the flag at p (this GPU's memory) reaches value, modulo 2^32, for the collective
+// `what` (copied: it may be the caller's buffer): a kernel that polls it and adds the time it polled to the site's
+// counter, so that the wait times itself: zero where the collective finished behind earlier compute.
+static void comm_compute_wait_flag(cudaStream_t compute, const uint32_t *p, uint32_t value, const char *what) {
+    Comm *c = &g_comm;
+    comm_waits_init();
+    CommSite *site = comm_site_of(what);
+    int i = site ? (int)(site - c->sites) : COMM_SITES_MAX;
+    flag_wait_timed(compute, p, value, c->d_wait + i, c->d_wait + COMM_WAIT_SLOTS + i);
+}
+
+// The compute stream waits for the point s marks (timed, as above), unless it put it there itself or it was never put.
+static void comm_compute_wait(cudaStream_t compute, const CommSignal *s, const char *what) {
+    if (s->stream == compute || (!s->stream && !s->count)) { return; }
+    comm_compute_wait_flag(compute, s->flag, s->count, what);
+}
+
+// The exposed time of the compute stream's waits since the last call, in ms. Call it once the compute stream is past
+// the last of them (the step's host waits are), or it waits for that. From the second call on (the first step
+// starts up: GEMM choices, first launches) each wait's time is also added to its collective's entry.
 static double comm_exposed_ms_take(void) {
     Comm *c = &g_comm;
+    if (!c->d_wait) { // no wait yet
+        c->takes++;
+        return 0.0;
+    }
+    cudaCheck(cudaMemcpyAsync(c->h_wait, c->d_wait, 2 * COMM_WAIT_SLOTS * sizeof(unsigned long long),
+                              cudaMemcpyDeviceToHost, g_cuda.stream));
+    cudaCheck(cudaEventRecord(c->wait_copied, g_cuda.stream));
+    cudaCheck(cudaEventSynchronize(c->wait_copied));
     double ms = 0.0;
-    for (int i = 0; i < c->num_waits; i++) {
-        float t = 0.0f;
-        cudaCheck(cudaEventSynchronize(c->waits[i].end));
-        cudaCheck(cudaEventElapsedTime(&t, c->waits[i].begin, c->waits[i].end));
+    for (int i = 0; i < COMM_WAIT_SLOTS; i++) {
+        double t = (double)(c->h_wait[i] - c->taken[i]) * 1e-6;
+        unsigned long long n = c->h_wait[COMM_WAIT_SLOTS + i] - c->taken[COMM_WAIT_SLOTS + i];
         ms += t;
-        CommSite *site = c->waits[i].site;
-        if (site && c->takes > 0) {
-            site->ms += t;
-            site->waits++;
+        if (i < c->num_sites && c->takes > 0) {
+            c->sites[i].ms += t;
+            c->sites[i].waits += (long)n;
         }
     }
-    c->num_waits = 0;
+    memcpy(c->taken, c->h_wait, sizeof(c->taken));
     c->takes++;
     return ms;
 }
@@ -562,7 +611,7 @@ static void comm_connect(const Mesh *m) {
     cudaCheck(cudaEventCreateWithFlags(&c->barrier_done, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&c->stream_done, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&c->world_in, cudaEventDisableTiming));
-    cudaCheck(cudaEventCreateWithFlags(&c->world_out, cudaEventDisableTiming));
+    comm_signal_create(&c->world_out);
     c->d_sums = (double *)cuda_alloc(COMM_SCALARS_MAX * sizeof(double), "collective scalars");
     c->d_barrier = (int *)cuda_alloc(sizeof(int), "barrier token");
     cudaCheck(cudaMallocHost(&c->h_sums, COMM_SCALARS_MAX * sizeof(double)));
@@ -615,9 +664,9 @@ static void comm_world_reduce_on_device(void *x, size_t n, ncclDataType_t type, 
     cudaCheck(cudaStreamWaitEvent(c->dp_stream, c->world_in, 0));
     ncclCheck(ncclAllReduce(x, x, n, type, op, comm_get(COMM_WORLD), c->dp_stream));
     comm_settle(comm_get(COMM_WORLD), what, c->timeout_s);
-    cudaCheck(cudaEventRecord(c->world_out, c->dp_stream));
-    comm_track(c->world_out, what);
-    comm_compute_wait(compute, c->world_out, what);
+    comm_signal(&c->world_out, c->dp_stream);
+    comm_track(c->world_out.event, what);
+    comm_compute_wait(compute, &c->world_out, what);
 }
 
 static void comm_barrier(const char *what, int long_wait) {

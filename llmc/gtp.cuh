@@ -89,7 +89,7 @@ typedef struct {
     uint32_t **peer_flags;      // G: every rank's flags, mapped (its own: flags)
     GtpFlagCounts counts;       // this rank's publications and gathers of each layer (llmc/gtp_plan.h)
     cudaEvent_t *write_ok;      // layers: behind the wait for the peers' reads before a write (tracked)
-    unsigned wait_flags;        // llmc/peer_memory.cuh's peer_wait_flags
+    unsigned wait_flags;        // llmc/stream_flags.cuh's flag_wait_flags
 } GtpPeers;
 
 typedef struct {
@@ -100,11 +100,14 @@ typedef struct {
     GtpPass pass;
     int depth;
     uint8_t *slot[GTP_PREFETCH_MAX + 1]; // the pool: materialized weights, gtp_buffer_bytes each
-    cudaEvent_t gathered[GTP_PREFETCH_MAX + 1], released[GTP_PREFETCH_MAX + 1];
+    CommSignal gathered[GTP_PREFETCH_MAX + 1];
+    cudaEvent_t released[GTP_PREFETCH_MAX + 1];
     float *rs_buf[GTP_RS_BUFFERS];    // whole weight gradients, the largest padded one each
-    cudaEvent_t rs_ready[GTP_RS_BUFFERS], rs_done[GTP_RS_BUFFERS];
+    cudaEvent_t rs_ready[GTP_RS_BUFFERS];
+    CommSignal rs_done[GTP_RS_BUFFERS];
     int rs_next;
-    cudaEvent_t rs_mark, compute_mark, reduce_from, reduced;
+    cudaEvent_t rs_mark, compute_mark, reduce_from;
+    CommSignal reduced;
     GtpPeers ce;            // --gtp-transport ce
 } Gtp;
 
@@ -122,17 +125,18 @@ static void gtp_init(Gtp *g, const Mesh *m, int materialize, int depth, size_t s
     cudaCheck(cudaStreamCreateWithPriority(&g->rs, cudaStreamNonBlocking, greatest));
     for (int b = 0; b <= depth; b++) {
         g->slot[b] = (uint8_t *)cuda_alloc(slot_bytes, "GTP materialized weights");
-        cudaCheck(cudaEventCreateWithFlags(&g->gathered[b], cudaEventDisableTiming));
+        comm_signal_create(&g->gathered[b]);
         cudaCheck(cudaEventCreateWithFlags(&g->released[b], cudaEventDisableTiming));
     }
     for (int b = 0; b < GTP_RS_BUFFERS; b++) {
         g->rs_buf[b] = (float *)cuda_alloc(gathered_elems * sizeof(float), "GTP weight gradients");
         cudaCheck(cudaEventCreateWithFlags(&g->rs_ready[b], cudaEventDisableTiming));
-        cudaCheck(cudaEventCreateWithFlags(&g->rs_done[b], cudaEventDisableTiming));
+        comm_signal_create(&g->rs_done[b]);
     }
-    for (cudaEvent_t *e : {&g->rs_mark, &g->compute_mark, &g->reduce_from, &g->reduced}) {
+    for (cudaEvent_t *e : {&g->rs_mark, &g->compute_mark, &g->reduce_from}) {
         cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
     }
+    comm_signal_create(&g->reduced);
 }
 
 // The AG stream starts after what the compute stream has queued so far.
@@ -164,12 +168,12 @@ static void gtp_ce_pull(Gtp *g, int b, int group, const void *shard, size_t shar
     GtpPull n = gtp_flags_pull(&c->counts, group);
     for (int j = 0; j < g->size; j++) {
         int p = (g->rank + j) % g->size;
-        peer_flag_wait(g->ag, gtp_flag(g, c->flags, GTP_READY, p, group), n.ready, c->wait_flags);
+        flag_wait(g->ag, gtp_flag(g, c->flags, GTP_READY, p, group), n.ready, c->wait_flags);
         cudaCheck(cudaMemcpyAsync(g->slot[b] + (size_t)p * shard_bytes, c->peer_base[p] + off, shard_bytes,
                                   cudaMemcpyDeviceToDevice, g->ag));
     }
     for (int p = 0; p < g->size; p++) {
-        peer_flag_write(g->ag, gtp_flag(g, c->peer_flags[p], GTP_READ, g->rank, group), n.read);
+        flag_write(g->ag, gtp_flag(g, c->peer_flags[p], GTP_READ, g->rank, group), n.read);
     }
 }
 
@@ -188,8 +192,8 @@ static void gtp_gather(Gtp *g, int b, int group, const void *shard, size_t shard
         comm_settle(comm_get(COMM_GTP), what, g_comm.timeout_s);
     }
     if (t) { fp8_transpose(g->slot[b], g->slot[b] + t->at, t->rows, t->cols, t->rows, 0, g->ag); }
-    cudaCheck(cudaEventRecord(g->gathered[b], g->ag));
-    comm_track(g->gathered[b], what);
+    comm_signal(&g->gathered[b], g->ag);
+    comm_track(g->gathered[b].event, what);
 }
 
 // Stream s is about to write this rank's shards of layer `group` (an update, a cast, set_params): it first waits
@@ -199,8 +203,8 @@ static void gtp_before_write(Gtp *g, int group, cudaStream_t s) {
     GtpPeers *c = &g->ce;
     if (!c->on) { return; }
     for (int p = 0; p < g->size; p++) {
-        peer_flag_wait(s, gtp_flag(g, c->flags, GTP_READ, p, group), gtp_flags_before_write(&c->counts, group),
-                       c->wait_flags);
+        flag_wait(s, gtp_flag(g, c->flags, GTP_READ, p, group), gtp_flags_before_write(&c->counts, group),
+                  c->wait_flags);
     }
     char what[TRACKED_WHAT_LEN];
     snprintf(what, sizeof(what), "the wait for the GTP peers' pulls of layer %d's weights before they are rewritten",
@@ -216,13 +220,13 @@ static void gtp_published(Gtp *g, int group, cudaStream_t s) {
     if (!c->on) { return; }
     uint32_t v = gtp_flags_published(&c->counts, group);
     for (int p = 0; p < g->size; p++) {
-        peer_flag_write(s, gtp_flag(g, c->peer_flags[p], GTP_READY, g->rank, group), v);
+        flag_write(s, gtp_flag(g, c->peer_flags[p], GTP_READY, g->rank, group), v);
     }
 }
 
 // The compute stream waits until buffer b holds its weight.
 static void gtp_wait_gathered(Gtp *g, int b, cudaStream_t compute) {
-    comm_compute_wait(compute, g->gathered[b], "the GTP all-gathers of the weights");
+    comm_compute_wait(compute, &g->gathered[b], "the GTP all-gathers of the weights");
 }
 
 // Buffer b's weight is read by nothing queued after this on the compute stream.
@@ -249,7 +253,7 @@ static float *gtp_rs_buffer(Gtp *g, const GtpShape *s, const float *shard_grad, 
     int b = g->rs_next;
     float *buf = g->rs_buf[b];
     size_t real = s->rows * s->cols, padded = s->padded_rows * s->cols, shard = s->shard_rows * s->cols;
-    comm_compute_wait(compute, g->rs_done[b], "the GTP reduce-scatters of the weight gradients (a buffer's last)");
+    comm_compute_wait(compute, &g->rs_done[b], "the GTP reduce-scatters of the weight gradients (a buffer's last)");
     if (!accumulate) {
         gtp_zero(buf + real, padded - real, compute);
         return buf;
@@ -271,8 +275,8 @@ static void gtp_reduce_scatter(Gtp *g, float *shard_grad, size_t shard_elems, cu
     ncclCheck(ncclReduceScatter(g->rs_buf[b], shard_grad, shard_elems, ncclFloat32, ncclSum, comm_get(COMM_GTP_RS),
                                 g->rs));
     comm_settle(comm_get(COMM_GTP_RS), what, g_comm.timeout_s);
-    cudaCheck(cudaEventRecord(g->rs_done[b], g->rs));
-    comm_track(g->rs_done[b], what);
+    comm_signal(&g->rs_done[b], g->rs);
+    comm_track(g->rs_done[b].event, what);
 }
 
 // An event behind every reduce-scatter queued so far (NULL when the path is off).
@@ -283,16 +287,16 @@ static cudaEvent_t gtp_rs_mark(Gtp *g) {
 }
 
 // In place on the device: x[0..n) (of `type`) reduced with op over the GTP group, on the RS stream behind what
-// `stream` queued so far. Returns the event behind it, which the reader's stream waits for.
-static cudaEvent_t gtp_all_reduce(Gtp *g, void *x, size_t n, ncclDataType_t type, ncclRedOp_t op, cudaStream_t stream,
+// `stream` queued so far. Returns the signal behind it, which the reader's stream waits for.
+static const CommSignal *gtp_all_reduce(Gtp *g, void *x, size_t n, ncclDataType_t type, ncclRedOp_t op, cudaStream_t stream,
                                   const char *what) {
     cudaCheck(cudaEventRecord(g->reduce_from, stream));
     cudaCheck(cudaStreamWaitEvent(g->rs, g->reduce_from, 0));
     ncclCheck(ncclAllReduce(x, x, n, type, op, comm_get(COMM_GTP_RS), g->rs));
     comm_settle(comm_get(COMM_GTP_RS), what, g_comm.timeout_s);
-    cudaCheck(cudaEventRecord(g->reduced, g->rs));
-    comm_track(g->reduced, what);
-    return g->reduced;
+    comm_signal(&g->reduced, g->rs);
+    comm_track(g->reduced.event, what);
+    return &g->reduced;
 }
 
 // ----------------------------------------------------------------------------------------------------------------
@@ -324,7 +328,7 @@ static void gtp_ce_connect(Gtp *g, const char *transport, void *weights, size_t 
         c->on = G == 1 || peer_group_mappable(G, g->rank, COMM_GTP, peers, n, what);
         free(peers);
         if (c->on) {
-            peer_driver_load(GTP_CE_DRIVER_USER);
+            flag_driver_load(GTP_CE_DRIVER_USER);
             c->layers = layers;
             c->base = (const char *)weights;
             c->bytes = bytes;
@@ -358,7 +362,7 @@ static void gtp_ce_connect(Gtp *g, const char *transport, void *weights, size_t 
             for (int l = 0; l < layers; l++) {
                 cudaCheck(cudaEventCreateWithFlags(&c->write_ok[l], cudaEventDisableTiming));
             }
-            c->wait_flags = peer_wait_flags();
+            c->wait_flags = flag_wait_flags();
         }
         // no rank writes a peer's flags before every rank has zeroed its own and mapped the others'; every rank of
         // every group passes it, whichever way its group went

@@ -13,18 +13,12 @@
  * atexit: fail() and a normal end both pass there, the abort alarm bounding a close behind a stalled stream; a
  * process killed outright has its mappings released by the driver).
  *
- * Flags: cuStreamWriteValue32 (which orders the stream's work before it, as __threadfence_system, so a flag written
- * after a copy announces the copy's bytes) and cuStreamWaitValue32 (GEQ, which compares modulo 2^32: a counter may
- * wrap as long as the waiter is less than 2^31 behind; flushing remote writes where the GPU can): driver functions,
- * taken from the driver the runtime loaded (cudaGetDriverEntryPointByVersion) rather than linked, so that a binary
- * that never maps a peer still starts where no driver is installed (--help, the CPU machine's checks). Flags are
- * written into the peer's memory and waited for in one's own: a wait polls local memory.
+ * Flags (llmc/stream_flags.cuh) are written into the peer's memory and waited for in one's own: a wait polls local
+ * memory.
  */
 #ifndef LLMC_PEER_MEMORY_CUH
 #define LLMC_PEER_MEMORY_CUH
 
-#include <cuda.h>
-#include <cudaTypedefs.h>
 #include <unistd.h>
 
 #include "comm.cuh"
@@ -32,66 +26,6 @@
 #define PEER_HOST_LEN 64
 #define PEER_BUS_ID_LEN 16   // "0000:00:00.0" and its NUL
 #define PEER_MAX_OPEN 64     // IPC mappings one process may hold (a ring: 2; GTP: its peers' weights and flags)
-
-// The driver functions the flags call (peer_driver_load), at the ABI versions these signatures are.
-#define PEER_DRIVER_WAIT_WRITE_VERSION 11070
-#define PEER_DRIVER_ERROR_VERSION 6000
-static struct {
-    PFN_cuStreamWaitValue32_v11070 wait_value;
-    PFN_cuStreamWriteValue32_v11070 write_value;
-    PFN_cuGetErrorString_v6000 error_string;
-} g_peer_driver;
-
-// user: who needs the driver and how to do without it, for the error line (e.g. "the SP ring; pass --sp-overlap 0").
-static void *peer_driver_symbol(const char *name, unsigned version, const char *user) {
-    void *fn = NULL;
-    cudaDriverEntryPointQueryResult found;
-    cudaCheck(cudaGetDriverEntryPointByVersion(name, &fn, version, cudaEnableDefault, &found));
-    if (found != cudaDriverEntryPointSuccess || !fn) {
-        fail("the CUDA driver has no %s (version %u) for %s, or update the driver", name, version, user);
-    }
-    return fn;
-}
-
-static void peer_driver_load(const char *user) {
-    if (g_peer_driver.wait_value) { return; }
-    g_peer_driver.wait_value = (PFN_cuStreamWaitValue32_v11070)peer_driver_symbol(
-        "cuStreamWaitValue32", PEER_DRIVER_WAIT_WRITE_VERSION, user);
-    g_peer_driver.write_value = (PFN_cuStreamWriteValue32_v11070)peer_driver_symbol(
-        "cuStreamWriteValue32", PEER_DRIVER_WAIT_WRITE_VERSION, user);
-    g_peer_driver.error_string =
-        (PFN_cuGetErrorString_v6000)peer_driver_symbol("cuGetErrorString", PEER_DRIVER_ERROR_VERSION, user);
-}
-
-#define cuCheck(call) cu_check_((call), #call, __FILE__, __LINE__)
-static inline void cu_check_(CUresult r, const char *what, const char *file, int line) {
-    if (r != CUDA_SUCCESS) {
-        const char *s = NULL;
-        g_peer_driver.error_string(r, &s);
-        fail("CUDA driver error '%s' at %s:%d (%s)", s ? s : "unknown", file, line, what);
-    }
-}
-
-static inline CUdeviceptr peer_dptr(const void *p) { return (CUdeviceptr)(uintptr_t)p; }
-
-// Stream s writes value into the flag at p (this GPU's memory or a peer's), after the work queued on s before it.
-static inline void peer_flag_write(cudaStream_t s, uint32_t *p, uint32_t value) {
-    cuCheck(g_peer_driver.write_value((CUstream)s, peer_dptr(p), value, CU_STREAM_WRITE_VALUE_DEFAULT));
-}
-
-// Stream s waits until the flag at p (this GPU's memory) is >= value, modulo 2^32; flags: peer_wait_flags().
-static inline void peer_flag_wait(cudaStream_t s, uint32_t *p, uint32_t value, unsigned flags) {
-    cuCheck(g_peer_driver.wait_value((CUstream)s, peer_dptr(p), value, flags));
-}
-
-// cuStreamWaitValue32's flags: GEQ, and a flush of remote writes where the GPU has one. The flag arrives after the
-// bytes it announces (its writer's write orders them before it), but a GPU may reorder remote writes as they land:
-// where it can, the wait flushes them, so the bytes are visible to the work after it.
-static unsigned peer_wait_flags(void) {
-    int flush = 0;
-    cudaCheck(cudaDeviceGetAttribute(&flush, cudaDevAttrCanFlushRemoteWrites, g_cuda_device));
-    return CU_STREAM_WAIT_VALUE_GEQ | (flush ? CU_STREAM_WAIT_VALUE_FLUSH : 0);
-}
 
 // ----------------------------------------------------------------------------------------------------------------
 // the mappings, closed at exit

@@ -27,8 +27,9 @@
  *                       into my slot (or straight where the caller wants the bytes), ncclGroupEnd. In pieces
  *                       (peer_ring_send_piece): the same piece by piece, ce writing ready[slot] after each copy
  *   peer_ring_received: where the bytes are, valid from here on the stream that reads them (the ring's, or the
- *                       stream of the GEMM that takes them: see below). ce: that stream waits until my ready[slot]
- *                       says the transfer's last piece, or (peer_ring_received_piece) a given one, landed; nccl: it
+ *                       compute stream, whose GEMM takes them: see below). ce: that stream waits until my ready[slot]
+ *                       says the transfer's last piece, or (peer_ring_received_piece) a given one, landed (the
+ *                       compute stream by a polling kernel that times its wait as exposed communication); nccl: it
  *                       waits for the ring's stream (the receives are earlier there)
  *   peer_ring_release:  the bytes consumed by the work queued so far on the reading stream: ce: that stream writes the
  *                       predecessor's free[slot] (the slot may be written again); nccl: the ring's stream waits for it
@@ -36,7 +37,7 @@
  * Reading a transfer on the stream that needs it, not the ring's, spares a hop between streams (an event or a flag
  * that the consumer's stream waits for a few microseconds after the ring's) and keeps SM work that stands on the
  * critical path (a reduce-scatter's last sum) from running beside, and starved by, the GEMMs on the other stream.
- ce's flags are written and waited for on the streams named (llmc/peer_memory.cuh).
+ * ce's flags are written and waited for on the streams named (llmc/stream_flags.cuh).
  * A flag or a receive that never comes (a dead or hung peer) stalls the ring's stream: the caller records an event
  * behind each collective and tracks it (comm_track), so the host's bounded waits name it (llmc/comm.cuh's watchdog and
  * timeouts end the job, its abort of every communicator, the ring's included, ending NCCL's kernels). ce's IPC
@@ -72,7 +73,8 @@ typedef struct PeerRing {
     // nccl
     ncclComm_t comm;              // the TP group's communicator of the ring's stream (COMM_TP_RING)
     const void *landed[RING_SLOTS]; // where the sends put each slot's transfer's bytes
-    cudaEvent_t handoff;          // a receive, or a consumption, passed between the ring's stream and a reader's
+    CommSignal received;          // the receives so far, for a reader's stream
+    cudaEvent_t consumed;         // a reader's consumption, for the ring's stream
 } PeerRing;
 
 static inline uint32_t *ring_flag(char *base, int i) { return (uint32_t *)base + i; }
@@ -95,13 +97,14 @@ static void peer_ring_alloc(PeerRing *r, int size, int rank, size_t slot_bytes, 
     cudaCheck(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     cudaCheck(cudaStreamCreateWithPriority(&r->stream, cudaStreamNonBlocking, greatest));
     if (transport == RING_NCCL) {
-        cudaCheck(cudaEventCreateWithFlags(&r->handoff, cudaEventDisableTiming));
+        comm_signal_create(&r->received);
+        cudaCheck(cudaEventCreateWithFlags(&r->consumed, cudaEventDisableTiming));
         return;
     }
-    peer_driver_load(RING_DRIVER_USER);
+    flag_driver_load(RING_DRIVER_USER);
     cudaCheck(cudaMemsetAsync(r->base, 0, RING_FLAG_BYTES, r->stream));
     comm_wait_stream(r->stream, "zeroing the ring's flags");
-    r->wait_flags = peer_wait_flags();
+    r->wait_flags = flag_wait_flags();
 }
 
 // The neighbours' buffers as this rank addresses them (mapped, or on one GPU the other rings' own).
@@ -141,13 +144,13 @@ static void peer_ring_send_piece(PeerRing *r, int ahead, int p, int pieces, cons
         return;
     }
     if (p == 0) {
-        peer_flag_wait(r->stream, ring_flag(r->base, RING_FREE + x.slot), x.send_after, CU_STREAM_WAIT_VALUE_GEQ);
+        flag_wait(r->stream, ring_flag(r->base, RING_FREE + x.slot), x.send_after, CU_STREAM_WAIT_VALUE_GEQ);
     }
     if (bytes) {
         cudaCheck(cudaMemcpyAsync(ring_slot_of(r->next_base, r->slot_bytes, x.slot) + off, (const char *)src + off,
                                   bytes, cudaMemcpyDeviceToDevice, r->stream));
     }
-    peer_flag_write(r->stream, ring_flag(r->next_base, RING_READY + x.slot), x.ready + (uint32_t)p);
+    flag_write(r->stream, ring_flag(r->next_base, RING_READY + x.slot), x.ready + (uint32_t)p);
 }
 
 // Transfer t whole, in one piece.
@@ -156,24 +159,28 @@ static void peer_ring_exchange(PeerRing *r, const void *src, size_t bytes, void 
 }
 
 // The predecessor's transfer of the same number (this rank's sends of it come first): where its bytes start, piece p
-// of them valid on stream s (the ring's, or a reader's) from here (nccl: every piece sent so far). Several streams
-// may ask for the same transfer; one releases it.
-static const void *peer_ring_received_piece(PeerRing *r, cudaStream_t s, int p) {
+// of them valid on stream s (the ring's, or a reader's: the compute stream, whose wait is timed as the exposed
+// communication `what`, llmc/comm.cuh) from here (nccl: every piece sent so far). Several streams may ask for the
+// same transfer; one releases it.
+static const void *peer_ring_received_piece(PeerRing *r, cudaStream_t s, int p, const char *what) {
     RingTransfer x = ring_transfer(r->transfers);
     if (r->transport == RING_NCCL) {
         if (s != r->stream) {
-            cudaCheck(cudaEventRecord(r->handoff, r->stream));
-            cudaCheck(cudaStreamWaitEvent(s, r->handoff, 0));
+            comm_signal(&r->received, r->stream);
+            comm_compute_wait(s, &r->received, what);
         }
         return r->landed[x.slot];
     }
-    peer_flag_wait(s, ring_flag(r->base, RING_READY + x.slot), x.ready + (uint32_t)p, r->wait_flags);
+    uint32_t *ready = ring_flag(r->base, RING_READY + x.slot), value = x.ready + (uint32_t)p;
+    if (s != r->stream) { comm_compute_wait_flag(s, ready, value, what); }
+    // the ring's own wait; on a reader's stream, where the GPU can flush remote writes, the flush the polling lacks
+    if (s == r->stream || (r->wait_flags & CU_STREAM_WAIT_VALUE_FLUSH)) { flag_wait(s, ready, value, r->wait_flags); }
     return ring_slot_of(r->base, r->slot_bytes, x.slot);
 }
 
 // All of it (its last piece).
-static const void *peer_ring_received(PeerRing *r, cudaStream_t s) {
-    return peer_ring_received_piece(r, s, r->pieces[ring_transfer(r->transfers).slot] - 1);
+static const void *peer_ring_received(PeerRing *r, cudaStream_t s, const char *what) {
+    return peer_ring_received_piece(r, s, r->pieces[ring_transfer(r->transfers).slot] - 1, what);
 }
 
 // The received bytes consumed by the work queued so far on stream s (and, where s is another stream, by whatever of
@@ -182,10 +189,10 @@ static const void *peer_ring_received(PeerRing *r, cudaStream_t s) {
 static void peer_ring_release(PeerRing *r, cudaStream_t s) {
     if (r->transport == RING_CE) {
         RingTransfer x = ring_transfer(r->transfers);
-        peer_flag_write(s, ring_flag(r->prev_base, RING_FREE + x.slot), x.value);
+        flag_write(s, ring_flag(r->prev_base, RING_FREE + x.slot), x.value);
     } else if (s != r->stream) {
-        cudaCheck(cudaEventRecord(r->handoff, s));
-        cudaCheck(cudaStreamWaitEvent(r->stream, r->handoff, 0));
+        cudaCheck(cudaEventRecord(r->consumed, s));
+        cudaCheck(cudaStreamWaitEvent(r->stream, r->consumed, 0));
     }
     r->transfers++;
 }

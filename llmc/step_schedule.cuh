@@ -87,7 +87,8 @@ typedef struct {
                                    // and, under SP, the replicated parameters' gradients over the TP ranks
     int norm_ready;                // the last backward left every group's partial sums in the norm's scratch
     int norm_in_backward;          // this backward is an update's last micro-step: it takes the partial sums
-    cudaEvent_t grads_final_event, side_done;
+    cudaEvent_t grads_final_event;
+    CommSignal side_done;
     cudaEvent_t head_grads_final;  // the rest group's gradients but the embedding's rows are final (the early AdamW)
     cudaEvent_t backward_done;     // every gradient is final (the deferred layers' AdamW)
     cudaEvent_t dfch_ready, fc_bias_done, sums_final; // the fc bias sum and grads_final
@@ -117,7 +118,7 @@ static void step_schedule_init(StepSchedule *s, int num_layers, int update_in_ba
     s->num_layers = num_layers;
     cudaCheck(cudaEventCreateWithFlags(&s->scalars_ready, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&s->grads_final_event, cudaEventDisableTiming));
-    cudaCheck(cudaEventCreateWithFlags(&s->side_done, cudaEventDisableTiming));
+    comm_signal_create(&s->side_done);
     for (cudaEvent_t *e : {&s->dfch_ready, &s->fc_bias_done, &s->sums_final, &s->forward_done, &s->gelu_recomputed,
                            &s->fp8_transposed, &s->fp8_history_done, &s->head_grads_final, &s->backward_done}) {
         cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
@@ -319,11 +320,12 @@ static void update_wait_ready(StepSchedule *s, cudaEvent_t ready) {
 // The end of a backward: the compute stream waits for the side stream, hence for every reduction (timed as exposed
 // communication when there were reductions), before anything reads the norm or writes the gradients again.
 static void grads_final_join(StepSchedule *s) {
-    cudaCheck(cudaEventRecord(s->side_done, g_cuda.side));
     if (s->reduce_grads) { // behind the reductions: count the wait as exposed communication
-        comm_compute_wait(g_cuda.stream, s->side_done, "the gradient reductions, at the end of the backward");
+        comm_signal(&s->side_done, g_cuda.side);
+        comm_compute_wait(g_cuda.stream, &s->side_done, "the gradient reductions, at the end of the backward");
     } else {
-        cudaCheck(cudaStreamWaitEvent(g_cuda.stream, s->side_done, 0));
+        cudaCheck(cudaEventRecord(s->side_done.event, g_cuda.side));
+        cudaCheck(cudaStreamWaitEvent(g_cuda.stream, s->side_done.event, 0));
     }
     s->norm_ready = s->norm_in_backward;
 }

@@ -60,8 +60,9 @@ typedef struct TensorParallel {
     int sp;             // sequence parallelism
     int gather_pending; // an output-gradient all-gather was started for the next row-parallel backward
     cudaStream_t stream;
-    cudaEvent_t compute_mark, tp_mark;
-    cudaEvent_t chunk_done[TP_SEQUENCE_CHUNKS]; // the last collective queued for each chunk of the forward
+    cudaEvent_t compute_mark;
+    CommSignal tp_mark;                         // the TP stream's collectives so far (tp_join)
+    CommSignal chunk_done[TP_SEQUENCE_CHUNKS];  // the last collective queued for each chunk of the forward
     const char *chunk_what[TP_SEQUENCE_CHUNKS]; // and what it is
     // SP over the ring (tp_ring_connect)
     int ring_up;
@@ -69,7 +70,9 @@ typedef struct TensorParallel {
     int rs_pieces;                 // a reduce-scatter's products move in this many pieces (tp_ring_reduce_scatter)
     PeerRing ring;
     cudaEvent_t ring_in, ring_out; // the TP stream's order into the ring's stream, and back
-    cudaEvent_t *arrived;          // (size) all-gather: step k's chunk in place; reduce-scatter: step k's product made
+    CommSignal *arrived;           // (size) all-gather: step k's chunk in place
+    cudaEvent_t *made;             // (size) reduce-scatter: step k's product made, for the ring's stream
+    CommSignal sent;               // a reduce-scatter's sends done (they read the parts the producer may write next)
 } TensorParallel;
 
 static void tp_init(TensorParallel *tp, const Mesh *m, int sp) {
@@ -83,10 +86,8 @@ static void tp_init(TensorParallel *tp, const Mesh *m, int sp) {
     cudaCheck(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     cudaCheck(cudaStreamCreateWithPriority(&tp->stream, cudaStreamNonBlocking, greatest));
     cudaCheck(cudaEventCreateWithFlags(&tp->compute_mark, cudaEventDisableTiming));
-    cudaCheck(cudaEventCreateWithFlags(&tp->tp_mark, cudaEventDisableTiming));
-    for (int k = 0; k < TP_SEQUENCE_CHUNKS; k++) {
-        cudaCheck(cudaEventCreateWithFlags(&tp->chunk_done[k], cudaEventDisableTiming));
-    }
+    comm_signal_create(&tp->tp_mark);
+    for (int k = 0; k < TP_SEQUENCE_CHUNKS; k++) { comm_signal_create(&tp->chunk_done[k]); }
 }
 
 static inline int tp_active(const TensorParallel *tp) { return tp && tp->size > 1; }
@@ -97,8 +98,13 @@ static inline int tp_ring(const TensorParallel *tp) { return tp_active(tp) && tp
 static void tp_ring_events(TensorParallel *tp) {
     cudaCheck(cudaEventCreateWithFlags(&tp->ring_in, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&tp->ring_out, cudaEventDisableTiming));
-    tp->arrived = (cudaEvent_t *)calloc_check((size_t)tp->size, sizeof(cudaEvent_t), "ring chunk events");
-    for (int k = 0; k < tp->size; k++) { cudaCheck(cudaEventCreateWithFlags(&tp->arrived[k], cudaEventDisableTiming)); }
+    comm_signal_create(&tp->sent);
+    tp->arrived = (CommSignal *)calloc_check((size_t)tp->size, sizeof(CommSignal), "ring chunk signals");
+    tp->made = (cudaEvent_t *)calloc_check((size_t)tp->size, sizeof(cudaEvent_t), "ring product events");
+    for (int k = 0; k < tp->size; k++) {
+        comm_signal_create(&tp->arrived[k]);
+        cudaCheck(cudaEventCreateWithFlags(&tp->made[k], cudaEventDisableTiming));
+    }
 }
 
 /*
@@ -153,20 +159,20 @@ static void tp_fork(TensorParallel *tp, cudaStream_t compute) {
 
 // The compute stream goes on once the TP stream's collectives so far are done (timed: exposed communication).
 static void tp_join(TensorParallel *tp, cudaStream_t compute, const char *what) {
-    cudaCheck(cudaEventRecord(tp->tp_mark, tp->stream));
-    comm_track(tp->tp_mark, what);
-    comm_compute_wait(compute, tp->tp_mark, what);
+    comm_signal(&tp->tp_mark, tp->stream);
+    comm_track(tp->tp_mark.event, what);
+    comm_compute_wait(compute, &tp->tp_mark, what);
 }
 
 // Chunk k's collective, just queued on the TP stream, is the one tp_chunk_wait(k) waits for. The caller waits for
 // each before it queues the chunk's next (the forward reads each result before it writes the chunk's rows again).
 static void tp_chunk_mark(TensorParallel *tp, int k, const char *what) {
-    cudaCheck(cudaEventRecord(tp->chunk_done[k], tp->stream));
-    comm_track(tp->chunk_done[k], what);
+    comm_signal(&tp->chunk_done[k], tp->stream);
+    comm_track(tp->chunk_done[k].event, what);
     tp->chunk_what[k] = what;
 }
 static void tp_chunk_wait(TensorParallel *tp, cudaStream_t compute, int k) {
-    if (tp_active(tp)) { comm_compute_wait(compute, tp->chunk_done[k], tp->chunk_what[k]); }
+    if (tp_active(tp)) { comm_compute_wait(compute, &tp->chunk_done[k], tp->chunk_what[k]); }
 }
 
 // The collectives, on the TP stream, in place but for reduce-scatter. n counts elements of the whole buffer for
@@ -226,25 +232,25 @@ static void tp_ring_all_gather(TensorParallel *tp, char *buf, size_t part_bytes,
         for (size_t off = 0; off < part_bytes; off += r->slot_bytes) {
             size_t bytes = part_bytes - off < r->slot_bytes ? part_bytes - off : r->slot_bytes;
             peer_ring_exchange(r, buf + (size_t)ring_ag_chunk(me, j, P) * part_bytes + off, bytes, place + off, what);
-            in = peer_ring_received(r, r->stream);
+            in = peer_ring_received(r, r->stream, what);
             if (in != place + off) {
                 cudaCheck(cudaMemcpyAsync(place + off, in, bytes, cudaMemcpyDeviceToDevice, r->stream));
             }
             if (!in_slot) { peer_ring_release(r, r->stream); }
         }
-        cudaCheck(cudaEventRecord(tp->arrived[j + 1], r->stream));
+        comm_signal(&tp->arrived[j + 1], r->stream);
         if (!consumer) { continue; }
         if (in_slot) {
-            comm_compute_wait_for(consumer, what, [&]() { peer_ring_received(r, consumer); });
+            peer_ring_received(r, consumer, what);
             consume(j + 1, (const char *)in);
-            comm_compute_wait(consumer, tp->arrived[j + 1], what); // the copy into place has read the slot too
+            comm_compute_wait(consumer, &tp->arrived[j + 1], what); // the copy into place has read the slot too
             peer_ring_release(r, consumer);
         } else {
-            comm_compute_wait(consumer, tp->arrived[j + 1], what);
+            comm_compute_wait(consumer, &tp->arrived[j + 1], what);
             consume(j + 1, place);
         }
     }
-    if (P > 1) { comm_track(tp->arrived[P - 1], what); }
+    if (P > 1) { comm_track(tp->arrived[P - 1].event, what); }
 }
 
 /*
@@ -282,8 +288,8 @@ static void tp_ring_reduce_scatter(TensorParallel *tp, T *buf, T *mine, size_t n
     int pieces = one_transfer ? tp->rs_pieces : 1;
     if (!one_transfer) {
         for (int k = 0; k < P; k++) { produce(ring_rs_chunk(me, k, P), (size_t)0, rows); }
-        cudaCheck(cudaEventRecord(tp->arrived[0], producer));
-        cudaCheck(cudaStreamWaitEvent(r->stream, tp->arrived[0], 0));
+        cudaCheck(cudaEventRecord(tp->made[0], producer));
+        cudaCheck(cudaStreamWaitEvent(r->stream, tp->made[0], 0));
     }
     for (size_t off = 0; off < n; off += per_transfer) {
         size_t m = n - off < per_transfer ? n - off : per_transfer;
@@ -301,17 +307,12 @@ static void tp_ring_reduce_scatter(TensorParallel *tp, T *buf, T *mine, size_t n
                 size_t e = (r1 - r0) * cols;
                 if (one_transfer && !last) { // this piece of the product, then the ring's work on it
                     if (r1 > r0) { produce(c, r0, r1); }
-                    cudaCheck(cudaEventRecord(tp->arrived[k], producer));
-                    cudaCheck(cudaStreamWaitEvent(r->stream, tp->arrived[k], 0));
+                    cudaCheck(cudaEventRecord(tp->made[k], producer));
+                    cudaCheck(cudaStreamWaitEvent(r->stream, tp->made[k], 0));
                 }
                 if (k > 0) { // piece p of the partial sum of exchange k - 1
                     const T *in = NULL;
-                    auto receive = [&]() { in = (const T *)peer_ring_received_piece(r, s, p); };
-                    if (last) {
-                        comm_compute_wait_for(s, what, receive);
-                    } else {
-                        receive();
-                    }
+                    in = (const T *)peer_ring_received_piece(r, s, p, what);
                     if (e) { ring_add(dst + e0, in + e0, part + e0, e, s); }
                 } else if (dst != part && e) { // a ring of one
                     cudaCheck(cudaMemcpyAsync(dst + e0, part + e0, e * sizeof(T), cudaMemcpyDeviceToDevice, s));
@@ -324,8 +325,8 @@ static void tp_ring_reduce_scatter(TensorParallel *tp, T *buf, T *mine, size_t n
         }
     }
     // the ring's sends read parts of buf that the producer's next work may write
-    cudaCheck(cudaEventRecord(tp->ring_out, r->stream));
-    comm_compute_wait(producer, tp->ring_out, what);
+    comm_signal(&tp->sent, r->stream);
+    comm_compute_wait(producer, &tp->sent, what);
     cudaCheck(cudaEventRecord(tp->ring_out, producer));
     comm_track(tp->ring_out, what);
 }
@@ -531,7 +532,7 @@ static void linear_forward(const Linear<T> &lin, T *out, T *inp, T *gelu_aux, co
             fp8_linear_keep_input(lin, x, r0, n, f.tokens, stream);
         }, what);
         if (!by_rows) { // the whole GEMM once every part is in
-            comm_compute_wait(stream, tp->arrived[P - 1], what);
+            comm_compute_wait(stream, &tp->arrived[P - 1], what);
             gemm_all(f.row, f.row + f.rows);
         }
         return;
@@ -547,7 +548,7 @@ static void linear_forward(const Linear<T> &lin, T *out, T *inp, T *gelu_aux, co
         tp_ring_reduce_scatter(tp, rows, (T *)NULL, (size_t)n * lin.out, (size_t)n, stream,
                                [&](int c, size_t r0, size_t r1) { gemm_all(f.row + c * n + r0, f.row + c * n + r1); },
                                what);
-        cudaCheck(cudaEventRecord(tp->chunk_done[f.k], stream)); // the sum is whole there (tp_ring_reduce_scatter)
+        comm_signal(&tp->chunk_done[f.k], stream); // the sum is whole there (tp_ring_reduce_scatter)
         tp->chunk_what[f.k] = what;
         return;
     }
@@ -618,7 +619,7 @@ static void linear_backward_input(const Linear<T> &lin, T *dinp, const T *dout, 
         if (tp_ring(tp) && linear_dgrad_by_rows(lin, n)) { // each chunk of dout as it arrives (tp_ring_all_gather)
             for (int k = 0; k < P; k++) {
                 int c = ring_ag_chunk(tp->rank, k, P);
-                if (k > 0) { comm_compute_wait(stream, tp->arrived[k], linear_what(lin, OUTPUT_GRAD_GATHER)); }
+                if (k > 0) { comm_compute_wait(stream, &tp->arrived[k], linear_what(lin, OUTPUT_GRAD_GATHER)); }
                 dgrad_rows(c * n, (c + 1) * n);
             }
             beside();
