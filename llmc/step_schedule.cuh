@@ -18,11 +18,12 @@
  *   updated_wait); gathered[b] before a GTP weight's first GEMM; a TP chunk's chunk_done or tp_mark where it reads a
  *   collective's result; over the SP ring (llmc/tensor_parallel.cuh) the ring's flags (or, over NCCL, its
  *   stream) where a forward GEMM reads a gathered chunk in its slot and where a reduce-scatter's last hop adds the
- *   predecessor's partial sum, arrived[k] before it frees such a slot, ring_out (the ring's sends) before that add;
+ *   predecessor's partial sum, arrived[k] before it frees such a slot, sent (the ring's sends) after that add;
  *   the norm's sums over DP, TP and GTP ranks where it is split; gelu_recomputed before a recomputing layer's fc
  *   projection backward; fc_bias_done before it writes d fch again; fp8_transposed before the
  *   first FP8 input gradient; rs_done[b] before an RS buffer takes another gradient; side_done at the end of the
- *   backward (grads_final_join); under the update in backward, the last group's updated[k] before the norm's finish
+ *   backward (grads_final_join). Its waits for communication (llmc/comm.cuh's CommSignal, the ring's ready flags)
+ *   are polling kernels that time themselves (llmc/stream_flags.cuh); under the update in backward, the last group's updated[k] before the norm's finish
  *   (AdamW wrote the partial sums: norm_wait_update). Records grads_final_event, head_grads_final, backward_done,
  *   dfch_ready, forward_done, fp8_history_done, norm_done, scalars_ready; over the SP ring a row-parallel forward's
  *   chunk_done[k] and ring_out once its reduce-scatter's sum is whole.
@@ -52,10 +53,10 @@
  *   waits; nccl: grouped ncclSend/ncclRecv on COMM_TP_RING, which no other stream uses), the reduce-scatter's adds
  *   but the last (the compute stream's).
  *   Waits for ring_in (a collective of the TP stream's order), compute_mark (a column-parallel layer's input
- *   gathered beside its GEMM), arrived[k] recorded on the compute stream (each GEMM chunk's product, which the
+ *   gathered beside its GEMM), made[k] recorded on the compute stream (each GEMM chunk's product, which the
  *   reduce-scatter adds and passes on), and the neighbours (flags, or NCCL). Records arrived[k] (an all-gather's
  *   chunk k in place, which the compute stream waits for before that chunk's GEMM, or before it frees the slot the
- *   GEMM read), ring_out (behind a collective it runs for the TP stream, and behind a reduce-scatter's sends).
+ *   GEMM read), ring_out (behind a collective it runs for the TP stream), sent (behind a reduce-scatter's sends).
  * AG (gtp->ag, highest): GTP weight all-gathers into pool buffer b (and the transposed FP8 codes for the backward).
  *   Waits for released[b] (after the last GEMM that read the buffer's previous weight); updated[l] for the first
  *   forward after an update (updated_if_pending); compute_mark after a cast of the masters set from outside; under
