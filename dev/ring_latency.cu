@@ -11,8 +11,8 @@
  *           slot's free flag, copies (cudaMemcpyAsync), writes the receiver's ready flag (cuStreamWriteValue32); the
  *           receiver's compute stream waits with cuStreamWaitValue32 (GEQ, and FLUSH where the GPU has it) and frees
  *           the slot with cuStreamWriteValue32
- *   kwait   the same, but the receiver's compute stream waits with a kernel of one thread polling the flag
- *           (ld.acquire.sys), the next kernel launched behind it
+ *   kwait   the same, but the receiver's compute stream waits with the trainer's kernel of one thread that polls the
+ *           flag and times its wait (llmc/stream_flags.cuh's flag_wait_timed), the next kernel launched behind it
  *   kboth   kwait, and the sender's ready flag written by a one-thread kernel (st.release.sys) after the copy
  * Every round checks that the reader sees the round's bytes (a word at each end of the chunk, written by the cast).
  *
@@ -24,8 +24,6 @@
  * BYTES: chunk sizes (default 16, 6,553,600: an FP8 chunk of GPT-2 1558M at TP=2, B 8, T 1024; and 13,107,200, its
  * bf16 chunk). Needs two GPUs with peer access (CUDA_VISIBLE_DEVICES picks which); one line a row.
  */
-#include <cuda.h>
-#include <cudaTypedefs.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -33,6 +31,7 @@
 #include <vector>
 
 #include "llmc/cuda_common.cuh"
+#include "llmc/stream_flags.cuh"
 
 #define SIDES 2
 #define ROUNDS_WARMUP 10
@@ -44,34 +43,26 @@ static const int BUSY_US[] = {0, 10, 20, 30, 40, 60}; // the compute stream's wo
 #define OP_CHAIN 200
 #define OP_BUSY_US 10
 
-enum Op { OP_NONE, OP_EVENT, OP_EVENT_UNTIMED, OP_TIMED_SPIN, OP_TIMED_WAIT, OP_WAIT, OP_WAIT_FLUSH, OP_WRITE_LOCAL, OP_WRITE_PEER, OP_EVENT_WAIT,
-          OP_SPIN, OPS };
-static const char *const OP_NAMES[OPS] = {
-    "nothing", "an event record", "an event record (cudaEventDisableTiming)",
-    "a one-thread polling kernel that times its wait (globaltimer)", "two event records around a flag wait (the trainer's timed wait)",
-    "cuStreamWaitValue32 GEQ", "cuStreamWaitValue32 GEQ|FLUSH", "cuStreamWriteValue32 to this GPU",
-    "cuStreamWriteValue32 to the peer", "cudaStreamWaitEvent on another stream's event", "a one-thread polling kernel"};
+enum Op { OP_NONE, OP_EVENT, OP_EVENT_UNTIMED, OP_TIMED_SPIN, OP_TIMED_WAIT, OP_WAIT, OP_WAIT_FLUSH, OP_WRITE_LOCAL,
+          OP_WRITE_PEER, OP_EVENT_WAIT, OPS };
+static const char *const OP_NAMES[OPS] = {"nothing",
+                                          "an event record",
+                                          "an event record (cudaEventDisableTiming)",
+                                          "a one-thread polling kernel that times its wait (flag_wait_timed)",
+                                          "two event records around a flag wait (the timed wait before)",
+                                          "cuStreamWaitValue32 GEQ",
+                                          "cuStreamWaitValue32 GEQ|FLUSH",
+                                          "cuStreamWriteValue32 to this GPU",
+                                          "cuStreamWriteValue32 to the peer",
+                                          "cudaStreamWaitEvent on another stream's event"};
 
 enum How { HOW_STREAM, HOW_KWAIT, HOW_KBOTH, HOWS };
 static const char *const HOW_NAMES[HOWS] = {"stream", "kwait", "kboth"};
 
-static PFN_cuStreamWaitValue32_v11070 g_wait_value;
-static PFN_cuStreamWriteValue32_v11070 g_write_value;
-
-static void cu_ok(CUresult r, const char *what) {
-    if (r != CUDA_SUCCESS) { fail("CUDA driver call %s failed (%d)", what, (int)r); }
-}
-
-__device__ __forceinline__ unsigned long long global_ns(void) {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
-    return t;
-}
-
 // The busy work beside a transfer: every SM's block spins for `ns`.
 __global__ void __launch_bounds__(BUSY_THREADS) busy_kernel(unsigned long long ns) {
-    unsigned long long end = global_ns() + ns;
-    while (global_ns() < end) {}
+    unsigned long long end = flag_clock_ns() + ns;
+    while (flag_clock_ns() < end) {}
 }
 
 // The cast of a round: the chunk's first and last words say which round it is.
@@ -83,24 +74,6 @@ __global__ void cast_kernel(uint32_t *chunk, size_t words, uint32_t round) {
 // The reader of a round's chunk: counts a chunk whose ends do not say the round.
 __global__ void read_kernel(const uint32_t *chunk, size_t words, uint32_t round, unsigned *bad) {
     if (chunk[0] != round || chunk[words - 1] != round) { atomicAdd(bad, 1u); }
-}
-
-// Polls a flag until it reaches value (modulo 2^32, as cuStreamWaitValue32's GEQ).
-__global__ void flag_wait_kernel(const uint32_t *flag, uint32_t value) {
-    uint32_t v;
-    do {
-        asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
-    } while ((int32_t)(v - value) < 0);
-}
-
-// The same, adding the time it waited to *waited_ns (the wait timed without events).
-__global__ void flag_wait_timed_kernel(const uint32_t *flag, uint32_t value, unsigned long long *waited_ns) {
-    unsigned long long t0 = global_ns();
-    uint32_t v;
-    do {
-        asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
-    } while ((int32_t)(v - value) < 0);
-    *waited_ns += global_ns() - t0;
 }
 
 // Writes a flag, after every write of the work before it on the stream (stream order) is visible system-wide.
@@ -117,6 +90,7 @@ typedef struct {
     cudaEvent_t cast_done, sent;
     std::vector<cudaEvent_t> w0, w1; // around each round's wait
     unsigned wait_flags;
+    unsigned long long *waited; // [0] ns and [1] waits of its polling kernels (flag_wait_timed's counters)
 } Side;
 
 static Side g_side[SIDES];
@@ -132,15 +106,13 @@ static void round_of(int i, How how, size_t bytes, int busy_us, uint32_t u, int 
     cudaCheck(cudaEventRecord(me->cast_done, me->compute));
     // the send, on the ring stream
     cudaCheck(cudaStreamWaitEvent(me->ring, me->cast_done, 0));
-    cu_ok(g_wait_value((CUstream)me->ring, (CUdeviceptr)&me->flags[1], u - 1, CU_STREAM_WAIT_VALUE_GEQ),
-          "cuStreamWaitValue32 (free)");
+    flag_wait(me->ring, &me->flags[1], u - 1, CU_STREAM_WAIT_VALUE_GEQ);
     cudaCheck(cudaMemcpyAsync(other->slot, me->chunk, bytes, cudaMemcpyDeviceToDevice, me->ring));
     if (how == HOW_KBOTH) {
         flag_write_kernel<<<1, 1, 0, me->ring>>>(&other->flags[0], u);
         cudaCheckLaunch();
     } else {
-        cu_ok(g_write_value((CUstream)me->ring, (CUdeviceptr)&other->flags[0], u, CU_STREAM_WRITE_VALUE_DEFAULT),
-              "cuStreamWriteValue32 (ready)");
+        flag_write(me->ring, &other->flags[0], u);
     }
     cudaCheck(cudaEventRecord(me->sent, me->ring));
     // the compute stream: its own chunk's work, then the other's chunk
@@ -150,17 +122,14 @@ static void round_of(int i, How how, size_t bytes, int busy_us, uint32_t u, int 
     }
     if (timer >= 0) { cudaCheck(cudaEventRecord(me->w0[timer], me->compute)); }
     if (how == HOW_STREAM) {
-        cu_ok(g_wait_value((CUstream)me->compute, (CUdeviceptr)&me->flags[0], u, me->wait_flags),
-              "cuStreamWaitValue32 (ready)");
+        flag_wait(me->compute, &me->flags[0], u, me->wait_flags);
     } else {
-        flag_wait_kernel<<<1, 1, 0, me->compute>>>(&me->flags[0], u);
-        cudaCheckLaunch();
+        flag_wait_timed(me->compute, &me->flags[0], u, me->waited, me->waited + 1);
     }
     if (timer >= 0) { cudaCheck(cudaEventRecord(me->w1[timer], me->compute)); }
     read_kernel<<<1, 1, 0, me->compute>>>(me->slot, words, u, me->bad);
     cudaCheckLaunch();
-    cu_ok(g_write_value((CUstream)me->compute, (CUdeviceptr)&other->flags[1], u, CU_STREAM_WRITE_VALUE_DEFAULT),
-          "cuStreamWriteValue32 (free)");
+    flag_write(me->compute, &other->flags[1], u);
 }
 
 // The cost of each operation between two kernels on GPU 0's compute stream, where it waits for nothing.
@@ -169,7 +138,6 @@ static void op_costs(void) {
     cudaCheck(cudaSetDevice(me->dev));
     cudaEvent_t e0, e1, other_done, mark, untimed;
     cudaCheck(cudaEventCreateWithFlags(&untimed, cudaEventDisableTiming));
-    unsigned long long *waited = (unsigned long long *)cuda_alloc(sizeof(unsigned long long), "the waits' time");
     cudaCheck(cudaEventCreate(&e0));
     cudaCheck(cudaEventCreate(&e1));
     cudaCheck(cudaEventCreate(&mark));
@@ -185,30 +153,23 @@ static void op_costs(void) {
             for (int k = 0; k < OP_CHAIN; k++) {
                 busy_kernel<<<me->sms, BUSY_THREADS, 0, me->compute>>>((unsigned long long)OP_BUSY_US * NS_PER_US);
                 cudaCheckLaunch();
-                CUstream s = (CUstream)me->compute;
-                CUdeviceptr flag = (CUdeviceptr)&me->flags[0];
+                cudaStream_t s = me->compute;
+                uint32_t *flag = &me->flags[0]; // 0: every wait is met
                 switch ((Op)op) {
                 case OP_NONE: break;
-                case OP_EVENT: cudaCheck(cudaEventRecord(mark, me->compute)); break;
-                case OP_EVENT_UNTIMED: cudaCheck(cudaEventRecord(untimed, me->compute)); break;
-                case OP_TIMED_SPIN:
-                    flag_wait_timed_kernel<<<1, 1, 0, me->compute>>>(&me->flags[0], 0, waited);
-                    cudaCheckLaunch();
-                    break;
+                case OP_EVENT: cudaCheck(cudaEventRecord(mark, s)); break;
+                case OP_EVENT_UNTIMED: cudaCheck(cudaEventRecord(untimed, s)); break;
+                case OP_TIMED_SPIN: flag_wait_timed(s, flag, 0, me->waited, me->waited + 1); break;
                 case OP_TIMED_WAIT:
-                    cudaCheck(cudaEventRecord(mark, me->compute));
-                    cu_ok(g_wait_value(s, flag, 0, me->wait_flags), "wait");
-                    cudaCheck(cudaEventRecord(mark, me->compute));
+                    cudaCheck(cudaEventRecord(mark, s));
+                    flag_wait(s, flag, 0, me->wait_flags);
+                    cudaCheck(cudaEventRecord(mark, s));
                     break;
-                case OP_WAIT: cu_ok(g_wait_value(s, flag, 0, CU_STREAM_WAIT_VALUE_GEQ), "wait"); break;
-                case OP_WAIT_FLUSH: cu_ok(g_wait_value(s, flag, 0, me->wait_flags), "wait"); break;
-                case OP_WRITE_LOCAL: cu_ok(g_write_value(s, (CUdeviceptr)&me->flags[1], 0, 0), "write"); break;
-                case OP_WRITE_PEER: cu_ok(g_write_value(s, (CUdeviceptr)&other->flags[1], 0, 0), "write"); break;
-                case OP_EVENT_WAIT: cudaCheck(cudaStreamWaitEvent(me->compute, other_done, 0)); break;
-                case OP_SPIN:
-                    flag_wait_kernel<<<1, 1, 0, me->compute>>>(&me->flags[0], 0);
-                    cudaCheckLaunch();
-                    break;
+                case OP_WAIT: flag_wait(s, flag, 0, CU_STREAM_WAIT_VALUE_GEQ); break;
+                case OP_WAIT_FLUSH: flag_wait(s, flag, 0, me->wait_flags); break;
+                case OP_WRITE_LOCAL: flag_write(s, &me->flags[1], 0); break;
+                case OP_WRITE_PEER: flag_write(s, &other->flags[1], 0); break;
+                case OP_EVENT_WAIT: cudaCheck(cudaStreamWaitEvent(s, other_done, 0)); break;
                 default: break;
                 }
             }
@@ -234,7 +195,8 @@ static void row(How how, size_t bytes, int busy_us, double wait_us[SIDES], doubl
             cudaCheck(cudaSetDevice(g_side[0].dev));
             cudaCheck(cudaEventRecord(g_side[0].w0[ROUNDS], g_side[0].compute));
         }
-        for (int i = 0; i < SIDES; i++) { round_of(i, how, bytes, busy_us, u, r >= ROUNDS_WARMUP ? r - ROUNDS_WARMUP : -1); }
+        int timer = r >= ROUNDS_WARMUP ? r - ROUNDS_WARMUP : -1;
+        for (int i = 0; i < SIDES; i++) { round_of(i, how, bytes, busy_us, u, timer); }
     }
     cudaCheck(cudaSetDevice(g_side[0].dev));
     cudaCheck(cudaEventRecord(g_side[0].w1[ROUNDS], g_side[0].compute));
@@ -248,7 +210,9 @@ static void row(How how, size_t bytes, int busy_us, double wait_us[SIDES], doubl
         wait_us[i] = ms[ROUNDS / 2] * 1e3;
         unsigned bad = 0;
         cudaCheck(cudaMemcpy(&bad, s->bad, sizeof(bad), cudaMemcpyDeviceToHost));
-        if (bad) { fail("%s, %zu bytes: GPU %d read %u chunks before their bytes had landed", HOW_NAMES[how], bytes, i, bad); }
+        if (bad) {
+            fail("%s, %zu bytes: GPU %d read %u chunks before their bytes had landed", HOW_NAMES[how], bytes, i, bad);
+        }
     }
     float all = 0.0f;
     cudaCheck(cudaSetDevice(g_side[0].dev));
@@ -290,13 +254,10 @@ static double copy_us(size_t bytes) {
 static void setup(size_t max_bytes) {
     int n = 0;
     cudaCheck(cudaGetDeviceCount(&n));
-    if (n < SIDES) { fail("needs 2 GPUs, this process sees %d; run it where two are visible (CUDA_VISIBLE_DEVICES)", n); }
-    cudaDriverEntryPointQueryResult found;
-    cudaCheck(cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", (void **)&g_wait_value, 11070, cudaEnableDefault,
-                                               &found));
-    cudaCheck(cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", (void **)&g_write_value, 11070,
-                                               cudaEnableDefault, &found));
-    if (!g_wait_value || !g_write_value) { fail("the CUDA driver has no cuStreamWaitValue32/cuStreamWriteValue32"); }
+    if (n < SIDES) {
+        fail("needs 2 GPUs, this process sees %d; run it where two are visible (CUDA_VISIBLE_DEVICES)", n);
+    }
+    flag_driver_load("ring_latency");
     for (int i = 0; i < SIDES; i++) {
         Side *s = &g_side[i];
         int peer = 0, least, greatest, flush = 0;
@@ -312,7 +273,9 @@ static void setup(size_t max_bytes) {
         s->slot = (uint32_t *)cuda_alloc(max_bytes, "the slot a GPU receives into");
         s->flags = (uint32_t *)cuda_alloc(2 * sizeof(uint32_t), "the flags");
         s->bad = (unsigned *)cuda_alloc(sizeof(unsigned), "the check's count");
+        s->waited = (unsigned long long *)cuda_alloc(2 * sizeof(unsigned long long), "the polling kernels' counters");
         cudaCheck(cudaMemset(s->flags, 0, 2 * sizeof(uint32_t)));
+        cudaCheck(cudaMemset(s->waited, 0, 2 * sizeof(unsigned long long)));
         cudaCheck(cudaMemset(s->bad, 0, sizeof(unsigned)));
         cudaCheck(cudaDeviceGetStreamPriorityRange(&least, &greatest));
         cudaCheck(cudaStreamCreateWithPriority(&s->compute, cudaStreamNonBlocking, least));

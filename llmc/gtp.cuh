@@ -288,8 +288,8 @@ static cudaEvent_t gtp_rs_mark(Gtp *g) {
 
 // In place on the device: x[0..n) (of `type`) reduced with op over the GTP group, on the RS stream behind what
 // `stream` queued so far. Returns the signal behind it, which the reader's stream waits for.
-static const CommSignal *gtp_all_reduce(Gtp *g, void *x, size_t n, ncclDataType_t type, ncclRedOp_t op, cudaStream_t stream,
-                                  const char *what) {
+static const CommSignal *gtp_all_reduce(Gtp *g, void *x, size_t n, ncclDataType_t type, ncclRedOp_t op,
+                                        cudaStream_t stream, const char *what) {
     cudaCheck(cudaEventRecord(g->reduce_from, stream));
     cudaCheck(cudaStreamWaitEvent(g->rs, g->reduce_from, 0));
     ncclCheck(ncclAllReduce(x, x, n, type, op, comm_get(COMM_GTP_RS), g->rs));

@@ -22,9 +22,9 @@
  *   the norm's sums over DP, TP and GTP ranks where it is split; gelu_recomputed before a recomputing layer's fc
  *   projection backward; fc_bias_done before it writes d fch again; fp8_transposed before the
  *   first FP8 input gradient; rs_done[b] before an RS buffer takes another gradient; side_done at the end of the
- *   backward (grads_final_join). Its waits for communication (llmc/comm.cuh's CommSignal, the ring's ready flags)
- *   are polling kernels that time themselves (llmc/stream_flags.cuh); under the update in backward, the last group's updated[k] before the norm's finish
- *   (AdamW wrote the partial sums: norm_wait_update). Records grads_final_event, head_grads_final, backward_done,
+ *   backward (grads_final_join); under the update in backward, the last group's updated[k] before the norm's finish
+ *   (AdamW wrote the partial sums: norm_wait_update). Its waits for communication (llmc/comm.cuh's CommSignal, the
+ *   ring's ready flags) are polling kernels that time themselves (llmc/stream_flags.cuh). Records grads_final_event, head_grads_final, backward_done,
  *   dfch_ready, forward_done, fp8_history_done, norm_done, scalars_ready; over the SP ring a row-parallel forward's
  *   chunk_done[k] and ring_out once its reduce-scatter's sum is whole.
  * side (one below highest): the gradient norm's partial sums per group, on the update's last micro-step, unless
