@@ -444,7 +444,8 @@ static void comm_waits_init(void) {
     flag_driver_load(COMM_DRIVER_USER);
     size_t bytes = 2 * COMM_WAIT_SLOTS * sizeof(unsigned long long);
     c->d_wait = (unsigned long long *)cuda_alloc(bytes, "the exposed-communication counters");
-    cudaCheck(cudaMemset(c->d_wait, 0, bytes));
+    cudaCheck(cudaMemsetAsync(c->d_wait, 0, bytes, g_cuda.stream));
+    comm_wait_stream(g_cuda.stream, "zeroing the compute stream's wait counters"); // before any stream adds to them
     cudaCheck(cudaMallocHost(&c->h_wait, bytes));
     memset(c->taken, 0, sizeof(c->taken));
     cudaCheck(cudaEventCreateWithFlags(&c->wait_copied, cudaEventDisableTiming));
@@ -456,7 +457,9 @@ static void comm_signal_create(CommSignal *s) {
     comm_waits_init();
     if (c->num_flags == COMM_SIGNAL_BLOCK) {
         c->d_flags = (uint32_t *)cuda_alloc(COMM_SIGNAL_BLOCK * sizeof(uint32_t), "the signals' counters");
-        cudaCheck(cudaMemset(c->d_flags, 0, COMM_SIGNAL_BLOCK * sizeof(uint32_t)));
+        cudaCheck(cudaMemsetAsync(c->d_flags, 0, COMM_SIGNAL_BLOCK * sizeof(uint32_t), g_cuda.stream));
+        // zero before any stream writes a counter or polls it (the other streams are not ordered with this one)
+        comm_wait_stream(g_cuda.stream, "zeroing the compute stream's signal counters");
         c->num_flags = 0;
     }
     memset(s, 0, sizeof(*s));
