@@ -3,8 +3,9 @@
  * signalling could cost less. Two GPUs of a host play a ring of two (TP=2): in each round both cast a chunk (a small
  * kernel), send it to the other over a copy engine, run X us of busy work on their compute stream (the GEMM of their
  * own chunk), then wait for the other's chunk there and read it (the GEMM of the peer's chunk), as the ring's
- * all-gather + GEMM does. The compute stream's wait is timed with CUDA events, as the trainer times its "exposed"
- * communication (llmc/comm.cuh): where the signalling were free, it would be max(0, copy - X).
+ * all-gather + GEMM does. The compute stream's wait is timed with CUDA events around it, as the trainer timed its
+ * exposed communication before its waits timed themselves (llmc/stream_flags.cuh): where the signalling were free,
+ * it would be max(0, copy - X).
  *
  * How a hop signals, the rows' "how":
  *   stream  the trainer's: the ring stream waits for the compute stream's event, waits (cuStreamWaitValue32) for the
