@@ -261,15 +261,14 @@ static void setup(size_t max_bytes) {
     flag_driver_load("ring_latency");
     for (int i = 0; i < SIDES; i++) {
         Side *s = &g_side[i];
-        int peer = 0, least, greatest, flush = 0;
+        int peer = 0, least, greatest;
         cudaCheck(cudaDeviceCanAccessPeer(&peer, i, 1 - i));
         if (!peer) { fail("GPU %d cannot access GPU %d's memory (no peer access); pick two GPUs that can", i, 1 - i); }
         s->dev = i;
         cudaCheck(cudaSetDevice(i));
         cudaCheck(cudaDeviceEnablePeerAccess(1 - i, 0));
         cudaCheck(cudaDeviceGetAttribute(&s->sms, cudaDevAttrMultiProcessorCount, i));
-        cudaCheck(cudaDeviceGetAttribute(&flush, cudaDevAttrCanFlushRemoteWrites, i));
-        s->wait_flags = CU_STREAM_WAIT_VALUE_GEQ | (flush ? CU_STREAM_WAIT_VALUE_FLUSH : 0);
+        s->wait_flags = flag_wait_flags(i);
         s->chunk = (uint32_t *)cuda_alloc(max_bytes, "the chunk a GPU sends");
         s->slot = (uint32_t *)cuda_alloc(max_bytes, "the slot a GPU receives into");
         s->flags = (uint32_t *)cuda_alloc(2 * sizeof(uint32_t), "the flags");

@@ -362,7 +362,7 @@ static void gtp_ce_connect(Gtp *g, const char *transport, void *weights, size_t 
             for (int l = 0; l < layers; l++) {
                 cudaCheck(cudaEventCreateWithFlags(&c->write_ok[l], cudaEventDisableTiming));
             }
-            c->wait_flags = flag_wait_flags();
+            c->wait_flags = flag_wait_flags(g_cuda_device);
         }
         // no rank writes a peer's flags before every rank has zeroed its own and mapped the others'; every rank of
         // every group passes it, whichever way its group went

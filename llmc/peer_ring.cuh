@@ -104,7 +104,7 @@ static void peer_ring_alloc(PeerRing *r, int size, int rank, size_t slot_bytes, 
     flag_driver_load(RING_DRIVER_USER);
     cudaCheck(cudaMemsetAsync(r->base, 0, RING_FLAG_BYTES, r->stream));
     comm_wait_stream(r->stream, "zeroing the ring's flags");
-    r->wait_flags = flag_wait_flags();
+    r->wait_flags = flag_wait_flags(g_cuda_device);
 }
 
 // The neighbours' buffers as this rank addresses them (mapped, or on one GPU the other rings' own).

@@ -76,12 +76,12 @@ static inline void flag_wait(cudaStream_t s, uint32_t *p, uint32_t value, unsign
     cuCheck(g_flag_driver.wait_value((CUstream)s, flag_dptr(p), value, flags));
 }
 
-// cuStreamWaitValue32's flags: GEQ, and a flush of remote writes where the GPU has one. The flag arrives after the
-// bytes it announces (its writer's write orders them before it), but a GPU may reorder remote writes as they land:
-// where it can, the wait flushes them, so the bytes are visible to the work after it.
-static unsigned flag_wait_flags(void) {
+// cuStreamWaitValue32's flags on GPU `device`: GEQ, and a flush of remote writes where the GPU has one. The flag
+// arrives after the bytes it announces (its writer's write orders them before it), but a GPU may reorder remote writes
+// as they land: where it can, the wait flushes them, so the bytes are visible to the work after it.
+static unsigned flag_wait_flags(int device) {
     int flush = 0;
-    cudaCheck(cudaDeviceGetAttribute(&flush, cudaDevAttrCanFlushRemoteWrites, g_cuda_device));
+    cudaCheck(cudaDeviceGetAttribute(&flush, cudaDevAttrCanFlushRemoteWrites, device));
     return CU_STREAM_WAIT_VALUE_GEQ | (flush ? CU_STREAM_WAIT_VALUE_FLUSH : 0);
 }
 
